@@ -1,0 +1,1 @@
+"""Command-line interface: thin wrappers, one module per subcommand (parse -> call -> print)."""

@@ -1,0 +1,85 @@
+"""The ``meshlift`` console script.
+
+Each subcommand lives in its own module under ``meshlift.cli`` and exposes ``register(app)``. Those
+modules import only typer/rich at module level; the heavy imports (torch, trimesh) happen inside the
+command bodies, so ``meshlift --help`` is fast.
+
+Errors of the package's type (:class:`meshlift.errors.MeshliftError`) are printed as one clear line
+and exit with status 2; anything else is a bug and shows its traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from meshlift import __version__
+
+app = typer.Typer(
+    name="meshlift",
+    help="Posed multi-view photos -> game-ready PBR mesh assets (GLB, OBJ+MTL, PLY).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"meshlift {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """meshlift command-line interface."""
+
+
+def _register_all() -> None:
+    from meshlift.cli import (  # noqa: PLC0415
+        convert_cmd,
+        demo_cmd,
+        eval_cmd,
+        inspect_cmd,
+        reconstruct_cmd,
+        render_cmd,
+    )
+
+    for module in (demo_cmd, reconstruct_cmd, inspect_cmd, convert_cmd, render_cmd, eval_cmd):
+        module.register(app)
+
+
+_register_all()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (2 for a MeshliftError)."""
+    from meshlift.errors import MeshliftError
+
+    try:
+        app(args=argv, standalone_mode=False)
+    except MeshliftError as exc:
+        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+        return 2
+    except typer.Exit as exc:
+        return int(exc.exit_code or 0)
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        return 1
+    except SystemExit as exc:  # click usage errors in non-standalone mode
+        return int(exc.code or 0)
+    except Exception as exc:  # click.exceptions.UsageError and friends
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            return exc.exit_code
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,9 @@
+"""`meshlift reconstruct` (placeholder until its issue lands: registers nothing)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `reconstruct` subcommand to ``app``."""

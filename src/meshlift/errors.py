@@ -1,0 +1,43 @@
+"""The package's exception types.
+
+Every error meshlift raises on bad input is a :class:`MeshliftError` subclass whose message names the
+file or argument, what is wrong, and what to do about it. Input data is never modified.
+"""
+
+from __future__ import annotations
+
+
+class MeshliftError(Exception):
+    """Base class of every error meshlift raises on purpose."""
+
+
+class DatasetError(MeshliftError):
+    """A dataset folder or file is missing, incomplete or inconsistent."""
+
+
+class CameraError(MeshliftError):
+    """Camera parameters are invalid (unknown model, wrong parameter count, bad shapes)."""
+
+
+class MeshError(MeshliftError):
+    """A mesh is unreadable or malformed (faces past the vertex list, empty where not allowed, ...)."""
+
+
+class ImageError(MeshliftError):
+    """An image is unreadable, or two images that must match differ in size."""
+
+
+class RenderError(MeshliftError):
+    """Bad arguments to a rendering op (shapes, dtypes, devices)."""
+
+
+class ConfigError(MeshliftError):
+    """A configuration file or override is invalid."""
+
+
+class DependencyError(MeshliftError):
+    """An optional dependency is missing; the message gives the install command."""
+
+
+class OutOfMemoryError(MeshliftError):
+    """Memory ran out; the message names the knobs (batch, resolution, data device, fragment budget)."""
