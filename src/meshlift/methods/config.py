@@ -1,0 +1,329 @@
+"""Configuration of the two-pass surface reconstruction (``meshlift reconstruct``).
+
+One flat dataclass, :class:`SurfaceConfig`, with a docstring under every field (shown by
+``meshlift reconstruct --help-config``). Presets are named instances in :mod:`meshlift.methods.presets`.
+A config can be loaded from a JSON or TOML file (a flat table of field = value; unknown keys are an error)
+and overridden field by field with ``field=value`` strings; :func:`config_to_dict` gives the effective config
+that is saved with every output as ``config.json``.
+
+Units: lengths are in the *normalised* frame (object inside roughly [-1, 1]³, conventions §1) unless a field
+says otherwise; learning rates are Adam step sizes; iterations count optimiser steps.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Optional
+
+from meshlift.errors import ConfigError
+
+
+@dataclass
+class SurfaceConfig:
+    """Two-pass surface reconstruction: DMTet/FlexiCubes + material field + light, then fixed topology."""
+
+    # ---- data ----------------------------------------------------------------------------------------------
+    data: str = ""
+    """Dataset folder (anything ``meshlift.data.load_scene`` reads) or a reference mesh file (OBJ, GLB, PLY)."""
+    train_split: str = "train"
+    """Split of the dataset used for training."""
+    test_split: str = "test"
+    """Split used for held-out metrics (falls back to ``val``, then to every 8th training view)."""
+    train_res: int = 512
+    """Longest image side in pixels used for training and evaluation (images are resized; 0 = as loaded)."""
+    max_test_views: int = 16
+    """At most this many held-out views are evaluated (evenly spaced)."""
+    background: str = "white"
+    """Training background for datasets with masks/alpha: ``white``, ``black`` or ``random`` (per pixel)."""
+    data_device: str = "cpu"
+    """Where the training images are kept (``cpu`` saves GPU memory; batches are moved to ``device``)."""
+    device: str = "auto"
+    """Compute device: ``auto`` (CUDA when available), ``cpu`` or ``cuda[:N]``."""
+
+    # ---- reference-mesh mode (DATA is a mesh file) ---------------------------------------------------------
+    ref_views: int = 64
+    """Number of training views rendered of a reference mesh (cameras on a sphere)."""
+    ref_test_views: int = 8
+    """Number of held-out views rendered of a reference mesh."""
+    ref_env: str = "procedural"
+    """Environment the reference is rendered under: ``procedural`` or a path to an ``.hdr``/``.exr`` lat-long map."""
+    ref_env_kind: str = "studio"
+    """Kind of procedural environment (``meshlift.shading.procedural.procedural_environment``)."""
+    ref_ks: Optional[tuple] = None
+    """Override the reference material's (occlusion, roughness, metallic), e.g. ``(0, 0.2, 1)`` for the metal presets."""
+    ref_camera_radius: float = 3.0
+    """Distance of the reference cameras from the object centre (normalised units)."""
+    ref_fov_deg: float = 45.0
+    """Full vertical field of view of the reference cameras, degrees."""
+
+    # ---- geometry (pass 1) ---------------------------------------------------------------------------------
+    isosurface: str = "dmtet"
+    """Isosurface of pass 1: ``dmtet`` (deformable marching tetrahedra) or ``flexicubes``."""
+    grid_res: int = 64
+    """Tetrahedral grid / FlexiCubes grid resolution (cells per axis), 32 to 256."""
+    mesh_scale: float = 2.1
+    """Side of the cube (centred at the origin, normalised frame) that the grid spans."""
+    sdf_init: str = "sphere"
+    """Initial SDF: ``random`` (nvdiffrec), ``sphere`` or ``visual_hull`` (carved from the training masks)."""
+    deform_scale: float = 1.0
+    """Maximum vertex deformation in units of half a grid cell (tanh-bounded, nvdiffrec uses 1)."""
+    iter_pass1: int = 5000
+    """Optimisation steps of pass 1 (topology)."""
+    iter_pass2: int = 5000
+    """Optimisation steps of pass 2 (fixed topology, textures)."""
+    batch: int = 8
+    """Views per optimisation step."""
+    spp: int = 1
+    """Supersampling per axis during training (renders at spp × train_res)."""
+
+    # ---- learning rates -----------------------------------------------------------------------------------
+    lr_pos: float = 0.03
+    """Adam step of the geometry parameters (SDF, deformation; FlexiCubes weights) in pass 1."""
+    lr_mat: float = 0.01
+    """Adam step of the material field (pass 1) and textures (pass 2)."""
+    lr_light: float = 0.01
+    """Adam step of the learned environment light."""
+    lr_vertex: float = 0.003
+    """Adam step of the vertex offsets in pass 2 (normalised units)."""
+    lr_decay: float = 0.0002
+    """Exponential decay: the rate is multiplied by 10^(-lr_decay · iteration) (nvdiffrec's schedule)."""
+    warmup: int = 0
+    """Linear warm-up steps of every learning rate."""
+
+    # ---- losses and regularisers --------------------------------------------------------------------------
+    mask_weight: float = 1.0
+    """Weight of the mask loss (MSE between rendered alpha and the mask), where masks exist."""
+    sdf_reg_weight: float = 0.2
+    """Initial weight of the SDF sign-change regulariser (nvdiffrec eq. 2), decays linearly to sdf_reg_final."""
+    sdf_reg_final: float = 0.01
+    """SDF regulariser weight after the first quarter of pass 1."""
+    kd_smooth_weight: float = 0.03
+    """Weight of the albedo smoothness regulariser (difference of kd at jittered positions)."""
+    kd_smooth_jitter: float = 0.01
+    """Jitter (normalised units in pass 1, UV units / 2 in pass 2) of the albedo smoothness regulariser."""
+    light_reg_weight: float = 0.005
+    """Weight of the light regulariser (white balance, nvdiffrec's ``regularizer()``)."""
+    laplace_weight: float = 3000.0
+    """Weight of the Laplacian regulariser on the pass-2 vertex offsets (relative to the pass-1 mesh)."""
+    flexi_dev_weight: float = 0.5
+    """Weight of FlexiCubes' dual-vertex deviation regulariser (L_dev)."""
+
+    # ---- materials ----------------------------------------------------------------------------------------
+    kd_min: tuple = (0.0, 0.0, 0.0)
+    """Lower bound of the albedo (linear RGB)."""
+    kd_max: tuple = (1.0, 1.0, 1.0)
+    """Upper bound of the albedo (linear RGB)."""
+    ks_min: tuple = (0.0, 0.08, 0.0)
+    """Lower bound of (occlusion, roughness, metallic)."""
+    ks_max: tuple = (0.0, 1.0, 1.0)
+    """Upper bound of (occlusion, roughness, metallic)."""
+    perturb_normal: bool = True
+    """Learn a tangent-space normal map in pass 2 (pass 1 shades with the geometric normals)."""
+    texture_res: int = 1024
+    """Side of the baked kd/ks/normal textures (pixels)."""
+
+    # ---- light --------------------------------------------------------------------------------------------
+    light: str = "learned"
+    """``learned`` (initialised grey, optimised), ``fixed`` (reference mesh mode: the reference environment)
+    or a path to an ``.hdr``/``.exr`` lat-long map used as known, fixed lighting."""
+    env_res: int = 128
+    """Side of each face of the learned environment cube map (pixels)."""
+    env_init: float = 0.5
+    """Initial radiance of the learned environment (plus small noise)."""
+
+    # ---- pass 2 --------------------------------------------------------------------------------------------
+    unwrap_max_faces: int = 50000
+    """Meshes with more faces are decimated to this count before the xatlas UV unwrap."""
+    optimize_vertices: bool = True
+    """Optimise vertex positions (offsets with the Laplacian regulariser) in pass 2."""
+
+    # ---- memory, logging, outputs -------------------------------------------------------------------------
+    max_fragments: Optional[int] = None
+    """Rasterizer fragment budget (bounds its peak memory); None = the rasterizer's default."""
+    seed: int = 0
+    """Random seed of parameter initialisation, view sampling and noise."""
+    preview_every: int = 0
+    """Save a preview image (reference | ours) every N iterations (0 = never)."""
+    checkpoint_every: int = 500
+    """Save a checkpoint for ``--resume`` every N iterations (and at the end of each pass)."""
+    val_views: int = 4
+    """Validation views written to ``images/`` at start and end."""
+    eval_samples: int = 200000
+    """Surface samples per mesh for Chamfer / F-score."""
+    fscore_threshold_frac: float = 0.01
+    """F-score threshold as a fraction of the reference mesh's bounding-box diagonal."""
+
+
+# -------------------------------------------------------------------------------------------------------------
+# field documentation, (de)serialisation, overrides
+
+
+def field_docs() -> dict[str, str]:
+    """Map field name -> its docstring, read from the source of :class:`SurfaceConfig`."""
+    import inspect
+
+    src = inspect.getsource(SurfaceConfig)
+    tree = ast.parse(src)
+    cls = tree.body[0]
+    docs: dict[str, str] = {}
+    body = cls.body  # type: ignore[attr-defined]
+    for i, node in enumerate(body):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and i + 1 < len(body):
+            nxt = body[i + 1]
+            if isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant):
+                docs[node.target.id] = " ".join(str(nxt.value.value).split())
+    return docs
+
+
+def config_to_dict(cfg: SurfaceConfig) -> dict[str, Any]:
+    """The config as a JSON-serialisable dict (tuples become lists)."""
+    out = {}
+    for f in fields(cfg):
+        v = getattr(cfg, f.name)
+        out[f.name] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def _field_types() -> dict[str, Any]:
+    return typing.get_type_hints(SurfaceConfig)
+
+
+def _coerce(name: str, value: Any, hint: Any) -> Any:
+    """Convert ``value`` (from JSON/TOML or a command-line string) to the field's type."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    optional = origin is typing.Union and type(None) in args
+    if optional:
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null", "")):
+            return None
+        hint = next(a for a in args if a is not type(None))
+        origin = typing.get_origin(hint)
+    try:
+        if hint is bool:
+            if isinstance(value, bool):
+                return value
+            s = str(value).strip().lower()
+            if s in ("1", "true", "yes", "on"):
+                return True
+            if s in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(f"not a boolean: {value!r}")
+        if hint is int:
+            if isinstance(value, bool):
+                raise ValueError("boolean given")
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError("not an integer")
+            return int(float(value)) if isinstance(value, str) and "e" in value.lower() else int(value)
+        if hint is float:
+            return float(value)
+        if hint is str:
+            if not isinstance(value, str):
+                raise ValueError(f"expected a string, got {type(value).__name__}")
+            return value
+        if hint is tuple or origin is tuple:
+            if isinstance(value, str):
+                s = value.strip()
+                if not s.startswith(("(", "[")):
+                    s = f"({s},)"
+                value = ast.literal_eval(s)
+            if not isinstance(value, (list, tuple)):
+                raise ValueError("expected a list of numbers")
+            return tuple(float(x) for x in value)
+    except (ValueError, TypeError, SyntaxError) as exc:
+        raise ConfigError(f"config field {name!r}: cannot use {value!r} ({exc}); expected {hint}") from None
+    return value
+
+
+def apply_dict(cfg: SurfaceConfig, values: dict[str, Any], *, source: str = "config") -> SurfaceConfig:
+    """Return a copy of ``cfg`` with ``values`` applied (types converted); unknown keys raise ConfigError."""
+    hints = _field_types()
+    known = {f.name for f in fields(cfg)}
+    changes = {}
+    for key, value in values.items():
+        if key not in known:
+            close = [k for k in known if k.startswith(key[:3])]
+            hint = f" (did you mean {', '.join(sorted(close))}?)" if close else ""
+            raise ConfigError(f"{source}: unknown config field {key!r}{hint}; see `meshlift reconstruct --help-config`")
+        changes[key] = _coerce(key, value, hints[key])
+    return validate(dataclasses.replace(cfg, **changes))
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    """Parse ``["field=value", ...]`` into a dict; raises ConfigError on an item without ``=``."""
+    out: dict[str, str] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected field=value (e.g. batch=4)")
+        key, value = item.split("=", 1)
+        out[key.strip().replace("-", "_")] = value.strip()
+    return out
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a flat JSON or TOML table of config values (a ``[surface]`` TOML table is also accepted)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {p} not found; pass an existing .json or .toml file")
+    text = p.read_text(encoding="utf-8")
+    try:
+        if p.suffix.lower() == ".toml":
+            try:
+                import tomllib  # type: ignore[import-not-found]
+            except ModuleNotFoundError:  # Python < 3.11
+                import tomli as tomllib  # type: ignore[no-redef]
+            data = tomllib.loads(text)
+        else:
+            data = json.loads(text)
+    except Exception as exc:  # noqa: BLE001 - parser errors differ between libraries
+        raise ConfigError(f"config file {p}: cannot parse ({exc}); fix the syntax") from None
+    if isinstance(data, dict) and "surface" in data and isinstance(data["surface"], dict):
+        data = data["surface"]
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {p}: expected a table of field = value")
+    return data
+
+
+_CHOICES = {
+    "isosurface": ("dmtet", "flexicubes"),
+    "sdf_init": ("random", "sphere", "visual_hull"),
+    "background": ("white", "black", "random"),
+}
+
+
+def validate(cfg: SurfaceConfig) -> SurfaceConfig:
+    """Check ranges and choices; raises ConfigError naming the field and the fix."""
+    for name, choices in _CHOICES.items():
+        if getattr(cfg, name) not in choices:
+            raise ConfigError(f"config field {name!r} = {getattr(cfg, name)!r}; choose one of {', '.join(choices)}")
+    if not 8 <= cfg.grid_res <= 512:
+        raise ConfigError(f"config field 'grid_res' = {cfg.grid_res}; use 8..512 (32 to 256 are typical)")
+    for name in ("iter_pass1", "iter_pass2", "max_test_views", "ref_test_views", "val_views"):
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"config field {name!r} must be >= 0, got {getattr(cfg, name)}")
+    for name in ("batch", "spp", "env_res", "texture_res", "ref_views"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"config field {name!r} must be >= 1, got {getattr(cfg, name)}")
+    for name in ("kd_min", "kd_max", "ks_min", "ks_max"):
+        if len(getattr(cfg, name)) != 3:
+            raise ConfigError(f"config field {name!r} needs 3 values, got {getattr(cfg, name)!r}")
+    if cfg.ref_ks is not None and len(cfg.ref_ks) != 3:
+        raise ConfigError(f"config field 'ref_ks' needs 3 values (occlusion, roughness, metallic), got {cfg.ref_ks!r}")
+    if cfg.max_fragments is not None and cfg.max_fragments < 1:
+        raise ConfigError("config field 'max_fragments' must be a positive count or None")
+    return cfg
+
+
+__all__ = [
+    "SurfaceConfig",
+    "apply_dict",
+    "config_to_dict",
+    "field_docs",
+    "load_config_file",
+    "parse_overrides",
+    "validate",
+]

@@ -1,0 +1,144 @@
+"""Named configurations mirroring nvdiffrec's ``configs/*.json``, each with a CPU-sized ``--quick`` variant.
+
+- ``spot``, ``bob``: a reference mesh rendered on the fly, learned light.
+- ``spot_fixlight``, ``bob_fixlight``: the same with the reference environment given as known light.
+- ``spot_metal``, ``bob_metal``: metallic reference material (``ref_ks = (0, 0.2, 1)``), a high-frequency
+  environment, metallic range opened.
+- ``spot_flexi``: ``spot`` with FlexiCubes instead of DMTet.
+- ``nerf``: NeRF-synthetic (Blender) scenes, white background.
+- ``nerd``: NeRD / LLFF captures with masks.
+- ``demo``: the CPU demo (``meshlift demo``), already CPU-sized.
+
+The full presets are sized for one 24 GB GPU (nvdiffrec's: 5000 iterations per pass, batch 8, 512-800 px,
+tet grid 128, 2048² textures). ``quick(name)`` returns the CPU-sized variant (grid 32, 64-96 px, a few hundred
+iterations, small light and textures).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from meshlift.errors import ConfigError
+from meshlift.methods.config import SurfaceConfig, validate
+
+_BASE_REF = SurfaceConfig(
+    train_res=512,
+    batch=8,
+    grid_res=128,
+    mesh_scale=2.4,
+    iter_pass1=5000,
+    iter_pass2=5000,
+    ref_views=200,
+    ref_test_views=16,
+    texture_res=2048,
+    env_res=128,
+    ks_min=(0.0, 0.08, 0.0),
+    ks_max=(0.0, 1.0, 0.0),
+    background="white",
+    sdf_init="sphere",
+)
+
+PRESETS: dict[str, SurfaceConfig] = {
+    "spot": _BASE_REF,
+    "bob": dataclasses.replace(_BASE_REF, grid_res=128, mesh_scale=2.4),
+    "spot_fixlight": dataclasses.replace(_BASE_REF, light="fixed"),
+    "bob_fixlight": dataclasses.replace(_BASE_REF, light="fixed"),
+    "spot_metal": dataclasses.replace(
+        _BASE_REF, ref_ks=(0.0, 0.2, 1.0), ks_max=(0.0, 1.0, 1.0), ref_env_kind="high_frequency"
+    ),
+    "bob_metal": dataclasses.replace(
+        _BASE_REF, ref_ks=(0.0, 0.2, 1.0), ks_max=(0.0, 1.0, 1.0), ref_env_kind="high_frequency"
+    ),
+    "spot_flexi": dataclasses.replace(_BASE_REF, isosurface="flexicubes", grid_res=80),
+    "nerf": SurfaceConfig(
+        train_res=800,
+        batch=8,
+        grid_res=128,
+        mesh_scale=2.1,
+        iter_pass1=5000,
+        iter_pass2=5000,
+        texture_res=2048,
+        background="white",
+        ks_min=(0.0, 0.08, 0.0),
+        ks_max=(0.0, 1.0, 1.0),
+        sdf_init="sphere",
+        laplace_weight=3000.0,
+    ),
+    "nerd": SurfaceConfig(
+        train_res=512,
+        batch=8,
+        grid_res=128,
+        mesh_scale=2.1,
+        iter_pass1=5000,
+        iter_pass2=5000,
+        texture_res=2048,
+        background="white",
+        ks_min=(0.0, 0.08, 0.0),
+        ks_max=(0.0, 1.0, 1.0),
+        sdf_init="visual_hull",
+    ),
+    "demo": SurfaceConfig(
+        train_res=96,
+        batch=2,
+        grid_res=32,
+        mesh_scale=2.4,
+        iter_pass1=300,
+        iter_pass2=100,
+        ref_views=24,
+        ref_test_views=4,
+        ref_env_kind="studio",
+        texture_res=256,
+        env_res=16,
+        sdf_init="visual_hull",
+        ks_max=(0.0, 1.0, 0.0),
+        device="cpu",
+        eval_samples=50000,
+        val_views=2,
+        max_test_views=4,
+        checkpoint_every=1000000,
+        lr_pos=0.01,
+        lr_mat=0.02,
+        lr_light=0.02,
+        lr_decay=0.001,
+        kd_smooth_weight=0.0,
+    ),
+}
+
+#: What ``--quick`` changes in every preset: CPU-sized grid, images, iterations, light and textures.
+QUICK_CHANGES = dict(
+    train_res=96,
+    batch=2,
+    grid_res=32,
+    iter_pass1=300,
+    iter_pass2=100,
+    ref_views=24,
+    ref_test_views=4,
+    max_test_views=4,
+    texture_res=256,
+    env_res=16,
+    eval_samples=50000,
+    val_views=2,
+    lr_decay=0.001,
+    sdf_init="visual_hull",
+)
+
+
+def preset_names() -> list[str]:
+    """Names accepted by :func:`get_preset` (each also as ``NAME`` + ``quick=True``)."""
+    return sorted(PRESETS)
+
+
+def get_preset(name: str, *, quick: bool = False) -> SurfaceConfig:
+    """The preset ``name`` (a copy), CPU-sized when ``quick``; raises ConfigError for an unknown name."""
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(preset_names())}")
+    cfg = dataclasses.replace(PRESETS[name])
+    if quick and name != "demo":
+        changes = dict(QUICK_CHANGES)
+        if cfg.isosurface == "flexicubes":
+            changes["grid_res"] = 24
+        cfg = dataclasses.replace(cfg, **changes)
+    return validate(cfg)
+
+
+__all__ = ["PRESETS", "QUICK_CHANGES", "get_preset", "preset_names"]
