@@ -1,0 +1,107 @@
+"""Mesh file dispatch: :func:`load_mesh` / :func:`save_mesh` by file suffix.
+
+Read: ``.obj`` (+MTL), ``.ply``, ``.glb`` / ``.gltf`` (meshlift's own readers), ``.off`` and ``.stl``
+(through trimesh, geometry only). Write: ``.obj``, ``.ply``, ``.glb``. Conventions: docs/conventions.md §9.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from meshlift.errors import MeshError
+from meshlift.structures.mesh import Mesh
+
+READ_SUFFIXES = (".obj", ".ply", ".glb", ".gltf", ".off", ".stl")
+WRITE_SUFFIXES = (".obj", ".ply", ".glb")
+
+
+def load_mesh(path: str | Path) -> Mesh:
+    """Read a mesh file; the reader is chosen by suffix (case-insensitive).
+
+    Args:
+        path: one of ``.obj .ply .glb .gltf .off .stl``.
+
+    Returns:
+        :class:`Mesh` (see each reader for what is kept). A file with no faces (a point cloud PLY)
+        gives a mesh with ``t_pos_idx`` of shape ``[0, 3]``.
+
+    Raises:
+        MeshError: missing file, unknown suffix, unreadable or corrupt content.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if not path.exists():
+        raise MeshError(f"{path}: file does not exist")
+    if path.is_dir():
+        raise MeshError(f"{path}: is a folder; give a mesh file ({', '.join(READ_SUFFIXES)})")
+    if suffix == ".obj":
+        from meshlift.io.obj import load_obj
+
+        return load_obj(path)
+    if suffix == ".ply":
+        from meshlift.io.ply import load_ply
+
+        return load_ply(path)
+    if suffix in (".glb", ".gltf"):
+        from meshlift.io.glb import load_glb
+
+        return load_glb(path)
+    if suffix in (".off", ".stl"):
+        return _load_trimesh(path)
+    raise MeshError(f"{path}: unknown mesh format {suffix!r}; supported: {', '.join(READ_SUFFIXES)}")
+
+
+def _load_trimesh(path: Path) -> Mesh:
+    import trimesh
+
+    try:
+        tm = trimesh.load(str(path), force="mesh", process=False)
+    except Exception as exc:  # trimesh raises many exception types
+        raise MeshError(f"{path}: cannot read ({type(exc).__name__}: {exc})") from exc
+    v = np.asarray(tm.vertices, dtype=np.float32).reshape(-1, 3)
+    f = np.asarray(tm.faces, dtype=np.int64).reshape(-1, 3)
+    if path.suffix.lower() == ".stl" and len(f):  # STL stores a triangle soup: weld exact duplicates
+        uniq, inv = np.unique(v, axis=0, return_inverse=True)
+        v, f = uniq, inv.reshape(-1)[f]
+    color = None
+    vc = getattr(getattr(tm, "visual", None), "vertex_colors", None)
+    if getattr(tm.visual, "kind", None) == "vertex" and vc is not None and len(vc) == len(v):
+        from meshlift.io._textures import srgb_to_linear_np
+
+        color = torch.from_numpy(srgb_to_linear_np(np.asarray(vc)[:, :3] / 255.0))
+    return Mesh(v_pos=torch.from_numpy(v), t_pos_idx=torch.from_numpy(f), v_color=color)
+
+
+def save_mesh(path: str | Path, mesh: Mesh, **kwargs) -> list[Path]:
+    """Write ``mesh``; the writer is chosen by suffix (``.obj``, ``.ply``, ``.glb``).
+
+    Args:
+        path: output file; its folder is created.
+        mesh: the mesh (not modified).
+        **kwargs: passed to the writer (``save_obj(write_colors=)``, ``save_glb(occlusion=)``,
+            ``save_ply(write_normals=)``).
+
+    Returns:
+        Every path written (OBJ also writes MTL and textures).
+
+    Raises:
+        MeshError: unknown suffix.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".obj":
+        from meshlift.io.obj import save_obj
+
+        return save_obj(path, mesh, **kwargs)
+    if suffix == ".ply":
+        from meshlift.io.ply import save_ply
+
+        return [save_ply(path, mesh, **kwargs)]
+    if suffix == ".glb":
+        from meshlift.io.glb import save_glb
+
+        return [save_glb(path, mesh, **kwargs)]
+    raise MeshError(f"{path}: cannot write {suffix!r}; supported: {', '.join(WRITE_SUFFIXES)}")
