@@ -1,1 +1,14 @@
-"""(filled in by its issue)."""
+"""Isosurface extraction: tetrahedral grids, DMTet marching tetrahedra, FlexiCubes.
+
+* :mod:`meshlift.isosurface.tetgrid`: ``regular_tet_grid`` (Kuhn-split cube lattice made in code),
+  ``tet_edges``.
+* :mod:`meshlift.isosurface.dmtet`: ``marching_tets`` (Shen et al. 2021), ``sdf_reg_loss`` (nvdiffrec Eq. 2).
+* :mod:`meshlift.isosurface.flexicubes`: ``FlexiCubes`` (Shen et al. 2023).
+
+Sign convention everywhere: ``sdf < 0`` inside, faces counter-clockwise seen from outside.
+"""
+
+from meshlift.isosurface.dmtet import marching_tets, sdf_reg_loss
+from meshlift.isosurface.tetgrid import regular_tet_grid, tet_edges
+
+__all__ = ["marching_tets", "regular_tet_grid", "sdf_reg_loss", "tet_edges"]
