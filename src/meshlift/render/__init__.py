@@ -1,1 +1,40 @@
-"""(filled in by its issue)."""
+"""meshlift's differentiable rendering core (nvdiffrast semantics, pure PyTorch, CPU and CUDA).
+
+Public ops: :func:`rasterize`, :func:`interpolate`, :func:`texture`, :func:`antialias`, plus helpers
+(:func:`transform_pos`, :func:`coverage_mask`, :func:`render_depth`, ...). Conventions:
+docs/conventions.md §3 (clip space, pixel centres, depth test), §7 (UVs), §8 (cube maps).
+"""
+
+from meshlift.render.helpers import (
+    coverage_mask,
+    ndc_to_pixel,
+    render_attribute,
+    render_depth,
+    render_face_normals,
+    transform_pos,
+    triangle_id,
+)
+from meshlift.render.interpolate import interpolate
+from meshlift.render.rasterize import (
+    DEFAULT_MAX_FRAGMENTS,
+    RasterSettings,
+    barycentrics_at,
+    rasterize,
+    visible_triangles,
+)
+
+__all__ = [
+    "rasterize",
+    "interpolate",
+    "visible_triangles",
+    "barycentrics_at",
+    "RasterSettings",
+    "DEFAULT_MAX_FRAGMENTS",
+    "transform_pos",
+    "triangle_id",
+    "coverage_mask",
+    "render_depth",
+    "render_attribute",
+    "render_face_normals",
+    "ndc_to_pixel",
+]

@@ -1,0 +1,55 @@
+"""Argument validation shared by the rendering ops (raise RenderError, never assert)."""
+
+from __future__ import annotations
+
+from typing import Sequence, Tuple
+
+import torch
+
+from meshlift.errors import RenderError
+
+
+def check_float(name: str, x: torch.Tensor) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise RenderError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        raise RenderError(f"{name} must be a floating-point tensor, got dtype {x.dtype}; convert with .float()")
+
+
+def check_tri(tri: torch.Tensor, num_vertices: int, device: torch.device) -> torch.Tensor:
+    """Validate ``tri [T, 3]`` (int32/int64, indices < num_vertices) and return it as int64 on ``device``."""
+    if not isinstance(tri, torch.Tensor):
+        raise RenderError(f"tri must be a torch.Tensor, got {type(tri).__name__}")
+    if tri.ndim != 2 or tri.shape[1] != 3:
+        raise RenderError(f"tri must have shape [T, 3], got {tuple(tri.shape)}")
+    if tri.dtype not in (torch.int32, torch.int64):
+        raise RenderError(f"tri must be int32 or int64, got {tri.dtype}; convert with .int()")
+    if tri.device != device:
+        raise RenderError(f"tri is on {tri.device} but pos is on {device}; move them to one device")
+    tri = tri.to(torch.int64)
+    if tri.numel():
+        lo, hi = int(tri.min()), int(tri.max())
+        if lo < 0 or hi >= num_vertices:
+            raise RenderError(
+                f"tri indexes vertex {lo if lo < 0 else hi} but pos has {num_vertices} vertices; "
+                "fix the face list"
+            )
+    return tri
+
+
+def check_resolution(resolution: Sequence[int]) -> Tuple[int, int]:
+    try:
+        H, W = (int(resolution[0]), int(resolution[1]))
+        if len(resolution) != 2:
+            raise ValueError
+    except (TypeError, ValueError, IndexError):
+        raise RenderError(f"resolution must be (height, width), got {resolution!r}") from None
+    if H <= 0 or W <= 0:
+        raise RenderError(f"resolution must be positive, got {(H, W)}")
+    return H, W
+
+
+def check_rast(rast: torch.Tensor, name: str = "rast") -> None:
+    check_float(name, rast)
+    if rast.ndim != 4 or rast.shape[-1] != 4:
+        raise RenderError(f"{name} must have shape [B, H, W, 4] (output of rasterize), got {tuple(rast.shape)}")

@@ -1,0 +1,234 @@
+"""``rasterize``: nvdiffrast-compatible differentiable triangle rasterization in pure PyTorch.
+
+The discrete visibility pass (which triangle is nearest at each pixel centre) runs in a backend
+(:mod:`meshlift.render.backends`, no gradient). The continuous outputs — perspective-correct barycentrics
+``(u, v)``, ``z/w`` and their screen derivatives — are then recomputed from ``pos`` with ordinary
+differentiable PyTorch ops at the covered pixels, so gradients reach the clip-space vertex positions
+exactly as in nvdiffrast (Laine et al. 2020, "Modular Primitives for High-Performance Differentiable
+Rendering", Sec. 3.1; barycentrics by homogeneous rasterization, Olano & Greer 1997).
+
+Conventions: docs/conventions.md §3 (clip space, pixel centres, depth-test tie rule).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple
+
+import torch
+
+from meshlift.errors import OutOfMemoryError, RenderError
+from meshlift.render._checks import check_float, check_resolution, check_tri
+from meshlift.render.backends import get_backend
+from meshlift.render.backends._common import MAX_TRIANGLES
+
+#: Default fragment budget when neither the argument nor ``MESHLIFT_RASTER_MAX_FRAGMENTS`` is set.
+DEFAULT_MAX_FRAGMENTS = 2**24
+
+
+@dataclass
+class RasterSettings:
+    """Rasterizer knobs a method config can carry and pass on as ``rasterize(..., **settings.kwargs())``."""
+
+    max_fragments: Optional[int] = None
+    """Fragment budget: at most this many candidate (triangle, pixel) pairs are alive at once; peak
+    visibility memory is about 150 bytes × this. None → env ``MESHLIFT_RASTER_MAX_FRAGMENTS`` or 2^24."""
+
+    backend: Optional[str] = None
+    """Visibility backend name (``"torch"``, ``"auto"``); None → env ``MESHLIFT_RASTER_BACKEND`` or auto."""
+
+    def kwargs(self) -> dict:
+        """Keyword arguments for :func:`rasterize`."""
+        return {"max_fragments": self.max_fragments, "backend": self.backend}
+
+
+def resolve_max_fragments(max_fragments: Optional[int]) -> int:
+    """The fragment budget: the argument, else env ``MESHLIFT_RASTER_MAX_FRAGMENTS``, else 2^24."""
+    if max_fragments is None:
+        env = os.environ.get("MESHLIFT_RASTER_MAX_FRAGMENTS")
+        if env:
+            try:
+                max_fragments = int(float(env))
+            except ValueError:
+                raise RenderError(
+                    f"MESHLIFT_RASTER_MAX_FRAGMENTS={env!r} is not a number; set e.g. 16777216"
+                ) from None
+        else:
+            max_fragments = DEFAULT_MAX_FRAGMENTS
+    if int(max_fragments) < 1:
+        raise RenderError(f"max_fragments must be positive, got {max_fragments}")
+    return int(max_fragments)
+
+
+def _check_pos_ranges(pos: torch.Tensor, ranges: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    check_float("pos", pos)
+    if ranges is None:
+        if pos.ndim != 3 or pos.shape[-1] != 4:
+            raise RenderError(
+                f"pos must be clip-space [B, V, 4] (or [V, 4] with ranges=), got {tuple(pos.shape)}; "
+                "see meshlift.render.transform_pos"
+            )
+        return None
+    if pos.ndim != 2 or pos.shape[-1] != 4:
+        raise RenderError(f"with ranges=, pos must be [V, 4] (range mode), got {tuple(pos.shape)}")
+    if not isinstance(ranges, torch.Tensor) or ranges.ndim != 2 or ranges.shape[1] != 2:
+        raise RenderError("ranges must be an int tensor [B, 2] of (first triangle, triangle count)")
+    if ranges.dtype not in (torch.int32, torch.int64):
+        raise RenderError(f"ranges must be int32 or int64, got {ranges.dtype}")
+    return ranges.to(torch.int64)
+
+
+def visible_triangles(
+    pos: torch.Tensor,
+    tri: torch.Tensor,
+    resolution: Sequence[int],
+    ranges: Optional[torch.Tensor] = None,
+    max_fragments: Optional[int] = None,
+    backend: Optional[str] = None,
+) -> torch.Tensor:
+    """The discrete visibility pass alone: ``[B, H, W]`` int64 index of the nearest triangle, −1 if empty.
+
+    Same arguments as :func:`rasterize`. No gradient.
+    """
+    ranges = _check_pos_ranges(pos, ranges)
+    H, W = check_resolution(resolution)
+    tri = check_tri(tri, pos.shape[-2], pos.device)
+    if tri.shape[0] > MAX_TRIANGLES:
+        raise RenderError(f"at most {MAX_TRIANGLES} triangles are supported, got {tri.shape[0]}")
+    if ranges is not None:
+        r = ranges
+        if r.numel() and (int(r.min()) < 0 or int((r[:, 0] + r[:, 1]).max()) > tri.shape[0]):
+            raise RenderError(f"ranges point past the {tri.shape[0]} triangles of tri; fix ranges")
+        ranges = r.to(pos.device)
+    budget = resolve_max_fragments(max_fragments)
+    be = get_backend(backend, pos.device)
+    p = pos.detach()
+    if p.dtype in (torch.float16, torch.bfloat16):
+        p = p.float()
+    try:
+        return be.visibility(p, tri, (H, W), ranges, budget)
+    except torch.OutOfMemoryError as e:  # pragma: no cover - depends on the machine
+        raise OutOfMemoryError(
+            f"rasterize ran out of memory at {H}x{W}, {tri.shape[0]} triangles (fragment budget {budget}): "
+            "lower max_fragments= / MESHLIFT_RASTER_MAX_FRAGMENTS, the batch size or the resolution"
+        ) from e
+
+
+def barycentrics_at(
+    verts: torch.Tensor, px: torch.Tensor, py: torch.Tensor, grad_db: bool = True
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Perspective-correct barycentrics and ``z/w`` of clip-space triangles at NDC points (differentiable).
+
+    Args:
+        verts: ``[P, 3, 4]`` clip-space vertices of the triangle covering each point.
+        px, py: ``[P]`` NDC coordinates of the points.
+        grad_db: also return the screen derivatives.
+
+    Returns:
+        ``uvz [P, 3]`` = ``(u, v, z/w)`` with ``u, v`` the weights of the first and second vertex, and
+        ``db [P, 4]`` = ``(du/dpx, du/dpy, dv/dpx, dv/dpy)`` in NDC units (or None).
+
+    Formula (homogeneous rasterization, Olano & Greer 1997): with ``a_k = x_k − px·w_k``,
+    ``c_k = y_k − py·w_k``, ``e_k = a_{k+1} c_{k+2} − a_{k+2} c_{k+1}``, ``u = e_0/Σe``, ``v = e_1/Σe``,
+    ``z/w = Σ e_k z_k / Σ e_k w_k``.
+    """
+    x, y, z, w = verts.unbind(-1)  # [P, 3]
+    a = x - px.unsqueeze(1) * w
+    c = y - py.unsqueeze(1) * w
+    a0, a1, a2 = a.unbind(1)
+    c0, c1, c2 = c.unbind(1)
+    w0, w1, w2 = w.unbind(1)
+    e0 = a1 * c2 - a2 * c1
+    e1 = a2 * c0 - a0 * c2
+    e2 = a0 * c1 - a1 * c0
+    S = e0 + e1 + e2
+    inv = 1.0 / S
+    u = e0 * inv
+    v = e1 * inv
+    zw = (e0 * z[:, 0] + e1 * z[:, 1] + e2 * z[:, 2]) / (e0 * w0 + e1 * w1 + e2 * w2)
+    uvz = torch.stack([u, v, zw], dim=-1)
+    if not grad_db:
+        return uvz, None
+    # d a_k / d px = -w_k ; d c_k / d py = -w_k
+    de0x = -w1 * c2 + w2 * c1
+    de1x = -w2 * c0 + w0 * c2
+    de2x = -w0 * c1 + w1 * c0
+    de0y = -a1 * w2 + a2 * w1
+    de1y = -a2 * w0 + a0 * w2
+    de2y = -a0 * w1 + a1 * w0
+    dSx = de0x + de1x + de2x
+    dSy = de0y + de1y + de2y
+    dudx = (de0x - u * dSx) * inv
+    dudy = (de0y - u * dSy) * inv
+    dvdx = (de1x - v * dSx) * inv
+    dvdy = (de1y - v * dSy) * inv
+    return uvz, torch.stack([dudx, dudy, dvdx, dvdy], dim=-1)
+
+
+def rasterize(
+    pos: torch.Tensor,
+    tri: torch.Tensor,
+    resolution: Sequence[int],
+    ranges: Optional[torch.Tensor] = None,
+    grad_db: bool = True,
+    max_fragments: Optional[int] = None,
+    backend: Optional[str] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Rasterize triangles (nvdiffrast ``rasterize`` semantics, pure PyTorch, CPU and CUDA).
+
+    Args:
+        pos: clip-space vertex positions (docs/conventions.md §3), float32/float64, ``[B, V, 4]``
+            (instanced mode: every image uses all of ``tri``) or ``[V, 4]`` with ``ranges`` (range mode).
+        tri: ``[T, 3]`` int32/int64 vertex indices (counter-clockwise from outside; no culling).
+        resolution: ``(H, W)`` in pixels.
+        ranges: range mode only, ``[B, 2]`` int ``(first triangle, triangle count)`` of each image.
+        grad_db: also compute ``rast_db`` (needed for texture mip-level selection).
+        max_fragments: fragment budget bounding the visibility pass's memory (None → env
+            ``MESHLIFT_RASTER_MAX_FRAGMENTS`` or 2^24, about 150 bytes each).
+        backend: visibility backend (None → env ``MESHLIFT_RASTER_BACKEND`` or ``"auto"``).
+
+    Returns:
+        ``rast [B, H, W, 4]`` = ``(u, v, z/w, triangle_id + 1)``, all 0 where no triangle covers the pixel
+        centre; ``(u, v)`` are the perspective-correct barycentric weights of the triangle's first and
+        second vertex (the third is ``1 − u − v``); the id is a float (exact below 2^24 triangles) and in
+        range mode indexes the whole ``tri``. ``rast_db [B, H, W, 4]`` = ``(du/dX, du/dY, dv/dX, dv/dY)``
+        per pixel (``[B, H, W, 0]`` when ``grad_db`` is False). Gradients flow to ``pos`` through
+        ``u, v, z/w`` and ``rast_db``, none through the id.
+
+    Pixel (row i, col j) samples NDC ``(2(j + 0.5)/W − 1, 2(i + 0.5)/H − 1)``; the smallest ``z/w`` wins,
+    ties go to the lower triangle index; fragments outside ``−1 ≤ z/w ≤ 1`` are clipped, so triangles
+    crossing the near plane are clipped exactly. Triangle edges are inclusive (a pixel centre on an
+    edge shared by two triangles goes to the nearer one, then the lower index). Edge-on triangles
+    (zero projected area) cover nothing.
+
+    Raises:
+        RenderError: bad shapes, dtypes, devices or indices.
+        OutOfMemoryError: the visibility pass ran out of memory (message names the knobs).
+    """
+    tri_ids = visible_triangles(pos, tri, resolution, ranges, max_fragments, backend)
+    tri64 = tri.to(torch.int64)
+    B, H, W = tri_ids.shape
+    flat = tri_ids.reshape(-1)
+    cov = (flat >= 0).nonzero().squeeze(1)
+    tid = flat[cov]
+    rows = (cov // W) % H
+    cols = cov % W
+    dtype = pos.dtype
+    if ranges is None:
+        V = pos.shape[1]
+        bidx = cov // (H * W)
+        verts = pos.reshape(-1, 4)[tri64[tid] + (bidx * V).unsqueeze(1)]
+    else:
+        verts = pos[tri64[tid]]
+    px = (2 * cols + 1).to(dtype) / W - 1
+    py = (2 * rows + 1).to(dtype) / H - 1
+    uvz, db = barycentrics_at(verts, px, py, grad_db)
+    vals = torch.cat([uvz, (tid + 1).to(dtype).unsqueeze(1)], dim=1)
+    rast = pos.new_zeros(B * H * W, 4).index_put((cov,), vals).view(B, H, W, 4)
+    if grad_db:
+        scale = torch.tensor([2.0 / W, 2.0 / H, 2.0 / W, 2.0 / H], dtype=dtype, device=pos.device)
+        rast_db = pos.new_zeros(B * H * W, 4).index_put((cov,), db * scale).view(B, H, W, 4)
+    else:
+        rast_db = pos.new_zeros(B, H, W, 0)
+    return rast, rast_db

@@ -1,0 +1,97 @@
+"""Simple, slow reference twins of the rendering ops, for tests (small inputs only).
+
+- :func:`rasterize_reference`: brute force — every triangle tested against every pixel centre, one
+  triangle at a time, ``torch.minimum`` on the packed depth key; barycentrics by solving the 3×3 system
+  ``Σ_k b_k (x_k, y_k, w_k) ∝ (px, py, 1)`` per pixel (an independent formula from the fast path's).
+- :func:`interpolate_reference`: per-pixel Python loop.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple
+
+import torch
+
+from meshlift.render.backends._common import INT64_MAX, depth_key, key_to_index, triangle_planes
+
+
+def visibility_reference(
+    pos: torch.Tensor, tri: torch.Tensor, resolution: Sequence[int], ranges: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """``[B, H, W]`` int64 nearest-triangle index (−1 empty) by testing every triangle at every pixel."""
+    H, W = int(resolution[0]), int(resolution[1])
+    tri = tri.to(torch.int64)
+    pos = pos.detach()
+    jj, ii = torch.meshgrid(torch.arange(W), torch.arange(H), indexing="xy")
+    px = ((2 * jj + 1).to(pos.dtype) / W - 1).to(pos.device)
+    py = ((2 * ii + 1).to(pos.dtype) / H - 1).to(pos.device)
+    out = []
+    B = pos.shape[0] if ranges is None else ranges.shape[0]
+    for b in range(B):
+        if ranges is None:
+            P, ids = pos[b], range(tri.shape[0])
+        else:
+            s, n = int(ranges[b, 0]), int(ranges[b, 1])
+            P, ids = pos, range(s, s + n)
+        best = torch.full((H, W), INT64_MAX, dtype=torch.int64, device=pos.device)
+        for t in ids:
+            v = P[tri[t]].unsqueeze(0)
+            edges, zplane, det = triangle_planes(v)
+            d = float(det[0])
+            if d == 0:
+                continue
+            sg = 1.0 if d > 0 else -1.0
+            e = [sg * (edges[0, k, 0] * px + edges[0, k, 1] * py + edges[0, k, 2]) for k in range(3)]
+            z = (zplane[0, 0] / det[0]) * px + (zplane[0, 1] / det[0]) * py + zplane[0, 2] / det[0]
+            cov = (e[0] >= 0) & (e[1] >= 0) & (e[2] >= 0) & (z >= -1) & (z <= 1)
+            key = torch.where(cov, depth_key(z, torch.full_like(best, t)), best)
+            best = torch.minimum(best, key)
+        out.append(key_to_index(best))
+    return torch.stack(out)
+
+
+def rasterize_reference(
+    pos: torch.Tensor, tri: torch.Tensor, resolution: Sequence[int], ranges: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """Reference ``rast [B, H, W, 4]`` (no ``rast_db``), differentiable w.r.t. ``pos`` via linalg.solve."""
+    H, W = int(resolution[0]), int(resolution[1])
+    ids = visibility_reference(pos, tri, (H, W), ranges)
+    tri = tri.to(torch.int64)
+    rast = torch.zeros(ids.shape + (4,), dtype=pos.dtype, device=pos.device)
+    rows = []
+    for b, i, j in ids.ge(0).nonzero().tolist():
+        t = int(ids[b, i, j])
+        v = (pos[b] if ranges is None else pos)[tri[t]]  # [3, 4]
+        M = v[:, (0, 1, 3)].T  # columns (x, y, w)
+        p = torch.tensor([2 * (j + 0.5) / W - 1, 2 * (i + 0.5) / H - 1, 1.0], dtype=pos.dtype, device=pos.device)
+        bary = torch.linalg.solve(M, p)
+        bary = bary / bary.sum()
+        zw = (bary * v[:, 2]).sum() / (bary * v[:, 3]).sum()
+        rows.append(((b, i, j), torch.stack([bary[0], bary[1], zw, pos.new_tensor(t + 1.0)])))
+    if rows:
+        idx = torch.tensor([r[0] for r in rows], device=pos.device)
+        rast = rast.index_put((idx[:, 0], idx[:, 1], idx[:, 2]), torch.stack([r[1] for r in rows]))
+    return rast
+
+
+def interpolate_reference(attr: torch.Tensor, rast: torch.Tensor, tri: torch.Tensor) -> torch.Tensor:
+    """Reference ``interpolate`` output by a per-pixel loop."""
+    B, H, W, _ = rast.shape
+    C = attr.shape[-1]
+    tri = tri.to(torch.int64)
+    out = torch.zeros(B, H, W, C, dtype=attr.dtype, device=attr.device)
+    vals = {}
+    for b in range(B):
+        A = attr if attr.ndim == 2 else attr[b if attr.shape[0] > 1 else 0]
+        for i in range(H):
+            for j in range(W):
+                t = int(round(float(rast[b, i, j, 3]))) - 1
+                if t < 0:
+                    continue
+                u, v = rast[b, i, j, 0], rast[b, i, j, 1]
+                i0, i1, i2 = tri[t].tolist()
+                vals[(b, i, j)] = u * A[i0] + v * A[i1] + (1 - u - v) * A[i2]
+    if vals:
+        idx = torch.tensor(list(vals.keys()), device=attr.device)
+        out = out.index_put((idx[:, 0], idx[:, 1], idx[:, 2]), torch.stack(list(vals.values())))
+    return out
