@@ -1,0 +1,95 @@
+"""SurfaceConfig: documented fields, presets, overrides, files (JSON/TOML), validation."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from meshlift.errors import ConfigError
+from meshlift.methods.config import (
+    SurfaceConfig,
+    apply_dict,
+    config_to_dict,
+    field_docs,
+    load_config_file,
+    parse_overrides,
+)
+from meshlift.methods.presets import PRESETS, get_preset, preset_names
+
+
+def test_every_field_has_a_docstring():
+    docs = field_docs()
+    names = [f.name for f in dataclasses.fields(SurfaceConfig)]
+    missing = [n for n in names if not docs.get(n)]
+    assert missing == []
+
+
+def test_presets_named_and_quick_variants_smaller():
+    for name in ("spot", "bob", "spot_fixlight", "bob_fixlight", "spot_metal", "bob_metal", "spot_flexi", "nerf",
+                 "nerd"):
+        assert name in preset_names()
+        full, quick = get_preset(name), get_preset(name, quick=True)
+        assert quick.iter_pass1 < full.iter_pass1
+        assert quick.grid_res <= full.grid_res
+        assert quick.train_res < full.train_res
+        assert quick.isosurface == full.isosurface
+    assert get_preset("spot_flexi").isosurface == "flexicubes"
+    assert get_preset("spot_metal").ref_ks == (0.0, 0.2, 1.0)
+    # presets are copies: editing one does not change the registry
+    p = get_preset("spot")
+    assert p is not PRESETS["spot"]
+
+
+def test_unknown_preset_raises():
+    with pytest.raises(ConfigError, match="unknown preset"):
+        get_preset("nope")
+
+
+def test_overrides_are_typed():
+    cfg = apply_dict(
+        SurfaceConfig(),
+        parse_overrides(["batch=4", "lr_pos=1e-3", "ks_min=0,0.2,0", "max_fragments=none", "perturb_normal=false",
+                         "isosurface=flexicubes", "iter-pass1=7"]),
+    )
+    assert cfg.batch == 4 and isinstance(cfg.batch, int)
+    assert cfg.lr_pos == pytest.approx(1e-3)
+    assert cfg.ks_min == (0.0, 0.2, 0.0)
+    assert cfg.max_fragments is None
+    assert cfg.perturb_normal is False
+    assert cfg.isosurface == "flexicubes"
+    assert cfg.iter_pass1 == 7
+
+
+@pytest.mark.parametrize(
+    "item, match",
+    [("batch", "field=value"), ("batchh=3", "unknown config field"), ("batch=two", "batch"),
+     ("isosurface=marching", "choose one of"), ("grid_res=2", "grid_res"), ("ks_min=0,1", "3 values")],
+)
+def test_bad_overrides_raise_config_error(item, match):
+    with pytest.raises(ConfigError, match=match):
+        apply_dict(SurfaceConfig(), parse_overrides([item]))
+
+
+def test_config_files_json_and_toml(tmp_path):
+    j = tmp_path / "c.json"
+    j.write_text(json.dumps({"batch": 3, "kd_min": [0.1, 0.1, 0.1]}))
+    t = tmp_path / "c.toml"
+    t.write_text('[surface]\nbatch = 5\nisosurface = "flexicubes"\n')
+    cj = apply_dict(SurfaceConfig(), load_config_file(j))
+    ct = apply_dict(SurfaceConfig(), load_config_file(t))
+    assert cj.batch == 3 and cj.kd_min == (0.1, 0.1, 0.1)
+    assert ct.batch == 5 and ct.isosurface == "flexicubes"
+    with pytest.raises(ConfigError, match="not found"):
+        load_config_file(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{batch: ")
+    with pytest.raises(ConfigError, match="cannot parse"):
+        load_config_file(bad)
+
+
+def test_round_trip_through_dict():
+    cfg = get_preset("spot_metal", quick=True)
+    again = apply_dict(SurfaceConfig(), json.loads(json.dumps(config_to_dict(cfg))))
+    assert again == cfg
