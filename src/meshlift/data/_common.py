@@ -1,0 +1,156 @@
+"""Shared steps of every reader: image-size checks, undistortion policy, downscaling, splits, normalisation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from meshlift.cameras import Cameras
+from meshlift.errors import DatasetError, ImageError
+from meshlift.data.scene import BACKGROUNDS, Scene, estimate_normalization, every_nth_splits
+
+
+@dataclass
+class LoadOptions:
+    """Options of :func:`meshlift.data.load_scene` that every reader shares."""
+
+    downscale: float = 1
+    """Load images at ``1 / downscale`` of the dataset's full resolution (COLMAP/LLFF: an ``images_N``
+    folder with N = downscale is used when it exists)."""
+    background: str = "white"
+    """Colour composited under alpha: ``"white"``, ``"black"`` or ``"random"``."""
+    split_every: int = 8
+    """When the dataset has no splits: every ``split_every``-th image is a test image (0 = none)."""
+    undistort: bool = True
+    """Undistort images of distorted cameras to pinhole images on load (same K)."""
+    keep_distortion: bool = False
+    """With ``undistort=False``: keep the distorted camera model in ``Scene.cameras`` instead of refusing."""
+    preload: bool = False
+    """Decode every image into memory at load time."""
+    data_device: str = "cpu"
+    """Device of preloaded images (``"cpu"`` streams batches to the GPU)."""
+    images_folder: str | None = None
+    """Image folder relative to the dataset root, overriding the reader's choice (COLMAP / LLFF)."""
+    masks_folder: str | None = None
+    """Mask folder relative to the dataset root, overriding the reader's choice (COLMAP / LLFF)."""
+    colmap_model: str | None = None
+    """COLMAP model folder relative to the root (e.g. ``"sparse_alt_txt/0"``), overriding the search."""
+
+    def __post_init__(self) -> None:
+        if self.background not in BACKGROUNDS:
+            raise DatasetError(f"background must be one of {BACKGROUNDS}, got {self.background!r}")
+        if not float(self.downscale) >= 1:
+            raise DatasetError(f"downscale must be >= 1 (a shrink factor), got {self.downscale}")
+
+
+def check_sizes(paths: list[Path], what: str) -> tuple[int, int]:
+    """Read every image header; return the common ``(width, height)`` or raise DatasetError."""
+    from meshlift.io.images import image_size
+
+    sizes: dict[tuple[int, int], list[Path]] = {}
+    for p in paths:
+        try:
+            sizes.setdefault(image_size(p), []).append(p)
+        except ImageError as exc:
+            raise DatasetError(f"{what}: {exc}") from exc
+    if not sizes:
+        raise DatasetError(f"{what}: no images")
+    if len(sizes) > 1:
+        desc = "; ".join(f"{w}x{h}: {len(v)} images (e.g. {v[0].name})" for (w, h), v in sizes.items())
+        raise DatasetError(
+            f"{what}: images have different sizes ({desc}); meshlift needs one image size per scene — "
+            "resize the images to one size (intrinsics are rescaled from the stated sizes) or drop the odd ones"
+        )
+    return next(iter(sizes))
+
+
+def has_alpha(paths: list[Path]) -> list[bool]:
+    from meshlift.io.images import image_channels
+
+    return [image_channels(p) in (2, 4) for p in paths]
+
+
+def finish_scene(
+    *,
+    format: str,
+    root: Path,
+    cameras: Cameras,
+    image_paths: list[Path],
+    options: LoadOptions,
+    mask_paths: list[Path | None] | None = None,
+    splits: dict[str, torch.Tensor] | None = None,
+    metadata: dict | None = None,
+    warnings: list[str] | None = None,
+    points: torch.Tensor | None = None,
+    aabb: torch.Tensor | None = None,
+    target_size: tuple[int, int] | None = None,
+) -> Scene:
+    """Apply the shared policies to cameras given at the on-disk image size and build the Scene.
+
+    ``target_size``: the loaded size (default: on-disk size / downscale, rounded).
+    """
+    metadata = dict(metadata or {})
+    warnings = list(warnings or [])
+    metadata.setdefault("source_camera_model", cameras.model)
+    metadata.setdefault("file_size", [cameras.width, cameras.height])
+    if target_size is None:
+        d = float(options.downscale)
+        target_size = (max(1, round(cameras.width / d)), max(1, round(cameras.height / d)))
+    cams = cameras.resize(*target_size) if target_size != (cameras.width, cameras.height) else cameras
+    source = None
+    if not cams.is_pinhole:
+        if options.undistort:
+            source = cams
+            cams = cams.with_pinhole()
+            metadata["undistorted_from"] = cameras.model
+        elif not options.keep_distortion:
+            raise DatasetError(
+                f"{root}: the camera model is {cameras.model} with distortion "
+                f"{cameras.distortion[0].tolist()}; meshlift's methods need pinhole images. Load with "
+                "undistort=True (default) to undistort them, or keep_distortion=True to keep the distorted "
+                "model (then the caller must handle it)"
+            )
+    if splits is None:
+        splits = every_nth_splits(len(cams), options.split_every)
+        metadata.setdefault("splits_from", f"every {options.split_every}th image is test")
+    else:
+        metadata.setdefault("splits_from", "dataset")
+    T, box, info = estimate_normalization(cams, points=points, aabb=aabb)
+    metadata["normalization"] = info
+    scene = Scene(
+        format=format,
+        root=root,
+        cameras=cams,
+        image_paths=list(image_paths),
+        mask_paths=mask_paths,
+        splits=splits,
+        background=options.background,
+        world_to_normalized=T,
+        bounds=box,
+        metadata=metadata,
+        warnings=warnings,
+        source_cameras=source,
+        data_device=options.data_device,
+        image_has_alpha=has_alpha(image_paths),
+    )
+    if options.preload:
+        scene.preload()
+    return scene
+
+
+def find_mask(folder: Path, image_name: str) -> Path | None:
+    """Mask file for an image: same name, ``name.png``, ``stem.png``, ``stem.jpg`` (first that exists)."""
+    stem = Path(image_name).stem
+    for cand in (image_name, image_name + ".png", stem + ".png", stem + ".jpg", stem + ".jpeg", stem + ".JPG"):
+        p = folder / cand
+        if p.is_file():
+            return p
+    return None
+
+
+def missing_warning(source: str, listed: int, missing: list[str]) -> str:
+    shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
+    return (f"{source} lists {listed} frames but {len(missing)} image files are missing ({shown}); "
+            f"those frames were skipped, {listed - len(missing)} remain")
