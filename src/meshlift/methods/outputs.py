@@ -1,0 +1,174 @@
+"""Writing a reconstruction's asset folder.
+
+Layout of ``DIR`` (issue 4):
+
+- ``mesh/mesh.obj`` + ``mesh.mtl`` + ``texture_kd.png``, ``texture_ks.png``, ``texture_n.png``;
+- ``mesh.glb`` (PBR metallicRoughness + normal map), both in the dataset's world frame and units;
+- ``probe.hdr``: the environment light as a lat-long map (conventions §8), in the normalised frame's axes
+  (the world frame's axes when the normalisation is a pure scale + translation);
+- ``dmtet_mesh/mesh.obj``: the pass-1 mesh (no material);
+- ``images/``: validation views ``start_XX.png`` and ``end_XX.png`` (reference | ours), previews
+  ``preview_<pass>_<iteration>.png`` and a rendered image of the asset ``asset.png``;
+- ``metrics.json``, ``config.json``, ``checkpoint.pt`` and ``loss_curve.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from meshlift.methods.config import SurfaceConfig, config_to_dict
+
+
+def write_config(out: Path, cfg: SurfaceConfig) -> Path:
+    """Write the effective config to ``out/config.json``."""
+    p = Path(out) / "config.json"
+    p.write_text(json.dumps(config_to_dict(cfg), indent=2) + "\n", encoding="utf-8")
+    return p
+
+
+def _side_by_side(ref: torch.Tensor, ours: torch.Tensor) -> torch.Tensor:
+    """``[H, W, 3]`` reference | ours with a 2-pixel grey separator."""
+    sep = torch.full((ref.shape[0], 2, 3), 0.5)
+    return torch.cat([ref.cpu(), sep, ours.cpu()], dim=1)
+
+
+def _val_indices(n: int, k: int) -> list[int]:
+    if n == 0 or k <= 0:
+        return []
+    return sorted({int(i) for i in np.linspace(0, n - 1, min(k, n)).round()})
+
+
+def write_validation_images(out: Path, tag: str, mesh, data, light, material, cfg: SurfaceConfig,
+                            device: torch.device) -> list[Path]:
+    """Render ``cfg.val_views`` held-out views and write ``images/<tag>_XX.png`` (reference | ours)."""
+    from meshlift.io.images import write_image
+    from meshlift.methods.surface import render_views
+
+    idx = _val_indices(len(data.test), cfg.val_views)
+    if not idx:
+        return []
+    ours, refs = render_views(mesh, data.test, light, material, cfg, device, indices=idx)
+    paths = []
+    for k, (o, r) in enumerate(zip(ours, refs)):
+        p = Path(out) / "images" / f"{tag}_{k:02d}.png"
+        write_image(p, _side_by_side(r, o))
+        paths.append(p)
+    return paths
+
+
+def preview_writer(out: Optional[Path], data, cfg: SurfaceConfig, device: torch.device):
+    """Callback ``(tag, iteration, mesh, light, material)`` writing start views and previews."""
+    if out is None:
+        return None
+
+    def write(tag: str, iteration: int, mesh, light, material) -> None:
+        from meshlift.io.images import write_image
+        from meshlift.methods.surface import render_views
+
+        if tag == "start":
+            write_validation_images(out, "start", mesh, data, light, material, cfg, device)
+            return
+        if len(data.test) == 0:
+            return
+        ours, refs = render_views(mesh, data.test, light, material, cfg, device, indices=[0])
+        write_image(Path(out) / "images" / f"preview_{tag}_{iteration:06d}.png", _side_by_side(refs[0], ours[0]))
+
+    return write
+
+
+def plot_loss_curve(history: list[dict], path: Path, size: tuple[int, int] = (640, 360)) -> Path:
+    """Draw loss (log scale, left axis) and training PSNR per iteration of both passes as a PNG (Pillow)."""
+    from PIL import Image, ImageDraw
+
+    W, H = size
+    img = Image.new("RGB", (W, H), "white")
+    d = ImageDraw.Draw(img)
+    m = dict(left=50, right=50, top=20, bottom=30)
+    x0, x1, y0, y1 = m["left"], W - m["right"], m["top"], H - m["bottom"]
+    d.rectangle([x0, y0, x1, y1], outline="black")
+    if history:
+        n = len(history)
+        loss = np.array([max(h["loss"], 1e-8) for h in history])
+        psnr = np.array([h["psnr"] if math.isfinite(h["psnr"]) else np.nan for h in history])
+        ll = np.log10(loss)
+        lo, hi = float(ll.min()), float(ll.max())
+        hi = hi if hi > lo else lo + 1
+        xs = x0 + (x1 - x0) * np.arange(n) / max(1, n - 1)
+        ys = y1 - (y1 - y0) * (ll - lo) / (hi - lo)
+        d.line(list(zip(xs.tolist(), ys.tolist())), fill=(200, 40, 40), width=1)
+        if np.isfinite(psnr).any():
+            plo, phi = float(np.nanmin(psnr)), float(np.nanmax(psnr))
+            phi = phi if phi > plo else plo + 1
+            pts = [(float(x), float(y1 - (y1 - y0) * (p - plo) / (phi - plo))) for x, p in zip(xs, psnr) if np.isfinite(p)]
+            d.line(pts, fill=(40, 80, 200), width=1)
+            d.text((x1 + 4, y0), f"{phi:.1f}dB", fill=(40, 80, 200))
+            d.text((x1 + 4, y1 - 10), f"{plo:.1f}dB", fill=(40, 80, 200))
+        d.text((4, y0), f"1e{hi:.1f}", fill=(200, 40, 40))
+        d.text((4, y1 - 10), f"1e{lo:.1f}", fill=(200, 40, 40))
+        p2 = next((i for i, h in enumerate(history) if h["pass"] == 2), None)
+        if p2 is not None:
+            xp = float(xs[p2])
+            d.line([(xp, y0), (xp, y1)], fill=(120, 120, 120))
+            d.text((xp + 3, y0 + 2), "pass 2", fill=(90, 90, 90))
+    d.text((x0, H - 20), "iteration   (red: loss, log scale; blue: training PSNR)", fill="black")
+    img.save(path)
+    return path
+
+
+def _json_safe(x):
+    if isinstance(x, dict):
+        return {str(k): _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    if torch.is_tensor(x):
+        return _json_safe(x.tolist())
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def write_outputs(out: Path, mesh_world, dmtet_world, light, metrics: dict, history: list[dict], data,
+                  mesh_normalized, cfg: SurfaceConfig, device: torch.device, *,
+                  ours: Optional[torch.Tensor] = None, refs: Optional[torch.Tensor] = None) -> dict:
+    """Write every output of a finished run into ``out``; returns ``{name: path}``."""
+    from meshlift.io.glb import save_glb
+    from meshlift.io.hdr import write_hdr
+    from meshlift.io.images import write_image
+    from meshlift.io.obj import save_obj
+    from meshlift.structures.mesh import Mesh
+
+    out = Path(out)
+    files: dict = {}
+    files["obj"] = out / "mesh" / "mesh.obj"
+    save_obj(files["obj"], mesh_world)
+    files["glb"] = save_glb(out / "mesh.glb", mesh_world)
+    files["dmtet_obj"] = out / "dmtet_mesh" / "mesh.obj"
+    save_obj(files["dmtet_obj"], Mesh(v_pos=dmtet_world.v_pos, t_pos_idx=dmtet_world.t_pos_idx))
+    files["probe"] = out / "probe.hdr"
+    latlong = light.to_latlong(256) if hasattr(light, "to_latlong") else None
+    if latlong is not None:
+        write_hdr(files["probe"], latlong.detach().cpu())
+    # end-of-run validation views: reuse the evaluation renders
+    if ours is not None and refs is not None:
+        for k, i in enumerate(_val_indices(len(ours), cfg.val_views)):
+            write_image(out / "images" / f"end_{k:02d}.png", _side_by_side(refs[i], ours[i]))
+        if len(ours):
+            write_image(out / "images" / "asset.png", ours[0])
+            files["asset_image"] = out / "images" / "asset.png"
+    files["loss_curve"] = plot_loss_curve(history, out / "loss_curve.png")
+    files["metrics"] = out / "metrics.json"
+    m = dict(metrics)
+    m["outputs"] = {k: str(Path(v).relative_to(out)) for k, v in files.items() if v is not None}
+    files["metrics"].write_text(json.dumps(_json_safe(m), indent=2) + "\n", encoding="utf-8")
+    return files
+
+
+__all__ = ["plot_loss_curve", "preview_writer", "write_config", "write_outputs", "write_validation_images"]

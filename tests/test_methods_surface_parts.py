@@ -1,0 +1,125 @@
+"""Pieces of the surface method that do not need a full training run."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from meshlift.methods.config import SurfaceConfig
+from meshlift.methods.surface import (
+    DMTetGeometry,
+    TrainViews,
+    ViewSampler,
+    init_sdf,
+    mesh_edges,
+    occupancy_to_sdf,
+    to_world,
+    uniform_laplacian_loss,
+    visual_hull_occupancy,
+)
+from meshlift.structures.mesh import Mesh
+
+
+def _icosphere(radius: float = 0.5, subdivisions: int = 3) -> Mesh:
+    import trimesh
+
+    s = trimesh.creation.icosphere(subdivisions=subdivisions, radius=radius)
+    return Mesh(v_pos=torch.tensor(s.vertices, dtype=torch.float32), t_pos_idx=torch.tensor(s.faces, dtype=torch.int64))
+
+
+def _mask_views(mesh: Mesh, n: int = 16, res: int = 48) -> TrainViews:
+    from meshlift.cameras import cameras_on_sphere
+    from meshlift.render import rasterize
+
+    cams = cameras_on_sphere(n, 3.0, math.radians(40), res)
+    w2c = cams.world_to_clip()
+    v = mesh.v_pos
+    pos = torch.einsum("vj,bij->bvi", torch.cat([v, torch.ones_like(v[:, :1])], -1), w2c)
+    rast, _ = rasterize(pos.contiguous(), mesh.t_pos_idx.int(), (res, res), grad_db=False)
+    masks = (rast[..., 3:4] > 0).float()
+    return TrainViews(w2c, cams.camera_centers(), torch.zeros(n, res, res, 3), masks, torch.ones(3))
+
+
+def test_visual_hull_of_a_sphere_contains_it_and_carves_the_far_points():
+    views = _mask_views(_icosphere(0.5))
+    g = torch.linspace(-1, 1, 21)
+    pts = torch.stack(torch.meshgrid(g, g, g, indexing="ij"), -1).reshape(-1, 3)
+    occ = visual_hull_occupancy(pts, views)
+    r = pts.norm(dim=-1)
+    assert bool(occ[r < 0.45].all())
+    assert float(occ[r > 0.75].float().mean()) < 0.05
+
+
+def test_visual_hull_needs_masks():
+    from meshlift.errors import DatasetError
+
+    views = TrainViews(torch.eye(4)[None], torch.zeros(1, 3), torch.zeros(1, 4, 4, 3), None, torch.ones(3))
+    with pytest.raises(DatasetError, match="masks"):
+        visual_hull_occupancy(torch.zeros(2, 3), views)
+
+
+def test_occupancy_to_sdf_is_a_signed_distance():
+    n = 33
+    g = torch.linspace(-1, 1, n)
+    pts = torch.stack(torch.meshgrid(g, g, g, indexing="ij"), -1).reshape(-1, 3)
+    occ = pts.norm(dim=-1) < 0.5
+    sdf = occupancy_to_sdf(occ, (n, n, n), spacing=2.0 / (n - 1))
+    exact = pts.norm(dim=-1) - 0.5
+    assert bool(((sdf < 0) == occ).all())
+    assert float((sdf - exact).abs().max()) < 2.0 / (n - 1) * 1.01
+
+
+def test_dmtet_geometry_sphere_init_gives_a_closed_mesh_with_gradients():
+    cfg = SurfaceConfig(grid_res=16, mesh_scale=2.0, sdf_init="sphere")
+    geom = DMTetGeometry(cfg, torch.device("cpu"))
+    views = TrainViews(torch.eye(4)[None], torch.zeros(1, 3), torch.zeros(1, 4, 4, 3), None, torch.ones(3))
+    init_sdf(geom, cfg, views, torch.Generator().manual_seed(0))
+    mesh, _ = geom.get_mesh()
+    assert mesh.num_faces > 100
+    r = mesh.v_pos.detach().norm(dim=-1)
+    assert float((r - 0.6).abs().max()) < 2.0 / 16
+    edges = torch.sort(torch.cat([mesh.t_pos_idx[:, [0, 1]], mesh.t_pos_idx[:, [1, 2]], mesh.t_pos_idx[:, [2, 0]]]), 1)[0]
+    _, counts = torch.unique(edges, dim=0, return_counts=True)
+    assert bool((counts == 2).all())  # watertight
+    mesh.v_pos.sum().backward()
+    assert geom.sdf.grad is not None and float(geom.sdf.grad.abs().sum()) > 0
+    assert geom.deform.grad is not None and float(geom.deform.grad.abs().sum()) > 0
+
+
+def test_uniform_laplacian_matches_dense_reference():
+    mesh = _icosphere(1.0, 1)
+    x = torch.randn(mesh.num_vertices, 3, dtype=torch.float64, requires_grad=True)
+    edges = mesh_edges(mesh.t_pos_idx)
+    V = mesh.num_vertices
+    A = torch.zeros(V, V, dtype=torch.float64)
+    A[edges[:, 0], edges[:, 1]] = 1
+    A[edges[:, 1], edges[:, 0]] = 1
+    L = A / A.sum(1, keepdim=True) - torch.eye(V, dtype=torch.float64)
+    ref = (L @ x).pow(2).sum(-1).mean()
+    got = uniform_laplacian_loss(x, edges)
+    assert float(got) == pytest.approx(float(ref), rel=1e-12)
+    assert torch.autograd.gradcheck(lambda y: uniform_laplacian_loss(y, edges), (x,))
+
+
+def test_to_world_inverts_the_normalisation():
+    mesh = _icosphere(0.5, 1)
+    s, t = 0.25, torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64)
+    w2n = torch.eye(4, dtype=torch.float64)
+    w2n[:3, :3] *= s
+    w2n[:3, 3] = -s * t  # p_n = s (p_w - t)
+    world = to_world(mesh, w2n)
+    back = (world.v_pos.double() - t) * s
+    assert torch.allclose(back.float(), mesh.v_pos, atol=1e-5)
+
+
+def test_view_sampler_covers_every_view_before_repeating_and_resumes():
+    s = ViewSampler(10, 3, seed=1)
+    seen = torch.cat([s.next() for _ in range(3)])
+    assert len(set(seen.tolist())) == 9
+    state = s.state_dict()
+    a = [s.next().tolist() for _ in range(4)]
+    s2 = ViewSampler(10, 3, seed=99)
+    s2.load_state_dict(state)
+    assert [s2.next().tolist() for _ in range(4)] == a
