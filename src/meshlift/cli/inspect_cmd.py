@@ -1,9 +1,63 @@
-"""`meshlift inspect` (placeholder until its issue lands: registers nothing)."""
+"""``meshlift inspect PATH [--json]``: detect a dataset's format and describe what loads.
+
+Reads cameras and image headers only (no image is decoded), so it is fast on large datasets.
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
 
+def inspect(
+    path: Path = typer.Argument(..., help="Dataset folder (Blender, instant-ngp/nerfstudio, COLMAP, LLFF) or file."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+    format: str = typer.Option(None, "--format", help="Force a format: blender, instant-ngp, colmap, llff."),
+    downscale: float = typer.Option(1.0, "--downscale", help="Inspect as loaded at 1/downscale resolution."),
+    colmap_model: str = typer.Option(None, "--colmap-model", help="COLMAP model folder relative to PATH."),
+    split_every: int = typer.Option(8, "--split-every", help="Every N-th image is test when the dataset has no splits."),
+) -> None:
+    """Describe a dataset: format, images, resolution, camera model, splits, masks, bounds, warnings."""
+    import json
+
+    from meshlift.data import load_scene
+
+    scene = load_scene(path, format=format, downscale=downscale, colmap_model=colmap_model, split_every=split_every)
+    info = scene.summary()
+    if json_output:
+        typer.echo(json.dumps(info, indent=None))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"meshlift inspect {path}", show_header=False)
+    table.add_column("key", style="bold")
+    table.add_column("value")
+    sp = info["splits"]
+    model = info["camera_model"]
+    if info["undistorted"]:
+        model += " (undistorted to PINHOLE on load)"
+    b = info["bounds"]
+    rows = [
+        ("format", info["format"]),
+        ("images", str(info["num_images"])),
+        ("resolution", f"{info['width']} x {info['height']} (W x H)"),
+        ("camera model", model),
+        ("focal (px)", f"{info['focal'][0]:.2f}, {info['focal'][1]:.2f}"),
+        ("splits", f"train {sp['train']}, val {sp['val']}, test {sp['test']}"),
+        ("masks", "yes" if info["has_masks"] else "no"),
+        ("bounds", "[" + ", ".join(f"{v:.3g}" for v in b["min"]) + "] .. [" + ", ".join(f"{v:.3g}" for v in b["max"]) + "]"),
+        ("bounds from", info["normalization"].get("method", "")),
+    ]
+    for k, v in rows:
+        table.add_row(k, v)
+    console = Console()
+    console.print(table)
+    for w in info["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {w}")
+
+
 def register(app: typer.Typer) -> None:
-    """Add the `inspect` subcommand to ``app``."""
+    """Add the ``inspect`` subcommand to ``app``."""
+    app.command("inspect")(inspect)

@@ -293,7 +293,7 @@ def estimate_normalization(
     """
     if aabb is not None:
         box = torch.as_tensor(aabb, dtype=torch.float64).reshape(2, 3)
-        method = "aabb hint"
+        method = "aabb hint from the dataset"
     elif points is not None and len(points) >= 8:
         p = torch.as_tensor(points, dtype=torch.float64)
         lo = torch.quantile(p, quantile, dim=0)
