@@ -1,0 +1,477 @@
+"""Reference-mesh datasets: views of a known textured mesh rendered on the fly (nvdiffrec's ``DatasetMesh``).
+
+nvdiffrec (Munkberg et al., CVPR 2022, Sec. 5.1 and its ``dataset/dataset_mesh.py``) evaluates its pipeline
+on synthetic views of reference meshes (spot, bob): the mesh is scaled into the unit cube, training cameras
+are placed at random on a sphere around it, held-out cameras on a fixed orbit, and every image is rendered
+with the same differentiable PBR renderer (here :func:`meshlift.methods.renderer.render_mesh`) under an
+environment light. Because the ground truth geometry is known, the reconstruction can be scored with
+Chamfer distance / F-score in the mesh's own units.
+
+Frames (docs/conventions.md §1): the *world* frame is the mesh file's; rendering, cameras given to the
+optimiser (:meth:`ReferenceMeshDataset.views`) and the light live in the *normalised* frame
+``p_n = world_to_normalized @ p_w`` (bounding-box centre at the origin, longest side 2, i.e. inside
+[-1, 1]³). :attr:`ReferenceMeshDataset.cameras` are the same cameras expressed in the world frame, as a
+:class:`meshlift.data.Scene` stores them.
+
+Images (conventions §6): the reference is rendered over black; ``rgb_linear`` / ``images`` hold the
+*straight* (un-premultiplied) linear HDR radiance ``shaded / alpha`` (0 where alpha = 0) and ``mask`` the
+antialiased coverage, so compositing ``rgb_linear·mask + bg·(1 − mask)`` reproduces a render over any
+background ``bg``. ``rgb`` is what a Scene reader returns: sRGB-encoded, clamped to [0, 1], composited on
+``background``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+import torch
+
+from meshlift.errors import ConfigError, DatasetError, MeshError
+from meshlift.structures.mesh import Mesh
+
+#: Cache all rendered views in memory when they take at most this many bytes (else render per batch).
+DEFAULT_CACHE_BYTES = 1 << 30
+
+#: Alpha below which a pixel counts as empty when un-premultiplying the rendered colour.
+_ALPHA_EPS = 1e-4
+
+_BACKGROUNDS = {"white": (1.0, 1.0, 1.0), "black": (0.0, 0.0, 0.0)}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# normalisation
+
+
+def normalization_transform(mesh: Mesh) -> torch.Tensor:
+    """The similarity that maps ``mesh`` into the unit cube: ``p_n = s (p_w − c)``.
+
+    ``c`` is the centre of the axis-aligned bounding box and ``s = 2 / longest side``, so the mesh spans
+    [-1, 1] along its longest axis (nvdiffrec's ``mesh.unit_size``). Conventions §1.
+
+    Args:
+        mesh: mesh in world units (only ``v_pos [V, 3]`` is read).
+
+    Returns:
+        ``world_to_normalized [4, 4]`` float64 on the CPU.
+
+    Raises:
+        MeshError: empty mesh, non-finite positions, or all vertices at one point.
+    """
+    if mesh.num_vertices == 0:
+        raise MeshError("normalization_transform: the mesh has no vertices")
+    v = mesh.v_pos.detach().double().cpu()
+    if not bool(torch.isfinite(v).all()):
+        raise MeshError("normalization_transform: v_pos holds NaN or infinite values; clean the mesh first")
+    lo, hi = v.min(0).values, v.max(0).values
+    extent = float((hi - lo).max())
+    if extent <= 0.0:
+        raise MeshError("normalization_transform: every vertex is at the same point; the mesh has no size")
+    s = 2.0 / extent
+    T = torch.eye(4, dtype=torch.float64)
+    T[:3, :3] *= s
+    T[:3, 3] = -s * 0.5 * (lo + hi)
+    return T
+
+
+def transform_mesh(mesh: Mesh, transform: torch.Tensor) -> Mesh:
+    """Apply a similarity ``transform [4, 4]`` (rotation · uniform scale + translation) to a mesh.
+
+    Positions are transformed (computed in float64, stored as float32); normals are rotated and
+    renormalised; UVs, faces, colours, material and extras are shared with the input (not copied, never
+    modified). Mirroring transforms (negative determinant) are refused because they would flip the winding.
+
+    Args:
+        mesh: input mesh. Not modified.
+        transform: ``[4, 4]`` similarity matrix (float64 recommended).
+
+    Returns:
+        A new :class:`Mesh`.
+
+    Raises:
+        MeshError: ``transform`` is not ``[4, 4]`` or has a non-positive determinant.
+    """
+    T = torch.as_tensor(transform, dtype=torch.float64).cpu()
+    if T.shape != (4, 4):
+        raise MeshError(f"transform_mesh: transform must be [4, 4], got {tuple(T.shape)}")
+    A = T[:3, :3]
+    if float(torch.det(A)) <= 0.0:
+        raise MeshError("transform_mesh: the transform mirrors or collapses space (det <= 0); give a similarity")
+    dev = mesh.v_pos.device
+    A_d, t_d = A.to(dev), T[:3, 3].to(dev)
+    v = (mesh.v_pos.detach().double() @ A_d.T + t_d).to(mesh.v_pos.dtype)
+    v_nrm = mesh.v_nrm
+    if v_nrm is not None:
+        v_nrm = torch.nn.functional.normalize(v_nrm.double() @ A_d.T, dim=-1).to(mesh.v_nrm.dtype)
+    return dataclasses.replace(mesh, v_pos=v, v_nrm=v_nrm)
+
+
+def load_reference_mesh(path: Union[str, Path]) -> tuple[Mesh, torch.Tensor]:
+    """Read a reference mesh (OBJ + MTL with nvdiffrec ``bsdf pbr`` Ks = ORM, GLB, PLY) into the unit cube.
+
+    Uses :func:`meshlift.io.mesh.load_mesh` (textures, UVs, the ORM ``Ks`` of nvdiffrec MTL files, see the
+    spot / bob data READMEs) and :func:`normalization_transform`.
+
+    Args:
+        path: mesh file.
+
+    Returns:
+        ``(mesh_normalized, world_to_normalized)``: the mesh moved into [-1, 1]³ (bounding-box centre at the
+        origin, longest side 2), and the ``[4, 4]`` float64 similarity used (apply its inverse to go back to
+        the file's units). The transform is also recorded as ``mesh.extras["world_to_normalized"]``.
+
+    Raises:
+        MeshError: unreadable file, or a mesh without faces.
+    """
+    from meshlift.io.mesh import load_mesh
+
+    mesh = load_mesh(path)
+    if mesh.num_faces == 0:
+        raise MeshError(f"{path}: the file has no faces; a reference mesh needs triangles to render")
+    T = normalization_transform(mesh)
+    out = transform_mesh(mesh, T)
+    out.extras = {**mesh.extras, "world_to_normalized": T, "source": str(path)}
+    return out, T
+
+
+# ---------------------------------------------------------------------------------------------------------
+# light
+
+
+def make_reference_light(
+    env: Union[str, Path] = "procedural",
+    env_kind: str = "studio",
+    *,
+    env_res: int = 128,
+    device: Union[str, torch.device] = "cpu",
+):
+    """The environment light a reference is rendered under (nvdiffrec renders spot/bob under an HDR probe).
+
+    Args:
+        env: ``"procedural"`` (``meshlift.shading.procedural.procedural_environment(env_kind)``) or the path
+            of a lat-long ``.hdr`` / ``.exr`` file (linear radiance, conventions §8).
+        env_kind: kind of procedural environment (e.g. ``"studio"``, ``"high_frequency"``).
+        env_res: side of each cube-map face in pixels.
+        device: where the light lives.
+
+    Returns:
+        A :class:`meshlift.shading.light.EnvironmentLight` with its mips built, not trainable.
+
+    Raises:
+        ConfigError: ``env`` is neither ``"procedural"`` nor an existing file.
+    """
+    from meshlift.shading.light import EnvironmentLight
+
+    device = torch.device(device)
+    if str(env) == "procedural":
+        from meshlift.shading.procedural import procedural_environment
+
+        env_map = procedural_environment(env_kind)
+    else:
+        p = Path(env)
+        if not p.is_file():
+            raise ConfigError(
+                f"reference environment {str(env)!r} is neither 'procedural' nor an existing .hdr/.exr file"
+            )
+        from meshlift.io.hdr import read_hdr
+
+        env_map = read_hdr(p)
+    if isinstance(env_map, EnvironmentLight):
+        light = env_map
+    else:
+        env_map = torch.as_tensor(env_map, dtype=torch.float32)
+        if env_map.ndim == 4 and env_map.shape[0] == 6:  # a cube map [6, R, R, 3]
+            light = EnvironmentLight(env_map.to(device), trainable=False)
+        elif env_map.ndim == 3 and env_map.shape[-1] == 3:  # a lat-long map [H, 2H, 3]
+            light = EnvironmentLight.from_latlong(env_map.to(device), int(env_res))
+        else:
+            raise ConfigError(
+                f"reference environment {str(env)!r} gave an array of shape {tuple(env_map.shape)}; expected a "
+                "lat-long [H, 2H, 3] or cube map [6, R, R, 3]"
+            )
+    if hasattr(light, "to"):
+        moved = light.to(device)
+        light = moved if moved is not None else light
+    light.build_mips()
+    return light
+
+
+# ---------------------------------------------------------------------------------------------------------
+# cameras
+
+
+def _orbit_directions(n: int, elevation: float) -> torch.Tensor:
+    az = 2.0 * math.pi * torch.arange(n, dtype=torch.float64) / n
+    c, s = math.cos(elevation), math.sin(elevation)
+    return torch.stack([c * torch.sin(az), torch.full_like(az, s), c * torch.cos(az)], -1)
+
+
+def _random_directions(n: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(int(seed))
+    d = torch.randn(n, 3, generator=g, dtype=torch.float64)
+    return d / d.norm(dim=1, keepdim=True).clamp_min(1e-12)
+
+
+def _make_cameras(dirs: torch.Tensor, radius: float, fov: float, H: int, W: int):
+    from meshlift.cameras import Cameras, focal_from_fov, intrinsics_matrix, look_at
+
+    eye = radius * dirs
+    w2c = look_at(eye, torch.zeros_like(eye), torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64).expand_as(eye))
+    f = focal_from_fov(fov, H)  # fov is the full vertical field of view
+    K = intrinsics_matrix(f, f, W / 2.0, H / 2.0).expand(dirs.shape[0], 3, 3)
+    return Cameras(K=K, world_to_camera=w2c.float(), width=W, height=H, near=radius / 100.0, far=radius * 10.0)
+
+
+def _cameras_to_world(cams_n, world_to_normalized: torch.Tensor):
+    """The same cameras in the world frame: ``p_n = s (p_w − c)`` ⇒ centre_w = c + centre_n / s, same R."""
+    from meshlift.geometry.transforms import make_transform
+
+    T = world_to_normalized.double()
+    s = float(torch.det(T[:3, :3]).abs() ** (1.0 / 3.0))
+    Rn = T[:3, :3] / s  # rotation part of the normalisation (identity for normalization_transform)
+    n2w = torch.linalg.inv(T)
+    centers_n = cams_n.camera_centers().double()
+    centers_w = centers_n @ n2w[:3, :3].T + n2w[:3, 3]
+    R = cams_n.world_to_camera[:, :3, :3].double() @ Rn
+    t = -(R @ centers_w[..., None])[..., 0]
+    return dataclasses.replace(
+        cams_n, world_to_camera=make_transform(R, t).float(), near=cams_n.near / s, far=cams_n.far / s
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the dataset
+
+
+class ReferenceMeshDataset:
+    """Training / held-out views of a reference mesh, rendered with meshlift's own rasterizer.
+
+    Duck-types the parts of :class:`meshlift.data.Scene` a training loop reads (``cameras``, ``splits``,
+    ``background``, ``world_to_normalized``, ``image(i)``, ``mask(i)``, ``load_batch``, ``len``), and adds
+    :meth:`views` (all views of a split in the normalised frame, linear radiance), ``reference_mesh`` (the
+    ground truth in world units), ``mesh_normalized`` and ``light``.
+
+    Views ``0 .. n_train − 1`` are the training split: cameras at uniformly random directions on a sphere
+    of radius ``radius`` around the origin of the normalised frame (seeded). Views
+    ``n_train .. n_train + n_test − 1`` are the test split: an orbit around +Y at elevation
+    ``test_elevation``, evenly spaced in azimuth. Every camera looks at the origin with +Y up, full
+    vertical field of view ``fov``. Images are rendered by
+    :func:`meshlift.methods.renderer.render_mesh` over black with ``spp`` supersampling, batched by
+    ``render_batch``; they are cached in memory (on the CPU) when all views fit in ``cache_bytes``, else
+    rendered again for each request (the renderer is deterministic).
+    """
+
+    def __init__(
+        self,
+        mesh: Mesh,
+        *,
+        light=None,
+        env: Union[str, Path] = "procedural",
+        env_kind: str = "studio",
+        env_res: int = 128,
+        n_train: int = 64,
+        n_test: int = 8,
+        resolution: Union[int, Sequence[int]] = 256,
+        fov: float = math.radians(45.0),
+        radius: float = 3.0,
+        test_elevation: float = 0.4,
+        seed: int = 0,
+        spp: int = 2,
+        background: str = "white",
+        normalize: bool = True,
+        world_to_normalized: Optional[torch.Tensor] = None,
+        render_batch: int = 4,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        device: Union[str, torch.device] = "cpu",
+    ) -> None:
+        """Set up cameras and light; rendering happens on first use.
+
+        Args:
+            mesh: the reference mesh in world units (its ``material`` textures are used, else grey).
+                Not modified.
+            light: an ``EnvironmentLight`` in the normalised frame, or None to build one from ``env`` /
+                ``env_kind`` / ``env_res`` with :func:`make_reference_light`.
+            env, env_kind, env_res: see :func:`make_reference_light` (ignored when ``light`` is given).
+            n_train: number of training views (>= 1).
+            n_test: number of held-out views (>= 1).
+            resolution: image size, ``S`` (square) or ``(H, W)``, pixels.
+            fov: full vertical field of view, radians.
+            radius: camera distance from the origin of the normalised frame.
+            test_elevation: elevation of the test orbit above the XZ plane, radians.
+            seed: seeds the training camera directions.
+            spp: supersampling per axis of the renders (>= 1).
+            background: what ``rgb`` / :meth:`image` are composited on: ``"white"`` or ``"black"``.
+            normalize: scale the mesh into [-1, 1]³ (:func:`normalization_transform`); False keeps the world
+                frame as the normalised frame (identity).
+            world_to_normalized: give the normalisation explicitly instead (``[4, 4]`` similarity); then
+                ``normalize`` is ignored.
+            render_batch: views rendered per renderer call (bounds memory).
+            cache_bytes: keep all rendered views in memory when they take at most this many bytes.
+            device: where rendering runs.
+
+        Raises:
+            DatasetError: bad counts, sizes or background; MeshError: empty mesh.
+        """
+        if mesh.num_faces == 0:
+            raise MeshError("ReferenceMeshDataset: the reference mesh has no faces; nothing to render")
+        if int(n_train) < 1 or int(n_test) < 1:
+            raise DatasetError(f"ReferenceMeshDataset: n_train and n_test must be >= 1, got {n_train}, {n_test}")
+        if isinstance(resolution, int):
+            H = W = int(resolution)
+        else:
+            H, W = (int(r) for r in resolution)
+        if H < 1 or W < 1:
+            raise DatasetError(f"ReferenceMeshDataset: resolution must be positive, got {resolution!r}")
+        if int(spp) < 1 or int(render_batch) < 1:
+            raise DatasetError(f"ReferenceMeshDataset: spp and render_batch must be >= 1, got {spp}, {render_batch}")
+        if background not in _BACKGROUNDS:
+            raise DatasetError(
+                f"ReferenceMeshDataset: background must be one of {sorted(_BACKGROUNDS)}, got {background!r}"
+            )
+        if not 0.0 < float(fov) < math.pi:
+            raise DatasetError(f"ReferenceMeshDataset: fov must be in (0, pi) radians, got {fov}")
+        if float(radius) <= math.sqrt(3.0):
+            raise DatasetError(
+                f"ReferenceMeshDataset: radius {radius} puts cameras inside the unit cube's bounding sphere "
+                "(sqrt(3)); use a radius of about 3"
+            )
+        self.device = torch.device(device)
+        self.height, self.width = H, W
+        self.spp = int(spp)
+        self.render_batch = int(render_batch)
+        self.background = background
+        self.n_train, self.n_test = int(n_train), int(n_test)
+
+        if world_to_normalized is not None:
+            T = torch.as_tensor(world_to_normalized, dtype=torch.float64).cpu()
+        elif normalize:
+            T = normalization_transform(mesh)
+        else:
+            T = torch.eye(4, dtype=torch.float64)
+        self.world_to_normalized = T
+        #: The ground truth in world units (the input mesh), for Chamfer / F-score in its own units.
+        self.reference_mesh = mesh
+        #: The mesh in the normalised frame, as rendered.
+        self.mesh_normalized = transform_mesh(mesh, T).to(self.device)
+
+        dirs = torch.cat([_random_directions(self.n_train, seed), _orbit_directions(self.n_test, test_elevation)])
+        #: Cameras in the normalised frame (what rendering and :meth:`views` use).
+        self.cameras_normalized = _make_cameras(dirs, float(radius), float(fov), H, W)
+        #: The same cameras in the world frame (as :class:`meshlift.data.Scene` stores them).
+        self.cameras = _cameras_to_world(self.cameras_normalized, T)
+        n = self.n_train + self.n_test
+        self.splits = {
+            "train": torch.arange(0, self.n_train),
+            "test": torch.arange(self.n_train, n),
+        }
+        self.light = light if light is not None else make_reference_light(
+            env, env_kind, env_res=env_res, device=self.device
+        )
+        self._cache_ok = n * H * W * 4 * 4 <= int(cache_bytes)
+        self._cache: Optional[tuple[torch.Tensor, torch.Tensor]] = None
+
+    # -- sizes ------------------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self.n_train + self.n_test
+
+    @property
+    def resolution(self) -> tuple[int, int]:
+        """``(H, W)`` of every view."""
+        return self.height, self.width
+
+    @property
+    def has_masks(self) -> bool:
+        """Always True: every rendered view has its coverage mask."""
+        return True
+
+    # -- rendering ------------------------------------------------------------------------------------------
+    def _index(self, indices) -> torch.Tensor:
+        idx = torch.as_tensor(indices).long().reshape(-1)
+        n = len(self)
+        if idx.numel() and (int(idx.min()) < -n or int(idx.max()) >= n):
+            raise IndexError(f"view index out of range for {n} views: {idx.tolist()}")
+        return idx % n
+
+    @torch.no_grad()
+    def _render(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Straight linear colour ``[B, H, W, 3]`` and coverage ``[B, H, W, 1]`` of views ``idx`` (on the CPU)."""
+        from meshlift.methods.renderer import render_mesh
+
+        cams = self.cameras_normalized[idx].to(self.device)
+        w2c = cams.world_to_clip()
+        centres = cams.camera_centers()
+        rgbs, alphas = [], []
+        for s in range(0, idx.numel(), self.render_batch):
+            sl = slice(s, s + self.render_batch)
+            out = render_mesh(
+                self.mesh_normalized, w2c[sl], centres[sl], (self.height, self.width), light=self.light, spp=self.spp
+            )
+            alpha = out["alpha"].clamp(0.0, 1.0)
+            rgb = torch.where(alpha > _ALPHA_EPS, out["shaded"] / alpha.clamp_min(_ALPHA_EPS), torch.zeros_like(out["shaded"]))
+            rgbs.append(rgb.float().cpu())
+            alphas.append(torch.where(alpha > _ALPHA_EPS, alpha, torch.zeros_like(alpha)).float().cpu())
+        return torch.cat(rgbs), torch.cat(alphas)
+
+    def _get(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._cache_ok:
+            if self._cache is None:
+                self._cache = self._render(torch.arange(len(self)))
+            return self._cache[0][idx], self._cache[1][idx]
+        return self._render(idx)
+
+    def _composite_srgb(self, rgb_linear: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        from meshlift.shading.color import linear_to_srgb
+
+        bg = torch.tensor(_BACKGROUNDS[self.background], dtype=rgb_linear.dtype, device=rgb_linear.device)
+        return linear_to_srgb((rgb_linear * mask + bg * (1.0 - mask)).clamp(0.0, 1.0))
+
+    # -- Scene-like access ----------------------------------------------------------------------------------
+    def load_batch(self, indices, device: Union[str, torch.device, None] = None) -> dict:
+        """Views ``indices`` stacked on ``device`` (default: the rendering device).
+
+        Returns:
+            dict with ``rgb [B, H, W, 3]`` (sRGB, clamped, composited on ``background``, as a Scene gives),
+            ``rgb_linear [B, H, W, 3]`` (straight linear HDR radiance, 0 where empty), ``mask [B, H, W, 1]``
+            (coverage in [0, 1]), ``world_to_clip [B, 4, 4]`` and ``camera_pos [B, 3]`` in the normalised
+            frame, and ``indices`` (LongTensor ``[B]``).
+        """
+        idx = self._index(indices)
+        dev = self.device if device is None else torch.device(device)
+        rgb_lin, mask = self._get(idx)
+        cams = self.cameras_normalized[idx]
+        return {
+            "rgb": self._composite_srgb(rgb_lin, mask).to(dev),
+            "rgb_linear": rgb_lin.to(dev),
+            "mask": mask.to(dev),
+            "world_to_clip": cams.world_to_clip().to(dev),
+            "camera_pos": cams.camera_centers().to(dev),
+            "indices": idx,
+        }
+
+    def image(self, i: int) -> torch.Tensor:
+        """View ``i`` as ``[H, W, 3]`` sRGB in [0, 1] composited on ``background`` (like ``Scene.image``)."""
+        return self.load_batch([i], "cpu")["rgb"][0]
+
+    def mask(self, i: int) -> torch.Tensor:
+        """Coverage mask ``[H, W, 1]`` of view ``i`` (like ``Scene.mask``)."""
+        return self.load_batch([i], "cpu")["mask"][0]
+
+    alpha = mask
+
+    def views(self, split: str) -> dict:
+        """All views of ``split`` (``"train"`` or ``"test"``) on the CPU, in the normalised frame.
+
+        Returns:
+            dict with ``world_to_clip [N, 4, 4]``, ``camera_pos [N, 3]``, ``images [N, H, W, 3]`` (straight
+            linear HDR radiance) and ``masks [N, H, W, 1]``.
+
+        Raises:
+            DatasetError: unknown split.
+        """
+        if split not in self.splits:
+            raise DatasetError(f"ReferenceMeshDataset.views: unknown split {split!r}; use 'train' or 'test'")
+        b = self.load_batch(self.splits[split], "cpu")
+        return {"world_to_clip": b["world_to_clip"], "camera_pos": b["camera_pos"], "images": b["rgb_linear"],
+                "masks": b["mask"]}

@@ -1,0 +1,177 @@
+"""methods.reference_data: normalisation, cameras on a sphere / orbit, on-the-fly renders of a reference mesh."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from meshlift.errors import ConfigError, DatasetError, MeshError
+from meshlift.methods.demo_object import make_demo_object
+from meshlift.methods.reference_data import (
+    ReferenceMeshDataset,
+    load_reference_mesh,
+    normalization_transform,
+    transform_mesh,
+)
+from meshlift.structures.mesh import Mesh
+
+
+def _shading_available() -> bool:
+    try:
+        from meshlift.methods.renderer import render_mesh  # noqa: F401
+        from meshlift.shading.light import EnvironmentLight  # noqa: F401
+        from meshlift.shading.procedural import procedural_environment  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_shading = pytest.mark.skipif(not _shading_available(), reason="meshlift.shading light not built yet")
+
+
+def _world_ring() -> Mesh:
+    """The demo ring moved into arbitrary world units (scaled by 5, shifted)."""
+    ring = make_demo_object(resolution=32, texture_resolution=32)
+    T = torch.eye(4, dtype=torch.float64)
+    T[:3, :3] *= 5.0
+    T[:3, 3] = torch.tensor([10.0, -3.0, 2.0], dtype=torch.float64)
+    return transform_mesh(ring, T)
+
+
+class _NoLight:
+    """Placeholder light for tests that never render (rendering is lazy)."""
+
+
+def test_normalization_transform_unit_cube():
+    mesh = _world_ring()
+    T = normalization_transform(mesh)
+    assert T.dtype == torch.float64 and T.shape == (4, 4)
+    n = transform_mesh(mesh, T)
+    lo, hi = n.bbox()
+    assert float((hi - lo).max()) == pytest.approx(2.0, abs=1e-5)
+    torch.testing.assert_close(((lo + hi) / 2).double(), torch.zeros(3, dtype=torch.float64), atol=1e-5, rtol=0)
+    assert float(n.v_pos.abs().max()) <= 1.0 + 1e-5
+    # inverse maps back to the world units
+    back = transform_mesh(n, torch.linalg.inv(T))
+    torch.testing.assert_close(back.v_pos, mesh.v_pos, atol=1e-4, rtol=0)
+    # faces/UVs/material shared, input not modified
+    assert n.t_pos_idx is mesh.t_pos_idx and n.material is mesh.material
+    with pytest.raises(MeshError, match="mirror"):
+        transform_mesh(mesh, torch.diag(torch.tensor([-1.0, 1.0, 1.0, 1.0])))
+    with pytest.raises(MeshError, match="same point"):
+        normalization_transform(Mesh(torch.ones(3, 3), torch.tensor([[0, 1, 2]])))
+
+
+def test_load_reference_mesh_spot(dataset):
+    path = dataset("spot") / "spot.obj"
+    mesh, T = load_reference_mesh(path)
+    assert mesh.num_faces == 5856 and mesh.v_tex is not None and mesh.material is not None
+    lo, hi = mesh.bbox()
+    assert float((hi - lo).max()) == pytest.approx(2.0, abs=1e-5)
+    # spot.mtl is nvdiffrec's `bsdf pbr`: Ks = (occlusion, roughness, metallic) = (0, 0.25, 0)
+    ks = mesh.material.ks.reshape(-1, 3)[0]
+    torch.testing.assert_close(ks, torch.tensor([0.0, 0.25, 0.0]))
+    # README: bounding box ~[-0.47,-0.74,-0.67]..[0.47,0.95,1.05] -> longest side z (1.72)
+    assert float(T[0, 0]) == pytest.approx(2.0 / 1.718, rel=0.01)
+    torch.testing.assert_close(mesh.extras["world_to_normalized"], T)
+
+
+def test_cameras_train_random_test_orbit():
+    mesh = _world_ring()
+    ds = ReferenceMeshDataset(mesh, light=_NoLight(), n_train=10, n_test=6, resolution=(24, 32), radius=3.0,
+                              fov=math.radians(45), test_elevation=0.4, seed=3)
+    assert len(ds) == 16 and ds.resolution == (24, 32)
+    assert ds.splits["train"].tolist() == list(range(10)) and ds.splits["test"].tolist() == list(range(10, 16))
+    cn = ds.cameras_normalized
+    centres = cn.camera_centers().double()
+    torch.testing.assert_close(centres.norm(dim=1), torch.full((16,), 3.0, dtype=torch.float64), atol=1e-5, rtol=0)
+    # every camera looks at the origin
+    fwd = cn.forward_directions().double()
+    torch.testing.assert_close((fwd * -centres / 3.0).sum(1), torch.ones(16, dtype=torch.float64), atol=1e-5, rtol=0)
+    # test orbit: constant elevation, evenly spaced azimuths
+    test_c = centres[10:]
+    torch.testing.assert_close(test_c[:, 1] / 3.0, torch.full((6,), math.sin(0.4), dtype=torch.float64),
+                               atol=1e-5, rtol=0)
+    az = torch.atan2(test_c[:, 0], test_c[:, 2])
+    steps = torch.remainder(az[1:] - az[:-1], 2 * math.pi)
+    torch.testing.assert_close(steps, torch.full((5,), 2 * math.pi / 6, dtype=torch.float64), atol=1e-5, rtol=0)
+    # the vertical field of view is fov: fy = H / (2 tan(fov/2)), principal point centred
+    assert float(cn.fy[0]) == pytest.approx(24 / (2 * math.tan(math.radians(22.5))), rel=1e-5)
+    assert float(cn.cx[0]) == 16.0 and float(cn.cy[0]) == 12.0
+    # same seed -> same cameras, other seed -> other training cameras, same test orbit
+    again = ReferenceMeshDataset(mesh, light=_NoLight(), n_train=10, n_test=6, resolution=(24, 32), seed=3)
+    other = ReferenceMeshDataset(mesh, light=_NoLight(), n_train=10, n_test=6, resolution=(24, 32), seed=4)
+    assert torch.equal(again.cameras_normalized.world_to_camera, cn.world_to_camera)
+    assert not torch.allclose(other.cameras_normalized.world_to_camera[:10], cn.world_to_camera[:10])
+    torch.testing.assert_close(other.cameras_normalized.world_to_camera[10:], cn.world_to_camera[10:])
+
+
+def test_world_cameras_see_world_mesh_like_normalised_cameras():
+    mesh = _world_ring()
+    ds = ReferenceMeshDataset(mesh, light=_NoLight(), n_train=5, n_test=3, resolution=32)
+    pix_w, z_w = ds.cameras.project(mesh.v_pos[::17])
+    pix_n, z_n = ds.cameras_normalized.project(ds.mesh_normalized.v_pos[::17])
+    torch.testing.assert_close(pix_w, pix_n, atol=2e-3, rtol=0)
+    s = float(ds.world_to_normalized[0, 0])
+    torch.testing.assert_close(z_w * s, z_n, atol=1e-4, rtol=0)
+    assert ds.reference_mesh is mesh
+    # world cameras sit at radius / s from the world bounding-box centre
+    lo, hi = mesh.bbox()
+    dist = (ds.cameras.camera_centers() - (lo + hi) / 2).norm(dim=1)
+    torch.testing.assert_close(dist, torch.full((8,), 3.0 / s), atol=1e-4, rtol=0)
+
+
+def test_dataset_argument_errors():
+    mesh = _world_ring()
+    with pytest.raises(DatasetError, match="n_train"):
+        ReferenceMeshDataset(mesh, light=_NoLight(), n_train=0)
+    with pytest.raises(DatasetError, match="background"):
+        ReferenceMeshDataset(mesh, light=_NoLight(), background="pink")
+    with pytest.raises(DatasetError, match="radius"):
+        ReferenceMeshDataset(mesh, light=_NoLight(), radius=1.0)
+    with pytest.raises(MeshError, match="no faces"):
+        ReferenceMeshDataset(Mesh(torch.zeros(3, 3), torch.zeros(0, 3, dtype=torch.long)), light=_NoLight())
+    ds = ReferenceMeshDataset(mesh, light=_NoLight(), n_train=2, n_test=1, resolution=8)
+    with pytest.raises(DatasetError, match="split"):
+        ds.views("val")
+    with pytest.raises(IndexError):
+        ds.load_batch([5])
+
+
+@needs_shading
+def test_missing_env_file_is_a_config_error(tmp_path):
+    from meshlift.methods.reference_data import make_reference_light
+
+    with pytest.raises(ConfigError, match="hdr"):
+        make_reference_light(tmp_path / "nope.hdr")
+
+
+@needs_shading
+def test_renders_match_renderer_and_composite_consistently():
+    from meshlift.methods.renderer import render_mesh
+    from meshlift.shading.color import linear_to_srgb
+
+    mesh = _world_ring()
+    ds = ReferenceMeshDataset(mesh, n_train=3, n_test=2, resolution=32, spp=1, env_res=16)
+    b = ds.load_batch([0, 4])
+    assert b["rgb"].shape == (2, 32, 32, 3) and b["mask"].shape == (2, 32, 32, 1)
+    assert b["rgb_linear"].shape == (2, 32, 32, 3)
+    m = b["mask"]
+    # the object is in view and fits in the frame (background all around the border)
+    assert 0.05 < float(m.mean()) < 0.8
+    assert float(m[:, 0].max()) == 0.0 and float(m[:, -1].max()) == 0.0
+    # straight colour x mask reproduces the renderer's output over black
+    cams = ds.cameras_normalized[[0, 4]]
+    ref = render_mesh(ds.mesh_normalized, cams.world_to_clip(), cams.camera_centers(), (32, 32), light=ds.light)
+    torch.testing.assert_close(b["rgb_linear"] * m, ref["shaded"], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(m, ref["alpha"].clamp(0, 1), atol=1e-4, rtol=0)
+    # rgb is the sRGB composite on white
+    torch.testing.assert_close(b["rgb"], linear_to_srgb((b["rgb_linear"] * m + (1 - m)).clamp(0, 1)))
+    assert float(b["rgb"][:, 0, 0].min()) == pytest.approx(1.0)
+    # views(): normalised-frame matrices and linear images for the training loop
+    v = ds.views("test")
+    assert v["images"].shape == (2, 32, 32, 3) and v["masks"].shape == (2, 32, 32, 1)
+    torch.testing.assert_close(v["world_to_clip"], ds.cameras_normalized[[3, 4]].world_to_clip())
+    torch.testing.assert_close(ds.image(4), b["rgb"][1])
