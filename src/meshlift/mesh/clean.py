@@ -1,0 +1,262 @@
+"""Mesh cleaning: non-finite vertices, duplicate vertices, degenerate and duplicate faces,
+non-manifold edges, small connected components, unreferenced vertices.
+
+Every edit goes through one remap primitive, :func:`remap`, so per-vertex attributes (``v_color``)
+and per-face indices (``t_tex_idx``, ``t_nrm_idx``, ``extras['face_material']``) always follow.
+UVs and normals are indexed per corner, so merging positions keeps UV seams intact.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+import numpy as np
+import torch
+
+from meshlift.structures.mesh import Mesh
+
+#: Faces whose doubled area is below this fraction of the squared bbox diagonal are degenerate.
+DEGENERATE_AREA_REL = 1e-14
+
+
+def unique_rows(a: np.ndarray, **kwargs):
+    """``np.unique(a, axis=0, ...)`` for ``[N, k]`` int or float rows, faster: integer rows are packed
+    into one int64 key when the range allows, other rows compared as raw bytes (exact equality)."""
+    a = np.ascontiguousarray(a)
+    if a.ndim != 2 or len(a) == 0:
+        return np.unique(a, axis=0, **kwargs)
+    if np.issubdtype(a.dtype, np.integer) and a.min() >= 0:
+        base = int(a.max()) + 1
+        if base ** a.shape[1] < 2**62:
+            key = np.zeros(len(a), dtype=np.int64)
+            for j in range(a.shape[1]):
+                key = key * base + a[:, j].astype(np.int64)
+            res = np.unique(key, **kwargs)
+            res = res if isinstance(res, tuple) else (res,)
+            first = np.unique(key, return_index=True)[1]
+            return (a[first],) + tuple(res[1:]) if len(res) > 1 else a[first]
+    if a.dtype.kind == "f":
+        a = a + 0.0  # -0.0 and 0.0 compare equal
+    void = a.view(np.dtype((np.void, a.dtype.itemsize * a.shape[1]))).reshape(-1)
+    res = np.unique(void, **kwargs)
+    res = res if isinstance(res, tuple) else (res,)
+    rows = res[0].view(a.dtype).reshape(-1, a.shape[1])
+    return (rows,) + tuple(res[1:]) if len(res) > 1 else rows
+
+
+def remap(mesh: Mesh, vertex_map: Optional[np.ndarray] = None, keep_faces: Optional[np.ndarray] = None,
+          v_pos: Optional[np.ndarray] = None) -> Mesh:
+    """Return a new mesh with vertices renumbered and faces filtered; attributes follow.
+
+    Args:
+        mesh: input (not modified).
+        vertex_map: ``[V]`` int64, new index of each old vertex (-1 = drop). Vertices mapped to the
+            same index are merged (the first old vertex's colour is kept). None = identity.
+        keep_faces: ``[T]`` bool mask of faces to keep (after remapping). None = all.
+        v_pos: ``[V', 3]`` positions of the new vertices; default: the first old vertex of each.
+
+    Returns:
+        The remapped mesh; unreferenced UV/normal entries are left in place (harmless).
+    """
+    V = mesh.num_vertices
+    f = mesh.t_pos_idx.cpu().numpy()
+    if vertex_map is None:
+        vertex_map = np.arange(V, dtype=np.int64)
+    vertex_map = np.asarray(vertex_map, dtype=np.int64)
+    n_new = int(vertex_map.max()) + 1 if V and vertex_map.max() >= 0 else 0
+    first = np.full(n_new, -1, dtype=np.int64)
+    old = np.flatnonzero(vertex_map >= 0)
+    # first old vertex of each new index: assign in reverse so the smallest old index wins
+    first[vertex_map[old[::-1]]] = old[::-1]
+    new_f = vertex_map[f] if f.size else f.reshape(-1, 3)
+    keep = np.ones(len(f), dtype=bool) if keep_faces is None else np.asarray(keep_faces, dtype=bool).copy()
+    if f.size:
+        keep &= (new_f >= 0).all(axis=1)
+    if v_pos is None:
+        vp = mesh.v_pos.detach().cpu()[torch.from_numpy(first)] if n_new else mesh.v_pos.new_zeros(0, 3)
+    else:
+        vp = torch.as_tensor(np.asarray(v_pos), dtype=mesh.v_pos.dtype)
+    kt = torch.from_numpy(np.flatnonzero(keep))
+    sel = lambda t: None if t is None else t.cpu()[kt]  # noqa: E731
+    extras = dict(mesh.extras)
+    if isinstance(extras.get("face_material"), torch.Tensor) and len(extras["face_material"]) == len(f):
+        extras["face_material"] = extras["face_material"][kt]
+    return replace(
+        mesh,
+        v_pos=vp.contiguous(),
+        t_pos_idx=torch.from_numpy(new_f[keep].astype(np.int64)).reshape(-1, 3),
+        t_tex_idx=sel(mesh.t_tex_idx),
+        t_nrm_idx=sel(mesh.t_nrm_idx),
+        v_color=None if mesh.v_color is None else mesh.v_color.detach().cpu()[torch.from_numpy(first)],
+        extras=extras,
+    )
+
+
+def compact(mesh: Mesh) -> Mesh:
+    """Drop vertices no face references (order of the others kept)."""
+    used = np.zeros(mesh.num_vertices, dtype=bool)
+    used[mesh.t_pos_idx.cpu().numpy().reshape(-1)] = True
+    vmap = np.where(used, np.cumsum(used) - 1, -1)
+    return remap(mesh, vmap)
+
+
+def face_areas(v: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """Triangle areas ``[T]`` of vertices ``[V, 3]`` and faces ``[T, 3]`` (float64)."""
+    if not len(f):
+        return np.zeros(0)
+    return 0.5 * np.linalg.norm(np.cross(v[f[:, 1]] - v[f[:, 0]], v[f[:, 2]] - v[f[:, 0]]), axis=1)
+
+
+def face_components(f: np.ndarray, n_vertices: int) -> tuple[int, np.ndarray]:
+    """Connected components of faces sharing a vertex: ``(count, label [T])``."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    if not len(f):
+        return 0, np.zeros(0, dtype=np.int64)
+    T = len(f)
+    rows = np.repeat(np.arange(T), 3)
+    g = coo_matrix((np.ones(3 * T), (rows, T + f.reshape(-1))), shape=(T + n_vertices, T + n_vertices))
+    n, labels = connected_components(g, directed=False)
+    face_lab = labels[:T]
+    uniq, face_lab = np.unique(face_lab, return_inverse=True)
+    return len(uniq), face_lab.reshape(-1)
+
+
+@dataclass
+class CleanReport:
+    """What :func:`clean_mesh` changed (counts)."""
+
+    nonfinite_vertices: int = 0
+    merged_vertices: int = 0
+    degenerate_faces: int = 0
+    duplicate_faces: int = 0
+    nonmanifold_faces: int = 0
+    small_component_faces: int = 0
+    small_components: int = 0
+    unreferenced_vertices: int = 0
+    notes: list = field(default_factory=list)
+
+
+def merge_duplicate_vertices(mesh: Mesh) -> tuple[Mesh, int]:
+    """Merge vertices with exactly equal positions (UVs/normals stay per corner)."""
+    v = mesh.v_pos.detach().cpu().numpy()
+    if not len(v):
+        return mesh, 0
+    _, first, inv = unique_rows(v, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    vmap = rank[inv.reshape(-1)]
+    return remap(mesh, vmap), len(v) - len(order)
+
+
+def degenerate_face_mask(mesh: Mesh) -> np.ndarray:
+    """``[T]`` bool: faces with a repeated vertex index or (near) zero area."""
+    v = mesh.v_pos.detach().cpu().double().numpy()
+    f = mesh.t_pos_idx.cpu().numpy()
+    if not len(f):
+        return np.zeros(0, dtype=bool)
+    rep = (f[:, 0] == f[:, 1]) | (f[:, 1] == f[:, 2]) | (f[:, 0] == f[:, 2])
+    diag2 = float(np.sum((v.max(0) - v.min(0)) ** 2)) if len(v) else 0.0
+    area = face_areas(v, f)
+    return rep | ~np.isfinite(area) | (area * 2 <= DEGENERATE_AREA_REL * diag2)
+
+
+def duplicate_face_mask(mesh: Mesh) -> np.ndarray:
+    """``[T]`` bool: faces whose vertex set repeats an earlier face's (either orientation)."""
+    f = mesh.t_pos_idx.cpu().numpy()
+    if not len(f):
+        return np.zeros(0, dtype=bool)
+    key = np.sort(f, axis=1)
+    _, first = unique_rows(key, return_index=True)
+    dup = np.ones(len(f), dtype=bool)
+    dup[first] = False
+    return dup
+
+
+def nonmanifold_face_mask(mesh: Mesh) -> np.ndarray:
+    """``[T]`` bool: faces to drop so no edge has more than two faces (the two largest are kept)."""
+    v = mesh.v_pos.detach().cpu().double().numpy()
+    f = mesh.t_pos_idx.cpu().numpy()
+    T = len(f)
+    drop = np.zeros(T, dtype=bool)
+    if not T:
+        return drop
+    e = np.sort(np.stack([f[:, [0, 1]], f[:, [1, 2]], f[:, [2, 0]]], axis=1).reshape(-1, 2), axis=1)
+    fid = np.repeat(np.arange(T), 3)
+    _, inv, counts = unique_rows(e, return_inverse=True, return_counts=True)
+    inv = inv.reshape(-1)
+    bad = counts[inv] > 2
+    if not bad.any():
+        return drop
+    area = face_areas(v, f)
+    be, bf = inv[bad], fid[bad]
+    order = np.lexsort((-area[bf], be))  # per edge, largest faces first
+    be, bf = be[order], bf[order]
+    start = np.r_[0, np.flatnonzero(np.diff(be)) + 1]
+    rank = np.arange(len(be)) - np.repeat(start, np.diff(np.r_[start, len(be)]))
+    drop[bf[rank >= 2]] = True
+    return drop
+
+
+def clean_mesh(mesh: Mesh, *, keep_components: float = 0.02) -> tuple[Mesh, CleanReport]:
+    """Clean a triangle mesh for export (the ``meshlift convert`` pipeline).
+
+    Steps, in order: drop vertices with NaN/inf coordinates (and their faces, with a warning); merge
+    exactly coincident vertices; remove degenerate faces (repeated index or area ≤
+    ``DEGENERATE_AREA_REL`` × bbox diagonal²) and duplicate faces (same vertex set, either
+    orientation); repair non-manifold edges by keeping the two largest faces of every edge shared by
+    more than two; remove connected components whose bbox diagonal is below ``keep_components`` ×
+    the whole mesh's; drop unreferenced vertices.
+
+    Args:
+        mesh: input (not modified).
+        keep_components: relative size threshold in [0, 1]; 0 keeps every component.
+
+    Returns:
+        ``(cleaned mesh, CleanReport)``.
+    """
+    rep = CleanReport()
+    v = mesh.v_pos.detach().cpu().numpy()
+    finite = np.isfinite(v).all(axis=1)
+    out = mesh
+    if not finite.all():
+        rep.nonfinite_vertices = int((~finite).sum())
+        msg = f"dropped {rep.nonfinite_vertices} vertices with NaN/inf coordinates (and their faces)"
+        warnings.warn(msg, stacklevel=2)
+        rep.notes.append(msg)
+        out = remap(out, np.where(finite, np.cumsum(finite) - 1, -1))
+    out, rep.merged_vertices = merge_duplicate_vertices(out)
+    m = degenerate_face_mask(out)
+    rep.degenerate_faces = int(m.sum())
+    out = remap(out, keep_faces=~m)
+    m = duplicate_face_mask(out)
+    rep.duplicate_faces = int(m.sum())
+    out = remap(out, keep_faces=~m)
+    m = nonmanifold_face_mask(out)
+    rep.nonmanifold_faces = int(m.sum())
+    out = remap(out, keep_faces=~m)
+    if keep_components > 0 and out.num_faces:
+        f = out.t_pos_idx.numpy()
+        vv = out.v_pos.detach().double().numpy()
+        n, lab = face_components(f, out.num_vertices)
+        if n > 1:
+            used = vv[f.reshape(-1)]
+            whole = float(np.linalg.norm(used.max(0) - used.min(0)))
+            lab3 = np.repeat(lab, 3)
+            lo = np.full((n, 3), np.inf)
+            hi = np.full((n, 3), -np.inf)
+            np.minimum.at(lo, lab3, used)
+            np.maximum.at(hi, lab3, used)
+            diag = np.linalg.norm(hi - lo, axis=1)
+            small = diag < keep_components * whole
+            rep.small_components = int(small.sum())
+            rep.small_component_faces = int(small[lab].sum())
+            out = remap(out, keep_faces=~small[lab])
+    before = out.num_vertices
+    out = compact(out)
+    rep.unreferenced_vertices = before - out.num_vertices
+    return out, rep
