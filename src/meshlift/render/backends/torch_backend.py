@@ -24,7 +24,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from meshlift.render.backends._common import (
+from meshlift.render.backends._common import (  # noqa: I001
     INT64_MAX,
     depth_key,
     key_to_index,
@@ -32,6 +32,11 @@ from meshlift.render.backends._common import (
     screen_bbox,
     triangle_planes,
 )
+
+
+#: Boxes up to 2^_STAMP_LOG2 pixels on each side use the stamp path.
+_STAMP_LOG2 = 4
+_N_BUCKETS = (_STAMP_LOG2 + 1) ** 2
 
 
 class TorchBackend:
@@ -65,7 +70,7 @@ class TorchBackend:
             counts = r[:, 1]
             ends = torch.cumsum(counts, 0)
             n_inst = int(ends[-1]) if B else 0
-        keys = torch.full((B * H * W,), INT64_MAX, dtype=torch.int64, device=dev)
+        keys = torch.full((B * H * W + 1,), INT64_MAX, dtype=torch.int64, device=dev)  # +1: spare slot
         budget = max(int(max_fragments), 2 * W, 64)
         tri_chunk = max(budget // 4, 1024)
         for s in range(0, n_inst, tri_chunk):
@@ -79,7 +84,7 @@ class TorchBackend:
                 t = r[b, 0] + (k - (ends[b] - counts[b]))
                 vidx = tri[t]
             self._chunk(pos_flat[vidx], b, t, keys, H, W, budget)
-        return key_to_index(keys).view(B, H, W)
+        return key_to_index(keys[:-1]).view(B, H, W)
 
     @staticmethod
     def _chunk(
@@ -92,7 +97,6 @@ class TorchBackend:
         budget: int,
     ) -> None:
         """Rasterize triangles ``v [n, 3, 4]`` (image ``b [n]``, index ``t [n]``) into ``keys``."""
-        dev = v.device
         i0, i1, j0, j1 = screen_bbox(v, H, W)
         cw = j1 - j0 + 1
         ch = i1 - i0 + 1
@@ -110,6 +114,57 @@ class TorchBackend:
         base = (b[idx] * (H * W)).to(torch.int64)
         tid = t[idx].to(torch.int64)
 
+        # small boxes: square stamps of 2^l pixels a side (broadcasting, no per-fragment gathers),
+        # one bucket per l; larger boxes: row-split work items (``_rows``).
+        side = torch.maximum(cw, ch).to(torch.float32)
+        lvl = torch.ceil(torch.log2(side)).to(torch.int64).clamp(max=_STAMP_LOG2 + 1)
+        order = torch.argsort(lvl, stable=True)
+        counts = torch.bincount(lvl, minlength=_STAMP_LOG2 + 2).tolist()
+        pos0 = 0
+        for lv, n in enumerate(counts):
+            if n == 0:
+                continue
+            sel_all = order[pos0 : pos0 + n]
+            pos0 += n
+            if lv > _STAMP_LOG2:
+                TorchBackend._rows(sel_all, i0, j0, cw, ch, params, base, tid, keys, H, W, budget, v.dtype)
+                continue
+            sz = 1 << lv
+            per = max(budget // (sz * sz), 1)
+            for s0 in range(0, n, per):
+                TorchBackend._stamps(sel_all[s0 : s0 + per], sz, i0, j0, cw, ch, params, base, tid, keys, H, W, v.dtype)
+
+    @staticmethod
+    def _stamps(sel, sz, i0, j0, cw, ch, params, base, tid, keys, H, W, dtype) -> None:
+        """Rasterize triangles ``sel`` whose boxes fit in ``sz × sz`` pixels with broadcast stamps."""
+        ar = torch.arange(sz, device=keys.device)
+        cols = j0.index_select(0, sel).unsqueeze(1) + ar  # [n, sz]
+        rows = i0.index_select(0, sel).unsqueeze(1) + ar  # [n, sz]
+        px = ((2 * cols + 1).to(dtype) / W - 1).unsqueeze(1)  # [n, 1, sz]
+        py = ((2 * rows + 1).to(dtype) / H - 1).unsqueeze(2)  # [n, sz, 1]
+        p = params.index_select(0, sel).unsqueeze(-1).unsqueeze(-1)  # [n, 12, 1, 1]
+        ok = (ar < ch.index_select(0, sel).unsqueeze(1)).unsqueeze(2) & (
+            ar < cw.index_select(0, sel).unsqueeze(1)
+        ).unsqueeze(1)
+        for k in range(3):
+            ok &= (p[:, 3 * k] * px + p[:, 3 * k + 1] * py + p[:, 3 * k + 2]) >= 0
+        zw = p[:, 9] * px + p[:, 10] * py + p[:, 11]
+        ok &= (zw >= -1) & (zw <= 1)
+        f = ok.view(-1).nonzero().squeeze(1)
+        if f.numel() == 0:
+            return
+        tl = f // (sz * sz)
+        pix = base.index_select(0, sel).view(-1, 1, 1) + rows.unsqueeze(2) * W + cols.unsqueeze(1)
+        key = depth_key(zw.reshape(-1).index_select(0, f), tid.index_select(0, sel).index_select(0, tl))
+        keys.scatter_reduce_(0, pix.view(-1).index_select(0, f), key, reduce="amin", include_self=True)
+
+    @staticmethod
+    def _rows(sel, i0, j0, cw, ch, params, base, tid, keys, H, W, budget, dtype) -> None:
+        """Rasterize large triangles ``sel`` as row-split work items under the fragment budget."""
+        dev = keys.device
+        i0, j0, cw, ch = i0[sel], j0[sel], cw[sel], ch[sel]
+        params, base, tid = params[sel], base[sel], tid[sel]
+        idx = sel
         # work items: whole rows of a box, at most budget/2 pixels each
         half = max(budget // 2, 1)
         rows_per = torch.clamp(half // cw, min=1)
@@ -140,15 +195,15 @@ class TorchBackend:
             frag_item = torch.repeat_interleave(
                 torch.arange(a, z, device=dev), item_cnt[a:z], output_size=F
             )
-            local = torch.arange(F, device=dev) - (item_start[frag_item] - starts_cpu[g])
-            fcw = item_cw[frag_item]
+            local = torch.arange(F, device=dev) - (item_start.index_select(0, frag_item) - starts_cpu[g])
+            fcw = item_cw.index_select(0, frag_item)
             r = local // fcw
             c = local - r * fcw
-            ft = item_tri[frag_item]
-            row = item_row0[frag_item] + r
-            col = j0[ft] + c
-            px, py = pixel_centers_ndc(row, col, H, W, v.dtype)
-            p = params[ft]
+            ft = item_tri.index_select(0, frag_item)
+            row = item_row0.index_select(0, frag_item) + r
+            col = j0.index_select(0, ft) + c
+            px, py = pixel_centers_ndc(row, col, H, W, dtype)
+            p = params.index_select(0, ft)
             e0 = p[:, 0] * px + p[:, 1] * py + p[:, 2]
             e1 = p[:, 3] * px + p[:, 4] * py + p[:, 5]
             e2 = p[:, 6] * px + p[:, 7] * py + p[:, 8]
