@@ -209,7 +209,7 @@ def test_sdf_reg_loss():
     loss.backward()
     assert float(loss.detach()) > 0 and float(s.grad.abs().sum()) > 0
     # sharper sign changes (larger |sdf| across the surface) cost more
-    assert float(sdf_reg_loss(sdf * 3, edges)) > float(loss)
+    assert float(sdf_reg_loss(sdf * 3, edges)) > float(loss.detach())
     # no sign change: zero, still differentiable
     z = torch.ones(verts.shape[0], requires_grad=True)
     lz = sdf_reg_loss(z, edges)
