@@ -4,9 +4,7 @@ Texture files follow docs/conventions.md §7: ``kd`` is sRGB-encoded in files an
 ``ks`` (occlusion, roughness, metallic) and normal maps are data (no transfer curve), normal maps are
 stored as ``(n + 1) / 2``.
 
-The sRGB transfer functions are IEC 61966-2-1 (piecewise: linear segment below 0.04045 / 0.0031308,
-power 2.4 above). The package-wide versions live in ``meshlift.shading.color``; these are private
-numpy twins used on file data only (no autograd needed at the file boundary).
+The sRGB transfer functions are ``meshlift.shading.color``'s (IEC 61966-2-1), wrapped for numpy arrays.
 """
 
 from __future__ import annotations
@@ -21,17 +19,19 @@ from meshlift.errors import ImageError
 
 
 def srgb_to_linear_np(x: np.ndarray) -> np.ndarray:
-    """IEC 61966-2-1 decode of ``x`` (any shape, float in [0, 1]) -> linear float32."""
+    """sRGB decode of ``x`` (any shape, clipped to [0, 1]) -> linear float32 (``meshlift.shading.color``)."""
+    from meshlift.shading.color import srgb_to_linear
+
     x = np.clip(np.asarray(x, dtype=np.float64), 0.0, 1.0)
-    out = np.where(x <= 0.04045, x / 12.92, ((x + 0.055) / 1.055) ** 2.4)
-    return out.astype(np.float32)
+    return srgb_to_linear(torch.from_numpy(x)).numpy().astype(np.float32)
 
 
 def linear_to_srgb_np(x: np.ndarray) -> np.ndarray:
-    """IEC 61966-2-1 encode of linear ``x`` (any shape) -> sRGB float32 in [0, 1]."""
+    """sRGB encode of linear ``x`` (any shape, clipped to [0, 1]) -> float32 (``meshlift.shading.color``)."""
+    from meshlift.shading.color import linear_to_srgb
+
     x = np.clip(np.asarray(x, dtype=np.float64), 0.0, 1.0)
-    out = np.where(x <= 0.0031308, x * 12.92, 1.055 * x ** (1.0 / 2.4) - 0.055)
-    return out.astype(np.float32)
+    return linear_to_srgb(torch.from_numpy(x)).numpy().astype(np.float32)
 
 
 def decode_image_bytes(data: bytes, what: str) -> np.ndarray:
