@@ -10,7 +10,7 @@ import torch
 
 from meshlift.errors import MeshError
 from meshlift.isosurface import tables
-from meshlift.isosurface.flexicubes import FlexiCubes, cube_grid, flexicubes, flexicubes_reference
+from meshlift.isosurface.flexicubes import FlexiCubes, cube_edges, cube_grid, flexicubes, flexicubes_reference
 
 
 def sphere_sdf(p, r=0.6):
@@ -98,6 +98,10 @@ def test_cube_grid_layout():
     torch.testing.assert_close(verts[cubes] - verts[cubes[:, :1]], offs.expand(27, 8, 3))
     # cube (i, j, k) = (1, 2, 0) has index (1*3 + 2)*3 + 0 and low corner (1, 2, 0)
     torch.testing.assert_close(verts[cubes[15, 0]], torch.tensor([1.0, 2.0, 0.0]))
+    # unique grid edges: 3 R (R+1)^2 axis-aligned edges of unit length
+    e = cube_edges(cubes)
+    assert e.shape == (3 * 3 * 16, 2) and bool((e[:, 0] < e[:, 1]).all())
+    torch.testing.assert_close((verts[e[:, 0]] - verts[e[:, 1]]).norm(dim=1), torch.ones(e.shape[0]))
     # edges run from start to start + e_axis
     for e, (p, q) in enumerate(tables.EDGES):
         d = offs[q] - offs[p]
@@ -146,6 +150,10 @@ def test_random_fields_are_manifold(seed):
         v, f, _ = flexicubes(verts, sdf, cubes, res, beta, alpha, gamma, training=training)
         check_closed_manifold(f)
         assert bool(torch.isfinite(v).all())
+    # chunked surface-cube search gives the same mesh
+    v2, f2, _ = flexicubes(verts, sdf, cubes, res, beta, alpha, gamma, training=True, chunk_cubes=77)
+    torch.testing.assert_close(v, v2)
+    assert torch.equal(f, f2)
 
 
 @pytest.mark.parametrize("training", [False, True])
@@ -260,3 +268,7 @@ def test_inputs_not_modified_and_errors():
         cube_grid(0)
     with pytest.raises(MeshError, match="weight_scale"):
         FlexiCubes(weight_scale=1.5)
+    with pytest.raises(MeshError, match="chunk_cubes"):
+        flexicubes(verts, sdf, cubes, 3, chunk_cubes=0)
+    with pytest.raises(MeshError, match="cubes"):
+        cube_edges(cubes.float())

@@ -43,6 +43,9 @@ import torch
 from meshlift.errors import MeshError
 from meshlift.isosurface import tables as _t
 
+#: Cubes examined per chunk when finding the surface cubes (bounds peak memory at high resolution).
+DEFAULT_CHUNK_CUBES = 1 << 22
+
 _SLOT = torch.tensor(_t.EDGE_SLOT, dtype=torch.int64)
 _EDGES = torch.tensor(_t.EDGES, dtype=torch.int64)  # [12, 2] (start corner, end corner)
 _CORNERS = torch.tensor(_t.CORNERS, dtype=torch.int64)  # [8, 3]
@@ -85,6 +88,27 @@ def cube_grid(
     return verts, cubes
 
 
+def cube_edges(cubes: torch.Tensor) -> torch.Tensor:
+    """Unique grid edges ``[E, 2]`` int64 (``e[:, 0] < e[:, 1]``) of a cube grid, e.g. for
+    :func:`meshlift.isosurface.dmtet.sdf_reg_loss` in FlexiCubes mode (as nvdiffrec does).
+
+    Args:
+        cubes: ``[C, 8]`` integer corner indices (:func:`cube_grid` layout).
+
+    Raises:
+        MeshError: ``cubes`` is not ``[C, 8]`` integer.
+    """
+    if cubes.ndim != 2 or cubes.shape[1] != 8 or cubes.dtype.is_floating_point:
+        raise MeshError(f"cube_edges: cubes must be an integer [C, 8] tensor, got {tuple(cubes.shape)} {cubes.dtype}")
+    if cubes.shape[0] == 0:
+        return torch.zeros((0, 2), dtype=torch.int64, device=cubes.device)
+    e = cubes.to(torch.int64)[:, _EDGES.to(cubes.device)].reshape(-1, 2)
+    a, b = torch.minimum(e[:, 0], e[:, 1]), torch.maximum(e[:, 0], e[:, 1])
+    n = int(cubes.max()) + 1
+    keys = torch.unique(a * n + b)
+    return torch.stack([keys // n, keys % n], dim=1)
+
+
 def _check_resolution(resolution: int, fn: str) -> None:
     if isinstance(resolution, bool) or not isinstance(resolution, int) or not 1 <= resolution <= 512:
         raise MeshError(f"{fn}: resolution must be an int in [1, 512] (cubes per axis), got {resolution!r}")
@@ -103,17 +127,22 @@ class _Topology:
     quads: torch.Tensor  # [Q, 4] dual vertex ids, counter-clockwise seen from outside
 
 
-def _topology(sdf: torch.Tensor, cubes: torch.Tensor, resolution: int) -> _Topology:
+def _topology(sdf: torch.Tensor, cubes: torch.Tensor, resolution: int, chunk: int) -> _Topology:
     dev = sdf.device
     patch_table, num_patches, problem_face = (x.to(dev) for x in _t.build_tables())
     n = sdf.shape[0]
     r = resolution
     inside = sdf < 0
-    occ = inside[cubes]  # [C, 8]
-    n_in = occ.sum(1)
-    surf = torch.nonzero((n_in > 0) & (n_in < 8)).flatten()  # [S]
     weights = 1 << torch.arange(8, device=dev)
-    case = (occ[surf].to(torch.int64) * weights).sum(1)  # [S]
+    surf_parts, case_parts = [], []
+    for s0 in range(0, cubes.shape[0], chunk):
+        occ = inside[cubes[s0 : s0 + chunk]]  # [chunk, 8]
+        n_in = occ.sum(1)
+        idx = torch.nonzero((n_in > 0) & (n_in < 8)).flatten()
+        surf_parts.append(idx + s0)
+        case_parts.append((occ[idx].to(torch.int64) * weights).sum(1))
+    surf = torch.cat(surf_parts)  # [S] surface cubes, ascending
+    case = torch.cat(case_parts)  # [S]
 
     # ambiguity: flip a problem face when the neighbour across it has the same problem on that face
     pf = problem_face[case]
@@ -193,6 +222,7 @@ def flexicubes(
     *,
     training: bool = False,
     weight_scale: float = 0.99,
+    chunk_cubes: int = DEFAULT_CHUNK_CUBES,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Extract a mesh with FlexiCubes (see the module docstring; Shen et al. 2023, Sec. 4).
 
@@ -209,6 +239,7 @@ def flexicubes(
         training: split quads into 4 triangles around a differentiable centre vertex (True) or into 2
             (False, the output mesh).
         weight_scale: ``s`` of the weight mapping, in (0, 1).
+        chunk_cubes: cubes examined per chunk when finding the surface cubes (memory knob).
 
     Returns:
         v_pos: ``[V, 3]`` vertices: the dual vertices (ordered by surface cube index, then patch), then
@@ -245,10 +276,12 @@ def flexicubes(
         raise MeshError(f"flexicubes: verts, sdf and cubes must share one device ({verts.device}, {sdf.device}, {cubes.device})")
     if not 0.0 < weight_scale < 1.0:
         raise MeshError(f"flexicubes: weight_scale must be in (0, 1), got {weight_scale}")
+    if chunk_cubes < 1:
+        raise MeshError(f"flexicubes: chunk_cubes must be >= 1, got {chunk_cubes}")
 
     cubes = cubes.to(torch.int64)
     with torch.no_grad():
-        topo = _topology(sdf, cubes, r)
+        topo = _topology(sdf, cubes, r, chunk_cubes)
     dev, dt = verts.device, verts.dtype
     if topo.n_vd == 0:
         return verts.new_zeros((0, 3)), torch.zeros((0, 3), dtype=torch.int64, device=dev), verts.new_zeros((0,))
@@ -292,6 +325,7 @@ class FlexiCubes:
 
     Args:
         weight_scale: ``s`` in the weight mapping of the module docstring, in (0, 1).
+        chunk_cubes: cubes examined per chunk when finding the surface cubes (memory knob).
 
     Example::
 
@@ -302,10 +336,11 @@ class FlexiCubes:
         loss = image_loss + 0.5 * l_dev.mean()
     """
 
-    def __init__(self, weight_scale: float = 0.99) -> None:
+    def __init__(self, weight_scale: float = 0.99, chunk_cubes: int = DEFAULT_CHUNK_CUBES) -> None:
         if not 0.0 < weight_scale < 1.0:
             raise MeshError(f"FlexiCubes: weight_scale must be in (0, 1), got {weight_scale}")
         self.weight_scale = weight_scale
+        self.chunk_cubes = chunk_cubes
         _t.build_tables()  # derive (and cache) the tables once, up front
 
     def cube_grid(
@@ -331,8 +366,21 @@ class FlexiCubes:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(v_pos, faces, L_dev)``; see :func:`flexicubes`."""
         return flexicubes(
-            verts, sdf, cubes, resolution, beta, alpha, gamma, training=training, weight_scale=self.weight_scale
+            verts,
+            sdf,
+            cubes,
+            resolution,
+            beta,
+            alpha,
+            gamma,
+            training=training,
+            weight_scale=self.weight_scale,
+            chunk_cubes=self.chunk_cubes,
         )
+
+    def cube_edges(self, cubes: torch.Tensor) -> torch.Tensor:
+        """Unique grid edges ``[E, 2]``; see :func:`cube_edges`."""
+        return cube_edges(cubes)
 
 
 def flexicubes_reference(
