@@ -530,7 +530,7 @@ def read_colmap(path: Path, options: LoadOptions) -> Scene:
             warnings.append(f"{mdir}: {n_missing} of {len(mask_paths)} images have no mask file")
         metadata["masks_folder"] = mdir.name
 
-    target_size = None
+    target_size = (W, H)
     if d > factor:
         target_size = (max(1, round(W * factor / d)), max(1, round(H * factor / d)))
     pts = torch.from_numpy(model.points3D) if model.points3D is not None and len(model.points3D) else None

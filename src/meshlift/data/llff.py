@@ -101,5 +101,8 @@ def read_llff(root: Path, options: LoadOptions) -> Scene:
         elif n_missing:
             warnings.append(f"{mdir}: {n_missing} of {len(paths)} images have no mask file")
         metadata["masks_folder"] = mdir.name
+    m = re.fullmatch(r"images_(\d+)", img_dir.name)
+    factor = int(m.group(1)) if m else 1
+    target_size = (W, H) if d <= factor else (max(1, round(W * factor / d)), max(1, round(H * factor / d)))
     return finish_scene(format="llff", root=root, cameras=cams, image_paths=paths, options=options,
-                        mask_paths=mask_paths, metadata=metadata, warnings=warnings)
+                        mask_paths=mask_paths, metadata=metadata, warnings=warnings, target_size=target_size)

@@ -119,7 +119,7 @@ class Scene:
         img = read_image(path)
         H, W = self.height, self.width
         h, w = img.shape[:2]
-        if abs(w / h - W / H) > 0.01 * (W / H):
+        if abs(h * W / w - H) > 1.0 + 0.01 * H:  # same aspect ratio up to rounding to whole pixels
             raise ImageError(
                 f"image {path} is {w}x{h} but the scene's cameras are {W}x{H} (different aspect ratio); "
                 "the file changed since the dataset was read, or the folder mixes image sizes"
@@ -247,7 +247,7 @@ def _read_mask(path: Path, width: int, height: int) -> torch.Tensor:
     c = m.shape[2]
     m = m[..., 3:4] if c == 4 and float(m[..., 3].min()) < 1.0 else m[..., :1]
     h, w = m.shape[:2]
-    if abs(w / h - width / height) > 0.01 * (width / height):
+    if abs(h * width / w - height) > 1.0 + 0.01 * height:
         raise ImageError(f"mask {path} is {w}x{h} but its image is {width}x{height} (different aspect ratio)")
     m = resize_image(m.contiguous(), width, height)
     if path.suffix.lower() in (".jpg", ".jpeg"):

@@ -57,7 +57,17 @@ def _open(path: Path):
 
 
 def _exif_orientation(im) -> int:
+    """EXIF orientation from the header; PNGs are not decoded to find an eXIf chunk after the pixels."""
     try:
+        if im.format == "PNG":
+            from PIL import Image
+
+            raw = im.info.get("exif")
+            if not raw:
+                return 1
+            exif = Image.Exif()
+            exif.load(raw)
+            return int(exif.get(0x0112, 1))
         return int(im.getexif().get(0x0112, 1))
     except Exception:  # noqa: BLE001  (broken EXIF blocks are common; treat as "no orientation")
         return 1

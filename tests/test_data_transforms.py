@@ -1,0 +1,204 @@
+"""Blender / NeRF-synthetic and instant-ngp / nerfstudio transforms readers."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from meshlift.cameras import cameras_on_sphere, world_to_camera_to_opengl_c2w
+from meshlift.data import load_scene
+from meshlift.errors import DatasetError
+
+
+def _write_images(folder, names, size=(16, 12), mode="RGB"):
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for n in names:
+        c = 4 if mode == "RGBA" else 3
+        Image.fromarray(rng.integers(0, 256, (size[1], size[0], c), dtype=np.uint8), mode).save(folder / n)
+
+
+def _frames(n, names):
+    cams = cameras_on_sphere(n, 3.0, 0.8, 16, seed=0, up=(0, 0, 1))
+    c2w = world_to_camera_to_opengl_c2w(cams.world_to_camera.double())
+    return [{"file_path": name, "transform_matrix": c2w[i].tolist()} for i, name in enumerate(names)], cams
+
+
+# -- shared data ------------------------------------------------------------------------------------
+
+
+@pytest.mark.shared_data
+def test_lego_blender(dataset):
+    scene = load_scene(dataset("nerf_synthetic_lego_half"))
+    assert scene.format == "blender"
+    assert (len(scene), scene.width, scene.height) == (70, 400, 400)
+    assert {k: len(v) for k, v in scene.splits.items()} == {"train": 50, "val": 10, "test": 10}
+    assert scene.warnings == []
+    torch.testing.assert_close(scene.cameras.fx, torch.full((70,), 555.5555), atol=1e-3, rtol=0)
+    torch.testing.assert_close(scene.cameras.cx, torch.full((70,), 200.0))
+    # cameras sit 4.031 from the origin and look at it: the origin projects to the image centre
+    torch.testing.assert_close(scene.cameras.camera_centers().norm(dim=-1), torch.full((70,), 4.0311), atol=1e-3, rtol=0)
+    pix, _ = scene.cameras.project(torch.zeros(3))
+    assert float((pix - 200).abs().max()) < 1.0
+    assert scene.has_masks
+    i = int(scene.splits["test"][0])
+    assert scene.image_paths[i].name == "r_0.png" and scene.image_paths[i].parent.name == "test"
+    rgb, mask = scene.image(0), scene.mask(0)
+    assert rgb.shape == (400, 400, 3) and mask.shape == (400, 400, 1)
+    # corners are transparent: white on a white background, black on black
+    assert float(mask[0, 0]) == 0.0 and float(rgb[0, 0].min()) == 1.0
+    black = load_scene(dataset("nerf_synthetic_lego_half"), background="black")
+    assert float(black.image(0)[0, 0].max()) == 0.0 and black.background == "black"
+    # the scene of interest fits in the normalised cube
+    n = scene.world_to_normalized
+    assert torch.allclose(n[:3, :3], n[0, 0] * torch.eye(3, dtype=torch.float64))
+    lo, hi = scene.bounds
+    assert float((hi - lo).min()) > 2.0 and float(lo.abs().max()) < 2.0
+
+
+@pytest.mark.shared_data
+def test_fox_instant_ngp(dataset):
+    scene = load_scene(dataset("fox"))
+    assert scene.format == "instant-ngp"
+    assert (len(scene), scene.width, scene.height) == (50, 540, 960)
+    assert len(scene.warnings) == 1 and "17" in scene.warnings[0] and "67" in scene.warnings[0]
+    assert scene.metadata["source_camera_model"] == "OPENCV"
+    assert scene.cameras.model == "PINHOLE" and scene.source_cameras.model == "OPENCV"
+    torch.testing.assert_close(scene.source_cameras.distortion[0],
+                               torch.tensor([0.0578421, -0.0805099, -0.000980296, 0.00015575]))
+    assert float(scene.cameras.fx[0]) == pytest.approx(687.76, abs=1e-3)
+    assert scene.metadata["aabb_scale"] == 4
+    assert {k: len(v) for k, v in scene.splits.items()} == {"train": 43, "val": 0, "test": 7}
+    assert not scene.has_masks
+    # refusing distortion is the caller's choice, and keep_distortion keeps it
+    with pytest.raises(DatasetError, match="OPENCV"):
+        load_scene(dataset("fox"), undistort=False)
+    kept = load_scene(dataset("fox"), undistort=False, keep_distortion=True)
+    assert kept.cameras.model == "OPENCV" and kept.cameras.distortion.shape == (50, 4)
+
+
+@pytest.mark.shared_data
+def test_fox_image_is_undistorted(dataset):
+    scene = load_scene(dataset("fox"), downscale=4)
+    assert (scene.width, scene.height) == (135, 240)
+    img = scene.image(3)
+    assert img.shape == (240, 135, 3) and 0.0 <= float(img.min()) and float(img.max()) <= 1.0
+    from meshlift.io.images import read_image, resize_image
+
+    raw = resize_image(read_image(scene.image_paths[3]), 135, 240)
+    diff = (img - raw).abs().mean(-1)
+    # the distortion is mild: centre unchanged, the periphery moved
+    assert float(diff[100:140, 50:85].mean()) < 0.02
+    assert float(diff.mean()) > 1e-4
+
+
+# -- written by the tests ---------------------------------------------------------------------------
+
+
+def test_three_intrinsics_variants_give_the_same_K(tmp_path):
+    names = [f"images/{i:03d}.png" for i in range(4)]
+    frames, _ = _frames(4, names)
+    W, H = 16, 12
+    fx = 20.0
+    fov_x = 2 * math.atan(0.5 * W / fx)
+    variants = {
+        "top": {"fl_x": fx, "fl_y": fx, "cx": W / 2, "cy": H / 2, "w": W, "h": H, "frames": frames},
+        "per_frame": {"frames": [{**f, "fl_x": fx, "fl_y": fx, "cx": W / 2, "cy": H / 2, "w": W, "h": H} for f in frames]},
+        "fov": {"camera_angle_x": fov_x, "frames": frames},
+    }
+    Ks = []
+    for name, data in variants.items():
+        root = tmp_path / name
+        _write_images(root / "images", [n.split("/")[1] for n in names])
+        (root / "transforms.json").write_text(json.dumps(data))
+        scene = load_scene(root)
+        assert scene.format == "instant-ngp" and scene.warnings == []
+        Ks.append(scene.cameras.K)
+    torch.testing.assert_close(Ks[0], Ks[1])
+    torch.testing.assert_close(Ks[0], Ks[2], atol=1e-4, rtol=0)
+
+
+def test_poses_round_trip_through_transform_matrix(tmp_path):
+    names = [f"{i}.png" for i in range(3)]
+    frames, cams = _frames(3, names)
+    _write_images(tmp_path, names)
+    (tmp_path / "transforms.json").write_text(json.dumps({"camera_angle_x": 0.8, "frames": frames}))
+    scene = load_scene(tmp_path)
+    torch.testing.assert_close(scene.cameras.world_to_camera, cams.world_to_camera, atol=1e-5, rtol=0)
+
+
+def test_image_size_differing_from_wh_scales_intrinsics(tmp_path):
+    names = ["a.png", "b.png"]
+    frames, _ = _frames(2, names)
+    _write_images(tmp_path, names, size=(16, 12))
+    data = {"fl_x": 40.0, "fl_y": 41.0, "cx": 15.0, "cy": 12.5, "w": 32, "h": 24, "frames": frames}
+    (tmp_path / "transforms.json").write_text(json.dumps(data))
+    scene = load_scene(tmp_path)
+    torch.testing.assert_close(scene.cameras.K[0], torch.tensor([[20.0, 0, 7.5], [0, 20.5, 6.25], [0, 0, 1]]))
+    data["w"] = 40  # a different aspect ratio cannot be rescaled
+    (tmp_path / "transforms.json").write_text(json.dumps(data))
+    with pytest.raises(DatasetError, match="aspect ratio"):
+        load_scene(tmp_path)
+
+
+def test_blender_paths_without_extension_and_missing_frames(tmp_path):
+    for split in ("train", "test"):
+        names = [f"./{split}/r_{i}" for i in range(3)]
+        frames, _ = _frames(3, names)
+        _write_images(tmp_path / split, [f"r_{i}.png" for i in range(2)], mode="RGBA")  # r_2 missing
+        (tmp_path / f"transforms_{split}.json").write_text(json.dumps({"camera_angle_x": 0.7, "frames": frames}))
+    scene = load_scene(tmp_path)
+    assert scene.format == "blender" and len(scene) == 4
+    assert {k: len(v) for k, v in scene.splits.items()} == {"train": 2, "val": 0, "test": 2}
+    assert len(scene.warnings) == 2 and all("1 image files are missing" in w for w in scene.warnings)
+    batch = scene.load_batch([0, 3])
+    assert batch["rgb"].shape == (2, 12, 16, 3) and batch["mask"].shape == (2, 12, 16, 1)
+
+
+def test_distortion_keys_and_fisheye(tmp_path):
+    names = ["a.png"]
+    frames, _ = _frames(1, names)
+    _write_images(tmp_path, names)
+    base = {"fl_x": 20.0, "w": 16, "h": 12, "frames": frames}
+    for extra, model in (({"k1": 0.1}, "OPENCV"), ({"k1": 0.1, "k3": 0.01}, "FULL_OPENCV"),
+                         ({"k1": 0.1, "is_fisheye": True}, "OPENCV_FISHEYE"),
+                         ({"camera_model": "OPENCV_FISHEYE", "k2": 0.01}, "OPENCV_FISHEYE")):
+        (tmp_path / "transforms.json").write_text(json.dumps({**base, **extra}))
+        scene = load_scene(tmp_path)
+        assert scene.metadata["source_camera_model"] == model and scene.cameras.model == "PINHOLE"
+        assert scene.image(0).shape == (12, 16, 3)
+
+
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        ({"camera_angle_x": 0.7}, "missing key 'frames'"),
+        ({"camera_angle_x": 0.7, "frames": []}, "'frames' is empty"),
+        ({"camera_angle_x": 0.7, "frames": [{"file_path": "a.png"}]}, "no 'transform_matrix'"),
+        ({"camera_angle_x": 0.7, "frames": [{"transform_matrix": np.eye(4).tolist()}]}, "no 'file_path'"),
+        ({"frames": [{"file_path": "a.png", "transform_matrix": np.eye(4).tolist()}]}, "no intrinsics"),
+        ({"camera_angle_x": 0.7, "frames": [{"file_path": "zzz.png", "transform_matrix": np.eye(4).tolist()}]},
+         "none of the 1 listed images"),
+        ({"camera_angle_x": 0.7, "frames": [{"file_path": "a.png", "transform_matrix": [[1, 0], [0, 1]]}]}, "4x4"),
+    ],
+)
+def test_bad_transforms_raise(tmp_path, data, match):
+    _write_images(tmp_path, ["a.png"])
+    (tmp_path / "transforms.json").write_text(json.dumps(data))
+    with pytest.raises(DatasetError, match=match):
+        load_scene(tmp_path)
+
+
+def test_bad_json_and_unknown_folder(tmp_path):
+    (tmp_path / "transforms.json").write_text("{not json")
+    with pytest.raises(DatasetError, match="not valid JSON"):
+        load_scene(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DatasetError, match="no dataset found"):
+        load_scene(empty)
