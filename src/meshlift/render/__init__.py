@@ -15,6 +15,7 @@ from meshlift.render.helpers import (
     triangle_id,
 )
 from meshlift.render.interpolate import interpolate
+from meshlift.render.texture import cube_to_face_uv, texture, texture_construct_mip
 from meshlift.render.rasterize import (
     DEFAULT_MAX_FRAGMENTS,
     RasterSettings,
@@ -26,6 +27,9 @@ from meshlift.render.rasterize import (
 __all__ = [
     "rasterize",
     "interpolate",
+    "texture",
+    "texture_construct_mip",
+    "cube_to_face_uv",
     "visible_triangles",
     "barycentrics_at",
     "RasterSettings",

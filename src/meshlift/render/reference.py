@@ -95,3 +95,52 @@ def interpolate_reference(attr: torch.Tensor, rast: torch.Tensor, tri: torch.Ten
         idx = torch.tensor(list(vals.keys()), device=attr.device)
         out = out.index_put((idx[:, 0], idx[:, 1], idx[:, 2]), torch.stack(list(vals.values())))
     return out
+
+
+def texture_reference(tex: torch.Tensor, uv: torch.Tensor, boundary_mode: str = "wrap", level=None) -> torch.Tensor:
+    """Reference bilinear lookup by a per-pixel loop (2D textures; ``level``: per-pixel float mip level
+    ``[B, H, W]`` with trilinear blending over the chain built by 2×2 averaging, or None)."""
+    import math
+
+    from meshlift.render.texture import texture_construct_mip
+
+    chain = texture_construct_mip(tex) if level is not None else [tex]
+    B, H, W, _ = uv.shape
+    C = tex.shape[-1]
+    out = []
+
+    def texel(lv, b, r, c):
+        h, w = lv.shape[1], lv.shape[2]
+        if boundary_mode == "wrap":
+            r, c = r % h, c % w
+        elif boundary_mode == "clamp":
+            r, c = min(max(r, 0), h - 1), min(max(c, 0), w - 1)
+        elif not (0 <= r < h and 0 <= c < w):
+            return torch.zeros(C, dtype=tex.dtype)
+        return lv[b if lv.shape[0] > 1 else 0, r, c]
+
+    def bilinear(lv, b, u, v):
+        h, w = lv.shape[1], lv.shape[2]
+        x, y = u * w - 0.5, v * h - 0.5
+        x0, y0 = math.floor(x), math.floor(y)
+        fx, fy = x - x0, y - y0
+        return (
+            texel(lv, b, y0, x0) * (1 - fx) * (1 - fy)
+            + texel(lv, b, y0, x0 + 1) * fx * (1 - fy)
+            + texel(lv, b, y0 + 1, x0) * (1 - fx) * fy
+            + texel(lv, b, y0 + 1, x0 + 1) * fx * fy
+        )
+
+    for b in range(B):
+        for i in range(H):
+            for j in range(W):
+                u, v = float(uv[b, i, j, 0]), float(uv[b, i, j, 1])
+                if level is None:
+                    out.append(bilinear(chain[0], b, u, v))
+                else:
+                    lf = min(max(float(level[b, i, j]), 0.0), len(chain) - 1)
+                    l0 = int(math.floor(lf))
+                    l1 = min(l0 + 1, len(chain) - 1)
+                    fr = lf - l0
+                    out.append(bilinear(chain[l0], b, u, v) * (1 - fr) + bilinear(chain[l1], b, u, v) * fr)
+    return torch.stack(out).view(B, H, W, C)

@@ -1,0 +1,274 @@
+"""``texture``: differentiable texture sampling with mipmaps and cube maps (nvdiffrast semantics).
+
+Filtering follows nvdiffrast (Laine et al. 2020, "Modular Primitives for High-Performance
+Differentiable Rendering", Sec. 3.3): bilinear taps at texel centres ``uv = ((c + 0.5)/W, (r + 0.5)/H)``
+(docs/conventions.md §7: (0, 0) is the top-left corner of the image, v points down); mip levels by 2×2
+box filtering (area averaging for odd sizes); trilinear filtering between mip levels with the level
+``0.5·log2(λ_max) + bias``, ``λ_max`` the larger eigenvalue of ``JᵀJ`` for the texel-space Jacobian
+``J = ∂(u·W, v·H)/∂(X, Y)`` (the footprint ellipse's major axis). Cube maps: direction → face and face
+coordinates by the OpenGL rule (docs/conventions.md §8). Gradients reach ``tex`` (and every mip level),
+``uv``, ``uv_da`` and ``mip_level_bias``.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from meshlift.errors import RenderError
+from meshlift.render._checks import check_float
+
+FILTER_MODES = ("auto", "nearest", "linear", "linear-mipmap-nearest", "linear-mipmap-linear")
+BOUNDARY_MODES = ("wrap", "clamp", "zero", "cube")
+
+#: Floor of λ_max before the log, so zero derivatives give level 0 (and finite gradients).
+_LAMBDA_FLOOR = 1e-20
+
+
+def texture_construct_mip(
+    tex: torch.Tensor, max_mip_level: Optional[int] = None, cube: bool = False
+) -> List[torch.Tensor]:
+    """Build a mip chain ``[tex, level1, level2, ...]`` by 2×2 box filtering (differentiable).
+
+    Args:
+        tex: ``[B, H, W, C]`` (or ``[B, 6, R, R, C]`` with ``cube=True``).
+        max_mip_level: stop after this many downsamplings (None: until 1×1).
+        cube: whether ``tex`` is a cube map.
+
+    Returns:
+        list of tensors, level ``l`` of size ``max(1, H // 2^l) × max(1, W // 2^l)``; odd sizes are
+        area-averaged (``adaptive_avg_pool2d``).
+    """
+    levels = [tex]
+    cur = tex
+    lvl = 0
+    while True:
+        h, w = cur.shape[-3], cur.shape[-2]
+        if (h == 1 and w == 1) or (max_mip_level is not None and lvl >= max_mip_level):
+            break
+        nh, nw = max(1, h // 2), max(1, w // 2)
+        lead = cur.shape[:-3]
+        C = cur.shape[-1]
+        x = cur.reshape(-1, h, w, C).permute(0, 3, 1, 2)
+        x = F.adaptive_avg_pool2d(x, (nh, nw)).permute(0, 2, 3, 1)
+        cur = x.reshape(*lead, nh, nw, C)
+        levels.append(cur)
+        lvl += 1
+    return levels
+
+
+def cube_to_face_uv(d: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Direction ``[..., 3]`` → ``(face [...] int64, s [...], t [...])`` with s, t in [0, 1].
+
+    OpenGL cube-map rule (docs/conventions.md §8), faces ordered (+x, −x, +y, −y, +z, −z); ``s`` runs
+    along face columns, ``t`` along face rows (row 0 on top). Major axis → (sc, tc):
+    +x: (−z, −y), −x: (+z, −y), +y: (+x, +z), −y: (+x, −z), +z: (+x, −y), −z: (−x, −y);
+    ``s = (sc/|ma| + 1)/2``, ``t = (tc/|ma| + 1)/2``.
+    """
+    x, y, z = d.unbind(-1)
+    ax, ay, az = x.abs(), y.abs(), z.abs()
+    is_x = (ax >= ay) & (ax >= az)
+    is_y = ~is_x & (ay >= az)
+    is_z = ~is_x & ~is_y
+    face = torch.where(is_x, (x < 0).long(), torch.where(is_y, 2 + (y < 0).long(), 4 + (z < 0).long()))
+    ma = torch.where(is_x, ax, torch.where(is_y, ay, az)).clamp_min(1e-20)
+    sc = torch.where(is_x, torch.where(x >= 0, -z, z), torch.where(is_y, x, torch.where(z >= 0, x, -x)))
+    tc = torch.where(is_x, -y, torch.where(is_y, torch.where(y >= 0, z, -z), -y))
+    return face, (sc / ma + 1) * 0.5, (tc / ma + 1) * 0.5
+
+
+def _mip_level(uv_da, mip_level_bias, W0, H0, n_levels, dtype):
+    """Per-pixel continuous mip level, ``[N]``, clamped to [0, n_levels − 1]."""
+    level = None
+    if uv_da is not None:
+        a = uv_da[:, 0] * W0  # du/dX in texels
+        b = uv_da[:, 1] * W0  # du/dY
+        c = uv_da[:, 2] * H0  # dv/dX
+        d = uv_da[:, 3] * H0  # dv/dY
+        A = a * a + c * c
+        Cc = b * b + d * d
+        Bx = a * b + c * d
+        half = 0.5 * (A - Cc)
+        lam = 0.5 * (A + Cc) + torch.sqrt(half * half + Bx * Bx + _LAMBDA_FLOOR)
+        level = 0.5 * torch.log2(lam.clamp_min(_LAMBDA_FLOOR))
+    if mip_level_bias is not None:
+        level = mip_level_bias if level is None else level + mip_level_bias
+    return level.to(dtype).clamp(0, n_levels - 1)
+
+
+def _taps(coord, size, boundary, linear):
+    """Integer taps and weights along one axis. ``coord`` in [0, 1] units, ``size`` int tensor."""
+    sz = size.to(coord.dtype)
+    if linear:
+        x = coord * sz - 0.5
+        x0f = torch.floor(x)
+        f = x - x0f
+        x0 = x0f.long()
+        idx = [x0, x0 + 1]
+        wts = [1 - f, f]
+    else:
+        idx = [torch.floor(coord * sz).long()]
+        wts = [torch.ones_like(coord)]
+    out_i, out_w = [], []
+    for i, w in zip(idx, wts):
+        if boundary == "wrap":
+            i = torch.remainder(i, size)
+        elif boundary == "zero":
+            valid = (i >= 0) & (i < size)
+            w = w * valid.to(w.dtype)
+            i = torch.minimum(i.clamp(min=0), size - 1)
+        else:  # clamp, cube (within the face)
+            i = torch.minimum(i.clamp(min=0), size - 1)
+        out_i.append(i)
+        out_w.append(w)
+    return out_i, out_w
+
+
+def _sample(flat, base, hs, ws, s, t, boundary, linear):
+    """Filter ``flat [M, C]`` at (s, t) of images starting at ``base`` with sizes ``hs × ws``; ``[N, C]``."""
+    xi, xw = _taps(s, ws, boundary, linear)
+    yi, yw = _taps(t, hs, boundary, linear)
+    idx, wts = [], []
+    for yy, wy in zip(yi, yw):
+        for xx, wx in zip(xi, xw):
+            idx.append(base + yy * ws + xx)
+            wts.append(wy * wx)
+    k = len(idx)
+    vals = flat.index_select(0, torch.stack(idx, 1).reshape(-1)).view(-1, k, flat.shape[-1])
+    return (vals * torch.stack(wts, 1).unsqueeze(-1).to(vals.dtype)).sum(1)
+
+
+def texture(
+    tex: torch.Tensor,
+    uv: torch.Tensor,
+    uv_da: Optional[torch.Tensor] = None,
+    mip_level_bias: Optional[torch.Tensor] = None,
+    mip: Optional[Sequence[torch.Tensor]] = None,
+    filter_mode: str = "auto",
+    boundary_mode: str = "wrap",
+    max_mip_level: Optional[int] = None,
+) -> torch.Tensor:
+    """Sample a texture at per-pixel coordinates (nvdiffrast ``texture`` semantics).
+
+    Args:
+        tex: ``[B, Ht, Wt, C]`` (or ``[1, ...]``, shared) float texture; cube maps ``[B, 6, R, R, C]``
+            with ``boundary_mode='cube'``.
+        uv: ``[B, H, W, 2]`` texture coordinates (docs/conventions.md §7), or ``[B, H, W, 3]`` directions
+            for cube maps (need not be unit length).
+        uv_da: ``[B, H, W, 4]`` = ``(du/dX, du/dY, dv/dX, dv/dY)`` in uv units per pixel (e.g. from
+            ``interpolate(..., diff_attrs='all')``), for mip-level selection (2D textures only).
+        mip_level_bias: ``[B, H, W]`` added to the level (or the level itself without ``uv_da``).
+        mip: precomputed chain from :func:`texture_construct_mip` (default: built here from ``tex``).
+        filter_mode: ``'auto'`` (trilinear when ``uv_da`` or ``mip_level_bias`` is given, else
+            bilinear), ``'nearest'``, ``'linear'``, ``'linear-mipmap-nearest'``, ``'linear-mipmap-linear'``.
+        boundary_mode: ``'wrap'``, ``'clamp'``, ``'zero'`` (texels outside are 0) or ``'cube'``.
+        max_mip_level: most mip levels to build/use (None: down to 1×1).
+
+    Returns:
+        ``[B, H, W, C]`` filtered texture values, in ``tex``'s units, differentiable w.r.t. ``tex``,
+        ``uv`` (except nearest), ``uv_da`` and ``mip_level_bias``.
+
+    Raises:
+        RenderError: bad shapes or modes, mipmapping without ``uv_da``/``mip_level_bias``.
+
+    Cube maps filter bilinearly within a face (taps clamp at face edges rather than continuing onto the
+    neighbouring face, a small difference from nvdiffrast at face seams).
+    """
+    check_float("tex", tex)
+    check_float("uv", uv)
+    if filter_mode not in FILTER_MODES:
+        raise RenderError(f"filter_mode must be one of {FILTER_MODES}, got {filter_mode!r}")
+    if boundary_mode not in BOUNDARY_MODES:
+        raise RenderError(f"boundary_mode must be one of {BOUNDARY_MODES}, got {boundary_mode!r}")
+    cube = boundary_mode == "cube"
+    if cube:
+        if tex.ndim != 5 or tex.shape[1] != 6 or tex.shape[2] != tex.shape[3]:
+            raise RenderError(f"cube-map tex must be [B, 6, R, R, C], got {tuple(tex.shape)}")
+        if uv.ndim != 4 or uv.shape[-1] != 3:
+            raise RenderError(f"with boundary_mode='cube', uv must be directions [B, H, W, 3], got {tuple(uv.shape)}")
+        if uv_da is not None:
+            raise RenderError("cube maps select mip levels from mip_level_bias only; pass uv_da=None")
+    else:
+        if tex.ndim != 4:
+            raise RenderError(f"tex must be [B, Ht, Wt, C] (cube maps need boundary_mode='cube'), got {tuple(tex.shape)}")
+        if uv.ndim != 4 or uv.shape[-1] != 2:
+            raise RenderError(f"uv must be [B, H, W, 2], got {tuple(uv.shape)}")
+    B, H, W, _ = uv.shape
+    if tex.shape[0] not in (1, B):
+        raise RenderError(f"tex batch {tex.shape[0]} must be 1 or match uv's batch {B}")
+    if uv_da is not None and (uv_da.shape != (B, H, W, 4)):
+        raise RenderError(f"uv_da must be [B, H, W, 4] = {(B, H, W, 4)}, got {tuple(uv_da.shape)}")
+    if mip_level_bias is not None:
+        if mip_level_bias.shape == (B, H, W, 1):
+            mip_level_bias = mip_level_bias[..., 0]
+        if mip_level_bias.shape != (B, H, W):
+            raise RenderError(f"mip_level_bias must be [B, H, W], got {tuple(mip_level_bias.shape)}")
+    if filter_mode == "auto":
+        filter_mode = "linear-mipmap-linear" if (uv_da is not None or mip_level_bias is not None) else "linear"
+    mipmapped = filter_mode.startswith("linear-mipmap")
+    if mipmapped and uv_da is None and mip_level_bias is None:
+        raise RenderError(f"filter_mode={filter_mode!r} needs uv_da or mip_level_bias to choose mip levels")
+    if max_mip_level is not None and max_mip_level < 0:
+        raise RenderError(f"max_mip_level must be >= 0, got {max_mip_level}")
+
+    dtype = torch.promote_types(tex.dtype, uv.dtype)
+    dev = uv.device
+    if mipmapped:
+        levels = list(mip) if mip is not None else texture_construct_mip(tex, max_mip_level, cube)
+        if max_mip_level is not None:
+            levels = levels[: max_mip_level + 1]
+    else:
+        levels = [tex]
+    Bt = tex.shape[0]
+    C = tex.shape[-1]
+    # one flat buffer: per image, the levels one after another (cube: 6 faces per level)
+    per_img = [lv.reshape(Bt, -1, C) for lv in levels]
+    sizes = [p.shape[1] for p in per_img]
+    flat = torch.cat(per_img, 1).reshape(-1, C).to(dtype)
+    total = sum(sizes)
+    offs = torch.tensor([0] + sizes[:-1], device=dev).cumsum(0)
+    hs_l = torch.tensor([lv.shape[-3] for lv in levels], device=dev)
+    ws_l = torch.tensor([lv.shape[-2] for lv in levels], device=dev)
+
+    N = B * H * W
+    uvf = uv.reshape(N, -1).to(dtype)
+    img = torch.arange(B, device=dev).repeat_interleave(H * W) if Bt > 1 else torch.zeros(N, dtype=torch.long, device=dev)
+    img_base = img * total
+    if cube:
+        face, s, t = cube_to_face_uv(uvf)
+    else:
+        face = None
+        s, t = uvf[:, 0], uvf[:, 1]
+
+    def at_level(li: torch.Tensor, linear: bool) -> torch.Tensor:
+        hs, ws = hs_l[li], ws_l[li]
+        base = img_base + offs[li]
+        if cube:
+            base = base + face * hs * ws
+        return _sample(flat, base, hs, ws, s, t, "clamp" if cube else boundary_mode, linear)
+
+    if not mipmapped:
+        zero = torch.zeros(N, dtype=torch.long, device=dev)
+        out = at_level(zero, filter_mode == "linear")
+    else:
+        level = _mip_level(
+            None if uv_da is None else uv_da.reshape(N, 4).to(dtype),
+            None if mip_level_bias is None else mip_level_bias.reshape(N).to(dtype),
+            levels[0].shape[-2],
+            levels[0].shape[-3],
+            len(levels),
+            dtype,
+        )
+        if filter_mode == "linear-mipmap-nearest":
+            out = at_level(torch.floor(level.detach() + 0.5).long().clamp(max=len(levels) - 1), True)
+        else:
+            l0 = torch.floor(level.detach()).long()
+            l1 = (l0 + 1).clamp(max=len(levels) - 1)
+            fr = (level - l0.to(dtype)).unsqueeze(1)
+            out = at_level(l0, True) * (1 - fr) + at_level(l1, True) * fr
+    return out.view(B, H, W, C)
+
+
+__all__ = ["texture", "texture_construct_mip", "cube_to_face_uv", "FILTER_MODES", "BOUNDARY_MODES"]
