@@ -163,6 +163,13 @@ def rasterize_uv(
     return tri_id, bary.float()
 
 
+def _box3_sum(x: torch.Tensor) -> torch.Tensor:
+    """3×3 neighbourhood sums of ``x [B, C, H, W]`` with zero padding (separable: two 3-tap passes)."""
+    p = F.pad(x, (1, 1, 1, 1))
+    rows = p[..., :, :-2] + p[..., :, 1:-1] + p[..., :, 2:]
+    return rows[..., :-2, :] + rows[..., 1:-1, :] + rows[..., 2:, :]
+
+
 def dilate_texture(tex: torch.Tensor, mask: torch.Tensor, iterations: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """Grow ``tex`` into empty texels by ``iterations`` rings of 3×3 neighbour averaging.
 
@@ -179,17 +186,19 @@ def dilate_texture(tex: torch.Tensor, mask: torch.Tensor, iterations: int) -> Tu
     """
     if iterations < 0:
         raise RenderError(f"dilate_texture: iterations must be >= 0, got {iterations}")
-    x = (tex * mask[..., None]).permute(2, 0, 1)[None]  # [1, C, R, R']
-    m = mask[None, None].to(tex.dtype)
+    C = tex.shape[-1]
+    m = mask[..., None].to(tex.dtype)
+    # colour and mask pooled together: channel C holds the mask, so one pooling per ring
+    xm = torch.cat([tex * m, m], -1).permute(2, 0, 1)[None].contiguous()  # [1, C + 1, R, R']
     for _ in range(int(iterations)):
-        s = F.avg_pool2d(x, 3, stride=1, padding=1, count_include_pad=True)
-        n = F.avg_pool2d(m, 3, stride=1, padding=1, count_include_pad=True)
-        grow = (n > 0) & (m == 0)
+        s = _box3_sum(xm)
+        n = s[:, C:]
+        grow = (n > 0) & (xm[:, C:] == 0)
         if not bool(grow.any()):
             break
-        x = torch.where(grow, s / n.clamp(min=1e-12), x)
-        m = torch.where(grow, torch.ones_like(m), m)
-    return x[0].permute(1, 2, 0).contiguous(), m[0, 0] > 0
+        grown = torch.cat([s[:, :C] / n.clamp(min=1e-12), torch.ones_like(n)], 1)
+        xm = torch.where(grow, grown, xm)
+    return xm[0, :C].permute(1, 2, 0).contiguous(), xm[0, C] > 0
 
 
 def push_pull_fill(tex: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -308,14 +317,13 @@ def bake_field_to_textures(
                 raise RenderError(f"bake_field_to_textures: field output {name!r} must be [{n}, C], got {shape}")
             outs.setdefault(name, []).append(val.detach().float())
 
-    textures: Dict[str, torch.Tensor] = {}
-    for name, parts in outs.items():
-        vals = torch.cat(parts, 0)
-        tex = torch.zeros(R * R, vals.shape[1], dtype=torch.float32, device=mesh.v_pos.device)
-        tex[flat] = vals.to(tex.device)
-        tex = tex.view(R, R, -1)
-        tex, m = dilate_texture(tex, covered, dilate)
-        if fill == "push_pull":
-            tex = push_pull_fill(tex, m)
-        textures[name] = tex
-    return textures
+    # all outputs in one [R, R, sum C] image so dilation and push-pull run once
+    names = list(outs)
+    vals = torch.cat([torch.cat(outs[k], 0) for k in names], 1)
+    widths = [outs[k][0].shape[1] for k in names]
+    tex = torch.zeros(R * R, vals.shape[1], dtype=torch.float32, device=mesh.v_pos.device)
+    tex[flat] = vals.to(tex.device)
+    tex, m = dilate_texture(tex.view(R, R, -1), covered, dilate)
+    if fill == "push_pull":
+        tex = push_pull_fill(tex, m)
+    return {k: t.contiguous() for k, t in zip(names, torch.split(tex, widths, dim=-1))}
