@@ -1,0 +1,66 @@
+"""`meshlift inspect PATH [--json]` on the shared datasets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from meshlift.cli.main import main
+
+KEYS = {"format", "num_images", "width", "height", "camera_model", "splits", "has_masks", "warnings", "bounds"}
+
+EXPECTED = {
+    "fox": dict(format="instant-ngp", num_images=50, width=540, height=960, camera_model="OPENCV", has_masks=False,
+                splits={"train": 43, "val": 0, "test": 7}, n_warnings=1),
+    "nerf_synthetic_lego_half": dict(format="blender", num_images=70, width=400, height=400, camera_model="PINHOLE",
+                                     has_masks=True, splits={"train": 50, "val": 10, "test": 10}, n_warnings=0),
+    "nerd_ethiopian_head": dict(format="llff", num_images=66, width=512, height=512, camera_model="PINHOLE",
+                                has_masks=True, splits={"train": 57, "val": 0, "test": 9}, n_warnings=0),
+    "statue_of_liberty_colmap": dict(format="colmap", num_images=40, width=400, height=600,
+                                     camera_model="SIMPLE_RADIAL", has_masks=True,
+                                     splits={"train": 35, "val": 0, "test": 5}, n_warnings=0),
+}
+
+
+def _run(capsys, *args):
+    rc = main(list(args))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_inspect_json(dataset, capsys, name):
+    rc, out, _ = _run(capsys, "inspect", str(dataset(name)), "--json")
+    assert rc == 0
+    info = json.loads(out)
+    assert KEYS <= set(info)
+    exp = dict(EXPECTED[name])
+    n_warn = exp.pop("n_warnings")
+    for k, v in exp.items():
+        assert info[k] == v, k
+    assert len(info["warnings"]) == n_warn
+    assert all(isinstance(w, str) for w in info["warnings"])
+    lo, hi = info["bounds"]["min"], info["bounds"]["max"]
+    assert all(a < b for a, b in zip(lo, hi))
+    if name == "fox":
+        assert "17" in info["warnings"][0]
+    if name == "statue_of_liberty_colmap":
+        assert info["undistorted"] and info["loaded_camera_model"] == "PINHOLE"
+
+
+@pytest.mark.shared_data
+def test_inspect_table_and_alt_model(dataset, capsys):
+    rc, out, _ = _run(capsys, "inspect", str(dataset("fox")))
+    assert rc == 0 and "instant-ngp" in out and "540 x 960" in out and "warning" in out
+    rc, out, _ = _run(capsys, "inspect", str(dataset("statue_of_liberty_colmap")), "--colmap-model",
+                      "sparse_alt_txt/0", "--json")
+    assert rc == 0 and json.loads(out)["focal"][0] == pytest.approx(2395.65 / 2, abs=0.01)
+
+
+def test_inspect_bad_path_exits_2(tmp_path, capsys):
+    rc, _, err = _run(capsys, "inspect", str(tmp_path))
+    assert rc == 2 and "no dataset found" in err
+    rc, _, err = _run(capsys, "inspect", str(tmp_path / "missing"))
+    assert rc == 2 and "does not exist" in err
