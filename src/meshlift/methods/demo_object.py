@@ -36,9 +36,9 @@ class DemoObjectShape:
     """Tube radius before displacement."""
     n_bumps: int = 14
     """Number of Gaussian bumps, one per sector of the ring (jittered positions from the seed)."""
-    bump_height: float = 0.055
+    bump_height: float = 0.04
     """Peak displacement of one bump, along the tube normal."""
-    bump_width: float = 0.07
+    bump_width: float = 0.09
     """Standard deviation of a bump, measured along the surface (arc length on the undisplaced torus)."""
     ridge_height: float = 0.012
     """Amplitude of the sinusoidal ridges running across the tube."""
