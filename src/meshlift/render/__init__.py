@@ -5,6 +5,7 @@ Public ops: :func:`rasterize`, :func:`interpolate`, :func:`texture`, :func:`anti
 docs/conventions.md §3 (clip space, pixel centres, depth test), §7 (UVs), §8 (cube maps).
 """
 
+from meshlift.render.antialias import antialias, antialias_construct_topology
 from meshlift.render.helpers import (
     coverage_mask,
     ndc_to_pixel,
@@ -27,6 +28,8 @@ from meshlift.render.rasterize import (
 __all__ = [
     "rasterize",
     "interpolate",
+    "antialias",
+    "antialias_construct_topology",
     "texture",
     "texture_construct_mip",
     "cube_to_face_uv",

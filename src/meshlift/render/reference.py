@@ -144,3 +144,72 @@ def texture_reference(tex: torch.Tensor, uv: torch.Tensor, boundary_mode: str = 
                     fr = lf - l0
                     out.append(bilinear(chain[l0], b, u, v) * (1 - fr) + bilinear(chain[l1], b, u, v) * fr)
     return torch.stack(out).view(B, H, W, C)
+
+
+def antialias_reference(color, rast, pos, tri) -> torch.Tensor:
+    """Reference ``antialias`` forward by a per-pixel-pair Python loop (same rules, scalar code)."""
+    import math
+
+    B, H, W, C = color.shape
+    tri = tri.tolist()
+    # opposite vertices by a dict of edges
+    edge_map = {}
+    for ti, (a, b, c) in enumerate(tri):
+        for k, (u, v) in enumerate(((b, c), (c, a), (a, b))):
+            edge_map.setdefault((min(u, v), max(u, v)), []).append((ti, k))
+    out = color.detach().clone()
+    ids = (rast[..., 3].round().long() - 1).tolist()
+    zs = rast[..., 2].tolist()
+    for b in range(B):
+        P = (pos[b] if pos.ndim == 3 else pos).detach().double().tolist()
+        for i in range(H):
+            for j in range(W):
+                for down in (False, True):
+                    i1, j1 = (i + 1, j) if down else (i, j + 1)
+                    if i1 >= H or j1 >= W:
+                        continue
+                    ta, tb = ids[b][i][j], ids[b][i1][j1]
+                    if ta == tb:
+                        continue
+                    use1 = ta < 0 or (tb >= 0 and not zs[b][i][j] < zs[b][i1][j1])
+                    t = tb if use1 else ta
+                    ri, rj = (i1, j1) if use1 else (i, j)
+                    ds = -1.0 if use1 else 1.0
+                    vs = tri[t]
+                    if any(P[v][3] <= 0 for v in vs):
+                        continue
+                    opp = []
+                    for k in range(3):
+                        u, v = vs[(k + 1) % 3], vs[(k + 2) % 3]
+                        others = [o for o in edge_map[(min(u, v), max(u, v))] if o[0] != t]
+                        opp.append(tri[others[0][0]][others[0][1]] if others else vs[k])
+
+                    def proj(v):
+                        X = (P[v][0] / P[v][3] + 1) * W / 2 - (rj + 0.5)
+                        Y = (P[v][1] / P[v][3] + 1) * H / 2 - (ri + 0.5)
+                        return (Y, X) if down else (X, Y)
+
+                    q = [proj(v) for v in vs]
+                    o = [proj(v) for v in opp]
+                    bb = (q[1][0] - q[0][0]) * (q[2][1] - q[0][1]) - (q[2][0] - q[0][0]) * (q[1][1] - q[0][1])
+                    best, bk = -math.inf, -1
+                    for k in range(3):
+                        (xa, ya), (xb, yb) = q[(k + 1) % 3], q[(k + 2) % 3]
+                        if (ya < 0) == (yb < 0) or yb == ya:
+                            continue
+                        dc = ds * (xa * (yb - ya) - ya * (xb - xa)) / (yb - ya)
+                        if dc > best:
+                            best, bk = dc, k
+                    if bk < 0:
+                        continue
+                    (xa, ya), (xb, yb) = q[(bk + 1) % 3], q[(bk + 2) % 3]
+                    ox, oy = o[bk]
+                    area_o = (xa - ox) * (yb - oy) - (xb - ox) * (ya - oy)
+                    if (area_o < 0) != (bb < 0) or abs(yb - ya) < abs(xb - xa):
+                        continue
+                    if not (-1 / 16 < best < 1 + 1 / 16):
+                        continue
+                    alpha = ds * (0.5 - min(max(best, 0.0), 1.0))
+                    tgt = (i, j) if alpha > 0 else (i1, j1)
+                    out[b, tgt[0], tgt[1]] += alpha * (color[b, i1, j1] - color[b, i, j]).detach()
+    return out
