@@ -185,7 +185,7 @@ def make_reference_light(
         if env_map.ndim == 4 and env_map.shape[0] == 6:  # a cube map [6, R, R, 3]
             light = EnvironmentLight(env_map.to(device), trainable=False)
         elif env_map.ndim == 3 and env_map.shape[-1] == 3:  # a lat-long map [H, 2H, 3]
-            light = EnvironmentLight.from_latlong(env_map.to(device), int(env_res))
+            light = EnvironmentLight.from_latlong(env_map.to(device), int(env_res), trainable=False)
         else:
             raise ConfigError(
                 f"reference environment {str(env)!r} gave an array of shape {tuple(env_map.shape)}; expected a "
