@@ -135,7 +135,7 @@ def save_glb(path: str | Path, mesh: Mesh, *, occlusion: bool = False) -> Path:
     gltf: dict = {
         "asset": {"version": "2.0", "generator": "meshlift"},
         "scene": 0,
-        "scenes": [{"nodes": []}],
+        "scenes": [{}],  # nodes are added below; an empty list is invalid glTF
     }
     if mesh.num_faces > 0:
         faces, attr = split_corners(mesh)

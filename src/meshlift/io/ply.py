@@ -103,6 +103,12 @@ def _field(data, name):
     return None
 
 
+def _scalar(data, name):
+    """A scalar vertex property as a 1-D array (the ASCII parser gives ``[N, 1]``), or None."""
+    val = _field(data, name)
+    return None if val is None else np.asarray(val).reshape(-1)
+
+
 def _list_field(data, name) -> list | np.ndarray | None:
     """A list property of the face element as ``[T, k]`` array or list of arrays."""
     val = _field(data, name)
@@ -146,7 +152,7 @@ def load_ply(path: str | Path) -> Mesh:
     if V == 0:
         return Mesh(v_pos=torch.zeros(0, 3), t_pos_idx=torch.zeros(0, 3, dtype=torch.int64))
     try:
-        vp = np.stack([np.asarray(_field(vd, k), dtype=np.float64) for k in "xyz"], axis=1)
+        vp = np.stack([np.asarray(_scalar(vd, k), dtype=np.float64) for k in "xyz"], axis=1)
     except (TypeError, ValueError) as exc:
         raise MeshError(f"{path}: vertex element lacks x/y/z") from exc
 
@@ -186,12 +192,12 @@ def load_ply(path: str | Path) -> Mesh:
         )
 
     v_nrm = t_nrm = None
-    nrm = [_field(vd, k) for k in ("nx", "ny", "nz")]
+    nrm = [_scalar(vd, k) for k in ("nx", "ny", "nz")]
     if all(n is not None for n in nrm):
         v_nrm = torch.from_numpy(np.stack(nrm, axis=1).astype(np.float32))
         t_nrm = torch.from_numpy(faces.copy())
     v_color = None
-    ch = [_field(vd, k) for k in ("red", "green", "blue", "alpha")]
+    ch = [_scalar(vd, k) for k in ("red", "green", "blue", "alpha")]
     if all(c is not None for c in ch[:3]):
         cols = [np.asarray(c) for c in ch if c is not None]
         is_int = np.issubdtype(cols[0].dtype, np.integer)
@@ -203,7 +209,7 @@ def load_ply(path: str | Path) -> Mesh:
         v_color = torch.from_numpy(c)
     v_tex = t_tex = None
     for un, vn_ in (("texture_u", "texture_v"), ("s", "t"), ("u", "v")):
-        u, v = _field(vd, un), _field(vd, vn_)
+        u, v = _scalar(vd, un), _scalar(vd, vn_)
         if u is not None and v is not None:
             uv = np.stack([np.asarray(u, dtype=np.float32), 1.0 - np.asarray(v, dtype=np.float32)], axis=1)
             v_tex = torch.from_numpy(uv)
