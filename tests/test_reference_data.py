@@ -175,3 +175,16 @@ def test_renders_match_renderer_and_composite_consistently():
     assert v["images"].shape == (2, 32, 32, 3) and v["masks"].shape == (2, 32, 32, 1)
     torch.testing.assert_close(v["world_to_clip"], ds.cameras_normalized[[3, 4]].world_to_clip())
     torch.testing.assert_close(ds.image(4), b["rgb"][1])
+
+
+@needs_shading
+@pytest.mark.gpu
+def test_reference_renders_on_cuda_match_cpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    mesh = _world_ring()
+    kw = dict(n_train=2, n_test=1, resolution=48, spp=1, env_res=16)
+    cpu = ReferenceMeshDataset(mesh, **kw).load_batch([0, 2], "cpu")
+    gpu = ReferenceMeshDataset(mesh, device="cuda", **kw).load_batch([0, 2], "cpu")
+    assert float((gpu["mask"] - cpu["mask"]).abs().mean()) < 1e-3
+    assert float((gpu["rgb"] - cpu["rgb"]).abs().mean()) < 5e-3
