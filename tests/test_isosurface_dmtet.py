@@ -158,6 +158,27 @@ def test_volume_gradient_finite_differences():
     assert float(s.grad[idx].max()) < 0
 
 
+def test_optimisation_moves_the_surface():
+    # gradients are usable: grow a sphere of radius 0.3 to radius 0.5 through sdf and deformation
+    res = 8
+    verts, tets = regular_tet_grid(res)
+    sdf = torch.nn.Parameter(sphere_sdf(verts, 0.3))
+    deform = torch.nn.Parameter(torch.zeros_like(verts))
+    opt = torch.optim.Adam([sdf, deform], lr=0.005)  # larger steps jump the surface across grid edges
+    edges = tet_edges(tets)
+    for _ in range(60):
+        v, f = marching_tets(verts + (1.0 / res) * torch.tanh(deform), sdf, tets)
+        loss = (v.norm(dim=1) - 0.5).square().mean() + 0.01 * sdf_reg_loss(sdf, edges)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    v, f = marching_tets(verts + (1.0 / res) * torch.tanh(deform.detach()), sdf.detach(), tets)
+    check_closed_oriented(f)
+    r = v.norm(dim=1)
+    assert abs(float(r.mean()) - 0.5) < 0.02 and float(r.min()) > 0.45 and float(r.max()) < 0.55
+    assert float(deform.detach().abs().max()) > 0
+
+
 @pytest.mark.parametrize("value", [1.0, -1.0, 0.0])
 def test_empty_and_full_grids(value):
     verts, tets = regular_tet_grid(3)

@@ -89,6 +89,9 @@ def test_table_properties():
         segs0 = tables._face_segments(c, f, False)
         p0 = patch_table[c, 0].tolist()
         assert p0[segs0[0][0]] == p0[segs0[1][0]]
+        # it is the cube's only ambiguous face, so flipping it = resolving the cube as its complement
+        assert [g for g in range(6) if len(tables._face_segments(c, g, False)) == 2] == [f]
+        assert patch_table[c, 1].tolist() == patch_table[255 - c, 0].tolist()
 
 
 def test_cube_grid_layout():
@@ -232,6 +235,25 @@ def test_weights():
     torch.testing.assert_close(vg, v0)
     assert not torch.equal(fg, f0)
     check_closed_manifold(fg)
+
+
+def test_optimisation_moves_the_surface():
+    # gradients are usable: fit a sphere of radius 0.3 to radius 0.5 through sdf and weights
+    res = 8
+    fc = FlexiCubes()
+    verts, cubes = fc.cube_grid(res)
+    sdf = torch.nn.Parameter(sphere_sdf(verts, 0.3))
+    beta = torch.nn.Parameter(torch.zeros(res**3, 12))
+    opt = torch.optim.Adam([sdf, beta], lr=0.02)
+    for _ in range(60):
+        v, f, l_dev = fc(verts, sdf, cubes, res, beta=beta, training=True)
+        loss = (v.norm(dim=1) - 0.5).square().mean() + 0.1 * l_dev.mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    v, f, _ = fc(verts, sdf.detach(), cubes, res, beta=beta.detach())
+    check_closed_manifold(f)
+    assert abs(float(v.norm(dim=1).mean()) - 0.5) < 0.02
 
 
 @pytest.mark.parametrize("value", [1.0, -1.0])
