@@ -108,3 +108,20 @@ def test_normalization_from_cameras_points_and_aabb():
     assert float(box.abs().max()) < 1.0 and info["method"].startswith("points3D")
     _, box, info = estimate_normalization(cams, aabb=torch.tensor([[-2.0, -1, 0], [2, 1, 1]]))
     assert info["method"].startswith("aabb")
+
+
+@pytest.mark.gpu
+def test_cuda_data_device_and_cameras(tmp_path):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    _blender(tmp_path)
+    pre = load_scene(tmp_path, preload=True, data_device="cuda")
+    batch = pre.load_batch([0, 2])
+    assert batch["rgb"].device.type == "cuda" and batch["mask"].device.type == "cuda"
+    cpu = load_scene(tmp_path).load_batch([0, 2], device="cuda")  # streamed from the CPU per batch
+    torch.testing.assert_close(batch["rgb"], cpu["rgb"])
+    cams = pre.cameras.to("cuda")
+    pts = torch.randn(50, 3, device="cuda")
+    torch.testing.assert_close(cams.project(pts)[0].cpu(), pre.cameras.project(pts.cpu())[0], atol=1e-3, rtol=0)
+    origins, dirs = cams.pixel_rays(0)
+    assert dirs.device.type == "cuda" and dirs.shape == (1, 12, 16, 3)

@@ -202,3 +202,17 @@ def test_bad_json_and_unknown_folder(tmp_path):
     empty.mkdir()
     with pytest.raises(DatasetError, match="no dataset found"):
         load_scene(empty)
+
+
+def test_nerfstudio_images_n_folder_used_for_downscale(tmp_path):
+    names = [f"images/{i}.png" for i in range(3)]
+    frames, _ = _frames(3, names)
+    _write_images(tmp_path / "images", [f"{i}.png" for i in range(3)], size=(32, 24))
+    _write_images(tmp_path / "images_2", [f"{i}.png" for i in range(3)], size=(16, 12))
+    (tmp_path / "transforms.json").write_text(json.dumps({"fl_x": 40.0, "w": 32, "h": 24, "frames": frames}))
+    scene = load_scene(tmp_path, downscale=2)
+    assert scene.metadata["images_folder"] == "images_2" and (scene.width, scene.height) == (16, 12)
+    assert scene.image_paths[0].parent.name == "images_2"
+    assert float(scene.cameras.fx[0]) == pytest.approx(20.0)
+    s3 = load_scene(tmp_path, downscale=4)  # no images_4: resized from images/
+    assert (s3.width, s3.height) == (8, 6) and float(s3.cameras.fx[0]) == pytest.approx(10.0)

@@ -21,7 +21,7 @@ The container is thin: the maths (rotations, rigid transforms, lens distortion) 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import torch

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from meshlift.cameras import Cameras
-from meshlift.errors import DatasetError, ImageError
 from meshlift.data.scene import BACKGROUNDS, Scene, estimate_normalization, every_nth_splits
+from meshlift.errors import DatasetError, ImageError
 
 
 @dataclass

@@ -31,10 +31,10 @@ import numpy as np
 import torch
 
 from meshlift.cameras import Cameras, colmap_to_world_to_camera, intrinsics_matrix, world_to_camera_to_colmap
-from meshlift.data._common import LoadOptions, check_sizes, finish_scene, find_mask, missing_warning
+from meshlift.data._common import LoadOptions, check_sizes, find_mask, finish_scene, missing_warning
 from meshlift.data.scene import Scene
 from meshlift.errors import CameraError, DatasetError
-from meshlift.geometry.distortion import CAMERA_MODELS, camera_model, split_params
+from meshlift.geometry.distortion import camera_model, split_params
 
 __all__ = [
     "ColmapCamera",

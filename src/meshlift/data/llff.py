@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from meshlift.cameras import Cameras, intrinsics_matrix, llff_to_world_to_camera
-from meshlift.data._common import LoadOptions, check_sizes, finish_scene, find_mask
+from meshlift.data._common import LoadOptions, check_sizes, find_mask, finish_scene
 from meshlift.data.scene import Scene
 from meshlift.errors import CameraError, DatasetError
 from meshlift.io.images import IMAGE_EXTENSIONS

@@ -181,6 +181,26 @@ def _ngp_aabb(data: dict) -> torch.Tensor | None:
     return torch.stack([lo_ngp[perm], hi_ngp[perm]])
 
 
+def _downscaled_paths(base: Path, paths: list[Path], downscale: float) -> list[Path] | None:
+    """Paths in ``images_N/`` (N = downscale) mirroring ``images/`` (the nerfstudio convention), if all exist."""
+    d = float(downscale)
+    if d <= 1 or not d.is_integer():
+        return None
+    out = []
+    for p in paths:
+        try:
+            rel = p.relative_to(base)
+        except ValueError:
+            return None
+        if len(rel.parts) < 2 or rel.parts[0] != "images":
+            return None
+        cand = base / f"images_{int(d)}" / Path(*rel.parts[1:])
+        if not cand.is_file():
+            return None
+        out.append(cand)
+    return out
+
+
 def read_instant_ngp(path: Path, options: LoadOptions) -> Scene:
     """Read an instant-ngp / nerfstudio ``transforms.json`` (``path``: the file or its folder)."""
     path = Path(path)
@@ -189,8 +209,16 @@ def read_instant_ngp(path: Path, options: LoadOptions) -> Scene:
     warnings: list[str] = []
     found, missing = _read_frames(json_path, data, json_path.name, warnings)
     paths = [p for _, _, p in found]
-    file_size = check_sizes(paths, str(json_path.parent))
     metadata = {"transforms": str(json_path), "frames_listed": len(data["frames"]), "frames_missing": len(missing)}
+    target_size = None
+    down = _downscaled_paths(json_path.parent, paths, options.downscale)
+    if down is not None:  # nerfstudio's images_N/ copies: used as they are (intrinsics scaled by size)
+        paths = down
+        found = [(k, fr, p) for (k, fr, _), p in zip(found, down)]
+        metadata["images_folder"] = down[0].parent.name
+    file_size = check_sizes(paths, str(json_path.parent))
+    if down is not None:
+        target_size = file_size
     for key in ("aabb_scale", "scale", "offset", "applied_transform", "camera_model"):
         if key in data:
             metadata[key] = data[key]
@@ -207,7 +235,7 @@ def read_instant_ngp(path: Path, options: LoadOptions) -> Scene:
         metadata["aabb_hint"] = "instant-ngp unit cube (scale, offset) mapped back to the world"
     return finish_scene(format="instant-ngp", root=json_path.parent, cameras=cameras, image_paths=paths,
                         options=options, mask_paths=_mask_paths(json_path, found), splits=splits,
-                        metadata=metadata, warnings=warnings, aabb=aabb)
+                        metadata=metadata, warnings=warnings, aabb=aabb, target_size=target_size)
 
 
 def read_blender(path: Path, options: LoadOptions) -> Scene:
