@@ -41,7 +41,8 @@ def test_flexicubes_cuda_matches_cpu(training):
     w = [torch.randn(res**3, 12, generator=g).double(), torch.randn(res**3, 8, generator=g).double(),
          torch.randn(res**3, generator=g).double()]
     out_cpu = flexicubes(verts.double(), sdf, cubes, res, *w, training=training)
-    out_gpu = flexicubes(verts.double().cuda(), sdf.cuda(), cubes.cuda(), res, *[x.cuda() for x in w], training=training)
+    w_gpu = [x.cuda() for x in w]
+    out_gpu = flexicubes(verts.double().cuda(), sdf.cuda(), cubes.cuda(), res, *w_gpu, training=training)
     torch.testing.assert_close(out_gpu[0].cpu(), out_cpu[0])
     assert torch.equal(out_gpu[1].cpu(), out_cpu[1])
     torch.testing.assert_close(out_gpu[2].cpu(), out_cpu[2])

@@ -3,7 +3,8 @@
 * :mod:`meshlift.isosurface.tetgrid`: ``regular_tet_grid`` (Kuhn-split cube lattice made in code),
   ``tet_edges``.
 * :mod:`meshlift.isosurface.dmtet`: ``marching_tets`` (Shen et al. 2021), ``sdf_reg_loss`` (nvdiffrec Eq. 2).
-* :mod:`meshlift.isosurface.flexicubes`: ``FlexiCubes`` / ``flexicubes``, ``cube_grid``, ``cube_edges`` (Shen et al. 2023);
+* :mod:`meshlift.isosurface.flexicubes`: ``FlexiCubes`` / ``flexicubes``, ``cube_grid``, ``cube_edges``
+  (Shen et al. 2023);
   Dual Marching Cubes tables derived in code in :mod:`meshlift.isosurface.tables`.
 
 Sign convention everywhere: ``sdf < 0`` inside, faces counter-clockwise seen from outside.

@@ -267,13 +267,16 @@ def flexicubes(
             f"flexicubes: cubes must be an integer [R^3, 8] = [{c_expected}, 8] tensor from cube_grid, "
             f"got {tuple(cubes.shape)} {cubes.dtype}"
         )
-    for name, w, shape in (("beta", beta, (c_expected, 12)), ("alpha", alpha, (c_expected, 8)), ("gamma", gamma, (c_expected,))):
+    weights = (("beta", beta, (c_expected, 12)), ("alpha", alpha, (c_expected, 8)), ("gamma", gamma, (c_expected,)))
+    for name, w, shape in weights:
         if w is not None and (w.shape != shape or not w.dtype.is_floating_point):
             raise MeshError(f"flexicubes: {name} must be a float {list(shape)} tensor or None, got {tuple(w.shape)}")
         if w is not None and w.device != verts.device:
             raise MeshError(f"flexicubes: {name} is on {w.device} but verts on {verts.device}")
     if sdf.device != verts.device or cubes.device != verts.device:
-        raise MeshError(f"flexicubes: verts, sdf and cubes must share one device ({verts.device}, {sdf.device}, {cubes.device})")
+        raise MeshError(
+            f"flexicubes: verts, sdf and cubes must share one device ({verts.device}, {sdf.device}, {cubes.device})"
+        )
     if not 0.0 < weight_scale < 1.0:
         raise MeshError(f"flexicubes: weight_scale must be in (0, 1), got {weight_scale}")
     if chunk_cubes < 1:
@@ -447,16 +450,16 @@ def flexicubes_reference(
                             wa = wa * (1 + ws * torch.tanh(alpha[c, ca]))
                             wb = wb * (1 + ws * torch.tanh(alpha[c, cb]))
                         us.append((verts[va] * wb - verts[vb] * wa) / (wb - wa))
-                        bs.append(1 + ws * torch.tanh(beta[c, e]) if beta is not None else torch.ones((), dtype=verts.dtype))
+                        one = torch.ones((), dtype=verts.dtype)
+                        bs.append(1 + ws * torch.tanh(beta[c, e]) if beta is not None else one)
                         vd_of[(c, e)] = len(vd_list)
                     vd = sum(b * u for b, u in zip(bs, us)) / sum(bs)
                     d = [torch.linalg.norm(u - vd) for u in us]
                     mean = sum(d) / len(d)
                     ldev_list.append(sum((x - mean).abs() for x in d) / len(d))
                     vd_list.append(vd)
-                    gam_list.append(
-                        ws * torch.sigmoid(gamma[c]) + (1 - ws) / 2 if gamma is not None else torch.ones((), dtype=verts.dtype)
-                    )
+                    one = torch.ones((), dtype=verts.dtype)
+                    gam_list.append(ws * torch.sigmoid(gamma[c]) + (1 - ws) / 2 if gamma is not None else one)
     if not vd_list:
         return verts.new_zeros((0, 3)), torch.zeros((0, 3), dtype=torch.int64), verts.new_zeros((0,))
     quads = []

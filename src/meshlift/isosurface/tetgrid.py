@@ -6,8 +6,8 @@ The tetrahedron of a permutation ``p`` of the axes walks from the low corner to 
 axis step at a time: ``c, c + e_p0, c + e_p0 + e_p1, c + (1, 1, 1)``. Every cube uses the same split, so
 the triangulations of the square faces shared by neighbouring cubes agree (each face is cut along the
 diagonal through its lowest and highest corner) and the grid is conforming: a valid tetrahedral mesh of
-the box, as marching tetrahedra needs. All tetrahedra are congruent (three edges of length h, two h√2, one h√3: no slivers) and
-positively oriented (``det(v1 - v0, v2 - v0, v3 - v0) > 0``).
+the box, as marching tetrahedra needs. All tetrahedra are congruent (three edges of length h, two h√2,
+one h√3: no slivers) and positively oriented (``det(v1 - v0, v2 - v0, v3 - v0) > 0``).
 
 Why Kuhn rather than a BCC lattice (the quartet grids nvdiffrec ships)? It tiles the box exactly (no
 boundary clipping), has a closed-form vertex/tet count, and its edges are easy to enumerate; the price
@@ -20,9 +20,10 @@ Sizes for ``resolution = R`` (R cubes per axis, spacing ``h = (hi - lo) / R``):
   ``+ 3 R^2 (R+1)`` (one diagonal per square face) ``+ R^3`` (one body diagonal per cube).
 * R = 32: 35,937 vertices / 196,608 tets; R = 64: 274,625 / 1,572,864; R = 128: 2,146,689 /
   12,582,912; R = 256: 16,974,593 / 100,663,296 (tets alone take 3.2 GB as int64).
-* nvdiffrec's ``128_tets.npz`` (quartet, BCC-like) has 277,410 vertices and 1,524,684 tetrahedra, i.e.
-  about the counts of our ``resolution = 64``; its grid spacing is comparable too. Use R = 64 where
-  nvdiffrec uses its "128" grid, R = 128 for its "256"-class detail.
+* nvdiffrec's quartet grids (NVlabs/nvdiffrec issue #128): ``dmtet_grid = 64`` has 37k vertices /
+  192k tets, ``dmtet_grid = 128`` has 277k / 1.53M, i.e. our R = 32 and R = 64. **nvdiffrec's grid N
+  corresponds to our resolution N / 2**; its grid spans ``[-0.5, 0.5]^3 * mesh_scale`` (2.1 by default),
+  i.e. ``bounds = (-mesh_scale / 2, mesh_scale / 2)`` here.
 """
 
 from __future__ import annotations
