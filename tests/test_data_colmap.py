@@ -66,6 +66,15 @@ def test_statue_binary_model_from_images_2(dataset):
     assert bool((depth > 0).all())
     with pytest.raises(DatasetError, match="SIMPLE_RADIAL"):
         load_scene(root, undistort=False)
+    # the model's 3D points project onto the (undistorted) statue mask: poses, intrinsics halving and
+    # undistortion agree with the images
+    pts = torch.from_numpy(read_model(root / "sparse" / "0").points3D).float()
+    pix, depth = scene.cameras[0].project(pts)
+    pix = pix[0]
+    inside = (depth[0] > 0) & (pix[:, 0] >= 0) & (pix[:, 0] < 400) & (pix[:, 1] >= 0) & (pix[:, 1] < 600)
+    p = pix[inside].long()
+    assert int(inside.sum()) > 1000
+    assert float((m[p[:, 1], p[:, 0], 0] > 0.5).float().mean()) > 0.75
 
 
 @pytest.mark.shared_data

@@ -123,7 +123,7 @@ def _as_matrix_batch(x, name: str, shape: tuple[int, ...]) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class Cameras:
     """A batch of ``N`` cameras sharing one image size (OpenCV convention, docs/conventions.md §2).
 
@@ -199,6 +199,10 @@ class Cameras:
             setattr(self, name, v)
 
     # -- container protocol -------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return (f"Cameras(N={len(self)}, {self.width}x{self.height}, model={self.model}, "
+                f"device={self.device}, fx[0]={float(self.K[0, 0, 0]) if len(self) else float('nan'):.3f})")
+
     def __len__(self) -> int:
         return int(self.K.shape[0])
 

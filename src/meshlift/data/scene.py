@@ -28,7 +28,7 @@ BACKGROUNDS = ("white", "black", "random")
 """Background choices for compositing alpha (``random``: a fresh uniform colour per image and call)."""
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class Scene:
     """A posed image collection, as loaded by :func:`meshlift.data.load_scene`."""
 
@@ -72,6 +72,12 @@ class Scene:
         self._grids: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
     # -- sizes --------------------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        sp = ", ".join(f"{k} {len(v)}" for k, v in self.splits.items())
+        return (f"Scene(format={self.format!r}, root={str(self.root)!r}, images={len(self)}, "
+                f"{self.width}x{self.height}, model={self.cameras.model}, splits=({sp}), "
+                f"masks={self.has_masks}, warnings={len(self.warnings)})")
+
     def __len__(self) -> int:
         return len(self.cameras)
 
