@@ -330,3 +330,11 @@ def test_undistort_image_size_mismatch_raises():
                   model="SIMPLE_RADIAL", distortion=torch.tensor([[0.1]]))
     with pytest.raises(CameraError, match="does not match"):
         undistort_image(torch.zeros(8, 10, 3), cam)
+
+
+def test_undistort_points_under_inference_mode():
+    with torch.inference_mode():
+        xy = torch.tensor([[0.2, -0.1], [0.0, 0.0]])
+        params = torch.tensor(MODEL_PARAMS["OPENCV"])
+        back = distort("OPENCV", params, undistort_points("OPENCV", params, xy))
+    torch.testing.assert_close(back, xy, atol=1e-6, rtol=0)
