@@ -11,7 +11,8 @@ Sp4cerat's Fast-Quadric-Mesh-Simplification). meshlift adds attribute handling a
 * Vertex colours: barycentric interpolation on the closest original triangle.
 * Normals (if the input had any): recomputed as area-weighted smooth vertex normals.
 
-The result never has degenerate or duplicate faces.
+The result never has degenerate or duplicate faces, nor edges shared by more than two faces (the
+smallest extra faces of a pinched edge are removed, as ``clean_mesh`` does).
 """
 
 from __future__ import annotations
@@ -23,7 +24,15 @@ import numpy as np
 import torch
 
 from meshlift.errors import MeshError
-from meshlift.mesh.clean import compact, degenerate_face_mask, duplicate_face_mask, face_components, remap, unique_rows
+from meshlift.mesh.clean import (
+    compact,
+    degenerate_face_mask,
+    duplicate_face_mask,
+    face_components,
+    nonmanifold_face_mask,
+    remap,
+    unique_rows,
+)
 from meshlift.structures.mesh import Mesh
 
 _K_CANDIDATES = 8
@@ -125,6 +134,10 @@ def simplify_mesh(mesh: Mesh, max_faces: int, *, keep_uv: bool = True, aggressiv
         result = replace(result, v_nrm=torch.from_numpy(vn.astype(np.float32)), t_nrm_idx=result.t_pos_idx.clone())
     bad = degenerate_face_mask(result) | duplicate_face_mask(result)
     if bad.any():
+        result = remap(result, keep_faces=~bad)
+    bad = nonmanifold_face_mask(result)  # edge collapses can pinch an edge onto 3+ faces
+    if bad.any():
+        info["nonmanifold_faces_removed"] = int(bad.sum())
         result = remap(result, keep_faces=~bad)
     result = compact(result)
     info["faces_after"] = result.num_faces
