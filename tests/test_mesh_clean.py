@@ -72,3 +72,16 @@ def test_empty_mesh():
     e = Mesh(v_pos=torch.zeros(0, 3), t_pos_idx=torch.zeros(0, 3, dtype=torch.int64))
     c, rep = clean_mesh(e)
     assert c.num_faces == 0 and mesh_stats(c)["bbox_min"] is None and not mesh_stats(c)["watertight"]
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.float32])
+def test_unique_rows_matches_numpy(dtype):
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 5, size=(400, 3)).astype(dtype)
+    got = unique_rows(a, return_index=True, return_inverse=True, return_counts=True)
+    ref = np.unique(a, axis=0, return_index=True, return_inverse=True, return_counts=True)
+    # same groups (the order of the unique rows may differ): compare through the inverse
+    assert len(got[0]) == len(ref[0])
+    assert np.array_equal(got[0][got[2].reshape(-1)], a) and np.array_equal(ref[0][ref[2].reshape(-1)], a)
+    assert sorted(got[3].tolist()) == sorted(ref[3].tolist())
+    assert np.array_equal(a[got[1]], got[0])

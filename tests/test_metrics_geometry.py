@@ -76,3 +76,22 @@ def test_empty_and_bad_inputs():
         mesh_metrics(_sphere(1.0, 2), _sphere(1.0, 2), threshold=-1.0)
     with pytest.raises(MeshError, match="4x4"):
         mesh_metrics(_sphere(1.0, 2), _sphere(1.0, 2), alignment=np.eye(3))
+
+
+def test_chamfer_fscore_match_brute_force_on_point_clouds():
+    """cKDTree fast path vs a torch.cdist reference on small point clouds (both sides without faces)."""
+    g = torch.Generator().manual_seed(4)
+    a = torch.rand(300, 3, generator=g, dtype=torch.float64)
+    b = torch.rand(200, 3, generator=g, dtype=torch.float64) + 0.05
+    no_faces = torch.zeros(0, 3, dtype=torch.int64)
+    tau = 0.08
+    r = mesh_metrics(Mesh(v_pos=a.float(), t_pos_idx=no_faces), Mesh(v_pos=b.float(), t_pos_idx=no_faces),
+                     threshold=tau, n_samples=1000)
+    a32, b32 = a.float().double(), b.float().double()
+    d = torch.cdist(a32, b32)
+    d_ab, d_ba = d.min(1).values, d.min(0).values
+    assert r["chamfer_l1"] == pytest.approx(0.5 * float(d_ab.mean() + d_ba.mean()), rel=1e-9)
+    assert r["chamfer_l2"] == pytest.approx(0.5 * float((d_ab**2).mean() + (d_ba**2).mean()), rel=1e-9)
+    p, rc = float((d_ab < tau).double().mean()), float((d_ba < tau).double().mean())
+    assert r["precision"] == p and r["recall"] == rc
+    assert r["fscore"] == pytest.approx(2 * p * rc / (p + rc))
