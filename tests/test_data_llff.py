@@ -45,8 +45,10 @@ def test_nerd_ethiopian_head(dataset):
     torch.testing.assert_close(scene.cameras.fx, torch.full((66,), 7543.57 * 512 / 4000), atol=0.01, rtol=0)
     torch.testing.assert_close(scene.cameras.cx, torch.full((66,), 256.0))
     assert scene.image_paths[0].name == "DSC_0007.jpg" and scene.mask_paths[0].name == "DSC_0007.png"
-    # cameras ~3.7 units from the object, near/far bounds carried over
-    assert 3.0 < float(scene.cameras.near.min()) and float(scene.cameras.far.max()) < 5.5
+    # the dataset's near/far bounds (3.3-5.1) are kept in the metadata and enclosed by the clip planes
+    lo, hi = scene.metadata["depth_bounds"]
+    assert 3.0 < lo < 3.5 and 4.5 < hi < 5.5
+    assert float(scene.cameras.near.max()) < 0.9 * lo + 1e-4 and float(scene.cameras.far.min()) > hi
     # the object (focus of the optical axes) projects inside the mask of image 0
     center = torch.tensor(scene.metadata["normalization"]["center"], dtype=torch.float32)
     (x, y), = scene.cameras[0].project(center)[0][0:1].reshape(1, 2).tolist()
@@ -61,7 +63,8 @@ def test_llff_axis_order_and_focal_rescale(tmp_path):
     scene = load_scene(tmp_path)
     torch.testing.assert_close(scene.cameras.world_to_camera, cams.world_to_camera, atol=1e-5, rtol=0)
     torch.testing.assert_close(scene.cameras.fx, torch.full((5,), 30.0))  # 120 * 24 / 96
-    assert float(scene.cameras.near[0]) == 1.0 and float(scene.cameras.far[0]) == 6.0
+    assert scene.metadata["depth_bounds"] == [1.0, 6.0]
+    assert float(scene.cameras.near.max()) <= 0.9 and float(scene.cameras.far.min()) >= 6.6
     assert scene.has_masks
 
 

@@ -125,3 +125,21 @@ def test_cuda_data_device_and_cameras(tmp_path):
     torch.testing.assert_close(cams.project(pts)[0].cpu(), pre.cameras.project(pts.cpu())[0], atol=1e-3, rtol=0)
     origins, dirs = cams.pixel_rays(0)
     assert dirs.device.type == "cuda" and dirs.shape == (1, 12, 16, 3)
+
+
+def test_near_far_enclose_the_scene_box_at_any_scale(tmp_path):
+    from meshlift.data._common import near_far_from_bounds
+
+    cams = cameras_on_sphere(8, 4.0, 0.7, 32, seed=1)
+    for scale in (1.0, 1000.0):
+        c = cams.rescale(1.0)
+        c.world_to_camera[:, :3, 3] *= scale  # the same rig in other units
+        _, box, _ = estimate_normalization(c)
+        near, far = near_far_from_bounds(c, box)
+        corners = torch.stack(torch.meshgrid(*[box[:, k] for k in range(3)], indexing="ij"), -1).reshape(-1, 3)
+        _, depth = c.project(corners.float())
+        assert bool((depth > near[:, None]).all() & (depth < far[:, None]).all())
+        assert float((far / near).max()) <= 100.0 + 1e-3
+    _blender(tmp_path)
+    scene = load_scene(tmp_path)
+    assert isinstance(scene.cameras.near, torch.Tensor) and scene.cameras.near.shape == (len(scene),)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -119,6 +119,14 @@ def finish_scene(
         metadata.setdefault("splits_from", "dataset")
     T, box, info = estimate_normalization(cams, points=points, aabb=aabb)
     metadata["normalization"] = info
+    near, far = near_far_from_bounds(cams, box)
+    if isinstance(cams.near, torch.Tensor) and isinstance(cams.far, torch.Tensor):  # the dataset's own bounds
+        metadata["depth_bounds"] = [float(cams.near.min()), float(cams.far.max())]
+        near = torch.minimum(near, 0.9 * cams.near)
+        far = torch.maximum(far, 1.1 * cams.far)
+    cams = replace(cams, near=near, far=far)
+    if source is not None:
+        source = replace(source, near=near, far=far)
     scene = Scene(
         format=format,
         root=root,
@@ -138,6 +146,21 @@ def finish_scene(
     if options.preload:
         scene.preload()
     return scene
+
+
+def near_far_from_bounds(cameras: Cameras, box: torch.Tensor, margin: float = 2.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-camera clip planes ``[N]`` that enclose the scene box with room to spare.
+
+    With ``R`` the radius of the box's circumscribed sphere and ``d`` the camera's distance to its centre:
+    ``far = d + margin·R`` and ``near = max(d - margin·R, far / 100)`` (a near/far ratio of at most 100
+    keeps float32 depth precise). These are in world units, so they follow the dataset's scale.
+    """
+    c = box.mean(0)
+    R = float((box[1] - box[0]).norm()) / 2
+    d = (cameras.camera_centers().double() - c).norm(dim=-1)
+    far = d + margin * R
+    near = torch.maximum(d - margin * R, far / 100)
+    return near.to(torch.float32), far.to(torch.float32)
 
 
 def find_mask(folder: Path, image_name: str) -> Path | None:
