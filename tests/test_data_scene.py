@@ -143,3 +143,14 @@ def test_near_far_enclose_the_scene_box_at_any_scale(tmp_path):
     _blender(tmp_path)
     scene = load_scene(tmp_path)
     assert isinstance(scene.cameras.near, torch.Tensor) and scene.cameras.near.shape == (len(scene),)
+
+
+def test_corrupt_image_after_loading_raises_dataset_error(tmp_path):
+    _blender(tmp_path)
+    scene = load_scene(tmp_path)
+    (tmp_path / "train" / "r_1.png").write_bytes(b"broken")
+    with pytest.raises(DatasetError, match="r_1.png"):
+        scene.image(1)
+    Image.fromarray(np.zeros((30, 16, 3), np.uint8)).save(tmp_path / "train" / "r_2.png")
+    with pytest.raises(DatasetError, match="different aspect ratio"):
+        scene.image(2)

@@ -45,14 +45,28 @@ class LoadOptions:
             raise DatasetError(f"downscale must be >= 1 (a shrink factor), got {self.downscale}")
 
 
+_HEADER_CACHE: dict[tuple[str, int, int], tuple[int, int, int]] = {}
+
+
+def _header(p: Path) -> tuple[int, int, int]:
+    """(width, height, channels) of an image file, cached by path, size and mtime (one header read)."""
+    from meshlift.io.images import image_info
+
+    st = p.stat()
+    key = (str(p), st.st_size, st.st_mtime_ns)
+    if key not in _HEADER_CACHE:
+        if len(_HEADER_CACHE) > 100_000:
+            _HEADER_CACHE.clear()
+        _HEADER_CACHE[key] = image_info(p)
+    return _HEADER_CACHE[key]
+
+
 def check_sizes(paths: list[Path], what: str) -> tuple[int, int]:
     """Read every image header; return the common ``(width, height)`` or raise DatasetError."""
-    from meshlift.io.images import image_size
-
     sizes: dict[tuple[int, int], list[Path]] = {}
     for p in paths:
         try:
-            sizes.setdefault(image_size(p), []).append(p)
+            sizes.setdefault(_header(p)[:2], []).append(p)
         except ImageError as exc:
             raise DatasetError(f"{what}: {exc}") from exc
     if not sizes:
@@ -67,9 +81,7 @@ def check_sizes(paths: list[Path], what: str) -> tuple[int, int]:
 
 
 def has_alpha(paths: list[Path]) -> list[bool]:
-    from meshlift.io.images import image_channels
-
-    return [image_channels(p) in (2, 4) for p in paths]
+    return [_header(p)[2] in (2, 4) for p in paths]
 
 
 def finish_scene(

@@ -116,9 +116,17 @@ class Scene:
         return out[0].permute(1, 2, 0).contiguous()
 
     def _load_raw(self, i: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """(straight rgb [H,W,3], alpha [H,W,1] or None, mask [H,W,1] or None) at the scene size."""
+        """(straight rgb [H,W,3], alpha [H,W,1] or None, mask [H,W,1] or None) at the scene size.
+
+        Raises DatasetError (naming the file) when an image or mask is unreadable or changed size."""
         if i in self._cache:
             return self._cache[i]
+        try:
+            return self._decode(i)
+        except ImageError as exc:
+            raise DatasetError(f"{self.format} dataset {self.root}: {exc}") from exc
+
+    def _decode(self, i: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         from meshlift.io.images import read_image, resize_image
 
         path = self.image_paths[i]

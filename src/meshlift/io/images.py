@@ -23,6 +23,7 @@ __all__ = [
     "write_image",
     "image_size",
     "image_channels",
+    "image_info",
     "resize_image",
     "srgb_to_linear",
     "linear_to_srgb",
@@ -83,21 +84,33 @@ def image_size(path: str | Path) -> tuple[int, int]:
     return int(w), int(h)
 
 
+def _channels(im) -> int:
+    mode = im.mode
+    if mode == "P":
+        return 4 if "transparency" in im.info else 3
+    if mode in ("RGBA", "RGBa", "PA"):
+        return 4
+    if mode in ("LA", "La"):
+        return 2
+    if mode in ("RGB", "CMYK", "YCbCr", "LAB", "HSV"):
+        return 3
+    return 1
+
+
 def image_channels(path: str | Path) -> int:
     """Number of channels :func:`read_image` returns for the file (1 gray, 2 gray+alpha, 3 RGB, 4 RGBA),
     from the header only."""
-    path = Path(path)
-    with _open(path) as im:
-        mode = im.mode
-        if mode == "P":
-            return 4 if "transparency" in im.info else 3
-        if mode in ("RGBA", "RGBa", "PA"):
-            return 4
-        if mode in ("LA", "La"):
-            return 2
-        if mode in ("RGB", "CMYK", "YCbCr", "LAB", "HSV"):
-            return 3
-        return 1
+    with _open(Path(path)) as im:
+        return _channels(im)
+
+
+def image_info(path: str | Path) -> tuple[int, int, int]:
+    """``(width, height, channels)`` as :func:`read_image` will return them, from one header read."""
+    with _open(Path(path)) as im:
+        w, h = im.size
+        if _exif_orientation(im) in _TRANSPOSED_ORIENTATIONS:
+            w, h = h, w
+        return int(w), int(h), _channels(im)
 
 
 def _read_png16(path: Path) -> np.ndarray:
