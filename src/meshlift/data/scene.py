@@ -24,6 +24,9 @@ from meshlift.errors import DatasetError, ImageError
 
 __all__ = ["Scene", "BACKGROUNDS", "every_nth_splits", "estimate_normalization"]
 
+_MAX_GRIDS = 8
+"""Undistortion grids kept per scene (one per distinct camera intrinsics; oldest dropped first)."""
+
 BACKGROUNDS = ("white", "black", "random")
 """Background choices for compositing alpha (``random``: a fresh uniform colour per image and call)."""
 
@@ -103,6 +106,8 @@ class Scene:
             return None
         key = tuple(src.K[i].flatten().tolist()) + tuple(src.distortion[i].tolist())
         if key not in self._grids:
+            if len(self._grids) >= _MAX_GRIDS:  # per-image intrinsics: bound the memory (8 bytes/pixel each)
+                self._grids.pop(next(iter(self._grids)))
             self._grids[key] = undistortion_grid(src[i], self.cameras[i])
         return self._grids[key]
 
