@@ -228,3 +228,40 @@ def test_bad_arguments_raise():
         rasterize(pos[0], tri, (4, 4), ranges=torch.tensor([[0, 2]], dtype=torch.int32))
     with pytest.raises(RenderError, match="backend"):
         rasterize(pos, tri, (4, 4), backend="nope")
+
+
+@pytest.mark.slow
+def test_memory_is_bounded_by_the_fragment_budget():
+    """1M triangles at 2048²: the visibility pass's peak RSS growth stays under the documented bound."""
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    if not Path("/proc/self/status").exists():
+        pytest.skip("needs /proc (Linux) to read peak RSS")
+    code = textwrap.dedent(
+        """
+        import sys, torch
+        sys.path.insert(0, "benchmarks")
+        from _scenes import bumpy_sphere, camera_mvp
+        from meshlift.render import transform_pos, visible_triangles
+        v, tri = bumpy_sphere(1_000_000)
+        pos = transform_pos(camera_mvp(3.5), v)
+        def field(name):
+            for line in open("/proc/self/status"):
+                if line.startswith(name):
+                    return int(line.split()[1]) * 1024
+        base = field("VmRSS")
+        open("/proc/self/clear_refs", "w").write("5")
+        ids = visible_triangles(pos, tri, (2048, 2048), max_fragments=2**20)
+        assert (ids >= 0).float().mean() > 0.2
+        print(field("VmHWM") - base)
+        """
+    )
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=True)
+    grown = int(out.stdout.strip().splitlines()[-1])
+    pixels = 2048 * 2048
+    bound = 170 * 2**20 + 500 * (2**20 // 8) + 24 * pixels + 64 * 2**20  # doc formula + 64 MiB slack
+    assert grown < bound, (grown / 2**20, bound / 2**20)

@@ -33,7 +33,8 @@ class RasterSettings:
 
     max_fragments: Optional[int] = None
     """Fragment budget: at most this many candidate (triangle, pixel) pairs are alive at once; peak
-    visibility memory is about 150 bytes × this. None → env ``MESHLIFT_RASTER_MAX_FRAGMENTS`` or 2^24."""
+    visibility memory is at most about 170 bytes × this (plus 24 bytes per pixel). None → env
+    ``MESHLIFT_RASTER_MAX_FRAGMENTS`` or 2^24."""
 
     backend: Optional[str] = None
     """Visibility backend name (``"torch"``, ``"auto"``); None → env ``MESHLIFT_RASTER_BACKEND`` or auto."""
@@ -185,7 +186,7 @@ def rasterize(
         ranges: range mode only, ``[B, 2]`` int ``(first triangle, triangle count)`` of each image.
         grad_db: also compute ``rast_db`` (needed for texture mip-level selection).
         max_fragments: fragment budget bounding the visibility pass's memory (None → env
-            ``MESHLIFT_RASTER_MAX_FRAGMENTS`` or 2^24, about 150 bytes each).
+            ``MESHLIFT_RASTER_MAX_FRAGMENTS`` or 2^24; peak memory ≤ ~170 bytes each).
         backend: visibility backend (None → env ``MESHLIFT_RASTER_BACKEND`` or ``"auto"``).
 
     Returns:
