@@ -338,3 +338,23 @@ def test_undistort_points_under_inference_mode():
         params = torch.tensor(MODEL_PARAMS["OPENCV"])
         back = distort("OPENCV", params, undistort_points("OPENCV", params, xy))
     torch.testing.assert_close(back, xy, atol=1e-6, rtol=0)
+
+
+def test_transform_world_keeps_pixels():
+    cams = cameras_on_sphere(4, 3.0, 0.8, 32, seed=5, near=0.5, far=9.0)
+    R = axis_angle_to_matrix(torch.tensor([0.3, -0.2, 0.5], dtype=torch.float64))
+    S = torch.eye(4, dtype=torch.float64)
+    S[:3, :3] = 0.25 * R
+    S[:3, 3] = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    moved = cams.transform_world(S)
+    pts = torch.randn(30, 3, dtype=torch.float64)
+    pts_new = (S[:3, :3] @ pts.T).T + S[:3, 3]
+    pix, depth = cams.project(pts.float())
+    pix2, depth2 = moved.project(pts_new.float())
+    torch.testing.assert_close(pix2, pix, atol=1e-3, rtol=0)
+    torch.testing.assert_close(depth2, 0.25 * depth, atol=1e-5, rtol=0)
+    assert moved.near == pytest.approx(0.125) and moved.far == pytest.approx(2.25)
+    Rm = moved.world_to_camera[:, :3, :3]
+    torch.testing.assert_close(Rm @ Rm.transpose(1, 2), torch.eye(3).expand(4, 3, 3), atol=1e-5, rtol=0)
+    with pytest.raises(CameraError, match="similarity"):
+        cams.transform_world(torch.diag(torch.tensor([1.0, 2.0, 1.0, 1.0])))

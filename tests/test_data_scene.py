@@ -154,3 +154,13 @@ def test_corrupt_image_after_loading_raises_dataset_error(tmp_path):
     Image.fromarray(np.zeros((30, 16, 3), np.uint8)).save(tmp_path / "train" / "r_2.png")
     with pytest.raises(DatasetError, match="different aspect ratio"):
         scene.image(2)
+
+
+def test_normalized_cameras(tmp_path):
+    _blender(tmp_path)
+    scene = load_scene(tmp_path)
+    ncams = scene.normalized_cameras()
+    s = float(scene.world_to_normalized[0, 0])
+    torch.testing.assert_close(ncams.camera_centers().norm(dim=-1), torch.full((6,), 4.0 * s), atol=1e-4, rtol=0)
+    pix, _ = ncams.project(torch.zeros(3))  # the world origin is the normalised origin here
+    torch.testing.assert_close(pix, torch.tensor([[8.0, 6.0]]).expand(6, 2), atol=1e-3, rtol=0)

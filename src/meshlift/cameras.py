@@ -312,6 +312,31 @@ class Cameras:
         """``[N, 3]`` unit viewing directions (+z camera axis) in world coordinates."""
         return self.world_to_camera[:, 2, :3]
 
+    def transform_world(self, similarity: torch.Tensor) -> "Cameras":
+        """The same cameras after the world is mapped by ``similarity [4, 4]`` (``p' = s R_s p + t_s``,
+        e.g. ``Scene.world_to_normalized``).
+
+        The result stays rigid: ``world_to_camera' = [R Rₛᵀ | s (t - R Rₛᵀ tₛ / s)]``, i.e. camera-space
+        coordinates (and ``near``/``far``) are scaled by ``s``, so every point projects to the same pixel.
+        """
+        S = torch.as_tensor(similarity, dtype=torch.float64)
+        if S.shape != (4, 4):
+            raise CameraError(f"similarity must be [4, 4], got {list(S.shape)}")
+        A = S[:3, :3]
+        det = float(torch.linalg.det(A))
+        if not det > 0:
+            raise CameraError(f"similarity must have a positive determinant (no reflection), got {det:g}")
+        scale = det ** (1.0 / 3.0)
+        Rs = A / scale
+        if not torch.allclose(Rs @ Rs.T, torch.eye(3, dtype=torch.float64), atol=1e-6):
+            raise CameraError("transform_world needs a similarity (uniform scale x rotation + translation)")
+        w2c = self.world_to_camera.double()
+        R, t = w2c[:, :3, :3], w2c[:, :3, 3]
+        R_new = R @ Rs.T
+        t_new = scale * t - (R_new @ S[:3, 3])
+        mul = lambda v: v * scale  # noqa: E731
+        return replace(self, world_to_camera=make_transform(R_new, t_new), near=mul(self.near), far=mul(self.far))
+
     # -- projection ---------------------------------------------------------------------------------
     def projection(self, near: float | torch.Tensor | None = None,
                    far: float | torch.Tensor | None = None) -> torch.Tensor:

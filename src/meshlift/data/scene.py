@@ -231,6 +231,10 @@ class Scene:
         return i % len(self)
 
     # -- summaries ----------------------------------------------------------------------------------
+    def normalized_cameras(self) -> Cameras:
+        """``cameras`` in the normalised frame (``world_to_normalized`` applied; still rigid, depths scaled)."""
+        return self.cameras.transform_world(self.world_to_normalized)
+
     def split_cameras(self, name: str) -> Cameras:
         """Cameras of split ``name``."""
         if name not in self.splits:
