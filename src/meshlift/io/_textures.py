@@ -22,16 +22,16 @@ def srgb_to_linear_np(x: np.ndarray) -> np.ndarray:
     """sRGB decode of ``x`` (any shape, clipped to [0, 1]) -> linear float32 (``meshlift.shading.color``)."""
     from meshlift.shading.color import srgb_to_linear
 
-    x = np.clip(np.asarray(x, dtype=np.float64), 0.0, 1.0)
-    return srgb_to_linear(torch.from_numpy(x)).numpy().astype(np.float32)
+    x = np.clip(np.asarray(x, dtype=np.float32), 0.0, 1.0)
+    return srgb_to_linear(torch.from_numpy(x)).numpy()
 
 
 def linear_to_srgb_np(x: np.ndarray) -> np.ndarray:
     """sRGB encode of linear ``x`` (any shape, clipped to [0, 1]) -> float32 (``meshlift.shading.color``)."""
     from meshlift.shading.color import linear_to_srgb
 
-    x = np.clip(np.asarray(x, dtype=np.float64), 0.0, 1.0)
-    return linear_to_srgb(torch.from_numpy(x)).numpy().astype(np.float32)
+    x = np.clip(np.asarray(x, dtype=np.float32), 0.0, 1.0)
+    return linear_to_srgb(torch.from_numpy(x)).numpy()
 
 
 def decode_image_bytes(data: bytes, what: str) -> np.ndarray:
@@ -57,9 +57,9 @@ def _pil_to_float(img) -> np.ndarray:
             img = img.convert("RGBA" if "A" in mode or "transparency" in img.info else "RGB")
         arr = np.asarray(img)
         if arr.dtype == np.uint16:
-            arr = arr.astype(np.float64) / 65535.0
+            arr = arr.astype(np.float32) / np.float32(65535.0)
         else:
-            arr = arr.astype(np.float64) / 255.0
+            arr = arr.astype(np.float32) / np.float32(255.0)
         if arr.ndim == 2:
             arr = arr[..., None]
     return arr.astype(np.float32)
@@ -70,7 +70,12 @@ def read_image_file(path: Path, what: str) -> np.ndarray:
     path = Path(path)
     if not path.is_file():
         raise ImageError(f"{what}: texture file {path} does not exist; fix the path in the material file")
-    return decode_image_bytes(path.read_bytes(), f"{what} ({path})")
+    from meshlift.io.images import read_image  # 16-bit PNGs, EXIF, palettes handled there
+
+    try:
+        return read_image(path).numpy()
+    except ImageError as exc:
+        raise ImageError(f"{what}: {exc}") from exc
 
 
 def encode_png(arr: np.ndarray) -> bytes:

@@ -394,6 +394,9 @@ def load_glb(path: str | Path, *, weld: bool = True) -> Mesh:
     for ext in js.get("extensionsRequired", []):
         if ext in _UNSUPPORTED_EXT:
             raise MeshError(f"{path}: uses {ext}; decompress it first (e.g. gltf-transform) and retry")
+    ignored = [e for e in js.get("extensionsUsed", []) if e not in _UNSUPPORTED_EXT]
+    if ignored:
+        warnings.warn(f"{path}: glTF extensions {', '.join(ignored)} are ignored (core glTF 2.0 is read)", stacklevel=2)
     scenes = js.get("scenes", [])
     if scenes:
         roots = scenes[js.get("scene", 0)].get("nodes", [])
