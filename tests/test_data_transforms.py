@@ -216,3 +216,16 @@ def test_nerfstudio_images_n_folder_used_for_downscale(tmp_path):
     assert float(scene.cameras.fx[0]) == pytest.approx(20.0)
     s3 = load_scene(tmp_path, downscale=4)  # no images_4: resized from images/
     assert (s3.width, s3.height) == (8, 6) and float(s3.cameras.fx[0]) == pytest.approx(10.0)
+
+
+def test_scaled_rotation_is_orthonormalised_with_warning(tmp_path):
+    names = ["a.png", "b.png"]
+    frames, cams = _frames(2, names)
+    m = np.array(frames[1]["transform_matrix"])
+    m[:3, :3] *= 2.0
+    frames[1]["transform_matrix"] = m.tolist()
+    _write_images(tmp_path, names)
+    (tmp_path / "transforms.json").write_text(json.dumps({"camera_angle_x": 0.8, "frames": frames}))
+    scene = load_scene(tmp_path)
+    assert len(scene.warnings) == 1 and "not orthonormal" in scene.warnings[0]
+    torch.testing.assert_close(scene.cameras.world_to_camera, cams.world_to_camera, atol=1e-5, rtol=0)

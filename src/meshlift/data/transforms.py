@@ -123,7 +123,8 @@ def _read_frames(json_path: Path, data: dict, source: str, warnings: list[str]):
     return found, missing
 
 
-def _cameras_from_frames(json_path: Path, data: dict, found, file_size, metadata: dict) -> Cameras:
+def _cameras_from_frames(json_path: Path, data: dict, found, file_size, metadata: dict,
+                         warnings: list[str]) -> Cameras:
     W, H = file_size
     fxs, fys, cxs, cys, c2ws, dists, models, scaled = [], [], [], [], [], [], set(), set()
     for k, fr, _ in found:
@@ -152,6 +153,19 @@ def _cameras_from_frames(json_path: Path, data: dict, found, file_size, metadata
     c2w = torch.stack(c2ws)
     if not torch.isfinite(c2w).all():
         raise DatasetError(f"{json_path}: a transform_matrix holds NaN or inf")
+    R = c2w[:, :3, :3]
+    err = (R.transpose(1, 2) @ R - torch.eye(3, dtype=R.dtype)).abs().amax(dim=(1, 2))
+    if bool((err > 1e-3).any()):
+        # scaled or sheared poses: keep the nearest rotation (SVD), so camera centres and depths stay metric
+        U, _, Vh = torch.linalg.svd(R)
+        Rn = U @ Vh
+        if bool((torch.linalg.det(Rn) < 0).any()):
+            raise DatasetError(f"{json_path}: a transform_matrix has a reflection (negative determinant); "
+                               "it is not a camera pose")
+        c2w = c2w.clone()
+        c2w[:, :3, :3] = Rn
+        warnings.append(f"{json_path.name}: {int((err > 1e-3).sum())} transform_matrix rotations are not "
+                        f"orthonormal (max error {float(err.max()):.3g}); replaced by the nearest rotations")
     w2c = opengl_c2w_to_world_to_camera(c2w)
     K = intrinsics_matrix(torch.tensor(fxs), torch.tensor(fys), torch.tensor(cxs), torch.tensor(cys))
     dist = torch.tensor(dists, dtype=torch.float32) if model != "PINHOLE" else None
@@ -222,7 +236,7 @@ def read_instant_ngp(path: Path, options: LoadOptions) -> Scene:
     for key in ("aabb_scale", "scale", "offset", "applied_transform", "camera_model"):
         if key in data:
             metadata[key] = data[key]
-    cameras = _cameras_from_frames(json_path, data, found, file_size, metadata)
+    cameras = _cameras_from_frames(json_path, data, found, file_size, metadata, warnings)
     splits = None
     if any(f"{s}_filenames" in data for s in ("train", "val", "test")):
         names = {str(Path(str(fr["file_path"]))): i for i, (_, fr, _) in enumerate(found)}
@@ -262,7 +276,7 @@ def read_blender(path: Path, options: LoadOptions) -> Scene:
         if sizes is not None and size != sizes:
             raise DatasetError(f"{jp}: images are {size[0]}x{size[1]} but other splits' are {sizes[0]}x{sizes[1]}")
         sizes = size
-        cams.append(_cameras_from_frames(jp, data, found, size, metadata))
+        cams.append(_cameras_from_frames(jp, data, found, size, metadata, warnings))
         start = len(all_found)
         split_idx[split] = torch.arange(start, start + len(found))
         all_found += paths
