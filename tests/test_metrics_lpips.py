@@ -56,3 +56,16 @@ def test_differentiable_and_errors():
         lpips(torch.rand(16, 16, 3), torch.rand(16, 16, 3))
     with pytest.raises(ImageError, match="RGB"):
         lpips(torch.rand(40, 40, 4), torch.rand(40, 40, 4))
+
+
+@pytest.mark.gpu
+def test_cuda_matches_cpu():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from meshlift.metrics.image import psnr, ssim
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.rand(3, 64, 80, 3, generator=g), torch.rand(3, 64, 80, 3, generator=g)
+    assert torch.allclose(lpips(a.cuda(), b.cuda()).cpu(), lpips(a, b), atol=1e-4)
+    assert torch.allclose(ssim(a.cuda(), b.cuda()).cpu(), ssim(a, b), atol=1e-9)
+    assert torch.allclose(psnr(a.cuda(), b.cuda()).cpu(), psnr(a, b), atol=1e-9)
