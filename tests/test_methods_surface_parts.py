@@ -13,10 +13,8 @@ from meshlift.methods.surface import (
     TrainViews,
     ViewSampler,
     init_sdf,
-    mesh_edges,
     occupancy_to_sdf,
     to_world,
-    uniform_laplacian_loss,
     visual_hull_occupancy,
 )
 from meshlift.structures.mesh import Mesh
@@ -86,21 +84,6 @@ def test_dmtet_geometry_sphere_init_gives_a_closed_mesh_with_gradients():
     mesh.v_pos.sum().backward()
     assert geom.sdf.grad is not None and float(geom.sdf.grad.abs().sum()) > 0
     assert geom.deform.grad is not None and float(geom.deform.grad.abs().sum()) > 0
-
-
-def test_uniform_laplacian_matches_dense_reference():
-    mesh = _icosphere(1.0, 1)
-    x = torch.randn(mesh.num_vertices, 3, dtype=torch.float64, requires_grad=True)
-    edges = mesh_edges(mesh.t_pos_idx)
-    V = mesh.num_vertices
-    A = torch.zeros(V, V, dtype=torch.float64)
-    A[edges[:, 0], edges[:, 1]] = 1
-    A[edges[:, 1], edges[:, 0]] = 1
-    L = A / A.sum(1, keepdim=True) - torch.eye(V, dtype=torch.float64)
-    ref = (L @ x).pow(2).sum(-1).mean()
-    got = uniform_laplacian_loss(x, edges)
-    assert float(got) == pytest.approx(float(ref), rel=1e-12)
-    assert torch.autograd.gradcheck(lambda y: uniform_laplacian_loss(y, edges), (x,))
 
 
 def test_to_world_inverts_the_normalisation():

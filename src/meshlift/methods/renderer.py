@@ -165,28 +165,37 @@ def render_mesh(
     mask = rast[..., 3] > 0  # [B, Hs, Ws]
     maskf = mask[..., None].to(dtype)
 
+    # Per-pixel work (material, normals, shading) runs on the covered pixels only, gathered into [N, C]
+    # rows (mask order), and is scattered back into [B, Hs, Ws, C] images afterwards.
+    def full(x: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
+        img = torch.full((B, Hs, Ws, x.shape[-1]), fill, device=device, dtype=x.dtype)
+        return img.index_put((mask,), x)
+
     # ---- G-buffer: position, smooth / geometric normal, depth ---------------------------------------------
-    gb_pos, _ = R.interpolate(v_pos, rast, tri)  # [B, Hs, Ws, 3]
+    gb_pos_img, _ = R.interpolate(v_pos, rast, tri)  # [B, Hs, Ws, 3]
+    gb_pos = gb_pos_img[mask]  # [N, 3]
     depth, _ = R.interpolate(pos_clip[..., 3:4].contiguous(), rast, tri)
     depth = depth * maskf
 
     from meshlift.geometry import mesh_ops
 
     face_n = mesh_ops.face_normals(v_pos, mesh.t_pos_idx)  # [T, 3] unit
-    tri_id = (rast[..., 3].long() - 1).clamp(min=0)
-    gb_geom_n = face_n[tri_id]  # [B, Hs, Ws, 3]
+    tri_id = rast[..., 3][mask].long() - 1  # [N]
+    gb_geom_n = face_n[tri_id]  # [N, 3]
     if mesh.v_nrm is not None and mesh.t_nrm_idx is not None:
-        gb_n, _ = R.interpolate(mesh.v_nrm.to(dtype), rast, mesh.t_nrm_idx.to(torch.int32).contiguous())
+        v_nrm, t_nrm_idx = mesh.v_nrm.to(dtype), mesh.t_nrm_idx
     else:
-        v_nrm = mesh_ops.vertex_normals(v_pos, mesh.t_pos_idx)
-        gb_n, _ = R.interpolate(v_nrm, rast, tri)
-
-    view_pos = camera_pos.to(device=device, dtype=dtype)[:, None, None, :].expand(B, Hs, Ws, 3)
+        v_nrm, t_nrm_idx = mesh_ops.vertex_normals(v_pos, mesh.t_pos_idx), mesh.t_pos_idx
+    nrm_idx = t_nrm_idx.to(torch.int32).contiguous()
+    gb_n = R.interpolate(v_nrm, rast, nrm_idx)[0][mask]  # [N, 3]
+    view_pos = camera_pos.to(device=device, dtype=dtype)[:, None, None, :].expand(B, Hs, Ws, 3)[mask]
+    N = gb_pos.shape[0]
 
     # ---- material ----------------------------------------------------------------------------------------
     kd_grad = None
     perturbed = None
     gb_tng = None
+    alpha_tex = None
     if isinstance(material, Material):
         if mesh.v_tex is None or mesh.t_tex_idx is None:
             raise RenderError(
@@ -195,42 +204,35 @@ def render_mesh(
             )
         tex_idx = mesh.t_tex_idx.to(torch.int32).contiguous()
         uv, uv_da = R.interpolate(mesh.v_tex.to(dtype), rast, tex_idx, rast_db=rast_db, diff_attrs="all")
-        kd_full = _sample_texture(material.kd, uv, uv_da)
-        alpha_tex = kd_full[..., 3:4] if kd_full.shape[-1] == 4 else None
+        kd_full = _sample_texture(material.kd, uv, uv_da)[mask]
+        if kd_full.shape[-1] == 4:
+            alpha_tex = kd_full[..., 3:4]
         kd = kd_full[..., :3]
         if material.ks is not None:
-            ks = _sample_texture(material.ks, uv, uv_da)[..., :3]
+            ks = _sample_texture(material.ks, uv, uv_da)[mask][..., :3]
         else:
-            ks = torch.tensor(DEFAULT_KS, device=device, dtype=dtype).expand(B, Hs, Ws, 3)
+            ks = torch.tensor(DEFAULT_KS, device=device, dtype=dtype).expand(N, 3)
         if material.normal is not None:
-            perturbed = _sample_texture(material.normal, uv, uv_da)[..., :3]
-            v_tng = mesh_ops.vertex_tangents(v_pos, mesh.t_pos_idx, mesh.v_tex, mesh.t_tex_idx)
-            gb_tng, _ = R.interpolate(v_tng, rast, tri)
+            perturbed = _sample_texture(material.normal, uv, uv_da)[mask][..., :3]
+            v_tng = mesh_ops.vertex_tangents(v_pos, mesh.t_pos_idx, mesh.v_tex.to(dtype), mesh.t_tex_idx, v_nrm, t_nrm_idx)
+            gb_tng = R.interpolate(v_tng, rast, nrm_idx)[0][mask]
         if field_jitter > 0:
             uv_j = uv + torch.randn_like(uv) * field_jitter
-            kd_j = _sample_texture(material.kd, uv_j, None)[..., :3]
+            kd_j = _sample_texture(material.kd, uv_j, None)[mask][..., :3]
             kd_grad = (kd_j - kd).abs().sum(-1, keepdim=True) / 3.0
-        if alpha_tex is not None:
-            maskf = maskf * alpha_tex
     elif callable(material):
-        pts = gb_pos[mask]  # [N, 3]
-        out = material(pts)
-        kd = torch.zeros(B, Hs, Ws, 3, device=device, dtype=dtype)
-        ks = torch.zeros(B, Hs, Ws, 3, device=device, dtype=dtype)
-        kd = kd.index_put((mask,), out["kd"][..., :3].to(dtype))
-        ks = ks.index_put((mask,), out["ks"][..., :3].to(dtype))
+        out = material(gb_pos)
+        kd = out["kd"][..., :3].to(dtype)
+        ks = out["ks"][..., :3].to(dtype)
         if out.get("normal") is not None:
-            perturbed = torch.zeros(B, Hs, Ws, 3, device=device, dtype=dtype)
-            perturbed[..., 2] = 1.0
-            perturbed = perturbed.index_put((mask,), out["normal"].to(dtype))
+            perturbed = out["normal"].to(dtype)
             gb_tng = _fallback_tangent(F.normalize(gb_n, dim=-1, eps=1e-8))
         if field_jitter > 0:
-            out_j = material(pts + torch.randn_like(pts) * field_jitter)
-            diff = (out_j["kd"][..., :3] - out["kd"][..., :3]).abs().sum(-1, keepdim=True) / 3.0
-            kd_grad = torch.zeros(B, Hs, Ws, 1, device=device, dtype=dtype).index_put((mask,), diff)
+            out_j = material(gb_pos + torch.randn_like(gb_pos) * field_jitter)
+            kd_grad = (out_j["kd"][..., :3] - out["kd"][..., :3]).abs().sum(-1, keepdim=True) / 3.0
     elif material is None:
-        kd = torch.tensor(DEFAULT_KD, device=device, dtype=dtype).expand(B, Hs, Ws, 3)
-        ks = torch.tensor(DEFAULT_KS, device=device, dtype=dtype).expand(B, Hs, Ws, 3)
+        kd = torch.tensor(DEFAULT_KD, device=device, dtype=dtype).expand(N, 3)
+        ks = torch.tensor(DEFAULT_KS, device=device, dtype=dtype).expand(N, 3)
     else:
         raise RenderError(
             f"render_mesh: material must be a Material, a callable field or None, got {type(material).__name__}"
@@ -242,7 +244,7 @@ def render_mesh(
     shading_n = prepare_shading_normal(
         gb_pos, view_pos, perturbed, gb_n, gb_tng, gb_geom_n, two_sided_shading=True, opengl=True
     )
-    shaded = light.shade(gb_pos, shading_n, kd, ks, view_pos, specular=True)  # [B, Hs, Ws, 3]
+    shaded = light.shade(gb_pos, shading_n, kd, ks, view_pos, specular=True)  # [N, 3]
 
     # ---- composite and antialias --------------------------------------------------------------------------
     if background is None:
@@ -253,19 +255,21 @@ def render_mesh(
                 f"render_mesh: background must be [B, H, W, 3] = {(B, H, W, 3)}, got {tuple(background.shape)}"
             )
         bg = _upsample_nearest(background.to(device=device, dtype=dtype), spp)
+    if alpha_tex is not None:
+        maskf = full(alpha_tex)
     accum = torch.cat([bg, torch.zeros_like(bg[..., :1])], dim=-1)
-    layer = torch.cat([shaded, torch.ones_like(shaded[..., :1])], dim=-1)
+    layer = full(torch.cat([shaded, torch.ones_like(shaded[..., :1])], dim=-1))
     accum = torch.lerp(accum, layer, maskf)
     accum = R.antialias(accum.contiguous(), rast, pos_clip, tri)
 
     out = {
         "shaded": _downsample(accum[..., :3], spp),
         "alpha": _downsample(accum[..., 3:4], spp),
-        "kd": _downsample(kd * maskf, spp),
-        "ks": _downsample(ks * maskf, spp),
-        "normal": _downsample(shading_n * maskf, spp),
+        "kd": _downsample(full(kd) * maskf, spp),
+        "ks": _downsample(full(ks) * maskf, spp),
+        "normal": _downsample(full(shading_n) * maskf, spp),
         "depth": _downsample(depth, spp),
     }
     if kd_grad is not None:
-        out["kd_grad"] = _downsample(kd_grad * maskf, spp)
+        out["kd_grad"] = _downsample(full(kd_grad) * maskf, spp)
     return out

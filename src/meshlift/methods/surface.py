@@ -113,7 +113,10 @@ class TrainViews:
         camera_pos: ``[N, 3]`` camera centres in the normalised frame.
         images: ``[N, H, W, 3]`` float32 *linear* radiance (sRGB decoded), on the data device.
         masks: ``[N, H, W, 1]`` float32 coverage in [0, 1], or None when the dataset has none.
-        background: ``[3]`` linear colour the images were composited on (where masks exist).
+        background: ``[3]`` linear colour the images are (or are to be) composited on where masks exist.
+        straight: True when ``images`` hold straight (un-premultiplied) colour that still has to be composited
+            on ``background`` with the mask (rendered references); False when the reader already composited
+            them (dataset folders, conventions §6).
     """
 
     world_to_clip: torch.Tensor
@@ -121,6 +124,7 @@ class TrainViews:
     images: torch.Tensor
     masks: Optional[torch.Tensor]
     background: torch.Tensor
+    straight: bool = False
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
@@ -137,6 +141,7 @@ class TrainViews:
             "camera_pos": self.camera_pos[idx.to(self.camera_pos.device)].to(device),
             "images": self.images[idx_d].to(device, non_blocking=True),
             "masks": None if self.masks is None else self.masks[idx_d].to(device, non_blocking=True),
+            "straight": self.straight,
         }
 
 
@@ -233,7 +238,7 @@ def load_problem(cfg: SurfaceConfig, device: torch.device) -> ProblemData:
         return _load_reference_problem(cfg, device)
     from meshlift.data import load_scene
 
-    scene = load_scene(path)
+    scene = load_scene(path, background="black" if cfg.background == "black" else "white")
     train_idx = _split_indices(scene, cfg.train_split)
     test_idx = _split_indices(scene, cfg.test_split) or _split_indices(scene, "val")
     n_all = len(scene.cameras)
@@ -274,14 +279,16 @@ def reference_problem(mesh: Mesh, cfg: SurfaceConfig, device: torch.device, name
         mesh = dataclasses.replace(mesh, material=dataclasses.replace(mesh.material, ks=ks, kd=kd))
     ds = ReferenceMeshDataset(
         mesh,
+        env=cfg.ref_env,
+        env_kind=cfg.ref_env_kind,
+        env_res=max(64, cfg.env_res),
         n_train=cfg.ref_views,
         n_test=cfg.ref_test_views,
         resolution=cfg.train_res,
-        env=cfg.ref_env,
-        env_kind=cfg.ref_env_kind,
-        radius=cfg.ref_camera_radius,
         fov=math.radians(cfg.ref_fov_deg),
+        radius=cfg.ref_camera_radius,
         seed=cfg.seed,
+        background="black" if cfg.background == "black" else "white",
         device=device,
     )
     data_device = torch.device(cfg.data_device)
@@ -295,6 +302,7 @@ def reference_problem(mesh: Mesh, cfg: SurfaceConfig, device: torch.device, name
             images=b["images"].float().to(data_device),
             masks=b["masks"].float().to(data_device),
             background=bg,
+            straight=True,
         )
 
     return ProblemData(
@@ -376,19 +384,12 @@ class FlexiGeometry(nn.Module):
         super().__init__()
         from meshlift.isosurface.flexicubes import FlexiCubes
 
-        self.fc = FlexiCubes(device=device)
-        verts, cubes = self.fc.cube_grid(int(cfg.grid_res))
-        lo, hi = _grid_bounds(cfg)
-        vmin, vmax = verts.min(0).values, verts.max(0).values
-        verts = (verts - vmin) / (vmax - vmin) * (hi - lo) + lo  # whatever the grid's own range is
+        self.fc = FlexiCubes()
+        verts, cubes = self.fc.cube_grid(int(cfg.grid_res), bounds=_grid_bounds(cfg), device=device)
         self.grid_res = int(cfg.grid_res)
-        self.register_buffer("verts", verts.to(device), persistent=False)
-        self.register_buffer("cubes", cubes.to(device), persistent=False)
-        edges = torch.cat([cubes[:, [0, 1]], cubes[:, [2, 3]], cubes[:, [4, 5]], cubes[:, [6, 7]],
-                           cubes[:, [0, 2]], cubes[:, [1, 3]], cubes[:, [4, 6]], cubes[:, [5, 7]],
-                           cubes[:, [0, 4]], cubes[:, [1, 5]], cubes[:, [2, 6]], cubes[:, [3, 7]]], 0)
-        edges = torch.sort(edges, dim=1).values
-        self.register_buffer("edges", torch.unique(edges, dim=0).to(device), persistent=False)
+        self.register_buffer("verts", verts, persistent=False)
+        self.register_buffer("cubes", cubes, persistent=False)
+        self.register_buffer("edges", self.fc.cube_edges(cubes), persistent=False)
         self.max_offset = float(cfg.deform_scale) * 0.5 * float(cfg.mesh_scale) / self.grid_res
         self.sdf = nn.Parameter(torch.zeros(verts.shape[0], device=device))
         self.deform = nn.Parameter(torch.zeros_like(verts))
@@ -399,8 +400,9 @@ class FlexiGeometry(nn.Module):
         return self.verts
 
     @property
-    def grid_shape(self) -> Optional[tuple[int, int, int]]:
-        return None
+    def grid_shape(self) -> tuple[int, int, int]:
+        n = self.grid_res + 1
+        return n, n, n  # same vertex indexing as the tet grid (conventions §10)
 
     def set_sdf(self, sdf: torch.Tensor) -> None:
         with torch.no_grad():
@@ -553,10 +555,12 @@ def make_light(cfg: SurfaceConfig, device: torch.device, reference_light=None,
     """The environment light of ``cfg.light``: returns ``(light, trainable)``."""
     from meshlift.shading.light import EnvironmentLight
 
+    min_res = max(4, min(16, int(cfg.env_res) // 4))
     if cfg.light == "learned":
         g = generator if generator is not None else torch.Generator().manual_seed(cfg.seed)
         base = cfg.env_init + 0.05 * torch.rand(6, cfg.env_res, cfg.env_res, 3, generator=g)
-        light = EnvironmentLight(base.to(device), trainable=True)
+        light = EnvironmentLight(base.to(device), trainable=True, min_res=min_res)
+        light.build_mips()
         return light, True
     if cfg.light == "fixed":
         if reference_light is None:
@@ -564,15 +568,15 @@ def make_light(cfg: SurfaceConfig, device: torch.device, reference_light=None,
                 "light=fixed needs a reference environment (reference-mesh mode); for a dataset give the "
                 ".hdr path: --set light=path/to/env.hdr"
             )
-        light = reference_light.detached() if hasattr(reference_light, "detached") else reference_light
+        light = reference_light
+        if light.specular is None:
+            light.build_mips()
         return light, False
     path = Path(cfg.light)
     if not path.is_file():
         raise ConfigError(f"config field 'light' = {cfg.light!r}: not 'learned', 'fixed' or an existing .hdr/.exr file")
-    from meshlift.io.hdr import read_hdr
-
-    latlong = read_hdr(path)
-    light = EnvironmentLight.from_latlong(latlong.to(device), cfg.env_res)
+    light = EnvironmentLight.load(path, res=int(cfg.env_res), trainable=False, min_res=min_res).to(device)
+    light.build_mips()
     return light, False
 
 
@@ -595,16 +599,24 @@ def image_loss(out: dict, views: dict, background: torch.Tensor, cfg: SurfaceCon
     masks = views["masks"]
     pred = out["shaded"]
     if masks is not None:
-        color = tonemapped_log_l1(pred * masks, ref * masks)
+        comp_ref = composite_reference(views, background)
+        color = tonemapped_log_l1(pred * masks, comp_ref * masks)
         loss = color + cfg.mask_weight * F.mse_loss(out["alpha"], masks)
-        bg = background.to(pred)
-        comp_ref = ref * masks + bg * (1 - masks)
     else:
         loss = tonemapped_log_l1(pred, ref)
         comp_ref = ref
     with torch.no_grad():
         mse = F.mse_loss(linear_to_srgb(pred.clamp(0, 1)), linear_to_srgb(comp_ref.clamp(0, 1)))
     return loss, mse
+
+
+def composite_reference(views: dict, background: torch.Tensor) -> torch.Tensor:
+    """Reference images of a batch composited on ``background`` (a no-op when the reader already did it)."""
+    ref, masks = views["images"], views["masks"]
+    if masks is None or not views.get("straight", False):
+        return ref
+    bg = background.to(ref).view(1, 1, 1, 3)
+    return ref * masks + bg * (1 - masks)
 
 
 def lr_lambda(cfg: SurfaceConfig) -> Callable[[int], float]:
@@ -703,6 +715,7 @@ class Pass1Result:
     material: BoundedMaterialField
     light: object
     light_trainable: bool
+    checkpoint_state: Optional[dict] = None
 
 
 def _render(mesh: Mesh, views: dict, res: tuple[int, int], light, material, background: torch.Tensor,
@@ -789,6 +802,8 @@ def run_pass1(
     res = data.train.resolution
     bg = data.train.background
     total = cfg.iter_pass1
+    if checkpoint is not None and checkpoint.get("pass2") is not None:
+        total = start  # pass 2 already started from this pass-1 state: keep it
     if start == 0 and preview is not None:
         with torch.no_grad():
             if light_trainable:
@@ -847,9 +862,10 @@ def run_pass1(
         light.build_mips()
     state.stage = "pass2"
     state.iteration = 0
+    final = payload(total)
     if start < total or checkpoint is None:
-        checkpointer.save(payload(total))
-    return Pass1Result(_detach_mesh(mesh), geom, material, light, light_trainable)
+        checkpointer.save(final)
+    return Pass1Result(_detach_mesh(mesh), geom, material, light, light_trainable, final["pass1"])
 
 
 def _detach_mesh(mesh: Mesh) -> Mesh:
@@ -875,31 +891,6 @@ class Pass2Result:
 
     mesh: Mesh
     light: object
-
-
-def uniform_laplacian_loss(offsets: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
-    """Mean squared uniform Laplacian of per-vertex ``offsets [V, 3]`` over undirected ``edges [E, 2]``.
-
-    ``L(x)_i = mean_{j ∈ N(i)} x_j − x_i``; nvdiffrec's ``laplace_regularizer_const`` applied to the offsets
-    from the pass-1 mesh (its "relative" Laplacian, Munkberg et al. 2022 Sec. 4).
-    """
-    V = offsets.shape[0]
-    i, j = edges[:, 0], edges[:, 1]
-    acc = torch.zeros_like(offsets)
-    acc = acc.index_add(0, i, offsets[j]).index_add(0, j, offsets[i])
-    deg = torch.zeros(V, device=offsets.device, dtype=offsets.dtype)
-    deg = deg.index_add(0, i, torch.ones_like(i, dtype=offsets.dtype)).index_add(
-        0, j, torch.ones_like(j, dtype=offsets.dtype)
-    )
-    lap = acc / deg.clamp(min=1)[:, None] - offsets
-    return lap.pow(2).sum(-1).mean()
-
-
-def mesh_edges(faces: torch.Tensor) -> torch.Tensor:
-    """Unique undirected edges ``[E, 2]`` of triangles ``faces [T, 3]``."""
-    e = torch.cat([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]], 0)
-    e = torch.sort(e, dim=1).values
-    return torch.unique(e, dim=0)
 
 
 def prepare_pass2_mesh(p1: Pass1Result, cfg: SurfaceConfig) -> tuple[Mesh, dict]:
@@ -939,7 +930,14 @@ def run_pass2(
     checkpoint: Optional[dict] = None,
     preview: Optional[Callable[[str, int, Mesh, object, object], None]] = None,
 ) -> Pass2Result:
-    """Pass 2 (fixed topology): optimise kd/ks/normal textures, vertex offsets and light."""
+    """Pass 2 (fixed topology): optimise kd/ks/normal textures, vertex offsets and light.
+
+    The vertex offsets from the pass-1 mesh are regularised by nvdiffrec's relative uniform Laplacian
+    (``meshlift.geometry.mesh_ops.laplacian_smoothness_loss`` of the offsets), weighted by
+    ``laplace_weight`` and decaying linearly to 0 over the pass.
+    """
+    from meshlift.geometry.mesh_ops import laplacian_smoothness_loss
+
     ck = None if checkpoint is None else checkpoint.get("pass2")
     if ck is not None:
         base = Mesh(
@@ -961,7 +959,6 @@ def run_pass2(
     nrm0[..., 2] = 1.0
     normal = nn.Parameter(nrm0)
     offset = nn.Parameter(torch.zeros_like(base.v_pos))
-    edges = mesh_edges(base.t_pos_idx)
 
     tex_params = [kd, ks] + ([normal] if cfg.perturb_normal else [])
     groups = [{"params": tex_params, "lr": cfg.lr_mat}]
@@ -1022,10 +1019,7 @@ def run_pass2(
             },
         }
 
-    pass1_ck = None if checkpoint is None else checkpoint.get("pass1")
-    if pass1_ck is None and checkpointer.path is not None and checkpointer.path.is_file():
-        prev = checkpointer.load()
-        pass1_ck = None if prev is None else prev.get("pass1")
+    pass1_ck = p1.checkpoint_state
 
     res = data.train.resolution
     bg = data.train.background
@@ -1043,7 +1037,7 @@ def run_pass2(
         reg = loss.new_zeros(())
         if cfg.optimize_vertices and cfg.laplace_weight > 0:
             t = it / max(1, total)
-            reg = reg + cfg.laplace_weight * (1.0 - t) * uniform_laplacian_loss(offset, edges)
+            reg = reg + cfg.laplace_weight * (1.0 - t) * laplacian_smoothness_loss(offset, base.t_pos_idx)
         if "kd_grad" in out and cfg.kd_smooth_weight > 0:
             reg = reg + cfg.kd_smooth_weight * out["kd_grad"].mean()
         if light_trainable and cfg.light_reg_weight > 0:
@@ -1104,10 +1098,7 @@ def render_views(mesh: Mesh, views: TrainViews, light, material, cfg: SurfaceCon
         idx = torch.tensor(idx_all[s:s + batch], dtype=torch.long)
         v = views.batch(idx, device)
         out = _render(mesh, v, views.resolution, light, material, views.background, cfg)
-        ref = v["images"]
-        if v["masks"] is not None:
-            bg = views.background.to(ref).view(1, 1, 1, 3)
-            ref = ref * v["masks"] + bg * (1 - v["masks"])
+        ref = composite_reference(v, views.background)
         ours.append(linear_to_srgb(out["shaded"].clamp(0, 1)).cpu())
         refs.append(linear_to_srgb(ref.clamp(0, 1)).cpu())
     return torch.cat(ours), torch.cat(refs)
@@ -1161,6 +1152,7 @@ class ReconstructionResult:
         metrics: the dict written to ``metrics.json``.
         out_dir: the output folder (None when not writing).
         files: paths of the main outputs (``glb``, ``obj``, ``probe``, ``metrics``...).
+        history: per-iteration dicts (pass, iteration, loss, psnr) of both passes.
     """
 
     mesh: Mesh
@@ -1168,6 +1160,7 @@ class ReconstructionResult:
     metrics: dict
     out_dir: Optional[Path]
     files: dict
+    history: list = field(default_factory=list)
 
 
 def reconstruct(
@@ -1256,7 +1249,7 @@ def reconstruct(
         if _is_oom(exc):
             raise oom_error(cfg, where) from exc
         raise
-    return ReconstructionResult(mesh_world, dmtet_world, metrics, out, files)
+    return ReconstructionResult(mesh_world, dmtet_world, metrics, out, files, list(state.history))
 
 
 __all__ = [
@@ -1282,6 +1275,5 @@ __all__ = [
     "run_pass1",
     "run_pass2",
     "tonemapped_log_l1",
-    "uniform_laplacian_loss",
     "visual_hull_occupancy",
 ]
