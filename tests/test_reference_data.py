@@ -18,17 +18,30 @@ from meshlift.methods.reference_data import (
 from meshlift.structures.mesh import Mesh
 
 
-def _shading_available() -> bool:
+def _importable(*modules: str) -> bool:
+    import importlib
+
     try:
-        from meshlift.methods.renderer import render_mesh  # noqa: F401
-        from meshlift.shading.light import EnvironmentLight  # noqa: F401
-        from meshlift.shading.procedural import procedural_environment  # noqa: F401
+        for m in modules:
+            importlib.import_module(m)
     except ImportError:
         return False
     return True
 
 
-needs_shading = pytest.mark.skipif(not _shading_available(), reason="meshlift.shading light not built yet")
+_CAN_RENDER = _importable("meshlift.methods.renderer", "meshlift.shading.light", "meshlift.shading.normals")
+needs_render = pytest.mark.skipif(not _CAN_RENDER, reason="meshlift.shading light/normals not built yet")
+needs_procedural = pytest.mark.skipif(
+    not (_CAN_RENDER and _importable("meshlift.shading.procedural")), reason="meshlift.shading.procedural not built yet"
+)
+
+
+def _light():
+    """A small fixed light with some directional variation (sky brighter than ground)."""
+    from meshlift.shading.light import EnvironmentLight
+
+    lat = torch.linspace(1.5, 0.2, 16)[:, None, None].expand(16, 32, 3).contiguous()
+    return EnvironmentLight.from_latlong(lat, 16, trainable=False)
 
 
 def _world_ring() -> Mesh:
@@ -140,7 +153,7 @@ def test_dataset_argument_errors():
         ds.load_batch([5])
 
 
-@needs_shading
+@needs_render
 def test_missing_env_file_is_a_config_error(tmp_path):
     from meshlift.methods.reference_data import make_reference_light
 
@@ -148,13 +161,16 @@ def test_missing_env_file_is_a_config_error(tmp_path):
         make_reference_light(tmp_path / "nope.hdr")
 
 
-@needs_shading
+@needs_render
 def test_renders_match_renderer_and_composite_consistently():
     from meshlift.methods.renderer import render_mesh
     from meshlift.shading.color import linear_to_srgb
 
     mesh = _world_ring()
-    ds = ReferenceMeshDataset(mesh, n_train=3, n_test=2, resolution=32, spp=1, env_res=16)
+    light = _light()
+    light.build_mips()
+    ds = ReferenceMeshDataset(mesh, light=light, n_train=3, n_test=2, resolution=32, spp=1)
+    assert ds.light is light
     b = ds.load_batch([0, 4])
     assert b["rgb"].shape == (2, 32, 32, 3) and b["mask"].shape == (2, 32, 32, 1)
     assert b["rgb_linear"].shape == (2, 32, 32, 3)
@@ -177,7 +193,7 @@ def test_renders_match_renderer_and_composite_consistently():
     torch.testing.assert_close(ds.image(4), b["rgb"][1])
 
 
-@needs_shading
+@needs_procedural
 @pytest.mark.gpu
 def test_reference_renders_on_cuda_match_cpu():
     if not torch.cuda.is_available():
@@ -188,3 +204,13 @@ def test_reference_renders_on_cuda_match_cpu():
     gpu = ReferenceMeshDataset(mesh, device="cuda", **kw).load_batch([0, 2], "cpu")
     assert float((gpu["mask"] - cpu["mask"]).abs().mean()) < 1e-3
     assert float((gpu["rgb"] - cpu["rgb"]).abs().mean()) < 5e-3
+
+
+@needs_procedural
+def test_default_procedural_light_renders():
+    ds = ReferenceMeshDataset(_world_ring(), n_train=1, n_test=1, resolution=24, spp=1, env_res=16)
+    assert not ds.light.base.requires_grad
+    b = ds.load_batch([0, 1])
+    m = b["mask"] > 0.99
+    lit = b["rgb_linear"][m.expand_as(b["rgb_linear"])]
+    assert float(lit.mean()) > 0.01 and bool(torch.isfinite(b["rgb_linear"]).all())
