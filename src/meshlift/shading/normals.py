@@ -1,0 +1,106 @@
+"""Shading-normal preparation: tangent-space normal perturbation, two-sided flipping, bent normals.
+
+Semantics of nvdiffrec's ``bsdf_prepare_shading_normal`` (render/renderutils/bsdf.py):
+
+1. ``B = normalize(N × T)`` (N smooth normal, T smooth tangent, both normalised first);
+   shading normal ``n = normalize(p.x T + p.y B + max(p.z, 0) N)`` for a tangent-space perturbation p.
+   With ``opengl=True`` (docs/conventions.md §7: OpenGL/glTF normal maps, +Y along the bitangent) this is
+   nvdiffrec's ``T p.x - (T × N) p.y + N p.z``. For +Y to mean "towards increasing v of the OBJ-style,
+   bottom-left-origin UV" the tangent must point along increasing u and the frame (T, B, N) be right-handed
+   (``meshlift.geometry`` tangents do this). ``opengl=False`` flips the Y axis (DirectX maps).
+2. Two-sided shading: where the view vector is behind the geometric (face) normal, both the geometric
+   and the shading normals are negated, so back faces shade like front faces.
+3. Bent normals: ``lerp(geom, n, clamp((v·n) / 0.1, 0, 1))`` — a shading normal facing away from the
+   viewer (possible after interpolation or perturbation) is blended towards the geometric normal to avoid
+   black silhouettes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from meshlift.errors import RenderError
+from meshlift.shading.bsdf import dot, safe_normalize
+
+__all__ = ["NORMAL_THRESHOLD", "perturb_normal", "bend_normal", "prepare_shading_normal"]
+
+#: v·n below which the shading normal is bent towards the geometric normal (nvdiffrec's 0.1).
+NORMAL_THRESHOLD = 0.1
+
+
+def perturb_normal(
+    perturbed_nrm: torch.Tensor, smooth_nrm: torch.Tensor, smooth_tng: torch.Tensor, opengl: bool = True
+) -> torch.Tensor:
+    """Apply a tangent-space normal ``[..., 3]`` to the frame (T, B = normalize(N × T), N); returns unit ``[..., 3]``."""
+    bitang = safe_normalize(torch.cross(smooth_nrm, smooth_tng, dim=-1))
+    y = perturbed_nrm[..., 1:2] if opengl else -perturbed_nrm[..., 1:2]
+    n = smooth_tng * perturbed_nrm[..., 0:1] + bitang * y + smooth_nrm * torch.clamp(perturbed_nrm[..., 2:3], min=0.0)
+    return safe_normalize(n)
+
+
+def bend_normal(
+    view_vec: torch.Tensor, shading_nrm: torch.Tensor, geom_nrm: torch.Tensor, two_sided_shading: bool = True
+) -> torch.Tensor:
+    """Two-sided flip and bent-normal blend (see module docstring, steps 2-3); ``[..., 3]``."""
+    if two_sided_shading:
+        front = dot(geom_nrm, view_vec) > 0
+        shading_nrm = torch.where(front, shading_nrm, -shading_nrm)
+        geom_nrm = torch.where(front, geom_nrm, -geom_nrm)
+    t = torch.clamp(dot(view_vec, shading_nrm) / NORMAL_THRESHOLD, min=0.0, max=1.0)
+    return torch.lerp(geom_nrm, shading_nrm, t)
+
+
+def prepare_shading_normal(
+    pos: torch.Tensor,
+    view_pos: torch.Tensor,
+    perturbed_nrm: torch.Tensor | None,
+    smooth_nrm: torch.Tensor,
+    smooth_tng: torch.Tensor,
+    geom_nrm: torch.Tensor,
+    two_sided_shading: bool = True,
+    opengl: bool = True,
+    *,
+    two_sided: bool | None = None,
+) -> torch.Tensor:
+    """The final world-space shading normal (nvdiffrec ``prepare_shading_normal`` semantics).
+
+    All tensors are ``[..., 3]`` and broadcast together (e.g. G-buffers ``[B, H, W, 3]`` or gathered
+    pixels ``[N, 3]``, with ``view_pos`` ``[B, 1, 1, 3]``).
+
+    Args:
+        pos: world-space positions.
+        view_pos: camera positions.
+        perturbed_nrm: tangent-space normal perturbation (a normal-map sample in [-1, 1], or a material
+            field's output), or None for the unperturbed normal (0, 0, 1).
+        smooth_nrm: interpolated vertex normals (normalised here).
+        smooth_tng: interpolated vertex tangents (normalised here).
+        geom_nrm: geometric (face) normals, unit.
+        two_sided_shading: flip normals of faces seen from behind.
+        opengl: OpenGL/glTF normal-map orientation (+Y along the bitangent); False for DirectX (-Y).
+        two_sided: alias of ``two_sided_shading`` (keyword only).
+
+    Returns:
+        ``[..., 3]`` shading normals (unit length except where the bent-normal blend mixes two unit
+        vectors, exactly as nvdiffrec).
+
+    Raises:
+        RenderError: an input does not end in 3.
+    """
+    if two_sided is not None:
+        two_sided_shading = bool(two_sided)
+    for name, t in (("pos", pos), ("view_pos", view_pos), ("smooth_nrm", smooth_nrm), ("smooth_tng", smooth_tng),
+                    ("geom_nrm", geom_nrm)):
+        if t.shape[-1] != 3:
+            raise RenderError(f"prepare_shading_normal({name}): expected [..., 3], got {tuple(t.shape)}")
+    smooth_nrm = safe_normalize(smooth_nrm)
+    smooth_tng = safe_normalize(smooth_tng)
+    view_vec = safe_normalize(view_pos - pos)
+    if perturbed_nrm is None:
+        shading = smooth_nrm
+    else:
+        if perturbed_nrm.shape[-1] != 3:
+            raise RenderError(
+                f"prepare_shading_normal(perturbed_nrm): expected [..., 3], got {tuple(perturbed_nrm.shape)}"
+            )
+        shading = perturb_normal(perturbed_nrm, smooth_nrm, smooth_tng, opengl)
+    return bend_normal(view_vec, shading, geom_nrm, two_sided_shading)
