@@ -41,8 +41,10 @@ def visibility_reference(
             if d == 0:
                 continue
             sg = 1.0 if d > 0 else -1.0
-            e = [sg * (edges[0, k, 0] * px + edges[0, k, 1] * py + edges[0, k, 2]) for k in range(3)]
-            z = (zplane[0, 0] / det[0]) * px + (zplane[0, 1] / det[0]) * py + zplane[0, 2] / det[0]
+            # evaluation order (a px + c) + b py, as in the backend (so exact ties agree)
+            e = [(sg * edges[0, k, 0] * px + sg * edges[0, k, 2]) + sg * edges[0, k, 1] * py for k in range(3)]
+            zp = zplane[0] / det[0]
+            z = (zp[0] * px + zp[2]) + zp[1] * py
             cov = (e[0] >= 0) & (e[1] >= 0) & (e[2] >= 0) & (z >= -1) & (z <= 1)
             key = torch.where(cov, depth_key(z, torch.full_like(best, t)), best)
             best = torch.minimum(best, key)

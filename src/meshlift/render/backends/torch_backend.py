@@ -1,17 +1,18 @@
 """Pure-PyTorch visibility backend: chunked bounding-box enumeration + packed-key scatter-min z-buffer.
 
-Algorithm (per chunk of triangles, everything vectorised):
+Algorithm (per chunk of at most ``max_fragments / 8`` triangles, everything vectorised):
 
 1. gather the clip-space vertices; screen bounding box of the part in front of the near plane
-   (:func:`~meshlift.render.backends._common.screen_bbox`); drop empty boxes;
-2. split each box into *work items* of whole rows holding at most ``max_fragments / 2`` pixels (large
-   triangles become several items), and group consecutive items into batches of at most
-   ``max_fragments`` candidate fragments;
-3. per batch: evaluate the three edge functions and ``z/w`` at each candidate pixel centre (homogeneous
-   rasterization, see ``_common``), keep covered fragments with ``−1 ≤ z/w ≤ 1``, pack
-   ``(z/w, triangle index)`` into one int64 key and ``scatter_reduce(amin)`` it into a per-pixel key
-   buffer. Chunks merge through the same buffer, so the result is independent of the chunking and ties go
-   deterministically to the lower triangle index.
+   (:func:`~meshlift.render.backends._common.screen_bbox`); drop empty boxes and edge-on triangles;
+2. boxes up to 16 pixels a side: bucket by power-of-two size and evaluate each triangle on a square
+   *stamp* of candidate pixels by broadcasting (no per-fragment gathers); larger boxes: enumerate their
+   8×8 tiles (in chunks of ``max_fragments / 64`` tiles, so one huge triangle is split too), drop tiles
+   that one of the edge functions excludes everywhere (conservative corner test), stamp the rest;
+3. per stamp batch (at most ``max_fragments`` candidates): the three edge functions and ``z/w`` at each
+   pixel centre (homogeneous rasterization, see ``_common``), keep covered fragments with
+   ``−1 ≤ z/w ≤ 1``, pack ``(z/w, triangle index)`` into one int64 key and ``scatter_reduce(amin)`` it
+   into a per-pixel key buffer. Everything merges through that buffer, so the result does not depend on
+   the chunking, and ties go deterministically to the lower triangle index.
 
 Peak memory (measured on CPU, float32): about 170 bytes per live candidate fragment, i.e. up to
 ~170 B × ``max_fragments`` (2.7 GiB at the default 2^24, reached only by scenes with that many
@@ -30,7 +31,6 @@ from meshlift.render.backends._common import (  # noqa: I001
     INT64_MAX,
     depth_key,
     key_to_index,
-    pixel_centers_ndc,
     screen_bbox,
     triangle_planes,
 )
@@ -38,7 +38,8 @@ from meshlift.render.backends._common import (  # noqa: I001
 
 #: Boxes up to 2^_STAMP_LOG2 pixels on each side use the stamp path.
 _STAMP_LOG2 = 4
-_N_BUCKETS = (_STAMP_LOG2 + 1) ** 2
+#: Tile side (pixels) for large triangles.
+_TILE = 8
 
 
 class TorchBackend:
@@ -116,10 +117,10 @@ class TorchBackend:
         base = (b[idx] * (H * W)).to(torch.int64)
         tid = t[idx].to(torch.int64)
 
-        # small boxes: square stamps of 2^l pixels a side (broadcasting, no per-fragment gathers),
-        # one bucket per l; larger boxes: row-split work items (``_rows``).
+        # small boxes: square stamps of 2^l pixels a side (broadcasting, no per-fragment gathers), one
+        # bucket per l; larger boxes: 8x8 tiles, coarsely culled against the edges, then stamped.
         side = torch.maximum(cw, ch).to(torch.float32)
-        lvl = torch.ceil(torch.log2(side)).to(torch.int64).clamp(max=_STAMP_LOG2 + 1)
+        lvl = torch.ceil(torch.log2(side)).to(torch.int64).clamp(min=1, max=_STAMP_LOG2 + 1)
         order = torch.argsort(lvl, stable=True)
         counts = torch.bincount(lvl, minlength=_STAMP_LOG2 + 2).tolist()
         pos0 = 0
@@ -129,91 +130,89 @@ class TorchBackend:
             sel_all = order[pos0 : pos0 + n]
             pos0 += n
             if lv > _STAMP_LOG2:
-                TorchBackend._rows(sel_all, i0, j0, cw, ch, params, base, tid, keys, H, W, budget, v.dtype)
+                TorchBackend._tiles(sel_all, i0, j0, cw, ch, params, base, tid, keys, H, W, budget, v.dtype)
                 continue
             sz = 1 << lv
             per = max(budget // (sz * sz), 1)
             for s0 in range(0, n, per):
-                TorchBackend._stamps(sel_all[s0 : s0 + per], sz, i0, j0, cw, ch, params, base, tid, keys, H, W, v.dtype)
+                sel = sel_all[s0 : s0 + per]
+                TorchBackend._stamps(
+                    sz, i0[sel], j0[sel], ch[sel], cw[sel], params[sel], base[sel], tid[sel], keys, H, W, v.dtype
+                )
 
     @staticmethod
-    def _stamps(sel, sz, i0, j0, cw, ch, params, base, tid, keys, H, W, dtype) -> None:
-        """Rasterize triangles ``sel`` whose boxes fit in ``sz × sz`` pixels with broadcast stamps."""
+    def _stamps(sz, row0, col0, nrows, ncols, params, base, tid, keys, H, W, dtype) -> None:
+        """Rasterize ``n`` windows of ``sz × sz`` pixels (origin ``row0, col0``, valid extent ``nrows ×
+        ncols``), window k belonging to the triangle with ``params[k]``, by broadcasting."""
         ar = torch.arange(sz, device=keys.device)
-        cols = j0.index_select(0, sel).unsqueeze(1) + ar  # [n, sz]
-        rows = i0.index_select(0, sel).unsqueeze(1) + ar  # [n, sz]
-        px = ((2 * cols + 1).to(dtype) / W - 1).unsqueeze(1)  # [n, 1, sz]
-        py = ((2 * rows + 1).to(dtype) / H - 1).unsqueeze(2)  # [n, sz, 1]
-        p = params.index_select(0, sel).unsqueeze(-1).unsqueeze(-1)  # [n, 12, 1, 1]
-        ok = (ar < ch.index_select(0, sel).unsqueeze(1)).unsqueeze(2) & (
-            ar < cw.index_select(0, sel).unsqueeze(1)
-        ).unsqueeze(1)
+        cols = col0.unsqueeze(1) + ar  # [n, sz]
+        rows = row0.unsqueeze(1) + ar  # [n, sz]
+        px = (2 * cols + 1).to(dtype) / W - 1  # [n, sz]
+        py = (2 * rows + 1).to(dtype) / H - 1  # [n, sz]
+        ok = (ar < nrows.unsqueeze(1)).unsqueeze(2) & (ar < ncols.unsqueeze(1)).unsqueeze(1)  # [n, sz, sz]
         for k in range(3):
-            ok &= (p[:, 3 * k] * px + p[:, 3 * k + 1] * py + p[:, 3 * k + 2]) >= 0
-        zw = p[:, 9] * px + p[:, 10] * py + p[:, 11]
-        ok &= (zw >= -1) & (zw <= 1)
+            # e_k = (a px + c) + b py, the same evaluation order as every other path (exact ties)
+            ex = params[:, 3 * k : 3 * k + 1] * px + params[:, 3 * k + 2 : 3 * k + 3]
+            ey = params[:, 3 * k + 1 : 3 * k + 2] * py
+            ok &= (ex.unsqueeze(1) + ey.unsqueeze(2)) >= 0
         f = ok.view(-1).nonzero().squeeze(1)
         if f.numel() == 0:
             return
-        tl = f // (sz * sz)
-        pix = base.index_select(0, sel).view(-1, 1, 1) + rows.unsqueeze(2) * W + cols.unsqueeze(1)
-        key = depth_key(zw.reshape(-1).index_select(0, f), tid.index_select(0, sel).index_select(0, tl))
-        keys.scatter_reduce_(0, pix.view(-1).index_select(0, f), key, reduce="amin", include_self=True)
+        s2 = sz * sz
+        tl = f // s2
+        rem = f - tl * s2
+        r = rem // sz
+        c = rem - r * sz
+        pxs = px.view(-1).index_select(0, tl * sz + c)
+        pys = py.view(-1).index_select(0, tl * sz + r)
+        pz = params.index_select(0, tl)
+        zw = (pz[:, 9] * pxs + pz[:, 11]) + pz[:, 10] * pys
+        key = depth_key(zw, tid.index_select(0, tl))
+        key = torch.where((zw >= -1) & (zw <= 1), key, INT64_MAX)
+        pix = base.index_select(0, tl) + rows.view(-1).index_select(0, tl * sz + r) * W + cols.view(-1).index_select(0, tl * sz + c)
+        keys.scatter_reduce_(0, pix, key, reduce="amin", include_self=True)
 
     @staticmethod
-    def _rows(sel, i0, j0, cw, ch, params, base, tid, keys, H, W, budget, dtype) -> None:
-        """Rasterize large triangles ``sel`` as row-split work items under the fragment budget."""
-        dev = keys.device
+    def _tiles(sel, i0, j0, cw, ch, params, base, tid, keys, H, W, budget, dtype) -> None:
+        """Rasterize large triangles ``sel``: enumerate their boxes' 8×8 tiles in chunks of at most
+        ``budget / 64`` tiles, drop tiles that an edge function rules out at every pixel centre of the
+        tile (conservative test at the tile's extreme corner), stamp the rest."""
+        T_ = _TILE
         i0, j0, cw, ch = i0[sel], j0[sel], cw[sel], ch[sel]
         params, base, tid = params[sel], base[sel], tid[sel]
-        idx = sel
-        # work items: whole rows of a box, at most budget/2 pixels each
-        half = max(budget // 2, 1)
-        rows_per = torch.clamp(half // cw, min=1)
-        n_items = (ch + rows_per - 1) // rows_per
-        m = idx.numel()
-        item_tri = torch.repeat_interleave(torch.arange(m, device=dev), n_items)
-        first = torch.cumsum(n_items, 0) - n_items
-        kk = torch.arange(item_tri.numel(), device=dev) - first[item_tri]
-        rp = rows_per[item_tri]
-        item_row0 = i0[item_tri] + kk * rp
-        item_rows = torch.minimum(rp, ch[item_tri] - kk * rp)
-        item_cw = cw[item_tri]
-        item_cnt = item_rows * item_cw
-        item_end = torch.cumsum(item_cnt, 0)
-        item_start = item_end - item_cnt
-        total = int(item_end[-1])
-        n_groups = (total + half - 1) // half
-        group = item_start // half
-        bounds = torch.searchsorted(group, torch.arange(n_groups + 1, device=dev)).tolist()
-        starts_cpu = torch.cat([item_start, item_end[-1:]])[bounds].tolist()
-        for g in range(n_groups):
-            a, z = bounds[g], bounds[g + 1]
-            if z <= a:
+        tw = (cw + T_ - 1) // T_
+        th = (ch + T_ - 1) // T_
+        cnt = tw * th
+        cum = torch.cumsum(cnt, 0)
+        total = int(cum[-1])
+        per = max(budget // (T_ * T_), 1)
+        # half extent, in NDC, of a tile's pixel-centre grid
+        hx = (T_ - 1) / W
+        hy = (T_ - 1) / H
+        for s0 in range(0, total, per):
+            g = torch.arange(s0, min(total, s0 + per), device=keys.device)
+            t = torch.searchsorted(cum, g, right=True)
+            local = g - (cum[t] - cnt[t])
+            twt = tw[t]
+            ty = local // twt
+            tx = local - ty * twt
+            row0 = i0[t] + ty * T_
+            col0 = j0[t] + tx * T_
+            nrows = torch.clamp(ch[t] - ty * T_, max=T_)
+            ncols = torch.clamp(cw[t] - tx * T_, max=T_)
+            p = params[t]
+            cx = ((2 * col0 + T_).to(dtype) / W - 1)  # NDC centre of the tile's pixel centres
+            cy = ((2 * row0 + T_).to(dtype) / H - 1)
+            keep = torch.ones_like(cx, dtype=torch.bool)
+            for k in range(3):
+                a, b = p[:, 3 * k], p[:, 3 * k + 1]
+                c = p[:, 3 * k + 2]
+                slack = 1e-5 * (a.abs() + b.abs() + c.abs())  # float rounding must never drop a tile
+                keep &= (a * cx + b * cy + c + a.abs() * hx + b.abs() * hy) >= -slack
+            kk = keep.nonzero().squeeze(1)
+            if kk.numel() == 0:
                 continue
-            F = starts_cpu[g + 1] - starts_cpu[g]
-            if F == 0:
-                continue
-            frag_item = torch.repeat_interleave(
-                torch.arange(a, z, device=dev), item_cnt[a:z], output_size=F
+            t = t[kk]
+            TorchBackend._stamps(
+                T_, row0[kk], col0[kk], nrows[kk], ncols[kk], p[kk], base[t], tid[t], keys, H, W, dtype
             )
-            local = torch.arange(F, device=dev) - (item_start.index_select(0, frag_item) - starts_cpu[g])
-            fcw = item_cw.index_select(0, frag_item)
-            r = local // fcw
-            c = local - r * fcw
-            ft = item_tri.index_select(0, frag_item)
-            row = item_row0.index_select(0, frag_item) + r
-            col = j0.index_select(0, ft) + c
-            px, py = pixel_centers_ndc(row, col, H, W, dtype)
-            p = params.index_select(0, ft)
-            e0 = p[:, 0] * px + p[:, 1] * py + p[:, 2]
-            e1 = p[:, 3] * px + p[:, 4] * py + p[:, 5]
-            e2 = p[:, 6] * px + p[:, 7] * py + p[:, 8]
-            zw = p[:, 9] * px + p[:, 10] * py + p[:, 11]
-            ok = (e0 >= 0) & (e1 >= 0) & (e2 >= 0) & (zw >= -1) & (zw <= 1)
-            sel = ok.nonzero().squeeze(1)
-            if sel.numel() == 0:
-                continue
-            ft = ft[sel]
-            pix = base[ft] + row[sel] * W + col[sel]
-            keys.scatter_reduce_(0, pix, depth_key(zw[sel], tid[ft]), reduce="amin", include_self=True)
