@@ -103,17 +103,18 @@ class TorchBackend:
         i0, i1, j0, j1 = screen_bbox(v, H, W)
         cw = j1 - j0 + 1
         ch = i1 - i0 + 1
-        edges, zplane, det = triangle_planes(v)
-        keep = (cw > 0) & (ch > 0) & (det != 0)
+        keep = (cw > 0) & (ch > 0)
         idx = keep.nonzero().squeeze(1)
         if idx.numel() == 0:
             return
         i0, j0, cw, ch = i0[idx], j0[idx], cw[idx], ch[idx]
-        sgn = torch.sign(det[idx])
-        # per-triangle parameters: sign-normalised edge planes (covered iff all >= 0) and z/w plane
-        params = torch.cat(
-            [(edges[idx] * sgn[:, None, None]).reshape(-1, 9), zplane[idx] / det[idx, None]], dim=1
-        )
+        edges, zplane, det = triangle_planes(v[idx])
+        # per-triangle parameters: sign-normalised edge planes (covered iff all >= 0) and z/w plane;
+        # edge-on triangles (det = 0) get an edge that is negative everywhere
+        flat = det == 0
+        e9 = (edges * torch.sign(det)[:, None, None]).reshape(-1, 9)
+        e9[:, 2] = torch.where(flat, -1.0, e9[:, 2])
+        params = torch.cat([e9, zplane / torch.where(flat, 1.0, det)[:, None]], dim=1)
         base = (b[idx] * (H * W)).to(torch.int64)
         tid = t[idx].to(torch.int64)
 
