@@ -69,3 +69,19 @@ def test_cuda_matches_cpu():
     assert torch.allclose(lpips(a.cuda(), b.cuda()).cpu(), lpips(a, b), atol=1e-4)
     assert torch.allclose(ssim(a.cuda(), b.cuda()).cpu(), ssim(a, b), atol=1e-9)
     assert torch.allclose(psnr(a.cuda(), b.cuda()).cpu(), psnr(a, b), atol=1e-9)
+
+
+def test_gradient_matches_finite_differences():
+    """Backward of the LPIPS module (float64) against central differences along random directions."""
+    net = LPIPS().double()
+    g = torch.Generator().manual_seed(2)
+    x = torch.rand(1, 36, 36, 3, generator=g, dtype=torch.float64) * 0.8 + 0.1
+    y = torch.rand(1, 36, 36, 3, generator=g, dtype=torch.float64)
+    x.requires_grad_(True)
+    net(x, y).sum().backward()
+    eps = 1e-5
+    for _ in range(2):
+        d = torch.randn(x.shape, generator=g, dtype=torch.float64)
+        with torch.no_grad():
+            fd = (net(x + eps * d, y) - net(x - eps * d, y)).sum() / (2 * eps)
+        assert float((x.grad * d).sum()) == pytest.approx(float(fd), rel=1e-4, abs=1e-8)
