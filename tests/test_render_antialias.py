@@ -143,6 +143,8 @@ def test_gradcheck_color_and_pos():
     rast, _ = rasterize(pos, tri, (8, 8))
     color = torch.rand(1, 8, 8, 1, dtype=torch.float64, requires_grad=True)
     p = pos.clone().requires_grad_(True)
+    out = antialias(color, rast, p, tri)
+    assert torch.autograd.grad(out.sum(), p)[0].abs().sum() > 0
     assert torch.autograd.gradcheck(lambda c, q: antialias(c, rast, q, tri), (color, p), eps=1e-7, atol=1e-5)
 
 

@@ -15,10 +15,6 @@ pytestmark = [
 ]
 
 
-def _both(x):
-    return x.clone(), x.clone().cuda()
-
-
 def test_rasterize_interpolate_parity_float64():
     pos, tri = random_scene(B=3, T=200, seed=21, dtype=torch.float64)
     attr = torch.randn(pos.shape[1], 4, dtype=torch.float64)

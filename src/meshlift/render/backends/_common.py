@@ -63,15 +63,6 @@ def key_to_index(key: torch.Tensor) -> torch.Tensor:
     return torch.where(key == INT64_MAX, torch.full_like(key, -1), key & MAX_TRIANGLES)
 
 
-def pixel_centers_ndc(
-    rows: torch.Tensor, cols: torch.Tensor, H: int, W: int, dtype: torch.dtype
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """NDC of pixel centres (docs/conventions.md §3): ``x = 2(j + 0.5)/W − 1``, ``y = 2(i + 0.5)/H − 1``."""
-    px = (2 * cols + 1).to(dtype) / W - 1
-    py = (2 * rows + 1).to(dtype) / H - 1
-    return px, py
-
-
 def screen_bbox(v: torch.Tensor, H: int, W: int) -> Tuple[torch.Tensor, ...]:
     """Inclusive pixel bounding box of each triangle's part in front of the near plane ``z ≥ −w``.
 
