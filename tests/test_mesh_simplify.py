@@ -67,3 +67,18 @@ def test_spot_keeps_uvs(dataset):
     look = lambda uv: kd[np.clip((uv[:, 1] * H).astype(int), 0, H - 1), np.clip((uv[:, 0] * W).astype(int), 0, W - 1)]  # noqa: E731
     diff = np.abs(look(new_uv[pick]) - look(old_uv)).max(1)
     assert np.median(diff) < 0.02 and np.mean(diff < 0.1) > 0.9
+
+
+def test_uvs_dropped_with_note_when_seams_block_the_budget():
+    from meshlift.structures.mesh import Material
+
+    m = _sphere(3)  # 1280 faces, every face its own UV chart: borders everywhere
+    T = m.num_faces
+    m.v_tex = torch.rand(3 * T, 2)
+    m.t_tex_idx = torch.arange(3 * T).reshape(T, 3)
+    m.material = Material(kd=torch.rand(8, 8, 3))
+    with pytest.warns(UserWarning, match="UVs"):
+        s, info = simplify_mesh(m, 200)
+    assert info["uv_kept"] is False and "budget" in info["note"]
+    assert s.num_faces <= 200 and s.v_tex is None and s.material is None
+    assert m.v_tex.shape == (3 * T, 2)  # input untouched

@@ -15,6 +15,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from meshlift.errors import MeshError
 from meshlift.structures.mesh import Mesh
 
 #: Faces whose doubled area is below this fraction of the squared bbox diagonal are degenerate.
@@ -66,10 +67,11 @@ def remap(mesh: Mesh, vertex_map: Optional[np.ndarray] = None, keep_faces: Optio
         vertex_map = np.arange(V, dtype=np.int64)
     vertex_map = np.asarray(vertex_map, dtype=np.int64)
     n_new = int(vertex_map.max()) + 1 if V and vertex_map.max() >= 0 else 0
-    first = np.full(n_new, -1, dtype=np.int64)
     old = np.flatnonzero(vertex_map >= 0)
-    # first old vertex of each new index: assign in reverse so the smallest old index wins
-    first[vertex_map[old[::-1]]] = old[::-1]
+    first = np.full(n_new, V, dtype=np.int64)
+    np.minimum.at(first, vertex_map[old], old)  # the smallest old index of each new vertex
+    if n_new and int(first.max()) >= V:
+        raise MeshError(f"remap: new vertex indices must be contiguous 0..{n_new - 1}; some have no source vertex")
     new_f = vertex_map[f] if f.size else f.reshape(-1, 3)
     keep = np.ones(len(f), dtype=bool) if keep_faces is None else np.asarray(keep_faces, dtype=bool).copy()
     if f.size:

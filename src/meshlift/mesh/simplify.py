@@ -58,6 +58,11 @@ def _closest_on_faces(q: np.ndarray, qkey: np.ndarray, tris: np.ndarray, tkey: n
     return best, bary
 
 
+def _textured(mat) -> bool:
+    big = lambda t: t is not None and tuple(t.shape[:2]) != (1, 1)  # noqa: E731
+    return big(mat.kd) or big(mat.ks) or mat.normal is not None
+
+
 def _vertex_normals(v: np.ndarray, f: np.ndarray) -> np.ndarray:
     fn = np.cross(v[f[:, 1]] - v[f[:, 0]], v[f[:, 2]] - v[f[:, 0]])  # length = 2 × area
     vn = np.zeros_like(v)
@@ -117,11 +122,10 @@ def simplify_mesh(mesh: Mesh, max_faces: int, *, keep_uv: bool = True, aggressiv
             warnings.warn(info["note"], stacklevel=2)
     if result is None:
         P, F = _decimate(v, f, max_faces, preserve_border=False, agg=aggressiveness)
-        result = Mesh(v_pos=torch.from_numpy(P.astype(np.float32)), t_pos_idx=torch.from_numpy(F),
-                      material=mesh.material if has_uv is False or (keep_uv and info["uv_kept"]) else None,
-                      extras={})
-        if not has_uv:
-            result = replace(result, material=mesh.material)
+        mat = mesh.material
+        if has_uv and mat is not None and _textured(mat):
+            mat = None  # textures are meaningless without UVs
+        result = Mesh(v_pos=torch.from_numpy(P.astype(np.float32)), t_pos_idx=torch.from_numpy(F), material=mat)
     # vertex colours by barycentric interpolation on the closest original face
     if mesh.v_color is not None and result.num_vertices:
         tris = v[f]
