@@ -117,3 +117,27 @@ def test_bad_inputs(tmp_path):
         warnings.simplefilter("always")
         m = load_obj(tmp_path / "nomtl.obj")
     assert m.material is None and any("not found" in str(x.message) for x in w)
+
+
+@pytest.mark.parametrize("body", [
+    "v 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nf 1 2 3\nf 1 3 4\n",
+    "v 0 0 0 1 0 0\nv 1 0 0 0 1 0\nv 0 1 0 0 0 1\nvt 0 0\nvt 1 0\nvt 0 1\nf 1/1 2/2 3/3\n",
+    "v 0 0 0\nv 1 0 0\nv 0 1 0\nvn 0 0 1\nf 1//1 2//1 3//1\n",
+    "v 0 0 0\nv 1 0 0\nv 0 1 0\nvt 0 0\nvt 1 0 0\nvt 0 1\nvn 0 0 1\nf 1/1/1 2/2/1 3/3/1\n",  # mixed vt sizes
+    "v 0 0 0\nv 1 0 0\nv 0 1 0\nv 1 1 0\nf 1 2\nf 1 2 3 4\n",  # 2 + 4 corners
+    "v 0 0 0\nv 1 0 0\nv 0 1 0\nf -3 -2 -1\nf 1 2 3 # comment\n",
+])
+def test_fast_parser_matches_reference(tmp_path, body):
+    """The vectorised parser either declines (None) or returns exactly what the line-by-line one does."""
+    from meshlift.io import obj as objmod
+
+    fast = objmod._parse_fast(body)
+    if "f 1 2\n" in body:
+        assert fast is None
+        with pytest.raises(MeshError, match="corners"):
+            objmod._parse_general(body, tmp_path / "x.obj")
+        return
+    ref = objmod._parse_general(body, tmp_path / "x.obj")
+    if fast is not None:
+        for k in ("pos", "col", "uvs", "nrms", "f_pos", "f_tex", "f_nrm", "f_mat"):
+            assert np.array_equal(fast[k], ref[k]), k

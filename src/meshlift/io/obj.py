@@ -118,32 +118,8 @@ def _material_from_mtl(entry: dict, folder: Path, mtl_path: Path) -> Material:
     return Material(kd=kd.contiguous(), ks=ks, normal=normal, name=entry["name"])
 
 
-def load_obj(path: str | Path) -> Mesh:
-    """Read an OBJ file (and its MTL and textures) into a :class:`Mesh`.
-
-    Args:
-        path: ``.obj`` file. ``mtllib`` paths are resolved relative to it.
-
-    Returns:
-        Mesh with ``v_pos [V, 3]`` float32, ``t_pos_idx [T, 3]`` int64 (polygons fan-triangulated),
-        ``v_tex``/``t_tex_idx`` when the file has ``vt`` (v flipped to the internal top-left origin),
-        ``v_nrm``/``t_nrm_idx`` when it has ``vn``, ``v_color`` (linear) when vertices carry
-        ``x y z r g b``, and the material of the first ``usemtl`` (see module docstring). When the file
-        uses several materials, ``extras['face_material']`` ``[T]`` int64 and ``extras['material_names']``
-        record them and a warning says only the first is kept as ``material``.
-
-    Raises:
-        MeshError: unreadable file, malformed numbers, a face index out of range or zero.
-        ImageError: a texture named by the MTL is missing or unreadable.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise MeshError(f"{path}: OBJ file does not exist")
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise MeshError(f"{path}: cannot read ({exc})") from exc
-
+def _parse_general(text: str, path: Path) -> dict:
+    """Line-by-line OBJ parser (any polygon size, negative indices, several materials): the reference."""
     pos: list[list[float]] = []
     col: list[list[float]] = []
     uvs: list[list[float]] = []
@@ -155,10 +131,11 @@ def load_obj(path: str | Path) -> Mesh:
     mtllibs: list[str] = []
     mat_names: list[str] = []
     cur_mat = -1
-    missing_tex = missing_nrm = False
 
     for lineno, raw in enumerate(text.splitlines(), 1):
-        if not raw or raw[0] == "#":
+        if "#" in raw:  # comments run to the end of the line
+            raw = raw[: raw.index("#")]
+        if not raw:
             continue
         parts = raw.split()
         if not parts:
@@ -208,8 +185,119 @@ def load_obj(path: str | Path) -> Mesh:
         except (ValueError, IndexError) as exc:
             raise MeshError(f"{path}:{lineno}: cannot parse {raw.strip()!r} ({exc})") from exc
 
-    v_pos = torch.tensor(pos, dtype=torch.float32).reshape(-1, 3)
-    t_pos = torch.tensor(f_pos, dtype=torch.int64).reshape(-1, 3)
+    as_f = lambda x, k: np.asarray(x, dtype=np.float64).reshape(-1, k)  # noqa: E731
+    as_i = lambda x: np.asarray(x, dtype=np.int64).reshape(-1, 3)  # noqa: E731
+    return {
+        "pos": as_f(pos, 3), "col": as_f(col, 3), "uvs": as_f(uvs, 2), "nrms": as_f(nrms, 3),
+        "f_pos": as_i(f_pos), "f_tex": as_i(f_tex), "f_nrm": as_i(f_nrm), "f_mat": np.asarray(f_mat, dtype=np.int64),
+        "mtllibs": mtllibs, "mat_names": mat_names,
+    }
+
+
+def _parse_fast(text: str) -> Optional[dict]:
+    """Vectorised parser for the common case (what meshlift, nvdiffrec and most exporters write): only
+    triangles, one corner pattern for every face, positive indices, at most one ``usemtl``. Returns None
+    when the file is outside that case, and :func:`_parse_general` (the reference) reads it instead."""
+    groups: dict[str, list[str]] = {"v": [], "vt": [], "vn": [], "f": []}
+    mtllibs: list[str] = []
+    mat_names: list[str] = []
+    for raw in text.splitlines():
+        key, _, rest = raw.strip().partition(" ")
+        if key in groups:
+            groups[key].append(rest)
+        elif key == "mtllib":
+            mtllibs.append(rest.strip())
+        elif key == "usemtl":
+            if mat_names and mat_names[-1] != rest.strip():
+                return None
+            if not mat_names:
+                mat_names.append(rest.strip())
+        elif key in ("l", "p", "vp", "curv", "surf"):
+            return None
+    try:
+        def floats(lines: list[str], k: int) -> Optional[np.ndarray]:
+            if not lines:
+                return np.zeros((0, k))
+            counts = {len(ln.split()) for ln in lines}
+            if len(counts) != 1:  # mixed token counts (e.g. 2- and 3-component vt): general parser
+                return None
+            return np.array(" ".join(lines).split(), dtype=np.float64).reshape(len(lines), counts.pop())
+
+        v = floats(groups["v"], 3)
+        vt = floats(groups["vt"], 2)
+        vn = floats(groups["vn"], 3)
+        if v is None or vt is None or vn is None or v.shape[1] not in (3, 4, 6, 7) or vn.shape[1] != 3:
+            return None
+        f_lines = groups["f"]
+        tokens = " ".join(f_lines).split()
+        if len(tokens) != 3 * len(f_lines) or any(len(ln.split()) != 3 or "-" in ln for ln in f_lines):
+            return None
+        pattern = tokens[0].count("/"), "//" in tokens[0]
+        joined = " ".join(tokens)
+        n_slash = joined.count("/")
+        if n_slash != pattern[0] * len(tokens) or joined.count("//") != (len(tokens) if pattern[1] else 0):
+            return None
+        ints = np.array(joined.replace("//", " ").replace("/", " ").split(), dtype=np.int64)
+    except ValueError:
+        return None
+    n = len(tokens)
+    per = ints.size // n if n else 1
+    if n and ints.size != per * n:
+        return None
+    ints = ints.reshape(n, per) - 1 if n else np.zeros((0, 1), dtype=np.int64)
+    missing = -np.ones((len(f_lines), 3), dtype=np.int64)
+    f_pos = ints[:, 0].reshape(-1, 3)
+    if pattern == (0, False):
+        f_tex, f_nrm = missing, missing
+    elif pattern == (1, False):
+        f_tex, f_nrm = ints[:, 1].reshape(-1, 3), missing
+    elif pattern == (2, True):
+        f_tex, f_nrm = missing, ints[:, 1].reshape(-1, 3)
+    else:
+        f_tex, f_nrm = ints[:, 1].reshape(-1, 3), ints[:, 2].reshape(-1, 3)
+    cur = 0 if mat_names else -1
+    return {
+        "pos": v[:, :3], "col": v[:, 3:6] if v.shape[1] >= 6 else np.zeros((0, 3)), "uvs": vt[:, :2],
+        "nrms": vn, "f_pos": f_pos, "f_tex": f_tex, "f_nrm": f_nrm,
+        "f_mat": np.full(len(f_pos), cur, dtype=np.int64), "mtllibs": mtllibs, "mat_names": mat_names,
+    }
+
+
+def load_obj(path: str | Path) -> Mesh:
+    """Read an OBJ file (and its MTL and textures) into a :class:`Mesh`.
+
+    Args:
+        path: ``.obj`` file. ``mtllib`` paths are resolved relative to it.
+
+    Returns:
+        Mesh with ``v_pos [V, 3]`` float32, ``t_pos_idx [T, 3]`` int64 (polygons fan-triangulated),
+        ``v_tex``/``t_tex_idx`` when the file has ``vt`` (v flipped to the internal top-left origin),
+        ``v_nrm``/``t_nrm_idx`` when it has ``vn``, ``v_color`` (linear) when vertices carry
+        ``x y z r g b``, and the material of the first ``usemtl`` (see module docstring). When the file
+        uses several materials, ``extras['face_material']`` ``[T]`` int64 and ``extras['material_names']``
+        record them and a warning says only the first is kept as ``material``.
+
+    Raises:
+        MeshError: unreadable file, malformed numbers, a face index out of range or zero.
+        ImageError: a texture named by the MTL is missing or unreadable.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise MeshError(f"{path}: OBJ file does not exist")
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise MeshError(f"{path}: cannot read ({exc})") from exc
+
+    parsed = _parse_fast(text)
+    if parsed is None:
+        parsed = _parse_general(text, path)
+    pos, col, uvs, nrms = parsed["pos"], parsed["col"], parsed["uvs"], parsed["nrms"]
+    f_pos, f_tex, f_nrm, f_mat = parsed["f_pos"], parsed["f_tex"], parsed["f_nrm"], parsed["f_mat"]
+    mtllibs, mat_names = parsed["mtllibs"], parsed["mat_names"]
+
+    v_pos = torch.from_numpy(pos.astype(np.float32)).reshape(-1, 3)
+    t_pos = torch.from_numpy(f_pos).reshape(-1, 3)
     if t_pos.numel() and (int(t_pos.min()) < 0 or int(t_pos.max()) >= len(pos)):
         raise MeshError(
             f"{path}: a face references vertex {int(t_pos.max()) + 1 if int(t_pos.max()) >= len(pos) else 0} "
@@ -217,10 +305,10 @@ def load_obj(path: str | Path) -> Mesh:
         )
 
     v_tex = t_tex = None
-    if uvs and f_tex:
-        t_tex = torch.tensor(f_tex, dtype=torch.int64).reshape(-1, 3)
+    if len(uvs) and len(f_tex):
+        t_tex = torch.from_numpy(f_tex).reshape(-1, 3)
         missing_tex = bool((t_tex < 0).any())
-        uv = torch.tensor(uvs, dtype=torch.float32).reshape(-1, 2)
+        uv = torch.from_numpy(uvs.astype(np.float32)).reshape(-1, 2)
         uv[:, 1] = 1.0 - uv[:, 1]
         if missing_tex:  # faces without vt get a dummy UV at the origin
             uv = torch.cat([uv, torch.zeros(1, 2)])
@@ -229,8 +317,8 @@ def load_obj(path: str | Path) -> Mesh:
             raise MeshError(f"{path}: a face references a texture coordinate past the {len(uvs)} vt lines")
         v_tex = uv
     v_nrm = t_nrm = None
-    if nrms and f_nrm:
-        t_nrm = torch.tensor(f_nrm, dtype=torch.int64).reshape(-1, 3)
+    if len(nrms) and len(f_nrm):
+        t_nrm = torch.from_numpy(f_nrm).reshape(-1, 3)
         missing_nrm = bool((t_nrm < 0).any())
         if missing_nrm:
             warnings.warn(f"{path}: some faces have no normals; normals dropped", stacklevel=2)
@@ -238,10 +326,10 @@ def load_obj(path: str | Path) -> Mesh:
         else:
             if int(t_nrm.max()) >= len(nrms) or int(t_nrm.min()) < 0:
                 raise MeshError(f"{path}: a face references a normal past the {len(nrms)} vn lines")
-            v_nrm = torch.nn.functional.normalize(torch.tensor(nrms, dtype=torch.float32), dim=-1)
+            v_nrm = torch.nn.functional.normalize(torch.from_numpy(nrms.astype(np.float32)), dim=-1)
     v_color = None
-    if col and len(col) == len(pos):
-        c = np.array(col, dtype=np.float32)
+    if len(col) and len(col) == len(pos):
+        c = np.asarray(col, dtype=np.float32)
         if c.max() > 1.0:  # some writers use 0..255
             c = c / 255.0
         v_color = torch.from_numpy(tex.srgb_to_linear_np(c))
@@ -268,7 +356,7 @@ def load_obj(path: str | Path) -> Mesh:
                     stacklevel=2,
                 )
     if len(mat_names) > 1:
-        extras["face_material"] = torch.tensor(f_mat, dtype=torch.int64)
+        extras["face_material"] = torch.from_numpy(np.asarray(f_mat, dtype=np.int64))
         extras["material_names"] = list(mat_names)
     return Mesh(
         v_pos=v_pos, t_pos_idx=t_pos, v_tex=v_tex, t_tex_idx=t_tex, v_nrm=v_nrm, t_nrm_idx=t_nrm,
