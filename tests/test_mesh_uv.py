@@ -11,7 +11,7 @@ import trimesh
 
 from meshlift.errors import MeshError
 from meshlift.mesh.bake import rasterize_uv_reference
-from meshlift.mesh.uv import DecimationWarning, decimate, unwrap
+from meshlift.mesh.uv import DecimationWarning, unwrap
 from meshlift.structures.mesh import Material, Mesh
 
 
@@ -110,9 +110,12 @@ def test_unwrap_keeps_normals_and_colours_and_drops_material():
 
 def test_unwrap_decimates_above_limit_and_warns():
     mesh = _sphere(4)  # 5120 faces
+    mesh.v_color = (mesh.v_pos * 0.5 + 0.5).clamp(0, 1)  # colour = f(position): checkable after decimation
     with pytest.warns(DecimationWarning, match="max_faces_for_xatlas=1000"):
         out = unwrap(mesh, max_faces_for_xatlas=1000, resolution=128)
-    assert 800 <= out.num_faces <= 1100
+    assert 800 <= out.num_faces <= 1000
+    assert out.v_color is not None
+    assert float((out.v_color - (out.v_pos * 0.5 + 0.5).clamp(0, 1)).abs().max()) < 0.05
     assert out.t_tex_idx.shape == out.t_pos_idx.shape
     assert float(out.v_tex.min()) >= 0.0 and float(out.v_tex.max()) <= 1.0
     r = out.v_pos.norm(dim=1)
@@ -130,13 +133,6 @@ def test_unwrap_no_warning_below_limit():
         warnings.simplefilter("error", DecimationWarning)
         out = unwrap(_sphere(2), max_faces_for_xatlas=320, resolution=64)
     assert out.num_faces == 320
-
-
-def test_decimate_target():
-    out = decimate(_sphere(3), 300)
-    assert 250 <= out.num_faces <= 330
-    small = decimate(_sphere(1), 300)  # already below target: copy
-    assert small.num_faces == 80
 
 
 def test_unwrap_errors():

@@ -49,50 +49,6 @@ def _import_xatlas():
     return xatlas
 
 
-def decimate(mesh: Mesh, target_faces: int) -> Mesh:
-    """Quadric-error decimation to about ``target_faces`` faces with fast-simplification.
-
-    Uses fast-simplification (a wrapper of Sven Forstmann's "Fast Quadric Mesh Simplification", itself
-    after Garland & Heckbert, "Surface Simplification Using Quadric Error Metrics", SIGGRAPH 1997).
-
-    Args:
-        mesh: input mesh; only ``v_pos`` / ``t_pos_idx`` are used. Not modified.
-        target_faces: wanted face count (>= 4). The result may have slightly more or fewer faces.
-
-    Returns:
-        A new :class:`Mesh` with float32 ``v_pos [V', 3]`` and int64 ``t_pos_idx [T', 3]`` on the input's
-        device and no other attributes (UVs, normals and colours no longer apply to the new vertices).
-
-    Raises:
-        MeshError: ``target_faces`` < 4, or the mesh has no faces.
-        DependencyError: fast-simplification is not installed.
-    """
-    if target_faces < 4:
-        raise MeshError(f"decimate: target_faces must be >= 4, got {target_faces}")
-    if mesh.num_faces == 0:
-        raise MeshError("decimate: the mesh has no faces; nothing to simplify")
-    if mesh.num_faces <= target_faces:
-        return Mesh(v_pos=mesh.v_pos.detach().clone(), t_pos_idx=mesh.t_pos_idx.clone())
-    try:
-        import fast_simplification
-    except ImportError as exc:  # pragma: no cover - core dependency
-        raise DependencyError(
-            "meshlift.mesh.uv.decimate needs 'fast-simplification': pip install fast-simplification"
-        ) from exc
-    pts = mesh.v_pos.detach().cpu().double().numpy()
-    tri = mesh.t_pos_idx.detach().cpu().numpy().astype(np.int64)
-    new_pts, new_tri = fast_simplification.simplify(pts, tri, target_count=int(target_faces))
-    # Drop vertices no face references any more (fast-simplification can leave some behind).
-    used = np.unique(new_tri)
-    remap = np.full(new_pts.shape[0], -1, dtype=np.int64)
-    remap[used] = np.arange(used.shape[0])
-    dev = mesh.v_pos.device
-    return Mesh(
-        v_pos=torch.from_numpy(new_pts[used]).to(device=dev, dtype=torch.float32),
-        t_pos_idx=torch.from_numpy(remap[new_tri]).to(device=dev, dtype=torch.int64),
-    )
-
-
 def unwrap(
     mesh: Mesh,
     *,
@@ -104,8 +60,9 @@ def unwrap(
 
     Positions and faces are kept as they are (UV seams live in ``t_tex_idx``, not in ``v_pos``), unless
     the mesh has more than ``max_faces_for_xatlas`` faces: then it is first decimated to that many faces
-    (:func:`decimate`), and a :class:`DecimationWarning` is issued and logged, because xatlas takes about
-    0.5 s per 1k faces on one core.
+    (:func:`meshlift.mesh.simplify.simplify_mesh`, quadric edge collapse with fast-simplification, cleaned of
+    degenerate / non-manifold faces), and a :class:`DecimationWarning` is issued and logged, because xatlas
+    takes about 0.5 s per 1k faces on one core.
 
     Charts are packed into a single atlas whose size is close to ``resolution`` texels, with ``padding``
     texels between charts (and bilinear-safe borders), so textures baked at about ``resolution`` do not
@@ -121,7 +78,8 @@ def unwrap(
     Returns:
         A new :class:`Mesh` with float32 ``v_tex [Vt, 2]`` in [0, 1] (internal glTF origin,
         docs/conventions.md §7) and int64 ``t_tex_idx [T, 3]`` on the input's device. ``v_nrm`` /
-        ``t_nrm_idx`` / ``v_color`` are kept when no decimation happened and dropped otherwise. The
+        ``t_nrm_idx`` / ``v_color`` are kept when no decimation happened; after decimation normals are
+        dropped and vertex colours are interpolated from the closest original face. The
         material is dropped (its textures belonged to the old UVs; bake new ones with
         :func:`meshlift.mesh.bake.bake_field_to_textures`); ``extras["uv_unwrap"]`` records the atlas size,
         chart count, utilisation and whether the mesh was decimated.
@@ -149,7 +107,15 @@ def unwrap(
         )
         warnings.warn(msg, DecimationWarning, stacklevel=2)
         logger.warning(msg)
-        base = decimate(mesh, max_faces_for_xatlas)
+        from meshlift.mesh.simplify import simplify_mesh
+
+        src = Mesh(
+            v_pos=mesh.v_pos.detach().cpu(),
+            t_pos_idx=mesh.t_pos_idx.cpu(),
+            v_color=None if mesh.v_color is None else mesh.v_color.detach().cpu(),
+        )
+        base, _ = simplify_mesh(src, max_faces_for_xatlas, keep_uv=False)
+        base = base.to(mesh.v_pos.device)
     else:
         base = mesh
 
