@@ -134,7 +134,12 @@ def load_ply(path: str | Path) -> Mesh:
     path = Path(path)
     if not path.is_file():
         raise MeshError(f"{path}: PLY file does not exist")
-    from trimesh.exchange.ply import _parse_header, _ply_ascii, _ply_binary
+    try:  # trimesh's PLY body parser (module-private helpers; stable across trimesh 3.x-4.x-5.x)
+        from trimesh.exchange.ply import _parse_header, _ply_ascii, _ply_binary
+    except ImportError as exc:
+        from meshlift.errors import DependencyError
+
+        raise DependencyError(f"reading PLY needs trimesh's PLY parser ({exc}); pip install 'trimesh>=4'") from exc
 
     try:
         with open(path, "rb") as fh:
