@@ -189,6 +189,9 @@ def test_gradients_match_reference():
     (rasterize_reference(p2, tri, (16, 16))[..., :3] * w).sum().backward()
     assert p1.grad.abs().sum() > 0
     torch.testing.assert_close(p1.grad, p2.grad, rtol=1e-7, atol=1e-9)
+    p3 = pos.clone().requires_grad_(True)  # grad_db=False takes the analytic-backward fast path
+    (rasterize(p3, tri, (16, 16), grad_db=False)[0][..., :3] * w).sum().backward()
+    torch.testing.assert_close(p3.grad, p2.grad, rtol=1e-7, atol=1e-9)
 
 
 def test_gradcheck_barycentrics_and_db():
@@ -265,3 +268,27 @@ def test_memory_is_bounded_by_the_fragment_budget():
     pixels = 2048 * 2048
     bound = 170 * 2**20 + 500 * (2**20 // 8) + 24 * pixels + 64 * 2**20  # doc formula + 64 MiB slack
     assert grown < bound, (grown / 2**20, bound / 2**20)
+
+
+def test_fast_barycentric_backward_matches_autograd_twin():
+    from meshlift.render.rasterize import _Barycentrics
+
+    g = torch.Generator().manual_seed(9)
+    verts = torch.randn(50, 3, 4, dtype=torch.float64, generator=g)
+    verts[..., 3] = verts[..., 3].abs() + 1
+    px = torch.rand(50, dtype=torch.float64, generator=g) - 0.5
+    py = torch.rand(50, dtype=torch.float64, generator=g) - 0.5
+    w1 = torch.randn(50, 3, dtype=torch.float64, generator=g)
+    w2 = torch.randn(50, 4, dtype=torch.float64, generator=g)
+    for use_db in (False, True):
+        v1 = verts.clone().requires_grad_(True)
+        v2 = verts.clone().requires_grad_(True)
+        uvz, db = _Barycentrics.apply(v1, px, py, True)
+        uvz2, db2 = barycentrics_at(v2, px, py, True)
+        torch.testing.assert_close(uvz, uvz2, rtol=0, atol=0)
+        loss1, loss2 = (uvz * w1).sum(), (uvz2 * w1).sum()
+        if use_db:
+            loss1, loss2 = loss1 + (db * w2).sum(), loss2 + (db2 * w2).sum()
+        loss1.backward()
+        loss2.backward()
+        torch.testing.assert_close(v1.grad, v2.grad, rtol=1e-10, atol=1e-12)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from meshlift.errors import OutOfMemoryError, RenderError
 from meshlift.render._checks import check_float, check_resolution, check_tri
@@ -167,6 +168,63 @@ def barycentrics_at(
     return uvz, torch.stack([dudx, dudy, dvdx, dvdy], dim=-1)
 
 
+class _Barycentrics(torch.autograd.Function):
+    """Fast path of :func:`barycentrics_at`: same forward, analytic backward for ``(u, v, z/w)``.
+
+    The gradient through ``db`` (only needed when ``rast_db`` feeds a loss, e.g. through mip-level
+    selection) is obtained by re-running :func:`barycentrics_at` under autograd in the backward pass.
+    First-order only (``once_differentiable``). Reference twin: :func:`barycentrics_at` (tests compare).
+    """
+
+    @staticmethod
+    def forward(ctx, verts, px, py, grad_db: bool):
+        ctx.set_materialize_grads(False)
+        uvz, db = barycentrics_at(verts, px, py, grad_db)
+        ctx.save_for_backward(verts, px, py, uvz)
+        ctx.grad_db = grad_db
+        return uvz, db if grad_db else uvz.new_zeros(uvz.shape[0], 0)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g_uvz, g_db):
+        verts, px, py, uvz = ctx.saved_tensors
+        grad = None
+        if g_uvz is not None:
+            vt = verts.permute(2, 1, 0).contiguous()  # [4, 3, P]: one contiguous row per coordinate
+            (x0, x1, x2), (y0, y1, y2), (z0, z1, z2), (w0, w1, w2) = vt.unbind(0)
+            a0, a1, a2 = x0 - px * w0, x1 - px * w1, x2 - px * w2
+            c0, c1, c2 = y0 - py * w0, y1 - py * w1, y2 - py * w2
+            e0 = a1 * c2 - a2 * c1
+            e1 = a2 * c0 - a0 * c2
+            e2 = a0 * c1 - a1 * c0
+            iS = 1.0 / (e0 + e1 + e2)
+            iD = 1.0 / (e0 * w0 + e1 * w1 + e2 * w2)
+            u, v, zw = uvz.t().unbind(0)
+            gu, gv, gz = g_uvz.t().unbind(0)
+            t = (gu * u + gv * v) * iS
+            gzD = gz * iD
+            ge0 = gzD * (z0 - zw * w0) - t + gu * iS
+            ge1 = gzD * (z1 - zw * w1) - t + gv * iS
+            ge2 = gzD * (z2 - zw * w2) - t
+            # e_k = a_{k+1} c_{k+2} - a_{k+2} c_{k+1}
+            ga0, ga1, ga2 = ge2 * c1 - ge1 * c2, ge0 * c2 - ge2 * c0, ge1 * c0 - ge0 * c1
+            gc0, gc1, gc2 = ge1 * a2 - ge2 * a1, ge2 * a0 - ge0 * a2, ge0 * a1 - ge1 * a0
+            gz0, gz1, gz2 = gzD * e0, gzD * e1, gzD * e2
+            gw0 = -px * ga0 - py * gc0 - zw * gz0
+            gw1 = -px * ga1 - py * gc1 - zw * gz1
+            gw2 = -px * ga2 - py * gc2 - zw * gz2
+            grad = torch.stack(
+                [ga0, ga1, ga2, gc0, gc1, gc2, gz0, gz1, gz2, gw0, gw1, gw2], dim=0
+            ).view(4, 3, -1).permute(2, 1, 0)
+        if g_db is not None and ctx.grad_db:
+            with torch.enable_grad():
+                vv = verts.detach().requires_grad_(True)
+                _, db = barycentrics_at(vv, px, py, True)
+                gdb = torch.autograd.grad(db, vv, g_db)[0]
+            grad = gdb if grad is None else grad + gdb
+        return grad, None, None, None
+
+
 def rasterize(
     pos: torch.Tensor,
     tri: torch.Tensor,
@@ -224,7 +282,10 @@ def rasterize(
         verts = pos[tri64[tid]]
     px = (2 * cols + 1).to(dtype) / W - 1
     py = (2 * rows + 1).to(dtype) / H - 1
-    uvz, db = barycentrics_at(verts, px, py, grad_db)
+    if grad_db:
+        uvz, db = barycentrics_at(verts, px, py, True)  # autograd through rast_db as well
+    else:
+        uvz, db = _Barycentrics.apply(verts, px, py, False)  # one autograd node, analytic backward
     vals = torch.cat([uvz, (tid + 1).to(dtype).unsqueeze(1)], dim=1)
     rast = pos.new_zeros(B * H * W, 4).index_put((cov,), vals).view(B, H, W, 4)
     if grad_db:
