@@ -122,6 +122,12 @@ class SurfaceConfig:
     """Lower bound of (occlusion, roughness, metallic)."""
     ks_max: tuple = (0.0, 1.0, 1.0)
     """Upper bound of (occlusion, roughness, metallic)."""
+    hash_levels: int = 16
+    """Levels of the material field's hash-grid encoding (nvdiffrec: 16)."""
+    hash_log2_size: int = 19
+    """log2 of the entries per hash-grid level (nvdiffrec: 19; 14-16 is plenty on the CPU)."""
+    hash_max_res: int = 4096
+    """Finest resolution of the hash grid over the grid's box (nvdiffrec: 4096)."""
     perturb_normal: bool = True
     """Learn a tangent-space normal map in pass 2 (pass 1 shades with the geometric normals)."""
     texture_res: int = 1024
@@ -305,7 +311,7 @@ def validate(cfg: SurfaceConfig) -> SurfaceConfig:
     for name in ("iter_pass1", "iter_pass2", "max_test_views", "ref_test_views", "val_views"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"config field {name!r} must be >= 0, got {getattr(cfg, name)}")
-    for name in ("batch", "spp", "env_res", "texture_res", "ref_views"):
+    for name in ("batch", "spp", "env_res", "texture_res", "ref_views", "hash_levels", "hash_max_res"):
         if getattr(cfg, name) < 1:
             raise ConfigError(f"config field {name!r} must be >= 1, got {getattr(cfg, name)}")
     for name in ("kd_min", "kd_max", "ks_min", "ks_max"):

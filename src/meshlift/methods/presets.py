@@ -101,6 +101,9 @@ PRESETS: dict[str, SurfaceConfig] = {
         lr_light=0.02,
         lr_decay=0.001,
         kd_smooth_weight=0.0,
+        hash_levels=12,
+        hash_log2_size=15,
+        hash_max_res=512,
     ),
 }
 
@@ -120,6 +123,9 @@ QUICK_CHANGES = dict(
     val_views=2,
     lr_decay=0.001,
     sdf_init="visual_hull",
+    hash_levels=12,
+    hash_log2_size=15,
+    hash_max_res=512,
 )
 
 

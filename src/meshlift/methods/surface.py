@@ -524,11 +524,12 @@ def init_sdf(geom: nn.Module, cfg: SurfaceConfig, views: TrainViews, generator: 
 
 
 class BoundedMaterialField(nn.Module):
-    """The pass-1 material field with outputs mapped into the configured ranges.
+    """The pass-1 material field: ``meshlift.shading.material_field.MaterialField`` over the grid's box.
 
-    Wraps ``meshlift.shading.material_field.MaterialField`` (hash-grid encoding + small MLP) whose outputs are
-    in [0, 1]: ``kd = kd_min + (kd_max − kd_min) · kd01`` and likewise for ``ks``. Called with points
-    ``[N, 3]`` it returns ``dict(kd [N, 3], ks [N, 3])``.
+    A multiresolution hash-grid encoding + small MLP (Müller et al. 2022; nvdiffrec's pass-1 materials) with
+    its outputs mapped into the configured kd/ks ranges. Called with points ``[N, 3]`` it returns
+    ``dict(kd [N, 3], ks [N, 3])``; the field's normal output is not used (pass 1 shades with the geometric
+    normals, the normal map is learned in pass 2).
     """
 
     def __init__(self, cfg: SurfaceConfig, device: torch.device) -> None:
@@ -536,18 +537,21 @@ class BoundedMaterialField(nn.Module):
         from meshlift.shading.material_field import MaterialField
 
         lo, hi = _grid_bounds(cfg)
-        aabb = torch.tensor([[lo] * 3, [hi] * 3], dtype=torch.float32, device=device)
-        self.field = MaterialField(aabb).to(device)
-        self.register_buffer("kd_min", torch.tensor(cfg.kd_min, dtype=torch.float32, device=device))
-        self.register_buffer("kd_max", torch.tensor(cfg.kd_max, dtype=torch.float32, device=device))
-        self.register_buffer("ks_min", torch.tensor(cfg.ks_min, dtype=torch.float32, device=device))
-        self.register_buffer("ks_max", torch.tensor(cfg.ks_max, dtype=torch.float32, device=device))
+        aabb = torch.tensor([[lo] * 3, [hi] * 3], dtype=torch.float32)
+        self.field = MaterialField(
+            aabb,
+            kd_min=cfg.kd_min,
+            kd_max=cfg.kd_max,
+            ks_min=cfg.ks_min,
+            ks_max=cfg.ks_max,
+            n_levels=int(cfg.hash_levels),
+            log2_hashmap_size=int(cfg.hash_log2_size),
+            desired_resolution=int(cfg.hash_max_res),
+        ).to(device)
 
     def forward(self, x: torch.Tensor) -> dict:
         out = self.field(x)
-        kd = self.kd_min + (self.kd_max - self.kd_min) * out["kd"][..., :3]
-        ks = self.ks_min + (self.ks_max - self.ks_min) * out["ks"][..., :3]
-        return {"kd": kd, "ks": ks}
+        return {"kd": out["kd"], "ks": out["ks"]}
 
 
 def make_light(cfg: SurfaceConfig, device: torch.device, reference_light=None,
@@ -1189,6 +1193,10 @@ def reconstruct(
     monitor = monitor or Monitor()
     device = resolve_device(cfg.device)
     out = Path(out_dir) if out_dir is not None else None
+    if data is None and not (cfg.data and Path(cfg.data).exists()):
+        raise DatasetError(
+            f"input {cfg.data!r} does not exist; give a dataset folder or a mesh file (.obj, .glb, .ply)"
+        )
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         outputs.write_config(out, cfg)

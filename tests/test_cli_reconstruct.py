@@ -1,0 +1,69 @@
+"""`meshlift reconstruct` / `meshlift demo` command lines: config precedence, saved config, resume, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from meshlift.cli.main import main
+
+TINY = ["train_res=32", "grid_res=12", "iter_pass1=3", "iter_pass2=2", "ref_views=4", "ref_test_views=1",
+        "texture_res=32", "env_res=8", "eval_samples=2000", "val_views=1", "batch=1", "device=cpu",
+        "hash_levels=4", "hash_log2_size=12"]
+
+
+@pytest.fixture(scope="module")
+def torus_obj(tmp_path_factory):
+    from meshlift.io.obj import save_obj
+    from test_methods_surface_e2e import _torus_mesh
+
+    p = tmp_path_factory.mktemp("torus") / "torus.obj"
+    save_obj(p, _torus_mesh(n=24, m=12))
+    return p
+
+
+def test_help_config_lists_every_field(capsys):
+    assert main(["reconstruct", "--help-config"]) == 0
+    text = capsys.readouterr().out
+    assert "grid_res" in text and "laplace_weight" in text and "presets:" in text
+
+
+def test_reconstruct_cli_with_file_and_overrides_then_resume(tmp_path, torus_obj):
+    cfg_file = tmp_path / "c.toml"
+    cfg_file.write_text('batch = 2\nlr_mat = 0.05\n')
+    out = tmp_path / "out"
+    args = ["reconstruct", str(torus_obj), "--out", str(out), "--preset", "spot", "--quick", "--config", str(cfg_file)]
+    for item in TINY:
+        args += ["--set", item]
+    args += ["batch=1"]  # trailing field=value wins over the file
+    assert main(args) == 0
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["batch"] == 1 and saved["lr_mat"] == 0.05 and saved["grid_res"] == 12
+    assert saved["data"] == str(torus_obj)
+    m = json.loads((out / "metrics.json").read_text())
+    assert {"psnr", "ssim", "chamfer_l1", "fscore", "threshold"} <= set(m)
+    assert (out / "mesh.glb").is_file() and (out / "mesh" / "texture_kd.png").is_file()
+    # resume from the saved config with more pass-2 iterations
+    assert main(["reconstruct", "--out", str(out), "--resume", "--set", "iter_pass2=3"]) == 0
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["iter_pass2"] == 3 and saved["grid_res"] == 12
+    import torch
+
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["pass2"]["iteration"] == 3
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["reconstruct", "missing.obj", "--out", "X", "--set", "batch=0"], "batch"),
+        (["reconstruct", "missing.obj", "--out", "X", "--set", "nope=1"], "unknown config field"),
+        (["reconstruct", "missing.obj", "--out", "X", "--preset", "nope"], "unknown preset"),
+        (["reconstruct", "missing.obj"], "--out"),
+        (["reconstruct", "missing_dir_xyz", "--out", "X"], "does not exist"),
+    ],
+)
+def test_reconstruct_cli_errors_are_one_line(args, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
