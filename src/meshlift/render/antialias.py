@@ -146,7 +146,7 @@ def antialias(
             vi_f, op_f = vi + vb, op + vb
         else:
             vi_f, op_f = vi, op
-        P = pos_flat[vi_f]  # [n, 3, 4]
+        P = pos_flat.index_select(0, vi_f.reshape(-1)).view(-1, 3, 4)  # [n, 3, 4]
         rx = (ref % W).to(pos.dtype) + 0.5
         ry = ((ref // W) % H).to(pos.dtype) + 0.5
 
@@ -206,7 +206,7 @@ def antialias(
         q0, q1 = p0[sel], p1[sel]
         target = torch.where(alpha.detach() > 0, q0, q1)
         delta_pix.append(target)
-        delta_val.append(alpha.unsqueeze(1).to(color.dtype) * (flat[q1] - flat[q0]))
+        delta_val.append(alpha.unsqueeze(1).to(color.dtype) * (flat.index_select(0, q1) - flat.index_select(0, q0)))
     if not delta_pix:
         return color + 0
     out = flat.index_add(0, torch.cat(delta_pix), torch.cat(delta_val))

@@ -68,7 +68,7 @@ def interpolate(
         a_flat = attr.reshape(-1, C)
     else:
         a_flat = attr.reshape(V, C)
-    a = a_flat[vidx]  # [N, 3, C]
+    a = a_flat.index_select(0, vidx.reshape(-1)).view(-1, 3, C)  # [N, 3, C]
     dtype = torch.promote_types(attr.dtype, rast.dtype)
     r = rast.reshape(-1, 4).to(dtype)
     mask = covered.to(dtype).unsqueeze(1)

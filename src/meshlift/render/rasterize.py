@@ -277,9 +277,9 @@ def rasterize(
     if ranges is None:
         V = pos.shape[1]
         bidx = cov // (H * W)
-        verts = pos.reshape(-1, 4)[tri64[tid] + (bidx * V).unsqueeze(1)]
+        verts = pos.reshape(-1, 4).index_select(0, (tri64[tid] + (bidx * V).unsqueeze(1)).reshape(-1)).view(-1, 3, 4)
     else:
-        verts = pos[tri64[tid]]
+        verts = pos.index_select(0, tri64[tid].reshape(-1)).view(-1, 3, 4)
     px = (2 * cols + 1).to(dtype) / W - 1
     py = (2 * rows + 1).to(dtype) / H - 1
     if grad_db:
