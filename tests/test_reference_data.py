@@ -41,7 +41,7 @@ def _light():
     from meshlift.shading.light import EnvironmentLight
 
     lat = torch.linspace(1.5, 0.2, 16)[:, None, None].expand(16, 32, 3).contiguous()
-    return EnvironmentLight.from_latlong(lat, 16, trainable=False)
+    return EnvironmentLight.from_latlong(lat, 16, trainable=False, lut_resolution=64)
 
 
 def _world_ring() -> Mesh:

@@ -150,7 +150,8 @@ def make_reference_light(
     """The environment light a reference is rendered under (nvdiffrec renders spot/bob under an HDR probe).
 
     Args:
-        env: ``"procedural"`` (``meshlift.shading.procedural.procedural_environment(env_kind)``) or the path
+        env: ``"procedural"`` (``meshlift.shading.procedural.procedural_environment``, a lat-long map of
+            height ``2 · env_res``, so its texels match the cube faces' angular size) or the path
             of a lat-long ``.hdr`` / ``.exr`` file (linear radiance, conventions §8).
         env_kind: kind of procedural environment (e.g. ``"studio"``, ``"high_frequency"``).
         env_res: side of each cube-map face in pixels.
@@ -168,7 +169,7 @@ def make_reference_light(
     if str(env) == "procedural":
         from meshlift.shading.procedural import procedural_environment
 
-        env_map = procedural_environment(env_kind)
+        env_map = procedural_environment(height=2 * int(env_res), kind=env_kind)  # lat-long [2R, 4R, 3]
     else:
         p = Path(env)
         if not p.is_file():
