@@ -223,3 +223,12 @@ def test_latlong_roundtrip_through_light():
     back = light.to_latlong(32)
     assert back.shape == (32, 64, 3)
     assert float((back - img).abs().max()) < 0.1 * float(img.max())
+
+
+def test_save_load_roundtrip(tmp_path):
+    img = _env_fn(cm.latlong_directions(32, dtype=torch.float64)).float()
+    light = EnvironmentLight.from_latlong(img, 16, min_res=4)
+    path = light.save(tmp_path / "probe.hdr", height=32)
+    again = EnvironmentLight.load(path, res=16, trainable=False, min_res=4)
+    assert not again.base.requires_grad
+    torch.testing.assert_close(again.base, light.base.detach(), rtol=2e-2, atol=1e-2)
