@@ -292,8 +292,8 @@ class ReferenceMeshDataset:
         Args:
             mesh: the reference mesh in world units (its ``material`` textures are used, else grey).
                 Not modified.
-            light: an ``EnvironmentLight`` in the normalised frame, or None to build one from ``env`` /
-                ``env_kind`` / ``env_res`` with :func:`make_reference_light`.
+            light: an ``EnvironmentLight`` in the normalised frame with its ``build_mips()`` done, or None
+                to build one from ``env`` / ``env_kind`` / ``env_res`` with :func:`make_reference_light`.
             env, env_kind, env_res: see :func:`make_reference_light` (ignored when ``light`` is given).
             n_train: number of training views (>= 1).
             n_test: number of held-out views (>= 1).
