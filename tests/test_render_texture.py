@@ -115,9 +115,13 @@ def test_cube_face_selection_and_orientation():
 def test_cube_mips_with_bias():
     tex = torch.rand(1, 6, 8, 8, 3, dtype=torch.float64)
     d = torch.randn(1, 5, 5, 3, dtype=torch.float64)
-    top = texture(tex, d, mip_level_bias=torch.full((1, 5, 5), 10.0, dtype=torch.float64), boundary_mode="cube")
-    face, _, _ = cube_to_face_uv(d.view(-1, 3))
-    torch.testing.assert_close(top.view(-1, 3), tex.mean((2, 3))[0][face])
+    chain = texture_construct_mip(tex, cube=True)
+    assert [c.shape[2] for c in chain] == [8, 4, 2, 1]
+    torch.testing.assert_close(chain[-1][0, :, 0, 0], tex.mean((2, 3))[0])
+    for bias, lvl in [(10.0, 3), (1.0, 1), (0.0, 0)]:
+        b = torch.full((1, 5, 5), bias, dtype=torch.float64)
+        got = texture(tex, d, mip_level_bias=b, boundary_mode="cube")
+        torch.testing.assert_close(got, texture(chain[lvl], d, filter_mode="linear", boundary_mode="cube"))
 
 
 def test_gradcheck_2d():
@@ -153,3 +157,28 @@ def test_bad_arguments():
         texture(tex, torch.rand(1, 2, 2, 3), boundary_mode="cube")
     with pytest.raises(RenderError, match="batch"):
         texture(torch.rand(3, 4, 4, 3), uv)
+
+
+def test_cube_taps_cross_face_seams():
+    # constant value per face (= face index); on +x near its s = 0 edge the left taps land on +z
+    R = 4
+    tex = torch.arange(6, dtype=torch.float64).view(1, 6, 1, 1, 1).expand(1, 6, R, R, 1).contiguous()
+    from meshlift.render.texture import face_uv_to_dir
+
+    s = torch.tensor([0.05], dtype=torch.float64)
+    t = torch.tensor([0.5 + 0.5 / R], dtype=torch.float64)  # a texel-centre row: no vertical blend
+    d = face_uv_to_dir(torch.tensor([0]), s, t).view(1, 1, 1, 3)
+    out = texture(tex, d, filter_mode="linear", boundary_mode="cube")
+    fx = s.item() * R - 0.5 - math.floor(s.item() * R - 0.5)  # weight of the on-face tap (col 0)
+    assert out.item() == pytest.approx((1 - fx) * 4 + fx * 0)
+    # a smooth function of direction stays smooth across every seam
+    n = 16
+    tt, ss = torch.meshgrid((torch.arange(n) + 0.5) / n, (torch.arange(n) + 0.5) / n, indexing="ij")
+    faces = torch.arange(6).view(6, 1, 1).expand(6, n, n)
+    dirs = face_uv_to_dir(faces, ss.expand(6, n, n).double(), tt.expand(6, n, n).double())
+    dirs = dirs / dirs.norm(dim=-1, keepdim=True)
+    smooth = dirs[None]  # texel value = its own unit direction
+    q = torch.randn(1, 40, 40, 3, dtype=torch.float64)
+    got = texture(smooth, q, filter_mode="linear", boundary_mode="cube")
+    want = q / q.norm(dim=-1, keepdim=True)
+    assert (got - want).norm(dim=-1).max() < 0.05

@@ -6,7 +6,8 @@ Differentiable Rendering", Sec. 3.3): bilinear taps at texel centres ``uv = ((c 
 box filtering (area averaging for odd sizes); trilinear filtering between mip levels with the level
 ``0.5·log2(λ_max) + bias``, ``λ_max`` the larger eigenvalue of ``JᵀJ`` for the texel-space Jacobian
 ``J = ∂(u·W, v·H)/∂(X, Y)`` (the footprint ellipse's major axis). Cube maps: direction → face and face
-coordinates by the OpenGL rule (docs/conventions.md §8). Gradients reach ``tex`` (and every mip level),
+coordinates by the OpenGL rule (docs/conventions.md §8); bilinear taps crossing a face edge continue on
+the neighbouring face. Gradients reach ``tex`` (and every mip level),
 ``uv``, ``uv_da`` and ``mip_level_bias``.
 """
 
@@ -77,6 +78,65 @@ def cube_to_face_uv(d: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.
     sc = torch.where(is_x, torch.where(x >= 0, -z, z), torch.where(is_y, x, torch.where(z >= 0, x, -x)))
     tc = torch.where(is_x, -y, torch.where(is_y, torch.where(y >= 0, z, -z), -y))
     return face, (sc / ma + 1) * 0.5, (tc / ma + 1) * 0.5
+
+
+def face_uv_to_dir(face: torch.Tensor, s: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`cube_to_face_uv`: ``(face, s, t)`` → (non-unit) direction ``[..., 3]``.
+
+    ``s, t`` may lie outside [0, 1] (points beyond the face's edge, used to find seam neighbours).
+    """
+    sc = 2 * s - 1
+    tc = 2 * t - 1
+    one = torch.ones_like(sc)
+    cand = torch.stack(
+        [
+            torch.stack([one, -tc, -sc], -1),
+            torch.stack([-one, -tc, sc], -1),
+            torch.stack([sc, one, tc], -1),
+            torch.stack([sc, -one, -tc], -1),
+            torch.stack([sc, -tc, one], -1),
+            torch.stack([-sc, -tc, -one], -1),
+        ],
+        0,
+    )  # [6, ..., 3]
+    idx = face.unsqueeze(0).unsqueeze(-1).expand((1,) + tuple(face.shape) + (3,))
+    return torch.gather(cand, 0, idx).squeeze(0)
+
+
+def _sample_cube(flat, base, R, face, s, t, linear):
+    """Filter a cube map level (faces of ``R × R`` texels from ``base``) at face coords ``(s, t)``.
+
+    Taps that fall off the face are re-projected through the direction of their texel centre onto the
+    neighbouring face (so bilinear filtering is continuous across seams, as in nvdiffrast).
+    """
+    Rf = R.to(s.dtype)
+    if linear:
+        x = s * Rf - 0.5
+        y = t * Rf - 0.5
+        x0 = torch.floor(x)
+        y0 = torch.floor(y)
+        fx, fy = x - x0, y - y0
+        taps = [(x0, y0, (1 - fx) * (1 - fy)), (x0 + 1, y0, fx * (1 - fy)), (x0, y0 + 1, (1 - fx) * fy), (x0 + 1, y0 + 1, fx * fy)]
+    else:
+        taps = [(torch.floor(s * Rf), torch.floor(t * Rf), torch.ones_like(s))]
+    idx, wts = [], []
+    for xf, yf, w in taps:
+        xf, yf = xf.detach(), yf.detach()
+        off = (xf < 0) | (xf >= Rf) | (yf < 0) | (yf >= Rf)
+        d = face_uv_to_dir(face, (xf + 0.5) / Rf, (yf + 0.5) / Rf)
+        f2, s2, t2 = cube_to_face_uv(d)
+        ix2 = torch.minimum(torch.floor(s2 * Rf).long().clamp(min=0), R - 1)
+        iy2 = torch.minimum(torch.floor(t2 * Rf).long().clamp(min=0), R - 1)
+        ix = torch.minimum(xf.long().clamp(min=0), R - 1)
+        iy = torch.minimum(yf.long().clamp(min=0), R - 1)
+        ff = torch.where(off, f2, face)
+        ix = torch.where(off, ix2, ix)
+        iy = torch.where(off, iy2, iy)
+        idx.append(base + (ff * R + iy) * R + ix)
+        wts.append(w)
+    k = len(idx)
+    vals = flat.index_select(0, torch.stack(idx, 1).reshape(-1)).view(-1, k, flat.shape[-1])
+    return (vals * torch.stack(wts, 1).unsqueeze(-1).to(vals.dtype)).sum(1)
 
 
 def _mip_level(uv_da, mip_level_bias, W0, H0, n_levels, dtype):
@@ -173,8 +233,8 @@ def texture(
     Raises:
         RenderError: bad shapes or modes, mipmapping without ``uv_da``/``mip_level_bias``.
 
-    Cube maps filter bilinearly within a face (taps clamp at face edges rather than continuing onto the
-    neighbouring face, a small difference from nvdiffrast at face seams).
+    Cube maps: bilinear taps that fall off a face are re-projected onto the neighbouring face through
+    their texel centre's direction, so filtering is continuous across seams.
     """
     check_float("tex", tex)
     check_float("uv", uv)
@@ -246,8 +306,8 @@ def texture(
         hs, ws = hs_l[li], ws_l[li]
         base = img_base + offs[li]
         if cube:
-            base = base + face * hs * ws
-        return _sample(flat, base, hs, ws, s, t, "clamp" if cube else boundary_mode, linear)
+            return _sample_cube(flat, base, hs, face, s, t, linear)
+        return _sample(flat, base, hs, ws, s, t, boundary_mode, linear)
 
     if not mipmapped:
         zero = torch.zeros(N, dtype=torch.long, device=dev)
@@ -271,4 +331,4 @@ def texture(
     return out.view(B, H, W, C)
 
 
-__all__ = ["texture", "texture_construct_mip", "cube_to_face_uv", "FILTER_MODES", "BOUNDARY_MODES"]
+__all__ = ["texture", "texture_construct_mip", "cube_to_face_uv", "face_uv_to_dir", "FILTER_MODES", "BOUNDARY_MODES"]
