@@ -125,10 +125,10 @@ def test_cube_mips_with_bias():
 
 
 def test_gradcheck_2d():
-    tex = torch.rand(1, 5, 6, 2, dtype=torch.float64, requires_grad=True)
-    uv = (torch.rand(2, 3, 3, 2, dtype=torch.float64) * 1.2 - 0.1).requires_grad_(True)
-    uv_da = (torch.rand(2, 3, 3, 4, dtype=torch.float64) * 0.4).requires_grad_(True)
-    bias = torch.rand(2, 3, 3, dtype=torch.float64, requires_grad=True)
+    tex = torch.rand(1, 4, 5, 1, dtype=torch.float64, requires_grad=True)
+    uv = (torch.rand(2, 2, 3, 2, dtype=torch.float64) * 1.2 - 0.1).requires_grad_(True)
+    uv_da = (torch.rand(2, 2, 3, 4, dtype=torch.float64) * 0.4).requires_grad_(True)
+    bias = torch.rand(2, 2, 3, dtype=torch.float64, requires_grad=True)
     for mode in ("wrap", "clamp", "zero"):
         assert torch.autograd.gradcheck(lambda t, u: texture(t, u, boundary_mode=mode), (tex, uv))
     assert torch.autograd.gradcheck(
@@ -138,9 +138,9 @@ def test_gradcheck_2d():
 
 
 def test_gradcheck_cube():
-    tex = torch.rand(1, 6, 4, 4, 2, dtype=torch.float64, requires_grad=True)
-    d = torch.randn(1, 3, 3, 3, dtype=torch.float64).requires_grad_(True)
-    bias = (torch.rand(1, 3, 3, dtype=torch.float64) * 1.8).requires_grad_(True)
+    tex = torch.rand(1, 6, 2, 2, 1, dtype=torch.float64, requires_grad=True)
+    d = torch.randn(1, 2, 3, 3, dtype=torch.float64).requires_grad_(True)
+    bias = (torch.rand(1, 2, 3, dtype=torch.float64) * 0.9).requires_grad_(True)
     assert torch.autograd.gradcheck(
         lambda t, u, b: texture(t, u, mip_level_bias=b, boundary_mode="cube"), (tex, d, bias)
     )
