@@ -65,7 +65,7 @@ def test_indexing_against_python_hash():
                 h ^= c * p
             idx = h % 1024
         off = offsets[lvl] if lvl < 3 else offsets[2] + 1024 * (lvl - 2)
-        assert float(enc(x)[0, lvl]) == off + idx, lvl
+        assert float(enc(x)[0, lvl].detach()) == off + idx, lvl
 
 
 def test_trilinear_reproduces_linear_functions():
@@ -130,3 +130,20 @@ def test_material_field_ranges_chunking_and_gradients():
     assert float(field.encoder.embeddings.grad.abs().sum()) > 0
     with pytest.raises(ConfigError, match="aabb"):
         MaterialField(torch.zeros(2, 3))
+
+
+@pytest.mark.gpu
+def test_cuda_matches_cpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    enc = _small()
+    x = torch.rand(500, 3)
+    a = enc(x)
+    a.sum().backward()
+    ga = enc.embeddings.grad.clone()
+    enc = enc.cuda()
+    enc.embeddings.grad = None
+    b = enc(x.cuda())
+    b.sum().backward()
+    torch.testing.assert_close(b.cpu(), a, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(enc.embeddings.grad.cpu(), ga, rtol=1e-4, atol=1e-6)

@@ -232,3 +232,24 @@ def test_save_load_roundtrip(tmp_path):
     again = EnvironmentLight.load(path, res=16, trainable=False, min_res=4)
     assert not again.base.requires_grad
     torch.testing.assert_close(again.base, light.base.detach(), rtol=2e-2, atol=1e-2)
+
+
+@pytest.mark.gpu
+def test_cuda_matches_cpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    base = _env_fn(cm.cube_texel_directions(32, torch.float64)).float()
+    outs, grads = [], []
+    for device in ("cpu", "cuda"):
+        light = EnvironmentLight(base.to(device), min_res=8, lut_resolution=LUT_RES)
+        light.build_mips()
+        g = torch.Generator().manual_seed(0)
+        n = torch.nn.functional.normalize(torch.randn(64, 3, generator=g), dim=-1).to(device)
+        kd = torch.rand(64, 3, generator=g).to(device)
+        ks = torch.rand(64, 3, generator=g).to(device)
+        out = light.shade(torch.zeros(64, 3, device=device), n, kd, ks, 3 * n + 0.1)
+        out.sum().backward()
+        outs.append(out.detach().cpu())
+        grads.append(light.base.grad.cpu())
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-6)
