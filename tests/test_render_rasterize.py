@@ -136,6 +136,9 @@ def test_edge_on_and_empty():
     rast, db = rasterize(pos, tri, (20, 20))
     assert torch.count_nonzero(rast) == 0 and torch.count_nonzero(db) == 0
     assert torch.equal(visibility_reference(pos, tri, (20, 20)), torch.full((1, 20, 20), -1))
+    # no triangles at all
+    rast, db = rasterize(torch.zeros(2, 0, 4), torch.zeros(0, 3, dtype=torch.int32), (5, 6))
+    assert rast.shape == (2, 5, 6, 4) and torch.count_nonzero(rast) == 0
 
 
 def test_one_triangle_covering_everything():

@@ -237,7 +237,8 @@ def rasterize(
     """Rasterize triangles (nvdiffrast ``rasterize`` semantics, pure PyTorch, CPU and CUDA).
 
     Args:
-        pos: clip-space vertex positions (docs/conventions.md §3), float32/float64, ``[B, V, 4]``
+        pos: clip-space vertex positions (docs/conventions.md §3), float32/float64 (half precision is
+            computed and returned in float32), ``[B, V, 4]``
             (instanced mode: every image uses all of ``tri``) or ``[V, 4]`` with ``ranges`` (range mode).
         tri: ``[T, 3]`` int32/int64 vertex indices (counter-clockwise from outside; no culling).
         resolution: ``(H, W)`` in pixels.
@@ -266,6 +267,8 @@ def rasterize(
         OutOfMemoryError: the visibility pass ran out of memory (message names the knobs).
     """
     tri_ids = visible_triangles(pos, tri, resolution, ranges, max_fragments, backend)
+    if pos.dtype in (torch.float16, torch.bfloat16):
+        pos = pos.float()  # half precision cannot resolve sub-pixel barycentrics
     tri64 = tri.to(torch.int64)
     B, H, W = tri_ids.shape
     flat = tri_ids.reshape(-1)
