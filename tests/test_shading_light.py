@@ -196,11 +196,17 @@ def test_shade_gradients_reach_the_light_and_materials():
 def test_bounded_memory_coarsening_is_close():
     env = _env_fn(cm.cube_texel_directions(32, torch.float64)).float()
     exact = EnvironmentLight(env, min_res=8)
-    coarse = EnvironmentLight(env, min_res=8, max_nnz_per_level=20000)
+    # 200k entries: the roughness-0.5 level (16^2 per face, ~650k entries) is gathered from the 8^2 mip.
+    coarse = EnvironmentLight(env, min_res=8, max_nnz_per_level=200_000)
     exact.build_mips()
     coarse.build_mips()
-    for a, b in zip(exact.specular[1:], coarse.specular[1:]):
-        assert float(((a - b).abs() / a.abs()).max().detach()) < 0.05
+    a, b = exact.specular[1].detach(), coarse.specular[1].detach()
+    assert float((a - b).abs().max()) > 0
+    assert float(((a - b).abs() / a.abs()).max()) < 0.05
+    torch.testing.assert_close(exact.specular[0], coarse.specular[0])
+    # A budget that cannot be met without blurring narrow lobes is exceeded with a warning.
+    with pytest.warns(UserWarning, match="max_nnz_per_level"):
+        EnvironmentLight(env, min_res=8, max_nnz_per_level=1000).build_mips()
 
 
 def test_regularizer_clamp_and_validation():

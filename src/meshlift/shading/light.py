@@ -14,7 +14,9 @@ Prefiltering is a fixed linear map of the (learned) cube map, so it is precomput
 normalised, int32 CSR plus its transpose for the backward pass) and applied with a sparse matmul on
 CPU or CUDA; gradients are exact. Memory is bounded by ``max_nnz_per_level``: when the full lobe at a
 level would need more entries, the lobe is gathered from a coarser level of the (box-filtered) mip chain,
-which for wide lobes changes the result very little.
+which for wide lobes changes the result very little. A lobe is never gathered from a level whose texels
+are wider than half its cutoff angle (that would visibly blur sharp reflections); if the budget still
+cannot be met, a warning names the memory it takes.
 
 Cube-map conventions: docs/conventions.md §8 (see :mod:`meshlift.shading.cubemap`).
 """
@@ -371,7 +373,9 @@ class EnvironmentLight(torch.nn.Module):
         min_roughness, max_roughness: roughness of the finest and the second-coarsest level
             (nvdiffrec: 0.08, 0.5); levels in between are spaced linearly; the coarsest level is 1.0.
         max_nnz_per_level: bound on the non-zeros of each level's filter matrix (memory ~16 bytes each,
-            forward + transpose). A level whose lobe needs more gathers it from a coarser mip.
+            forward + transpose); None = 2^24 (~270 MB) on the CPU, 2^26 (~1 GB) on CUDA. A level whose
+            lobe needs more gathers it from a coarser mip (see the module docstring). Face size 128 stays
+            exact at 2^24; 256 at 2^26.
         lut_resolution: size of the DFG table (:func:`meshlift.shading.brdf_lut.brdf_lut`).
 
     Raises:
@@ -385,7 +389,7 @@ class EnvironmentLight(torch.nn.Module):
         min_res: int = 16,
         min_roughness: float = 0.08,
         max_roughness: float = 0.5,
-        max_nnz_per_level: int = 1 << 24,
+        max_nnz_per_level: int | None = None,
         lut_resolution: int = 256,
     ) -> None:
         super().__init__()
@@ -413,7 +417,7 @@ class EnvironmentLight(torch.nn.Module):
         self.min_res = int(min_res)
         self.min_roughness = float(min_roughness)
         self.max_roughness = float(max_roughness)
-        self.max_nnz_per_level = int(max_nnz_per_level)
+        self.max_nnz_per_level = None if max_nnz_per_level is None else int(max_nnz_per_level)
         self.lut_resolution = int(lut_resolution)
         self.specular: list[torch.Tensor] | None = None
         self.diffuse: torch.Tensor | None = None
@@ -545,13 +549,30 @@ class EnvironmentLight(torch.nn.Module):
             levels.append(avg_pool_cube(levels[-1]))
         self.diffuse = diffuse_prefilter(levels[-1])
         rough = self.level_roughness(len(levels))
+        budget = self.max_nnz_per_level
+        if budget is None:
+            budget = 1 << 26 if self.base.device.type == "cuda" else 1 << 24
         spec = []
         for i, r in enumerate(rough):
             out_res = levels[i].shape[1]
             src = i
-            # Bounded memory: gather wide lobes from a coarser level when the full one is too big.
-            while src + 1 < len(levels) and _estimate_nnz(out_res, levels[src].shape[1], r, cutoff) > self.max_nnz_per_level:
+            theta_cut = math.acos(ggx_cutoff_cos(float(r), float(cutoff)))
+            # Bounded memory: gather wide lobes from a coarser level when the full one is too big, but
+            # keep >= 2 source texels (angular size ~2/R at a face centre) across the cutoff radius.
+            while (
+                src + 1 < len(levels)
+                and _estimate_nnz(out_res, levels[src].shape[1], r, cutoff) > budget
+                and 2.0 / levels[src + 1].shape[1] <= 0.5 * theta_cut
+            ):
                 src += 1
+            nnz = _estimate_nnz(out_res, levels[src].shape[1], r, cutoff)
+            if nnz > budget:
+                warnings.warn(
+                    f"EnvironmentLight: the roughness-{r:.3g} level ({out_res}^2 per face) needs ~{nnz / 1e6:.0f}M "
+                    f"filter entries (~{nnz * 16 / 2**30:.1f} GB), over max_nnz_per_level={budget}; lower the light "
+                    "resolution (env_res) or raise max_nnz_per_level",
+                    stacklevel=2,
+                )
             spec.append(specular_prefilter(levels[src], r, cutoff, out_res=out_res))
         self.specular = spec
 
