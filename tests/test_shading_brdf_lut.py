@@ -1,6 +1,7 @@
 """meshlift.shading.brdf_lut: the split-sum DFG table against closed forms and a brute-force integral."""
 
 import math
+import os
 
 import pytest
 import torch
@@ -10,6 +11,22 @@ from meshlift.shading import bsdf
 from meshlift.shading.brdf_lut import _integrate, brdf_lut, hammersley, lookup_brdf_lut
 
 RES = 32
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fresh_cache(tmp_path_factory):
+    """Test the computation, not a table cached on disk by an earlier run."""
+    from meshlift.shading import brdf_lut as mod
+
+    old = os.environ.get("MESHLIFT_CACHE")
+    os.environ["MESHLIFT_CACHE"] = str(tmp_path_factory.mktemp("lut_cache"))
+    mod._brdf_lut_cpu.cache_clear()
+    yield
+    mod._brdf_lut_cpu.cache_clear()
+    if old is None:
+        os.environ.pop("MESHLIFT_CACHE", None)
+    else:
+        os.environ["MESHLIFT_CACHE"] = old
 
 
 @pytest.fixture(scope="module")
@@ -105,3 +122,19 @@ def test_validation():
         brdf_lut(8, geometry="beckmann")
     with pytest.raises(RenderError, match=r"\[R, R, 2\]"):
         lookup_brdf_lut(torch.zeros(4, 4), torch.zeros(1, 1), torch.zeros(1, 1))
+
+
+def test_disk_cache(tmp_path, monkeypatch):
+    from meshlift.shading import brdf_lut as mod
+
+    monkeypatch.setenv("MESHLIFT_CACHE", str(tmp_path))
+    mod._brdf_lut_cpu.cache_clear()
+    a = brdf_lut(8, samples=64)
+    files = list(tmp_path.glob("brdf_lut_*_8_64.npy"))
+    assert len(files) == 1
+    mod._brdf_lut_cpu.cache_clear()
+    assert torch.equal(brdf_lut(8, samples=64), a)  # read back from disk
+    files[0].write_bytes(b"garbage")
+    mod._brdf_lut_cpu.cache_clear()
+    assert torch.equal(brdf_lut(8, samples=64), a)  # a corrupt cache file is recomputed
+    mod._brdf_lut_cpu.cache_clear()

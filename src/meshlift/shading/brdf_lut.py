@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+from pathlib import Path
 
+import numpy as np
 import torch
 
 from meshlift.errors import RenderError
@@ -31,6 +34,9 @@ __all__ = ["brdf_lut", "lookup_brdf_lut", "hammersley", "GEOMETRY_MODELS"]
 
 #: Masking-shadowing models accepted by :func:`brdf_lut`.
 GEOMETRY_MODELS = ("smith_correlated", "schlick_ue4")
+
+# Bump when the table's definition changes (invalidates on-disk caches).
+_CACHE_VERSION = 1
 
 # Table entries evaluated per chunk (samples x texels): bounds the temporary memory to ~100 MB.
 _CHUNK_ELEMENTS = 1 << 22
@@ -103,8 +109,37 @@ def _integrate(n_dot_v: torch.Tensor, roughness: torch.Tensor, xi: torch.Tensor,
     return torch.stack([(total - b) / n, b / n], dim=-1)
 
 
+def _cache_dir() -> Path:
+    """``$MESHLIFT_CACHE``, else ``$XDG_CACHE_HOME/meshlift``, else ``~/.cache/meshlift``."""
+    env = os.environ.get("MESHLIFT_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "meshlift"
+
+
 @functools.lru_cache(maxsize=8)
 def _brdf_lut_cpu(resolution: int, samples: int, geometry: str) -> torch.Tensor:
+    """Memoised per process; also cached on disk (a 256^2 table is 512 kB) when the cache folder is writable."""
+    path = _cache_dir() / f"brdf_lut_v{_CACHE_VERSION}_{geometry}_{resolution}_{samples}.npy"
+    try:
+        arr = np.load(path)
+        if arr.shape == (resolution, resolution, 2) and arr.dtype == np.float32 and np.isfinite(arr).all():
+            return torch.from_numpy(arr)
+    except (OSError, ValueError):
+        pass
+    lut = _compute_brdf_lut(resolution, samples, geometry)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npy")
+        np.save(tmp, lut.numpy())
+        os.replace(tmp, path)
+    except OSError:
+        pass  # read-only home: just recompute next time
+    return lut
+
+
+def _compute_brdf_lut(resolution: int, samples: int, geometry: str) -> torch.Tensor:
     dtype = torch.float32  # float32 sums of <= 4096 terms: rounding ~1e-6, far below the sampling error
     xi = hammersley(samples, dtype)
     centres = (torch.arange(resolution, dtype=dtype) + 0.5) / resolution
@@ -124,8 +159,9 @@ def brdf_lut(
     """The split-sum environment-BRDF table ``[res, res, 2] = (scale A, bias B)`` (Karis 2013).
 
     Computed deterministically (Hammersley points, vectorised and chunked), memoised per process and per
-    ``(resolution, samples, geometry)``; each call returns a fresh copy on ``device``. The default
-    (256^2 texels x 512 samples) takes about a second on one CPU core.
+    ``(resolution, samples, geometry)``, and cached on disk in ``$MESHLIFT_CACHE`` (default
+    ``~/.cache/meshlift``) when writable; each call returns a fresh copy on ``device``. Computing the
+    default (256^2 texels x 512 samples) takes 1-4 s on one CPU core.
 
     Args:
         resolution: table size along both axes (>= 2).
