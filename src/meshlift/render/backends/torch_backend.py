@@ -73,7 +73,10 @@ class TorchBackend:
             counts = r[:, 1]
             ends = torch.cumsum(counts, 0)
             n_inst = int(ends[-1]) if B else 0
-        keys = torch.full((B * H * W + 1,), INT64_MAX, dtype=torch.int64, device=dev)  # +1: spare slot
+        keys = torch.full((B * H * W,), INT64_MAX, dtype=torch.int64, device=dev)
+        # NDC of pixel-centre columns / rows (docs/conventions.md §3), computed once
+        xtab = (2 * torch.arange(W, device=dev) + 1).to(pos.dtype) / W - 1
+        ytab = (2 * torch.arange(H, device=dev) + 1).to(pos.dtype) / H - 1
         budget = max(int(max_fragments), 2 * W, 64)
         tri_chunk = max(budget // 8, 1024)
         for s in range(0, n_inst, tri_chunk):
@@ -86,8 +89,8 @@ class TorchBackend:
                 b = torch.searchsorted(ends, k, right=True)
                 t = r[b, 0] + (k - (ends[b] - counts[b]))
                 vidx = tri[t]
-            self._chunk(pos_flat[vidx], b, t, keys, H, W, budget)
-        return key_to_index(keys[:-1]).view(B, H, W)
+            self._chunk(pos_flat[vidx], b, t, keys, H, W, budget, xtab, ytab)
+        return key_to_index(keys).view(B, H, W)
 
     @staticmethod
     def _chunk(
@@ -98,6 +101,8 @@ class TorchBackend:
         H: int,
         W: int,
         budget: int,
+        xtab: torch.Tensor,
+        ytab: torch.Tensor,
     ) -> None:
         """Rasterize triangles ``v [n, 3, 4]`` (image ``b [n]``, index ``t [n]``) into ``keys``."""
         i0, i1, j0, j1 = screen_bbox(v, H, W)
@@ -107,19 +112,19 @@ class TorchBackend:
         idx = keep.nonzero().squeeze(1)
         if idx.numel() == 0:
             return
-        i0, j0, cw, ch = i0[idx], j0[idx], cw[idx], ch[idx]
         edges, zplane, det = triangle_planes(v[idx])
-        # per-triangle parameters: sign-normalised edge planes (covered iff all >= 0) and z/w plane;
+        # per-triangle parameters: sign-normalised edge planes (covered iff all three >= 0), z/w plane;
         # edge-on triangles (det = 0) get an edge that is negative everywhere
         flat = det == 0
-        e9 = (edges * torch.sign(det)[:, None, None]).reshape(-1, 9)
-        e9[:, 2] = torch.where(flat, -1.0, e9[:, 2])
-        params = torch.cat([e9, zplane / torch.where(flat, 1.0, det)[:, None]], dim=1)
-        base = (b[idx] * (H * W)).to(torch.int64)
-        tid = t[idx].to(torch.int64)
+        ep = (edges * torch.sign(det)[:, None, None]).reshape(-1, 9)
+        ep[:, 2] = torch.where(flat, -1.0, ep[:, 2])
+        zp = zplane / torch.where(flat, 1.0, det)[:, None]
+        # per-triangle integers, packed: (row0, col0, rows, cols, pixel base of the image, triangle index)
+        wins = torch.stack([i0, j0, ch, cw, b * (H * W), t], dim=1).index_select(0, idx)
+        ch, cw = wins[:, 2], wins[:, 3]
 
-        # small boxes: square stamps of 2^l pixels a side (broadcasting, no per-fragment gathers), one
-        # bucket per l; larger boxes: 8x8 tiles, coarsely culled against the edges, then stamped.
+        # boxes up to 16 px a side: square stamps of 2^l pixels (one bucket per l, broadcasting, no
+        # per-candidate gathers); larger boxes: 8x8 tiles, coarsely culled against the edges, stamped.
         side = torch.maximum(cw, ch).to(torch.float32)
         lvl = torch.ceil(torch.log2(side)).to(torch.int64).clamp(min=1, max=_STAMP_LOG2 + 1)
         order = torch.argsort(lvl, stable=True)
@@ -131,31 +136,34 @@ class TorchBackend:
             sel_all = order[pos0 : pos0 + n]
             pos0 += n
             if lv > _STAMP_LOG2:
-                TorchBackend._tiles(sel_all, i0, j0, cw, ch, params, base, tid, keys, H, W, budget, v.dtype)
+                TorchBackend._tiles(wins[sel_all], ep[sel_all], zp[sel_all], keys, H, W, budget, xtab, ytab)
                 continue
             sz = 1 << lv
             per = max(budget // (sz * sz), 1)
             for s0 in range(0, n, per):
                 sel = sel_all[s0 : s0 + per]
-                TorchBackend._stamps(
-                    sz, i0[sel], j0[sel], ch[sel], cw[sel], params[sel], base[sel], tid[sel], keys, H, W, v.dtype
-                )
+                TorchBackend._stamps(sz, wins[sel], ep[sel], zp[sel], keys, H, W, xtab, ytab)
 
     @staticmethod
-    def _stamps(sz, row0, col0, nrows, ncols, params, base, tid, keys, H, W, dtype) -> None:
-        """Rasterize ``n`` windows of ``sz × sz`` pixels (origin ``row0, col0``, valid extent ``nrows ×
-        ncols``), window k belonging to the triangle with ``params[k]``, by broadcasting."""
+    def _stamps(sz, wins, ep, zp, keys, H, W, xtab, ytab) -> None:
+        """Rasterize ``n`` windows of ``sz × sz`` pixels by broadcasting.
+
+        ``wins [n, 6]`` = (row0, col0, valid rows, valid cols, image pixel base, triangle index);
+        ``ep [n, 9]`` sign-normalised edge planes, ``zp [n, 3]`` z/w plane of the window's triangle;
+        ``xtab [W]``, ``ytab [H]`` NDC of the pixel-centre columns / rows.
+        """
+        n = wins.shape[0]
         ar = torch.arange(sz, device=keys.device)
-        cols = col0.unsqueeze(1) + ar  # [n, sz]
-        rows = row0.unsqueeze(1) + ar  # [n, sz]
-        px = (2 * cols + 1).to(dtype) / W - 1  # [n, sz]
-        py = (2 * rows + 1).to(dtype) / H - 1  # [n, sz]
-        ok = (ar < nrows.unsqueeze(1)).unsqueeze(2) & (ar < ncols.unsqueeze(1)).unsqueeze(1)  # [n, sz, sz]
-        for k in range(3):
-            # e_k = (a px + c) + b py, the same evaluation order as every other path (exact ties)
-            ex = params[:, 3 * k : 3 * k + 1] * px + params[:, 3 * k + 2 : 3 * k + 3]
-            ey = params[:, 3 * k + 1 : 3 * k + 2] * py
-            ok &= (ex.unsqueeze(1) + ey.unsqueeze(2)) >= 0
+        cols = wins[:, 1:2] + ar  # [n, sz]
+        rows = wins[:, 0:1] + ar
+        px = xtab.index_select(0, cols.clamp(max=W - 1).view(-1)).view(n, 1, sz)
+        py = ytab.index_select(0, rows.clamp(max=H - 1).view(-1)).view(n, 1, sz)
+        P = ep.view(n, 3, 3)
+        # e_k = (a px + c) + b py: the same evaluation order as every other path (exact ties)
+        ex = P[:, :, 0:1] * px + P[:, :, 2:3]  # [n, 3, sz] over columns
+        ey = P[:, :, 1:2] * py  # [n, 3, sz] over rows
+        ok = ((ex.unsqueeze(2) + ey.unsqueeze(3)) >= 0).all(1)  # [n, rows, cols]
+        ok &= (ar < wins[:, 2:3]).unsqueeze(2) & (ar < wins[:, 3:4]).unsqueeze(1)
         f = ok.view(-1).nonzero().squeeze(1)
         if f.numel() == 0:
             return
@@ -163,33 +171,31 @@ class TorchBackend:
         tl = f // s2
         rem = f - tl * s2
         r = rem // sz
-        c = rem - r * sz
-        pxs = px.view(-1).index_select(0, tl * sz + c)
-        pys = py.view(-1).index_select(0, tl * sz + r)
-        pz = params.index_select(0, tl)
-        zw = (pz[:, 9] * pxs + pz[:, 11]) + pz[:, 10] * pys
-        key = depth_key(zw, tid.index_select(0, tl))
-        key = torch.where((zw >= -1) & (zw <= 1), key, INT64_MAX)
-        pix = base.index_select(0, tl) + rows.view(-1).index_select(0, tl * sz + r) * W + cols.view(-1).index_select(0, tl * sz + c)
-        keys.scatter_reduce_(0, pix, key, reduce="amin", include_self=True)
+        w = wins.index_select(0, tl)
+        row = w[:, 0] + r
+        col = w[:, 1] + (rem - r * sz)
+        z = zp.index_select(0, tl)
+        zw = (z[:, 0] * xtab.index_select(0, col) + z[:, 2]) + z[:, 1] * ytab.index_select(0, row)
+        key = torch.where((zw >= -1) & (zw <= 1), depth_key(zw, w[:, 5]), INT64_MAX)
+        keys.scatter_reduce_(0, w[:, 4] + row * W + col, key, reduce="amin", include_self=True)
 
     @staticmethod
-    def _tiles(sel, i0, j0, cw, ch, params, base, tid, keys, H, W, budget, dtype) -> None:
-        """Rasterize large triangles ``sel``: enumerate their boxes' 8×8 tiles in chunks of at most
+    def _tiles(wins, ep, zp, keys, H, W, budget, xtab, ytab) -> None:
+        """Rasterize large triangles: enumerate their boxes' 8×8 tiles in chunks of at most
         ``budget / 64`` tiles, drop tiles that an edge function rules out at every pixel centre of the
         tile (conservative test at the tile's extreme corner), stamp the rest."""
         T_ = _TILE
-        i0, j0, cw, ch = i0[sel], j0[sel], cw[sel], ch[sel]
-        params, base, tid = params[sel], base[sel], tid[sel]
+        i0, j0, ch, cw = wins[:, 0], wins[:, 1], wins[:, 2], wins[:, 3]
         tw = (cw + T_ - 1) // T_
-        th = (ch + T_ - 1) // T_
-        cnt = tw * th
+        cnt = tw * ((ch + T_ - 1) // T_)
         cum = torch.cumsum(cnt, 0)
         total = int(cum[-1])
         per = max(budget // (T_ * T_), 1)
-        # half extent, in NDC, of a tile's pixel-centre grid
-        hx = (T_ - 1) / W
-        hy = (T_ - 1) / H
+        dtype = ep.dtype
+        # half extent, in NDC, of a tile's pixel-centre grid; slack so float rounding never drops a tile
+        hx, hy = (T_ - 1) / W, (T_ - 1) / H
+        A, Bc, C = ep[:, 0::3], ep[:, 1::3], ep[:, 2::3]  # [m, 3] each
+        reach = A.abs() * hx + Bc.abs() * hy + 1e-5 * (A.abs() + Bc.abs() + C.abs())
         for s0 in range(0, total, per):
             g = torch.arange(s0, min(total, s0 + per), device=keys.device)
             t = torch.searchsorted(cum, g, right=True)
@@ -199,21 +205,16 @@ class TorchBackend:
             tx = local - ty * twt
             row0 = i0[t] + ty * T_
             col0 = j0[t] + tx * T_
-            nrows = torch.clamp(ch[t] - ty * T_, max=T_)
-            ncols = torch.clamp(cw[t] - tx * T_, max=T_)
-            p = params[t]
-            cx = ((2 * col0 + T_).to(dtype) / W - 1)  # NDC centre of the tile's pixel centres
-            cy = ((2 * row0 + T_).to(dtype) / H - 1)
-            keep = torch.ones_like(cx, dtype=torch.bool)
-            for k in range(3):
-                a, b = p[:, 3 * k], p[:, 3 * k + 1]
-                c = p[:, 3 * k + 2]
-                slack = 1e-5 * (a.abs() + b.abs() + c.abs())  # float rounding must never drop a tile
-                keep &= (a * cx + b * cy + c + a.abs() * hx + b.abs() * hy) >= -slack
+            cx = ((2 * col0 + T_).to(dtype) / W - 1).unsqueeze(1)  # NDC centre of the tile's pixel centres
+            cy = ((2 * row0 + T_).to(dtype) / H - 1).unsqueeze(1)
+            keep = ((A[t] * cx + Bc[t] * cy + C[t] + reach[t]) >= 0).all(1)
             kk = keep.nonzero().squeeze(1)
             if kk.numel() == 0:
                 continue
             t = t[kk]
-            TorchBackend._stamps(
-                T_, row0[kk], col0[kk], nrows[kk], ncols[kk], p[kk], base[t], tid[t], keys, H, W, dtype
+            ty, tx = ty[kk], tx[kk]
+            w = torch.stack(
+                [row0[kk], col0[kk], (ch[t] - ty * T_).clamp(max=T_), (cw[t] - tx * T_).clamp(max=T_), wins[t, 4], wins[t, 5]],
+                dim=1,
             )
+            TorchBackend._stamps(T_, w, ep[t], zp[t], keys, H, W, xtab, ytab)
