@@ -154,10 +154,9 @@ def _gather_bilinear(
     fx = (px - x0.to(px.dtype))[:, None]
     fy = (py - y0.to(py.dtype))[:, None]
     base = face * (stride * stride)
-    c00 = flat[base + y0 * stride + x0]
-    c01 = flat[base + y0 * stride + x1]
-    c10 = flat[base + y1 * stride + x0]
-    c11 = flat[base + y1 * stride + x1]
+    # One index_select for the four taps (its backward is a scatter-add, cheaper than indexing's).
+    idx = torch.cat([base + y0 * stride + x0, base + y0 * stride + x1, base + y1 * stride + x0, base + y1 * stride + x1])
+    c00, c01, c10, c11 = flat.index_select(0, idx).chunk(4, dim=0)
     return (c00 * (1 - fx) + c01 * fx) * (1 - fy) + (c10 * (1 - fx) + c11 * fx) * fy
 
 
@@ -246,14 +245,16 @@ def sample_cube_mip(levels: list[torch.Tensor], dirs: torch.Tensor, level: torch
     dtype = levels[0].dtype
     face, x, y = dir_to_cube(dirs.reshape(-1, 3).to(dtype))
     lv = torch.clamp(level.reshape(-1).to(dtype), 0.0, len(levels) - 1.0)
-    out = None
+    ch = levels[0].shape[-1]
+    out = torch.zeros(face.shape[0], ch, dtype=torch.promote_types(dtype, lv.dtype), device=face.device)
     for i, cube in enumerate(levels):
         w = torch.clamp(1.0 - (lv - i).abs(), min=0.0)
-        if not bool((w > 0).any()):
+        sel = torch.nonzero(w > 0)[:, 0]  # only the pixels that use this level (at most two levels each)
+        if sel.numel() == 0:
             continue
-        s = _sample_padded(_pad_cube(cube), face, x, y) * w[:, None]
-        out = s if out is None else out + s
-    return out.reshape(*lead, levels[0].shape[-1])
+        s = _sample_padded(_pad_cube(cube), face[sel], x[sel], y[sel]) * w[sel, None]
+        out = out.index_add(0, sel, s)
+    return out.reshape(*lead, ch)
 
 
 def avg_pool_cube(cube: torch.Tensor) -> torch.Tensor:
