@@ -222,8 +222,8 @@ def lookup_brdf_lut(lut: torch.Tensor, n_dot_v: torch.Tensor, roughness: torch.T
     flat = lut.reshape(h * w, 2)
     x1 = torch.clamp(x0 + 1, max=w - 1)
     y1 = torch.clamp(y0 + 1, max=h - 1)
-    c00 = flat[y0 * w + x0]
-    c01 = flat[y0 * w + x1]
-    c10 = flat[y1 * w + x0]
-    c11 = flat[y1 * w + x1]
+    lead = x0.shape
+    idx = torch.cat([(y0 * w + x0).reshape(-1), (y0 * w + x1).reshape(-1), (y1 * w + x0).reshape(-1),
+                     (y1 * w + x1).reshape(-1)])
+    c00, c01, c10, c11 = (c.reshape(*lead, 2) for c in flat.index_select(0, idx).chunk(4, dim=0))
     return (c00 * (1 - fx) + c01 * fx) * (1 - fy) + (c10 * (1 - fx) + c11 * fx) * fy

@@ -313,8 +313,8 @@ def sample_latlong(img: torch.Tensor, dirs: torch.Tensor) -> torch.Tensor:
     x0 = x0 % w
     y1 = torch.clamp(y0 + 1, max=h - 1)
     flat = img.reshape(-1, ch)
-    c00, c01 = flat[y0 * w + x0], flat[y0 * w + x1]
-    c10, c11 = flat[y1 * w + x0], flat[y1 * w + x1]
+    idx = torch.cat([y0 * w + x0, y0 * w + x1, y1 * w + x0, y1 * w + x1])
+    c00, c01, c10, c11 = flat.index_select(0, idx).chunk(4, dim=0)
     out = (c00 * (1 - fx) + c01 * fx) * (1 - fy) + (c10 * (1 - fx) + c11 * fx) * fy
     return out.reshape(*dirs.shape[:-1], ch)
 
