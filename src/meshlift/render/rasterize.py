@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from meshlift.errors import OutOfMemoryError, RenderError
@@ -190,32 +191,28 @@ class _Barycentrics(torch.autograd.Function):
         verts, px, py, uvz = ctx.saved_tensors
         grad = None
         if g_uvz is not None:
-            vt = verts.permute(2, 1, 0).contiguous()  # [4, 3, P]: one contiguous row per coordinate
-            (x0, x1, x2), (y0, y1, y2), (z0, z1, z2), (w0, w1, w2) = vt.unbind(0)
-            a0, a1, a2 = x0 - px * w0, x1 - px * w1, x2 - px * w2
-            c0, c1, c2 = y0 - py * w0, y1 - py * w1, y2 - py * w2
-            e0 = a1 * c2 - a2 * c1
-            e1 = a2 * c0 - a0 * c2
-            e2 = a0 * c1 - a1 * c0
-            iS = 1.0 / (e0 + e1 + e2)
-            iD = 1.0 / (e0 * w0 + e1 * w1 + e2 * w2)
-            u, v, zw = uvz.t().unbind(0)
-            gu, gv, gz = g_uvz.t().unbind(0)
-            t = (gu * u + gv * v) * iS
-            gzD = gz * iD
-            ge0 = gzD * (z0 - zw * w0) - t + gu * iS
-            ge1 = gzD * (z1 - zw * w1) - t + gv * iS
-            ge2 = gzD * (z2 - zw * w2) - t
-            # e_k = a_{k+1} c_{k+2} - a_{k+2} c_{k+1}
-            ga0, ga1, ga2 = ge2 * c1 - ge1 * c2, ge0 * c2 - ge2 * c0, ge1 * c0 - ge0 * c1
-            gc0, gc1, gc2 = ge1 * a2 - ge2 * a1, ge2 * a0 - ge0 * a2, ge0 * a1 - ge1 * a0
-            gz0, gz1, gz2 = gzD * e0, gzD * e1, gzD * e2
-            gw0 = -px * ga0 - py * gc0 - zw * gz0
-            gw1 = -px * ga1 - py * gc1 - zw * gz1
-            gw2 = -px * ga2 - py * gc2 - zw * gz2
-            grad = torch.stack(
-                [ga0, ga1, ga2, gc0, gc1, gc2, gz0, gz1, gz2, gw0, gw1, gw2], dim=0
-            ).view(4, 3, -1).permute(2, 1, 0)
+            x, y, z, w = verts.permute(2, 0, 1).contiguous().unbind(0)  # [P, 3] each, contiguous
+            pxc, pyc = px.unsqueeze(1), py.unsqueeze(1)
+            a = x - pxc * w
+            c = y - pyc * w
+            nxt = torch.tensor([1, 2, 0], device=verts.device)
+            a1, c1 = a.index_select(1, nxt), c.index_select(1, nxt)  # k + 1
+            a2, c2 = a1.index_select(1, nxt), c1.index_select(1, nxt)  # k + 2
+            e = a1 * c2 - a2 * c1  # e_k = a_{k+1} c_{k+2} - a_{k+2} c_{k+1}
+            iS = 1.0 / e.sum(1, keepdim=True)
+            iD = 1.0 / (e * w).sum(1, keepdim=True)
+            u, v, zw = uvz[:, 0:1], uvz[:, 1:2], uvz[:, 2:3]
+            gz = g_uvz[:, 2:3] * iD
+            # dL/de_k = (gu (δ_k0 − u) + gv (δ_k1 − v)) / S + gz (z_k − zw w_k) / D
+            guv = F.pad(g_uvz[:, 0:2], (0, 1)) - (g_uvz[:, 0:1] * u + g_uvz[:, 1:2] * v)
+            ge = guv * iS + gz * (z - zw * w)
+            ge1 = ge.index_select(1, nxt)
+            ge2 = ge1.index_select(1, nxt)
+            ga = ge2 * c1 - ge1 * c2
+            gc = ge1 * a2 - ge2 * a1
+            gzk = gz * e
+            gw = -(pxc * ga + pyc * gc + zw * gzk)
+            grad = torch.stack([ga, gc, gzk, gw], dim=-1)
         if g_db is not None and ctx.grad_db:
             with torch.enable_grad():
                 vv = verts.detach().requires_grad_(True)

@@ -45,7 +45,7 @@ def visibility_reference(
             e = [(sg * edges[0, k, 0] * px + sg * edges[0, k, 2]) + sg * edges[0, k, 1] * py for k in range(3)]
             zp = zplane[0] / det[0]
             z = (zp[0] * px + zp[2]) + zp[1] * py
-            cov = (e[0] >= 0) & (e[1] >= 0) & (e[2] >= 0) & (z >= -1) & (z <= 1)
+            cov = (e[0] >= 0) & (e[1] >= 0) & (e[2] >= 0) & (z.abs() <= 1)
             key = torch.where(cov, depth_key(z, torch.full_like(best, t)), best)
             best = torch.minimum(best, key)
         out.append(key_to_index(best))

@@ -50,12 +50,12 @@ def depth_key(z: torch.Tensor, tri_id: torch.Tensor) -> torch.Tensor:
     """Pack (z/w, triangle index) into one int64 whose order is (z ascending, index ascending).
 
     ``z`` is compared at float32 precision through the order-preserving map of IEEE-754 bit patterns
-    (negative floats reversed), shifted into 32 unsigned bits; the index fills the low 31 bits.
+    (the magnitude bits of negative floats flipped, giving a signed int32 that sorts like the floats);
+    key = that int × 2^31 + index (index < 2^31), so the low 31 bits of the key are the index.
     """
-    bits = z.to(torch.float32).view(torch.int32).to(torch.int64)
-    mag = bits & 0x7FFFFFFF
-    ordered = torch.where(bits >= 0, mag + 2**31, 2**31 - 1 - mag)
-    return (ordered << 31) | tri_id
+    bits = z.to(torch.float32).view(torch.int32)
+    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    return ordered.to(torch.int64) * 2**31 + tri_id
 
 
 def key_to_index(key: torch.Tensor) -> torch.Tensor:
@@ -77,44 +77,29 @@ def screen_bbox(v: torch.Tensor, H: int, W: int) -> Tuple[torch.Tensor, ...]:
     """
     d = v[..., 2] + v[..., 3]  # signed distance to the near plane (>= 0 inside)
     inside = d >= 0
-    dn = d.roll(-1, dims=1)
-    vn = v.roll(-1, dims=1)
+    vn = v.roll(-1, dims=1)  # edge k runs from vertex k to vertex k + 1
+    dn = vn[..., 2] + vn[..., 3]
     cross = inside != (dn >= 0)
-    t = torch.where(cross, d / torch.where(cross, d - dn, torch.ones_like(d)), torch.zeros_like(d))
-    pc = v + t.unsqueeze(-1) * (vn - v)
-    cand = torch.cat([v, pc], dim=1)  # [n, 6, 4]
+    t = d / torch.where(cross, d - dn, 1.0)  # garbage where not crossing, masked below
+    cand = torch.cat([v, v + t.unsqueeze(-1) * (vn - v)], dim=1)  # [n, 6, 4]: vertices, crossings
     valid = torch.cat([inside, cross], dim=1)
     cw = cand[..., 3]
-    tiny = torch.finfo(v.dtype).tiny
-    good_w = cw > tiny
-    use = valid & good_w
-    safe_w = torch.where(use, cw, torch.ones_like(cw))
-    X = (cand[..., 0] / safe_w + 1) * (W * 0.5) - 0.5  # pixel-centre coordinates
-    Y = (cand[..., 1] / safe_w + 1) * (H * 0.5) - 0.5
-    inf = torch.tensor(float("inf"), dtype=v.dtype, device=v.device)
-    xmin = torch.where(use, X, inf).amin(1)
-    xmax = torch.where(use, X, -inf).amax(1)
-    ymin = torch.where(use, Y, inf).amin(1)
-    ymax = torch.where(use, Y, -inf).amax(1)
-    # beyond-far test: every vertex has z > w (w - z < 0)
-    beyond_far = ((v[..., 3] - v[..., 2]) < 0).all(1)
+    good_w = cw > torch.finfo(v.dtype).tiny
+    use = (valid & good_w).unsqueeze(-1)
+    half = torch.tensor([W * 0.5, H * 0.5], dtype=v.dtype, device=v.device)
+    XY = (cand[..., :2] / torch.where(use, cw.unsqueeze(-1), 1.0) + 1) * half - 0.5  # pixel-centre coords
+    mn = torch.where(use, XY, float("inf")).amin(1)  # [n, 2] = (x, y)
+    mx = torch.where(use, XY, float("-inf")).amax(1)
+    full = (valid & ~good_w).any(1)
     none_inside = ~inside.any(1)
-    full = (valid & ~good_w).any(1) | ~torch.isfinite(xmin) & ~none_inside
+    beyond_far = (v[..., 3] < v[..., 2]).all(1)  # every vertex has z/w > 1
+    lim = torch.tensor([W - 1, H - 1], device=v.device)
     big = float(max(H, W) + 2)
-    j0 = torch.ceil((xmin - BBOX_SLACK_PX).clamp(-1, big)).to(torch.int64).clamp(0, W - 1)
-    j1 = torch.floor((xmax + BBOX_SLACK_PX).clamp(-big, big)).to(torch.int64).clamp(-1, W - 1)
-    i0 = torch.ceil((ymin - BBOX_SLACK_PX).clamp(-1, big)).to(torch.int64).clamp(0, H - 1)
-    i1 = torch.floor((ymax + BBOX_SLACK_PX).clamp(-big, big)).to(torch.int64).clamp(-1, H - 1)
-    # boxes entirely left/above the image: j1 may be < 0 -> empty; entirely right/below: j0 clamps
-    # to W-1 but the unclamped start exceeded it -> mark empty explicitly.
-    off_right = xmin - BBOX_SLACK_PX > W - 1
-    off_below = ymin - BBOX_SLACK_PX > H - 1
-    zero = torch.zeros_like(j0)
-    j0 = torch.where(full, zero, j0)
-    i0 = torch.where(full, zero, i0)
-    j1 = torch.where(full, zero + (W - 1), j1)
-    i1 = torch.where(full, zero + (H - 1), i1)
-    empty = none_inside | beyond_far | (~full & (off_right | off_below))
-    j1 = torch.where(empty, zero - 1, j1)
-    i1 = torch.where(empty, zero - 1, i1)
-    return i0, i1, j0, j1
+    lo = torch.minimum(torch.ceil((mn - BBOX_SLACK_PX).clamp(-1, big)).to(torch.int64).clamp(min=0), lim)
+    hi = torch.minimum(torch.floor((mx + BBOX_SLACK_PX).clamp(-big, big)).to(torch.int64).clamp(min=-1), lim)
+    off = (mn - BBOX_SLACK_PX > lim).any(1)  # box wholly right of / below the image
+    empty = none_inside | beyond_far | (~full & off)
+    lo = torch.where(full.unsqueeze(1), 0, lo)
+    hi = torch.where(full.unsqueeze(1), lim, hi)
+    hi = torch.where(empty.unsqueeze(1), -1, hi)
+    return lo[:, 1], hi[:, 1], lo[:, 0], hi[:, 0]

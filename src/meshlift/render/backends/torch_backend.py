@@ -176,7 +176,7 @@ class TorchBackend:
         col = w[:, 1] + (rem - r * sz)
         z = zp.index_select(0, tl)
         zw = (z[:, 0] * xtab.index_select(0, col) + z[:, 2]) + z[:, 1] * ytab.index_select(0, row)
-        key = torch.where((zw >= -1) & (zw <= 1), depth_key(zw, w[:, 5]), INT64_MAX)
+        key = torch.where(zw.abs() <= 1, depth_key(zw, w[:, 5]), INT64_MAX)  # near/far clipping
         keys.scatter_reduce_(0, w[:, 4] + row * W + col, key, reduce="amin", include_self=True)
 
     @staticmethod
