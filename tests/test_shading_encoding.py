@@ -111,12 +111,13 @@ def test_material_field_ranges_chunking_and_gradients():
     x = torch.rand(2, 150, 3) * 3 - 1.5  # some points outside the box (clamped)
     out = field(x)
     assert set(out) == {"kd", "ks", "normal"}
+    det = {k: v.detach() for k, v in out.items()}
     assert out["kd"].shape == (2, 150, 3)
-    assert float(out["kd"].min()) >= 0 and float(out["kd"].max()) <= 1
-    ks = out["ks"]
+    assert float(det["kd"].min()) >= 0 and float(det["kd"].max()) <= 1
+    ks = det["ks"]
     assert float(ks[..., 0].abs().max()) == 0.0
     assert float(ks[..., 1].min()) >= 0.08 and float(ks[..., 1].max()) <= 1.0
-    n = out["normal"]
+    n = det["normal"]
     assert float(n[..., 2].min()) >= 0.0 and float(n[..., :2].abs().max()) <= 1.0
     # A fresh field is neutral: sigmoid(~0) = 0.5 -> the normal perturbation is ~(0, 0, 0.5).
     torch.testing.assert_close(n[..., :2], torch.zeros_like(n[..., :2]), atol=0.05, rtol=0)
