@@ -48,6 +48,7 @@ from meshlift.shading.cubemap import (
 
 __all__ = [
     "EnvironmentLight",
+    "clear_filter_cache",
     "ggx_cutoff_cos",
     "specular_prefilter",
     "specular_prefilter_reference",
@@ -245,6 +246,13 @@ def _specular_operator(
             csc = fwd.to_sparse_csc()
         bwd = _csr(csc.ccol_indices(), csc.row_indices(), csc.values(), (n_src, n_out))
     return _SparseOperator(fwd, bwd)
+
+
+def clear_filter_cache() -> None:
+    """Free the cached prefilter matrices (they are kept per process, per resolution/roughness/device)."""
+    _specular_operator.cache_clear()
+    _diffuse_matrix.cache_clear()
+    _face_permutations.cache_clear()
 
 
 class _ApplySparse(torch.autograd.Function):
