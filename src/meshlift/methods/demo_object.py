@@ -16,6 +16,7 @@ geometry metrics (refine it with a larger ``resolution`` for a denser one).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -188,5 +189,5 @@ def make_demo_object(
         v_tex=torch.from_numpy(v_tex.astype(np.float32)),
         t_tex_idx=torch.from_numpy(tex_faces.astype(np.int64)),
         material=material,
-        extras={"demo_object": {"resolution": n, "tube_resolution": m, "seed": int(seed), "shape": shape}},
+        extras={"demo_object": {"resolution": n, "tube_resolution": m, "seed": int(seed), "shape": dataclasses.asdict(shape)}},
     )
