@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from _scenes import bumpy_sphere, camera_mvp  # noqa: E402
 
-from meshlift.render import interpolate, rasterize, transform_pos  # noqa: E402
+from meshlift.render import interpolate, rasterize, transform_pos, visible_triangles  # noqa: E402
 
 #: nvdiffrast 0.4.0 on one H200, case (a) (ANCHORS.md): (forward ms, forward+backward ms)
 NVDIFFRAST_H200 = {
@@ -99,6 +99,26 @@ def run_case(label, n_tri, res, batch, case, device, args):
         out.sum().backward()
 
     rast, _ = fwd()
+    parts = {}
+    if args.parts:
+        import warnings
+
+        def vis():
+            visible_triangles(pos, tri, (res, res), **kw)
+
+        def ras():
+            with torch.no_grad():
+                rasterize(pos, tri, (res, res), grad_db=False, **kw)
+
+        parts["vis"] = timeit(vis, device, args.warmup, args.repeats)[0]
+        parts["rast"] = timeit(ras, device, args.warmup, args.repeats)[0]
+        if device.type == "cuda":
+            torch.cuda.set_sync_debug_mode(1)
+            with warnings.catch_warnings(record=True) as wl:
+                warnings.simplefilter("always")
+                fwd_bwd()
+            torch.cuda.set_sync_debug_mode(0)
+            parts["syncs"] = sum("synchroniz" in str(w.message) for w in wl)
     ids = rast[..., 3]
     vis = torch.unique(ids[ids > 0]).numel() / (tri.shape[0] * batch) * batch
     cov = (ids > 0).float().mean().item()
@@ -124,6 +144,7 @@ def run_case(label, n_tri, res, batch, case, device, args):
         "peak": peak,
         "visible": vis,
         "coverage": cov,
+        "parts": parts,
     }
 
 
@@ -136,6 +157,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--max-fragments", type=int, default=None)
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")
+    ap.add_argument("--parts", action="store_true", help="also time visibility alone, rasterize alone; count host syncs")
     ap.add_argument("--out", default=None, help="also write the markdown table to this file")
     args = ap.parse_args()
     device = torch.device(args.device)
@@ -148,7 +170,8 @@ def main():
         for case in args.which:
             r = run_case(label, n, res, batch, case, device, args)
             rows.append(r)
-            print(f"# {label} tris @ {res}² x{batch} ({case}): fwd {r['fwd']:.2f} ms, fwd+bwd {r['fwdbwd']:.2f} ms", file=sys.stderr)
+            extra = "".join(f", {k} {v:.2f}" if isinstance(v, float) else f", {k} {v}" for k, v in r["parts"].items())
+            print(f"# {label} tris @ {res}² x{batch} ({case}): fwd {r['fwd']:.2f} ms, fwd+bwd {r['fwdbwd']:.2f} ms{extra}", file=sys.stderr)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     try:

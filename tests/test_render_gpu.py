@@ -21,8 +21,9 @@ def test_rasterize_interpolate_parity_float64():
     res = (96, 128)
     outs = {}
     for dev in ("cpu", "cuda"):
-        p = pos.to(dev).requires_grad_(True)
-        a = attr.to(dev).requires_grad_(True)
+        # fresh leaves per device (pos.to("cpu") would return pos itself, making the CUDA copy a non-leaf)
+        p = pos.detach().clone().to(dev).requires_grad_(True)
+        a = attr.detach().clone().to(dev).requires_grad_(True)
         rast, db = rasterize(p, tri.to(dev), res)
         out, da = interpolate(a, rast, tri.to(dev), rast_db=db, diff_attrs="all")
         w = torch.linspace(0, 1, out.numel(), dtype=torch.float64).view_as(out).to(dev)
@@ -63,9 +64,9 @@ def test_texture_parity():
     bias = torch.rand(2, 20, 30, dtype=torch.float64) * 4
     res = {}
     for dev in ("cpu", "cuda"):
-        t = tex.to(dev).requires_grad_(True)
-        u = uv.to(dev).requires_grad_(True)
-        c = cube.to(dev).requires_grad_(True)
+        t = tex.detach().clone().to(dev).requires_grad_(True)
+        u = uv.detach().clone().to(dev).requires_grad_(True)
+        c = cube.detach().clone().to(dev).requires_grad_(True)
         o1 = texture(t, u, uv_da=uv_da.to(dev), boundary_mode="wrap")
         o2 = texture(t, u, boundary_mode="zero")
         o3 = texture(c, d.to(dev), mip_level_bias=bias.to(dev), boundary_mode="cube")
@@ -80,11 +81,29 @@ def test_antialias_parity():
     color = torch.rand(2, 64, 64, 3, dtype=torch.float64)
     res = {}
     for dev in ("cpu", "cuda"):
-        p = pos.to(dev).requires_grad_(True)
-        c = color.to(dev).requires_grad_(True)
+        p = pos.detach().clone().to(dev).requires_grad_(True)
+        c = color.detach().clone().to(dev).requires_grad_(True)
         rast, _ = rasterize(p, tri.to(dev), (64, 64))
         out = antialias(c, rast, p, tri.to(dev))
         (out * out).sum().backward()
         res[dev] = [x.detach().cpu() for x in (out, p.grad, c.grad)]
     for x, y in zip(res["cpu"], res["cuda"]):
         torch.testing.assert_close(x, y, rtol=1e-8, atol=1e-9)
+
+
+def test_benchmark_scene_parity_float32():
+    """The bucketed stamp/tile paths on a benchmark-like mesh (all buckets, batch 2): same ids as the CPU."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from _scenes import bumpy_sphere, camera_mvp
+
+    from meshlift.render import transform_pos
+
+    v, tri = bumpy_sphere(20_000)
+    for dist in (1.5, 3.5):
+        pos = transform_pos(camera_mvp(dist, batch=2), v)
+        ids_c = visible_triangles(pos, tri, (200, 300))
+        ids_g = visible_triangles(pos.cuda(), tri.cuda(), (200, 300)).cpu()
+        assert (ids_c == ids_g).float().mean().item() > 0.999

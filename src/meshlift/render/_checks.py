@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+import weakref
+from typing import Dict, Sequence, Tuple
 
 import torch
 
@@ -16,7 +17,7 @@ def check_float(name: str, x: torch.Tensor) -> None:
         raise RenderError(f"{name} must be a floating-point tensor, got dtype {x.dtype}; convert with .float()")
 
 
-def check_tri(tri: torch.Tensor, num_vertices: int, device: torch.device) -> torch.Tensor:
+def check_tri(tri: torch.Tensor, num_vertices: int, device: torch.device, what: str = "pos") -> torch.Tensor:
     """Validate ``tri [T, 3]`` (int32/int64, indices < num_vertices) and return it as int64 on ``device``."""
     if not isinstance(tri, torch.Tensor):
         raise RenderError(f"tri must be a torch.Tensor, got {type(tri).__name__}")
@@ -26,15 +27,28 @@ def check_tri(tri: torch.Tensor, num_vertices: int, device: torch.device) -> tor
         raise RenderError(f"tri must be int32 or int64, got {tri.dtype}; convert with .int()")
     if tri.device != device:
         raise RenderError(f"tri is on {tri.device} but pos is on {device}; move them to one device")
-    tri = tri.to(torch.int64)
+    tri64 = tri.to(torch.int64)
     if tri.numel():
-        lo, hi = int(tri.min()), int(tri.max())
+        hit = _TRI_RANGE.get(id(tri))
+        if hit is not None and hit[0]() is tri and hit[1] == tri._version:
+            lo, hi = hit[2], hit[3]
+        else:
+            lo, hi = (int(x) for x in torch.aminmax(tri64))  # one host sync, then cached per tensor
+            if len(_TRI_RANGE) >= 64:
+                _TRI_RANGE.clear()
+            _TRI_RANGE[id(tri)] = (weakref.ref(tri), tri._version, lo, hi)
         if lo < 0 or hi >= num_vertices:
             raise RenderError(
-                f"tri indexes vertex {lo if lo < 0 else hi} but pos has {num_vertices} vertices; "
+                f"tri indexes vertex {lo if lo < 0 else hi} but {what} has {num_vertices} vertices; "
                 "fix the face list"
             )
-    return tri
+    return tri64
+
+
+#: Index range of recently validated face lists: id → (weakref, version counter, min, max). A face list
+#: is re-read only when it is a new tensor or was modified in place (its version counter moved), so the
+#: per-call validation costs no GPU→CPU sync in a training loop.
+_TRI_RANGE: Dict[int, tuple] = {}
 
 
 def check_resolution(resolution: Sequence[int]) -> Tuple[int, int]:

@@ -12,7 +12,7 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 
 from meshlift.errors import RenderError
-from meshlift.render._checks import check_float, check_rast
+from meshlift.render._checks import check_float, check_rast, check_tri
 
 
 def _triangle_index(rast: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -58,9 +58,7 @@ def interpolate(
     if attr.ndim == 3 and attr.shape[0] not in (1, B):
         raise RenderError(f"attr has batch {attr.shape[0]} but rast has batch {B}; use [V, C] or [{B}, V, C]")
     tid, covered = _triangle_index(rast)
-    tri64 = tri.to(torch.int64)
-    if tri64.numel() and int(tri64.max()) >= V:
-        raise RenderError(f"tri indexes vertex {int(tri64.max())} but attr has only {V} vertices")
+    tri64 = check_tri(tri, V, rast.device, what="attr")
     vidx = tri64[tid]  # [N, 3]
     if attr.ndim == 3 and attr.shape[0] == B and B > 1:
         bidx = torch.arange(B, device=rast.device).repeat_interleave(H * W)

@@ -23,7 +23,7 @@ from torch.autograd.function import once_differentiable
 from meshlift.errors import OutOfMemoryError, RenderError
 from meshlift.render._checks import check_float, check_resolution, check_tri
 from meshlift.render.backends import get_backend
-from meshlift.render.backends._common import MAX_TRIANGLES
+from meshlift.render.backends._common import MAX_TRIANGLES, dense_path
 
 #: Default fragment budget when neither the argument nor ``MESHLIFT_RASTER_MAX_FRAGMENTS`` is set.
 DEFAULT_MAX_FRAGMENTS = 2**24
@@ -268,29 +268,61 @@ def rasterize(
         pos = pos.float()  # half precision cannot resolve sub-pixel barycentrics
     tri64 = tri.to(torch.int64)
     B, H, W = tri_ids.shape
+    dtype, dev = pos.dtype, pos.device
     flat = tri_ids.reshape(-1)
-    cov = (flat >= 0).nonzero().squeeze(1)
-    tid = flat[cov]
-    rows = (cov // W) % H
-    cols = cov % W
-    dtype = pos.dtype
-    if ranges is None:
-        V = pos.shape[1]
-        bidx = cov // (H * W)
-        verts = pos.reshape(-1, 4).index_select(0, (tri64[tid] + (bidx * V).unsqueeze(1)).reshape(-1)).view(-1, 3, 4)
+    covered = flat >= 0
+    if tri64.shape[0] == 0:  # nothing to draw
+        return pos.new_zeros(B, H, W, 4), pos.new_zeros(B, H, W, 4 if grad_db else 0)
+    if not dense_path(dev):
+        # CPU: compute at the covered pixels only (data-dependent shapes cost nothing here)
+        cov = covered.nonzero().squeeze(1)
+        tid = flat.index_select(0, cov)
+        rows = (cov // W) % H
+        cols = cov % W
+        vidx = tri64.index_select(0, tid)
+        if ranges is None and B > 1:
+            vidx = vidx + ((cov // (H * W)) * pos.shape[1]).unsqueeze(1)
+        px = (2 * cols + 1).to(dtype) / W - 1
+        py = (2 * rows + 1).to(dtype) / H - 1
     else:
-        verts = pos.index_select(0, tri64[tid].reshape(-1)).view(-1, 3, 4)
-    px = (2 * cols + 1).to(dtype) / W - 1
-    py = (2 * rows + 1).to(dtype) / H - 1
+        # GPU: every pixel, no host sync; empty pixels evaluate a harmless dummy triangle, masked below
+        cov = None
+        tid = flat.clamp(min=0)
+        vidx = tri64.index_select(0, tid)
+        if ranges is None and B > 1:
+            vidx = (vidx.view(B, H * W, 3) + (torch.arange(B, device=dev) * pos.shape[1]).view(B, 1, 1)).view(-1, 3)
+        px = ((2 * torch.arange(W, device=dev) + 1).to(dtype) / W - 1).expand(B, H, W).reshape(-1)
+        py = ((2 * torch.arange(H, device=dev) + 1).to(dtype) / H - 1).view(1, H, 1).expand(B, H, W).reshape(-1)
+    verts = pos.reshape(-1, 4).index_select(0, vidx.reshape(-1)).view(-1, 3, 4)
+    if cov is None:
+        verts = torch.where(covered.view(-1, 1, 1), verts, _dummy_triangle(dtype, dev))
     if grad_db:
         uvz, db = barycentrics_at(verts, px, py, True)  # autograd through rast_db as well
     else:
         uvz, db = _Barycentrics.apply(verts, px, py, False)  # one autograd node, analytic backward
     vals = torch.cat([uvz, (tid + 1).to(dtype).unsqueeze(1)], dim=1)
-    rast = pos.new_zeros(B * H * W, 4).index_put((cov,), vals).view(B, H, W, 4)
+    if cov is None:
+        rast = torch.where(covered.unsqueeze(1), vals, 0.0).view(B, H, W, 4)
+    else:
+        rast = pos.new_zeros(B * H * W, 4).index_put((cov,), vals).view(B, H, W, 4)
     if grad_db:
-        scale = torch.tensor([2.0 / W, 2.0 / H, 2.0 / W, 2.0 / H], dtype=dtype, device=pos.device)
-        rast_db = pos.new_zeros(B * H * W, 4).index_put((cov,), db * scale).view(B, H, W, 4)
+        scale = torch.tensor([2.0 / W, 2.0 / H, 2.0 / W, 2.0 / H], dtype=dtype, device=dev)
+        if cov is None:
+            rast_db = torch.where(covered.unsqueeze(1), db * scale, 0.0).view(B, H, W, 4)
+        else:
+            rast_db = pos.new_zeros(B * H * W, 4).index_put((cov,), db * scale).view(B, H, W, 4)
     else:
         rast_db = pos.new_zeros(B, H, W, 0)
     return rast, rast_db
+
+
+_DUMMY = {}
+
+
+def _dummy_triangle(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``[3, 4]`` clip-space triangle with constant ``w = 1`` and unit area: finite barycentrics (and
+    gradients) at every point, used in place of the triangle at empty pixels of the dense GPU path."""
+    k = (dtype, device)
+    if k not in _DUMMY:
+        _DUMMY[k] = torch.tensor([[0.0, 0, 0, 1], [1, 0, 0, 1], [0, 1, 0, 1]], dtype=dtype, device=device)
+    return _DUMMY[k]

@@ -13,6 +13,7 @@ clipped against the near plane ``z = −w``.
 
 from __future__ import annotations
 
+import os
 from typing import Tuple
 
 import torch
@@ -25,6 +26,28 @@ BBOX_SLACK_PX = 1e-3
 MAX_TRIANGLES = 2**31 - 1
 
 INT64_MAX = torch.iinfo(torch.int64).max
+
+#: Every key at or above this value means "no fragment": it encodes ``z/w ≥ 2`` (outside the clip range,
+#: never stored by a valid fragment). Backends may write any key ≥ this as "empty" (e.g. the int32 sentinel
+#: ``2^31 − 1`` shifted up, cheaper than building ``INT64_MAX`` in int64).
+EMPTY_KEY = 2**61
+
+#: int32 sentinel of the order-preserving depth bits meaning "no fragment" (see :func:`depth_key`).
+EMPTY_DEPTH_BITS = 2**31 - 1
+
+
+def dense_path(device: torch.device) -> bool:
+    """Whether the rasterizer runs its sync-free dense variants (every pixel / every stamp candidate,
+    masked) rather than compacting to the covered ones with data-dependent shapes.
+
+    Default: dense on GPUs (where a data-dependent shape costs a GPU→CPU sync), compacted on the CPU
+    (where it is free and saves work). Env ``MESHLIFT_RASTER_DENSE=1`` / ``0`` forces either (tests check
+    both variants agree; benchmarks compare them). Results are identical either way.
+    """
+    env = os.environ.get("MESHLIFT_RASTER_DENSE")
+    if env in ("0", "1"):
+        return env == "1"
+    return device.type != "cpu"
 
 
 def triangle_planes(v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -59,8 +82,8 @@ def depth_key(z: torch.Tensor, tri_id: torch.Tensor) -> torch.Tensor:
 
 
 def key_to_index(key: torch.Tensor) -> torch.Tensor:
-    """Triangle index from a packed depth key (−1 where ``key`` is the empty value ``INT64_MAX``)."""
-    return torch.where(key == INT64_MAX, torch.full_like(key, -1), key & MAX_TRIANGLES)
+    """Triangle index from a packed depth key (−1 where ``key ≥ EMPTY_KEY``, e.g. ``INT64_MAX``)."""
+    return torch.where(key >= EMPTY_KEY, -1, key & MAX_TRIANGLES)
 
 
 def screen_bbox(v: torch.Tensor, H: int, W: int) -> Tuple[torch.Tensor, ...]:

@@ -1,24 +1,32 @@
-"""Pure-PyTorch visibility backend: chunked bounding-box enumeration + packed-key scatter-min z-buffer.
+"""Pure-PyTorch visibility backend: bucketed fixed-size stamps + packed-key scatter-min z-buffer.
 
-Algorithm (per chunk of at most ``max_fragments / 8`` triangles, everything vectorised):
+Algorithm (per chunk of at most ``max_fragments / 8`` triangles, everything vectorised, one host sync
+per chunk):
 
-1. gather the clip-space vertices; screen bounding box of the part in front of the near plane
-   (:func:`~meshlift.render.backends._common.screen_bbox`); drop empty boxes and edge-on triangles;
-2. boxes up to 16 pixels a side: bucket by power-of-two size and evaluate each triangle on a square
-   *stamp* of candidate pixels by broadcasting (no per-fragment gathers); larger boxes: enumerate their
-   8×8 tiles (in chunks of ``max_fragments / 64`` tiles, so one huge triangle is split too), drop tiles
-   that one of the edge functions excludes everywhere (conservative corner test), stamp the rest;
-3. per stamp batch (at most ``max_fragments`` candidates): the three edge functions and ``z/w`` at each
-   pixel centre (homogeneous rasterization, see ``_common``), keep covered fragments with
-   ``−1 ≤ z/w ≤ 1``, pack ``(z/w, triangle index)`` into one int64 key and ``scatter_reduce(amin)`` it
-   into a per-pixel key buffer. Everything merges through that buffer, so the result does not depend on
-   the chunking, and ties go deterministically to the lower triangle index.
+1. gather the clip-space vertices; triangles wholly in front of the near plane get their pixel bounding
+   box from the projected vertices; the few crossing the near plane go to a separate bucket whose box
+   comes from the clipped polygon (:func:`~meshlift.render.backends._common.screen_bbox`); boxes off
+   screen, behind the eye or beyond the far plane are culled here;
+2. every triangle falls into one bucket by box size: ≤ 2 px a side (a 2×2 *stamp*), ≤ 4 px (4×4 stamp),
+   larger (its box's 8×8 tiles, each tile a stamp of 8×8), near-plane crossing (tiles too), culled. The
+   bucket sizes and the tile count are read back in **one** host sync; an argsort groups the buckets;
+   the edge and depth planes are computed for the surviving triangles only;
+3. per stamp batch (at most ``max_fragments`` candidate pixels): the three edge functions and ``z/w``
+   at each pixel centre of the fixed-size stamp by broadcasting (homogeneous rasterization, see
+   ``_common``), a fragment survives iff all edges ≥ 0 and ``−1 ≤ z/w ≤ 1``; ``(z/w, triangle index)``
+   is packed into one int64 key (rejected candidates get an "empty" key) and merged with **one**
+   ``scatter_reduce(amin)`` into a per-pixel key buffer. Stamps may reach past a box (or, through padded
+   pixel tables whose extra entries are NaN, past the image): the exact per-pixel test decides, the box
+   only bounds the work. On CUDA every candidate is scattered (no data-dependent shapes, no syncs); on
+   CPU the rejected ones are masked out first (cheaper there). Everything merges through the key
+   buffer, so the result does not depend on the chunking or the bucket order, and ties go
+   deterministically to the lower triangle index.
 
-Peak memory (measured on CPU, float32): about 170 bytes per live candidate fragment, i.e. up to
-~170 B × ``max_fragments`` (2.7 GiB at the default 2^24, reached only by scenes with that many
-candidates; 1M triangles at 1024² whole-object view needs ~0.5 GiB), plus ~500 bytes per triangle of
-the current triangle chunk (``max_fragments / 8`` triangles), plus ~24 bytes per output pixel. No tensor
-of size triangles × pixels is ever formed. Lower ``max_fragments`` to trade speed for memory.
+Peak memory (float32): about 100 bytes per live candidate fragment, i.e. up to ~100 B ×
+``max_fragments`` (1.6 GiB at the default 2^24, reached only by scenes with that many candidates), plus
+~300 bytes per triangle of the current triangle chunk (``max_fragments / 8`` triangles), plus ~24 bytes
+per output pixel. No tensor of size triangles × pixels is ever formed. Lower ``max_fragments`` to trade
+speed for memory.
 """
 
 from __future__ import annotations
@@ -28,18 +36,19 @@ from typing import Optional, Tuple
 import torch
 
 from meshlift.render.backends._common import (  # noqa: I001
+    BBOX_SLACK_PX,
+    EMPTY_DEPTH_BITS,
     INT64_MAX,
-    depth_key,
+    dense_path,
     key_to_index,
     screen_bbox,
     triangle_planes,
 )
 
-
-#: Boxes up to 2^_STAMP_LOG2 pixels on each side use the stamp path.
-_STAMP_LOG2 = 4
-#: Tile side (pixels) for large triangles.
+#: Tile side (pixels) for triangles whose box exceeds 4 pixels; also the padding of the pixel tables.
 _TILE = 8
+#: Bucket ids: 2x2 stamp, 4x4 stamp, 8x8 tiles, near-plane crossing (tiles of the clipped box), culled.
+_B2, _B4, _BT, _BX, _BE = 0, 1, 2, 3, 4
 
 
 class TorchBackend:
@@ -73,148 +82,178 @@ class TorchBackend:
             counts = r[:, 1]
             ends = torch.cumsum(counts, 0)
             n_inst = int(ends[-1]) if B else 0
-        keys = torch.full((B * H * W,), INT64_MAX, dtype=torch.int64, device=dev)
-        # NDC of pixel-centre columns / rows (docs/conventions.md §3), computed once
-        xtab = (2 * torch.arange(W, device=dev) + 1).to(pos.dtype) / W - 1
-        ytab = (2 * torch.arange(H, device=dev) + 1).to(pos.dtype) / H - 1
+        # key buffer padded by (TILE rows + TILE) so stamps reaching past the last image stay in bounds
+        pad = _TILE * W + _TILE
+        keys = torch.full((B * H * W + pad,), INT64_MAX, dtype=torch.int64, device=dev)
+        # NDC of pixel-centre columns / rows (docs/conventions.md §3), padded with NaN (never covered)
+        nan = torch.full((_TILE,), float("nan"), dtype=pos.dtype, device=dev)
+        xtab = torch.cat([(2 * torch.arange(W, device=dev) + 1).to(pos.dtype) / W - 1, nan])
+        ytab = torch.cat([(2 * torch.arange(H, device=dev) + 1).to(pos.dtype) / H - 1, nan])
         budget = max(int(max_fragments), 2 * W, 64)
         tri_chunk = max(budget // 8, 1024)
+        ctx = _Ctx(keys, H, W, budget, xtab, ytab, compact=not dense_path(dev))
         for s in range(0, n_inst, tri_chunk):
-            k = torch.arange(s, min(n_inst, s + tri_chunk), device=dev)
+            e = min(n_inst, s + tri_chunk)
             if ranges is None:
-                b = k // T
-                t = k - b * T
-                vidx = tri[t] + (b * V).unsqueeze(1)
+                if B == 1:
+                    t = torch.arange(s, e, device=dev)
+                    b = None
+                    vidx = tri if (s == 0 and e == T) else tri[s:e]
+                else:
+                    k = torch.arange(s, e, device=dev)
+                    b = k // T
+                    t = k - b * T
+                    vidx = tri.index_select(0, t) + (b * V).unsqueeze(1)
             else:
+                k = torch.arange(s, e, device=dev)
                 b = torch.searchsorted(ends, k, right=True)
                 t = r[b, 0] + (k - (ends[b] - counts[b]))
-                vidx = tri[t]
-            self._chunk(pos_flat[vidx], b, t, keys, H, W, budget, xtab, ytab)
-        return key_to_index(keys).view(B, H, W)
+                vidx = tri.index_select(0, t)
+            v = pos_flat.index_select(0, vidx.reshape(-1)).view(-1, 3, 4)
+            _chunk(ctx, v, b, t)
+        return key_to_index(keys[: B * H * W]).view(B, H, W)
 
-    @staticmethod
-    def _chunk(
-        v: torch.Tensor,
-        b: torch.Tensor,
-        t: torch.Tensor,
-        keys: torch.Tensor,
-        H: int,
-        W: int,
-        budget: int,
-        xtab: torch.Tensor,
-        ytab: torch.Tensor,
-    ) -> None:
-        """Rasterize triangles ``v [n, 3, 4]`` (image ``b [n]``, index ``t [n]``) into ``keys``."""
-        i0, i1, j0, j1 = screen_bbox(v, H, W)
-        cw = j1 - j0 + 1
-        ch = i1 - i0 + 1
-        keep = (cw > 0) & (ch > 0)
-        idx = keep.nonzero().squeeze(1)
-        if idx.numel() == 0:
-            return
-        edges, zplane, det = triangle_planes(v[idx])
-        # per-triangle parameters: sign-normalised edge planes (covered iff all three >= 0), z/w plane;
-        # edge-on triangles (det = 0) get an edge that is negative everywhere
-        flat = det == 0
-        ep = (edges * torch.sign(det)[:, None, None]).reshape(-1, 9)
-        ep[:, 2] = torch.where(flat, -1.0, ep[:, 2])
-        zp = zplane / torch.where(flat, 1.0, det)[:, None]
-        # per-triangle integers, packed: (row0, col0, rows, cols, pixel base of the image, triangle index)
-        wins = torch.stack([i0, j0, ch, cw, b * (H * W), t], dim=1).index_select(0, idx)
-        ch, cw = wins[:, 2], wins[:, 3]
 
-        # boxes up to 16 px a side: square stamps of 2^l pixels (one bucket per l, broadcasting, no
-        # per-candidate gathers); larger boxes: 8x8 tiles, coarsely culled against the edges, stamped.
-        side = torch.maximum(cw, ch).to(torch.float32)
-        lvl = torch.ceil(torch.log2(side)).to(torch.int64).clamp(min=1, max=_STAMP_LOG2 + 1)
-        order = torch.argsort(lvl, stable=True)
-        counts = torch.bincount(lvl, minlength=_STAMP_LOG2 + 2).tolist()
-        pos0 = 0
-        for lv, n in enumerate(counts):
-            if n == 0:
-                continue
-            sel_all = order[pos0 : pos0 + n]
-            pos0 += n
-            if lv > _STAMP_LOG2:
-                TorchBackend._tiles(wins[sel_all], ep[sel_all], zp[sel_all], keys, H, W, budget, xtab, ytab)
-                continue
-            sz = 1 << lv
-            per = max(budget // (sz * sz), 1)
-            for s0 in range(0, n, per):
-                sel = sel_all[s0 : s0 + per]
-                TorchBackend._stamps(sz, wins[sel], ep[sel], zp[sel], keys, H, W, xtab, ytab)
+class _Ctx:
+    """Per-call constants shared by the chunk, stamp and tile passes."""
 
-    @staticmethod
-    def _stamps(sz, wins, ep, zp, keys, H, W, xtab, ytab) -> None:
-        """Rasterize ``n`` windows of ``sz × sz`` pixels by broadcasting.
+    def __init__(self, keys, H, W, budget, xtab, ytab, compact):
+        self.keys, self.H, self.W, self.budget = keys, H, W, budget
+        self.xtab, self.ytab, self.compact = xtab, ytab, compact
+        self.ar = {}
 
-        ``wins [n, 6]`` = (row0, col0, valid rows, valid cols, image pixel base, triangle index);
-        ``ep [n, 9]`` sign-normalised edge planes, ``zp [n, 3]`` z/w plane of the window's triangle;
-        ``xtab [W]``, ``ytab [H]`` NDC of the pixel-centre columns / rows.
-        """
-        n = wins.shape[0]
-        ar = torch.arange(sz, device=keys.device)
-        cols = wins[:, 1:2] + ar  # [n, sz]
-        rows = wins[:, 0:1] + ar
-        px = xtab.index_select(0, cols.clamp(max=W - 1).view(-1)).view(n, 1, sz)
-        py = ytab.index_select(0, rows.clamp(max=H - 1).view(-1)).view(n, 1, sz)
-        P = ep.view(n, 3, 3)
-        # e_k = (a px + c) + b py: the same evaluation order as every other path (exact ties)
-        ex = P[:, :, 0:1] * px + P[:, :, 2:3]  # [n, 3, sz] over columns
-        ey = P[:, :, 1:2] * py  # [n, 3, sz] over rows
-        ok = ((ex.unsqueeze(2) + ey.unsqueeze(3)) >= 0).all(1)  # [n, rows, cols]
-        ok &= (ar < wins[:, 2:3]).unsqueeze(2) & (ar < wins[:, 3:4]).unsqueeze(1)
-        f = ok.view(-1).nonzero().squeeze(1)
-        if f.numel() == 0:
-            return
-        s2 = sz * sz
-        tl = f // s2
-        rem = f - tl * s2
-        r = rem // sz
-        w = wins.index_select(0, tl)
-        row = w[:, 0] + r
-        col = w[:, 1] + (rem - r * sz)
-        z = zp.index_select(0, tl)
-        zw = (z[:, 0] * xtab.index_select(0, col) + z[:, 2]) + z[:, 1] * ytab.index_select(0, row)
-        key = torch.where(zw.abs() <= 1, depth_key(zw, w[:, 5]), INT64_MAX)  # near/far clipping
-        keys.scatter_reduce_(0, w[:, 4] + row * W + col, key, reduce="amin", include_self=True)
+    def arange(self, n: int) -> torch.Tensor:
+        if n not in self.ar:
+            self.ar[n] = torch.arange(n, device=self.keys.device)
+        return self.ar[n]
 
-    @staticmethod
-    def _tiles(wins, ep, zp, keys, H, W, budget, xtab, ytab) -> None:
-        """Rasterize large triangles: enumerate their boxes' 8×8 tiles in chunks of at most
-        ``budget / 64`` tiles, drop tiles that an edge function rules out at every pixel centre of the
-        tile (conservative test at the tile's extreme corner), stamp the rest."""
-        T_ = _TILE
-        i0, j0, ch, cw = wins[:, 0], wins[:, 1], wins[:, 2], wins[:, 3]
-        tw = (cw + T_ - 1) // T_
-        cnt = tw * ((ch + T_ - 1) // T_)
-        cum = torch.cumsum(cnt, 0)
-        total = int(cum[-1])
-        per = max(budget // (T_ * T_), 1)
-        dtype = ep.dtype
-        # half extent, in NDC, of a tile's pixel-centre grid; slack so float rounding never drops a tile
-        hx, hy = (T_ - 1) / W, (T_ - 1) / H
-        A, Bc, C = ep[:, 0::3], ep[:, 1::3], ep[:, 2::3]  # [m, 3] each
-        reach = A.abs() * hx + Bc.abs() * hy + 1e-5 * (A.abs() + Bc.abs() + C.abs())
-        for s0 in range(0, total, per):
-            g = torch.arange(s0, min(total, s0 + per), device=keys.device)
-            t = torch.searchsorted(cum, g, right=True)
-            local = g - (cum[t] - cnt[t])
-            twt = tw[t]
-            ty = local // twt
-            tx = local - ty * twt
-            row0 = i0[t] + ty * T_
-            col0 = j0[t] + tx * T_
-            cx = ((2 * col0 + T_).to(dtype) / W - 1).unsqueeze(1)  # NDC centre of the tile's pixel centres
-            cy = ((2 * row0 + T_).to(dtype) / H - 1).unsqueeze(1)
-            keep = ((A[t] * cx + Bc[t] * cy + C[t] + reach[t]) >= 0).all(1)
-            kk = keep.nonzero().squeeze(1)
-            if kk.numel() == 0:
-                continue
-            t = t[kk]
-            ty, tx = ty[kk], tx[kk]
-            w = torch.stack(
-                [row0[kk], col0[kk], (ch[t] - ty * T_).clamp(max=T_), (cw[t] - tx * T_).clamp(max=T_), wins[t, 4], wins[t, 5]],
-                dim=1,
-            )
-            TorchBackend._stamps(T_, w, ep[t], zp[t], keys, H, W, xtab, ytab)
+
+def _chunk(ctx: _Ctx, v: torch.Tensor, b: Optional[torch.Tensor], t: torch.Tensor) -> None:
+    """Rasterize triangles ``v [n, 3, 4]`` (image ``b [n]`` or None for image 0, index ``t [n]``)."""
+    H, W = ctx.H, ctx.W
+    z, w = v[..., 2], v[..., 3]
+    inside = (z + w) >= 0  # in front of the near plane z = -w
+    simple = (inside & (w > torch.finfo(v.dtype).tiny)).all(1)
+    culled = ~inside.any(1) | (w < z).all(1)  # wholly behind the near plane / beyond the far plane
+    # pixel-centre coordinates of the projected vertices (meaningful where `simple`)
+    half = torch.tensor([W * 0.5, H * 0.5], dtype=v.dtype, device=v.device)
+    xy = (v[..., :2] / torch.where(simple.unsqueeze(1), w, 1.0).unsqueeze(-1) + 1) * half - 0.5  # [n, 3, 2]
+    lim = torch.tensor([W - 1, H - 1], device=v.device)
+    big = float(max(H, W) + 2)
+    lo = torch.ceil((xy.amin(1) - BBOX_SLACK_PX).clamp(-1, big)).to(torch.int64).clamp(min=0)
+    hi = torch.minimum(torch.floor((xy.amax(1) + BBOX_SLACK_PX).clamp(-big, big)).to(torch.int64), lim)
+    ext = hi - lo + 1  # [n, 2] = (cols, rows); <= 0 when the box misses the image
+    side = ext.amin(1)
+    size = ext.amax(1)
+    bucket = (size > 2).to(torch.int64) + (size > 4).to(torch.int64)
+    bucket = torch.where(simple, torch.where(side > 0, bucket, _BE), _BX)
+    bucket = torch.where(culled, _BE, bucket)
+    ntiles = torch.where(bucket == _BT, ((ext.clamp(min=0) + (_TILE - 1)) // _TILE).prod(1), 0)
+    stats = torch.cat([torch.bincount(bucket, minlength=5), ntiles.sum().view(1)]).tolist()  # the one sync
+    n2, n4, nt, nx = stats[:4]
+    total_tiles = stats[5]
+    live = n2 + n4 + nt + nx
+    if live == 0:
+        return
+    sel = torch.argsort(bucket)[:live]
+    vs = v.index_select(0, sel)
+    ep, zp = _planes(vs)
+    lo_s, ext_s = lo.index_select(0, sel), ext.index_select(0, sel)
+    tid = t.index_select(0, sel)
+    base = None if b is None else b.index_select(0, sel) * (H * W)
+    # rows of `ints`: (row0, col0, rows, cols); `base` pixel offset of the image; `tid` triangle index
+    ints = torch.stack([lo_s[:, 1], lo_s[:, 0], ext_s[:, 1], ext_s[:, 0]], 1)
+    s0 = 0
+    for sz, n in ((2, n2), (4, n4)):
+        per = max(ctx.budget // (sz * sz), 1)
+        for a in range(s0, s0 + n, per):
+            e = min(s0 + n, a + per)
+            _stamps(ctx, sz, ints[a:e, 0], ints[a:e, 1], None if base is None else base[a:e], tid[a:e], ep[a:e], zp[a:e])
+        s0 += n
+    if nt:
+        sl = slice(s0, s0 + nt)
+        _tiles(ctx, ints[sl], None if base is None else base[sl], tid[sl], ep[sl], zp[sl], ntiles.index_select(0, sel[sl]), total_tiles)
+        s0 += nt
+    if nx:
+        sl = slice(s0, s0 + nx)
+        i0, i1, j0, j1 = screen_bbox(vs[sl], H, W)
+        rows, cols = (i1 - i0 + 1).clamp(min=0), (j1 - j0 + 1).clamp(min=0)
+        cnt = ((rows + _TILE - 1) // _TILE) * ((cols + _TILE - 1) // _TILE)
+        total = int(cnt.sum())
+        if total:
+            xi = torch.stack([i0, j0, rows, cols], 1)
+            _tiles(ctx, xi, None if base is None else base[sl], tid[sl], ep[sl], zp[sl], cnt, total)
+
+
+def _planes(v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``ep [n, 3, 3]`` sign-normalised edge planes (covered iff all ≥ 0; edge-on triangles get an edge
+    negative everywhere) and ``zp [n, 1, 3]`` the z/w plane, both over ``(px, py, 1)``."""
+    edges, zplane, det = triangle_planes(v)
+    flat = det == 0
+    ep = edges * torch.sign(det)[:, None, None]
+    ep[:, 0, 2] = torch.where(flat, -1.0, ep[:, 0, 2])
+    zp = zplane / torch.where(flat, 1.0, det)[:, None]
+    return ep, zp.unsqueeze(1)
+
+
+def _stamps(ctx: _Ctx, sz: int, row0, col0, base, tid, ep, zp) -> None:
+    """Evaluate ``n`` stamps of ``sz × sz`` pixels with top-left ``(row0, col0) [n]`` and merge them.
+
+    ``base [n]`` pixel offset of each stamp's image (None: image 0); ``tid [n]`` triangle index;
+    ``ep [n, 3, 3]`` edge planes, ``zp [n, 1, 3]`` z/w plane of the stamp's triangle.
+    """
+    n = row0.shape[0]
+    if n == 0:
+        return
+    W = ctx.W
+    ar = ctx.arange(sz)
+    rows = row0.unsqueeze(1) + ar  # [n, sz]
+    cols = col0.unsqueeze(1) + ar
+    px = ctx.xtab.index_select(0, cols.view(-1)).view(n, 1, sz)  # NaN past the image
+    py = ctx.ytab.index_select(0, rows.view(-1)).view(n, 1, sz)
+    P = torch.cat([ep, zp], 1)  # [n, 4, 3]: three edges and z/w
+    # e_k = (a px + c) + b py: the same evaluation order as every other path (exact ties)
+    ex = P[:, :, 0:1] * px + P[:, :, 2:3]  # [n, 4, sz] over columns
+    ey = P[:, :, 1:2] * py  # [n, 4, sz] over rows
+    e = ex.unsqueeze(2) + ey.unsqueeze(3)  # [n, 4, rows, cols]
+    zw = e[:, 3]
+    ok = (e[:, :3] >= 0).all(1) & (zw.abs() <= 1)  # coverage and near/far clipping
+    bits = zw.to(torch.float32).view(torch.int32)
+    bits = torch.where(ok, bits ^ ((bits >> 31) & 0x7FFFFFFF), EMPTY_DEPTH_BITS)  # ordered depth bits
+    pix = rows * W if base is None else rows * W + base.unsqueeze(1)
+    idx = (pix.unsqueeze(2) + cols.unsqueeze(1)).view(-1)
+    key = ((bits.to(torch.int64) << 31) + tid.view(n, 1, 1)).view(-1)
+    if ctx.compact:
+        m = ok.view(-1)
+        idx, key = idx[m], key[m]
+    ctx.keys.scatter_reduce_(0, idx, key, reduce="amin", include_self=True)
+
+
+def _tiles(ctx: _Ctx, ints, base, tid, ep, zp, cnt, total: int) -> None:
+    """Stamp the 8×8 tiles of large boxes, ``budget / 64`` tiles at a time.
+
+    ``ints [m, 4]`` = (row0, col0, rows, cols) of each box, ``cnt [m]`` its tile count (``total`` in all).
+    """
+    T_ = _TILE
+    start = torch.cumsum(cnt, 0)
+    tw = (ints[:, 3] + T_ - 1) // T_
+    per = max(ctx.budget // (T_ * T_), 1)
+    for s0 in range(0, total, per):
+        g = torch.arange(s0, min(total, s0 + per), device=ctx.keys.device)
+        t = torch.searchsorted(start, g, right=True)
+        local = g - (start.index_select(0, t) - cnt.index_select(0, t))
+        twt = tw.index_select(0, t)
+        ty = local // twt
+        it = ints.index_select(0, t)
+        row0 = it[:, 0] + ty * T_
+        col0 = it[:, 1] + (local - ty * twt) * T_
+        _stamps(
+            ctx,
+            T_,
+            row0,
+            col0,
+            None if base is None else base.index_select(0, t),
+            tid.index_select(0, t),
+            ep.index_select(0, t),
+            zp.index_select(0, t),
+        )
