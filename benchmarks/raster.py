@@ -119,6 +119,19 @@ def run_case(label, n_tri, res, batch, case, device, args):
                 fwd_bwd()
             torch.cuda.set_sync_debug_mode(0)
             parts["syncs"] = sum("synchroniz" in str(w.message) for w in wl)
+    if args.profile and device.type == "cuda":
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                fwd_bwd()
+            torch.cuda.synchronize()
+        ev = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA or e.self_device_time_total > 0]
+        ev.sort(key=lambda e: -e.self_device_time_total)
+        n_k = sum(e.count for e in ev) / 3
+        print(f"## profile {label}@{res}x{batch} ({case}): {n_k:.0f} kernels/iter, device {sum(e.self_device_time_total for e in ev) / 3e3:.2f} ms/iter", file=sys.stderr)
+        for e in ev[:14]:
+            print(f"##   {e.self_device_time_total / 3e3:7.3f} ms {e.count // 3:4d}x {e.key[:90]}", file=sys.stderr)
     ids = rast[..., 3]
     vis = torch.unique(ids[ids > 0]).numel() / (tri.shape[0] * batch) * batch
     cov = (ids > 0).float().mean().item()
@@ -158,6 +171,7 @@ def main():
     ap.add_argument("--max-fragments", type=int, default=None)
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")
     ap.add_argument("--parts", action="store_true", help="also time visibility alone, rasterize alone; count host syncs")
+    ap.add_argument("--profile", action="store_true", help="CUDA: print the costliest kernels of forward+backward")
     ap.add_argument("--out", default=None, help="also write the markdown table to this file")
     args = ap.parse_args()
     device = torch.device(args.device)

@@ -23,7 +23,7 @@ from torch.autograd.function import once_differentiable
 from meshlift.errors import OutOfMemoryError, RenderError
 from meshlift.render._checks import check_float, check_resolution, check_tri
 from meshlift.render.backends import get_backend
-from meshlift.render.backends._common import MAX_TRIANGLES, dense_path
+from meshlift.render.backends._common import MAX_TRIANGLES, dense_path, pixel_centre_tables
 
 #: Default fragment budget when neither the argument nor ``MESHLIFT_RASTER_MAX_FRAGMENTS`` is set.
 DEFAULT_MAX_FRAGMENTS = 2**24
@@ -169,6 +169,16 @@ def barycentrics_at(
     return uvz, torch.stack([dudx, dudy, dvdx, dvdy], dim=-1)
 
 
+def _uvz_lean(verts: torch.Tensor, px: torch.Tensor, py: torch.Tensor) -> torch.Tensor:
+    """``(u, v, z/w) [P, 3]`` as :func:`barycentrics_at` (same formula, fewer and fatter ops; rounding
+    may differ in the last bit). No gradient of its own: used inside :class:`_Barycentrics`."""
+    ac = verts[..., :2].permute(2, 0, 1) - torch.stack([px, py]).unsqueeze(2) * verts[..., 3]  # [2, P, 3]
+    ac1, ac2 = ac.roll(-1, 2), ac.roll(-2, 2)  # vertex k + 1, k + 2
+    e = ac1[0] * ac2[1] - ac2[0] * ac1[1]  # [P, 3] edge functions
+    zw = (e.unsqueeze(1) * verts[..., 2:].transpose(1, 2)).sum(2)  # [P, 2] = (Σ e z, Σ e w)
+    return torch.cat([e[:, :2] / e.sum(1, keepdim=True), zw[:, :1] / zw[:, 1:]], 1)
+
+
 class _Barycentrics(torch.autograd.Function):
     """Fast path of :func:`barycentrics_at`: same forward, analytic backward for ``(u, v, z/w)``.
 
@@ -180,7 +190,10 @@ class _Barycentrics(torch.autograd.Function):
     @staticmethod
     def forward(ctx, verts, px, py, grad_db: bool):
         ctx.set_materialize_grads(False)
-        uvz, db = barycentrics_at(verts, px, py, grad_db)
+        if grad_db:
+            uvz, db = barycentrics_at(verts, px, py, True)
+        else:
+            uvz, db = _uvz_lean(verts, px, py), None
         ctx.save_for_backward(verts, px, py, uvz)
         ctx.grad_db = grad_db
         return uvz, db if grad_db else uvz.new_zeros(uvz.shape[0], 0)
@@ -195,9 +208,8 @@ class _Barycentrics(torch.autograd.Function):
             pxc, pyc = px.unsqueeze(1), py.unsqueeze(1)
             a = x - pxc * w
             c = y - pyc * w
-            nxt = torch.tensor([1, 2, 0], device=verts.device)
-            a1, c1 = a.index_select(1, nxt), c.index_select(1, nxt)  # k + 1
-            a2, c2 = a1.index_select(1, nxt), c1.index_select(1, nxt)  # k + 2
+            a1, c1 = a.roll(-1, 1), c.roll(-1, 1)  # k + 1
+            a2, c2 = a.roll(-2, 1), c.roll(-2, 1)  # k + 2
             e = a1 * c2 - a2 * c1  # e_k = a_{k+1} c_{k+2} - a_{k+2} c_{k+1}
             iS = 1.0 / e.sum(1, keepdim=True)
             iD = 1.0 / (e * w).sum(1, keepdim=True)
@@ -206,8 +218,8 @@ class _Barycentrics(torch.autograd.Function):
             # dL/de_k = (gu (δ_k0 − u) + gv (δ_k1 − v)) / S + gz (z_k − zw w_k) / D
             guv = F.pad(g_uvz[:, 0:2], (0, 1)) - (g_uvz[:, 0:1] * u + g_uvz[:, 1:2] * v)
             ge = guv * iS + gz * (z - zw * w)
-            ge1 = ge.index_select(1, nxt)
-            ge2 = ge1.index_select(1, nxt)
+            ge1 = ge.roll(-1, 1)
+            ge2 = ge.roll(-2, 1)
             ga = ge2 * c1 - ge1 * c2
             gc = ge1 * a2 - ge2 * a1
             gzk = gz * e
@@ -291,8 +303,9 @@ def rasterize(
         vidx = tri64.index_select(0, tid)
         if ranges is None and B > 1:
             vidx = (vidx.view(B, H * W, 3) + (torch.arange(B, device=dev) * pos.shape[1]).view(B, 1, 1)).view(-1, 3)
-        px = ((2 * torch.arange(W, device=dev) + 1).to(dtype) / W - 1).expand(B, H, W).reshape(-1)
-        py = ((2 * torch.arange(H, device=dev) + 1).to(dtype) / H - 1).view(1, H, 1).expand(B, H, W).reshape(-1)
+        xtab, ytab = pixel_centre_tables(H, W, dtype, dev)
+        px = xtab.expand(B, H, W).reshape(-1)
+        py = ytab.view(1, H, 1).expand(B, H, W).reshape(-1)
     verts = pos.reshape(-1, 4).index_select(0, vidx.reshape(-1)).view(-1, 3, 4)
     if cov is None:
         verts = torch.where(covered.view(-1, 1, 1), verts, _dummy_triangle(dtype, dev))

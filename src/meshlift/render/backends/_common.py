@@ -36,6 +36,24 @@ EMPTY_KEY = 2**61
 EMPTY_DEPTH_BITS = 2**31 - 1
 
 
+_TABLES: dict = {}
+
+
+def pixel_centre_tables(H: int, W: int, dtype: torch.dtype, device: torch.device, pad: int = 0):
+    """NDC of the pixel-centre columns ``[W + pad]`` and rows ``[H + pad]`` (docs/conventions.md §3:
+    ``2(j + 0.5)/W − 1``), the ``pad`` extra entries NaN. Cached per (H, W, dtype, device, pad): building
+    them costs a dozen tiny GPU launches per call otherwise. Treat as read-only."""
+    k = (H, W, dtype, str(device), pad)
+    if k not in _TABLES:
+        if len(_TABLES) >= 32:
+            _TABLES.clear()
+        nan = torch.full((pad,), float("nan"), dtype=dtype, device=device)
+        xtab = torch.cat([(2 * torch.arange(W, device=device) + 1).to(dtype) / W - 1, nan])
+        ytab = torch.cat([(2 * torch.arange(H, device=device) + 1).to(dtype) / H - 1, nan])
+        _TABLES[k] = (xtab, ytab)
+    return _TABLES[k]
+
+
 def dense_path(device: torch.device) -> bool:
     """Whether the rasterizer runs its sync-free dense variants (every pixel / every stamp candidate,
     masked) rather than compacting to the covered ones with data-dependent shapes.

@@ -1,6 +1,6 @@
 """Pure-PyTorch visibility backend: bucketed fixed-size stamps + packed-key scatter-min z-buffer.
 
-Algorithm (per chunk of at most ``max_fragments / 8`` triangles, everything vectorised, one host sync
+Algorithm (per chunk of at most ``max_fragments / 4`` triangles, everything vectorised, one host sync
 per chunk):
 
 1. gather the clip-space vertices; triangles wholly in front of the near plane get their pixel bounding
@@ -24,7 +24,7 @@ per chunk):
 
 Peak memory (float32): about 100 bytes per live candidate fragment, i.e. up to ~100 B ×
 ``max_fragments`` (1.6 GiB at the default 2^24, reached only by scenes with that many candidates), plus
-~300 bytes per triangle of the current triangle chunk (``max_fragments / 8`` triangles), plus ~24 bytes
+~300 bytes per triangle of the current triangle chunk (``max_fragments / 4`` triangles), plus ~24 bytes
 per output pixel. No tensor of size triangles × pixels is ever formed. Lower ``max_fragments`` to trade
 speed for memory.
 """
@@ -40,6 +40,7 @@ from meshlift.render.backends._common import (  # noqa: I001
     EMPTY_DEPTH_BITS,
     INT64_MAX,
     dense_path,
+    pixel_centre_tables,
     key_to_index,
     screen_bbox,
     triangle_planes,
@@ -86,11 +87,9 @@ class TorchBackend:
         pad = _TILE * W + _TILE
         keys = torch.full((B * H * W + pad,), INT64_MAX, dtype=torch.int64, device=dev)
         # NDC of pixel-centre columns / rows (docs/conventions.md §3), padded with NaN (never covered)
-        nan = torch.full((_TILE,), float("nan"), dtype=pos.dtype, device=dev)
-        xtab = torch.cat([(2 * torch.arange(W, device=dev) + 1).to(pos.dtype) / W - 1, nan])
-        ytab = torch.cat([(2 * torch.arange(H, device=dev) + 1).to(pos.dtype) / H - 1, nan])
+        xtab, ytab = pixel_centre_tables(H, W, pos.dtype, dev, _TILE)
         budget = max(int(max_fragments), 2 * W, 64)
-        tri_chunk = max(budget // 8, 1024)
+        tri_chunk = max(budget // 4, 1024)
         ctx = _Ctx(keys, H, W, budget, xtab, ytab, compact=not dense_path(dev))
         for s in range(0, n_inst, tri_chunk):
             e = min(n_inst, s + tri_chunk)
@@ -114,6 +113,9 @@ class TorchBackend:
         return key_to_index(keys[: B * H * W]).view(B, H, W)
 
 
+_CONSTS: dict = {}
+
+
 class _Ctx:
     """Per-call constants shared by the chunk, stamp and tile passes."""
 
@@ -121,10 +123,22 @@ class _Ctx:
         self.keys, self.H, self.W, self.budget = keys, H, W, budget
         self.xtab, self.ytab, self.compact = xtab, ytab, compact
         self.ar = {}
+        dev = keys.device
+        k = (H, W, xtab.dtype, str(dev))
+        if k not in _CONSTS:
+            # small constants built on the device (a host tensor copied over would sync), cached
+            if len(_CONSTS) >= 32:
+                _CONSTS.clear()
+            half = torch.full((2,), W * 0.5, dtype=xtab.dtype, device=dev)
+            half[1] = H * 0.5
+            lim = torch.full((2,), W - 1, dtype=torch.int64, device=dev)
+            lim[1] = H - 1
+            # (ndc + 1) * half - 0.5 = ndc * half + (half - 0.5)
+            _CONSTS[k] = (half, half - 0.5, lim, {n: torch.arange(n, device=dev) for n in (2, 4, _TILE)})
+        self.half, self.half_m, self.lim, self.ar = _CONSTS[k]
+
 
     def arange(self, n: int) -> torch.Tensor:
-        if n not in self.ar:
-            self.ar[n] = torch.arange(n, device=self.keys.device)
         return self.ar[n]
 
 
@@ -136,20 +150,21 @@ def _chunk(ctx: _Ctx, v: torch.Tensor, b: Optional[torch.Tensor], t: torch.Tenso
     simple = (inside & (w > torch.finfo(v.dtype).tiny)).all(1)
     culled = ~inside.any(1) | (w < z).all(1)  # wholly behind the near plane / beyond the far plane
     # pixel-centre coordinates of the projected vertices (meaningful where `simple`)
-    half = torch.tensor([W * 0.5, H * 0.5], dtype=v.dtype, device=v.device)
-    xy = (v[..., :2] / torch.where(simple.unsqueeze(1), w, 1.0).unsqueeze(-1) + 1) * half - 0.5  # [n, 3, 2]
-    lim = torch.tensor([W - 1, H - 1], device=v.device)
+    xy = torch.addcmul(ctx.half_m, v[..., :2] / torch.where(simple.unsqueeze(1), w, 1.0).unsqueeze(-1), ctx.half)
+    mn, mx = torch.aminmax(xy, dim=1)  # [n, 2] = (x, y)
     big = float(max(H, W) + 2)
-    lo = torch.ceil((xy.amin(1) - BBOX_SLACK_PX).clamp(-1, big)).to(torch.int64).clamp(min=0)
-    hi = torch.minimum(torch.floor((xy.amax(1) + BBOX_SLACK_PX).clamp(-big, big)).to(torch.int64), lim)
+    lo = torch.ceil((mn - BBOX_SLACK_PX).clamp(-1, big)).to(torch.int64).clamp(min=0)
+    hi = torch.minimum(torch.floor((mx + BBOX_SLACK_PX).clamp(-big, big)).to(torch.int64), ctx.lim)
     ext = hi - lo + 1  # [n, 2] = (cols, rows); <= 0 when the box misses the image
-    side = ext.amin(1)
-    size = ext.amax(1)
+    side, size = torch.aminmax(ext, dim=1)
     bucket = (size > 2).to(torch.int64) + (size > 4).to(torch.int64)
     bucket = torch.where(simple, torch.where(side > 0, bucket, _BE), _BX)
     bucket = torch.where(culled, _BE, bucket)
     ntiles = torch.where(bucket == _BT, ((ext.clamp(min=0) + (_TILE - 1)) // _TILE).prod(1), 0)
-    stats = torch.cat([torch.bincount(bucket, minlength=5), ntiles.sum().view(1)]).tolist()  # the one sync
+    # bucket sizes and the tile count, read back in the chunk's one host sync (no bincount: it syncs)
+    stats = torch.zeros(6, dtype=torch.int64, device=v.device).index_add_(0, bucket, torch.ones_like(bucket))
+    stats[5] = ntiles.sum()
+    stats = stats.tolist()
     n2, n4, nt, nx = stats[:4]
     total_tiles = stats[5]
     live = n2 + n4 + nt + nx
@@ -157,7 +172,7 @@ def _chunk(ctx: _Ctx, v: torch.Tensor, b: Optional[torch.Tensor], t: torch.Tenso
         return
     sel = torch.argsort(bucket)[:live]
     vs = v.index_select(0, sel)
-    ep, zp = _planes(vs)
+    P = _planes(vs)
     lo_s, ext_s = lo.index_select(0, sel), ext.index_select(0, sel)
     tid = t.index_select(0, sel)
     base = None if b is None else b.index_select(0, sel) * (H * W)
@@ -168,11 +183,11 @@ def _chunk(ctx: _Ctx, v: torch.Tensor, b: Optional[torch.Tensor], t: torch.Tenso
         per = max(ctx.budget // (sz * sz), 1)
         for a in range(s0, s0 + n, per):
             e = min(s0 + n, a + per)
-            _stamps(ctx, sz, ints[a:e, 0], ints[a:e, 1], None if base is None else base[a:e], tid[a:e], ep[a:e], zp[a:e])
+            _stamps(ctx, sz, ints[a:e, 0], ints[a:e, 1], None if base is None else base[a:e], tid[a:e], P[a:e])
         s0 += n
     if nt:
         sl = slice(s0, s0 + nt)
-        _tiles(ctx, ints[sl], None if base is None else base[sl], tid[sl], ep[sl], zp[sl], ntiles.index_select(0, sel[sl]), total_tiles)
+        _tiles(ctx, ints[sl], None if base is None else base[sl], tid[sl], P[sl], ntiles.index_select(0, sel[sl]), total_tiles)
         s0 += nt
     if nx:
         sl = slice(s0, s0 + nx)
@@ -182,25 +197,25 @@ def _chunk(ctx: _Ctx, v: torch.Tensor, b: Optional[torch.Tensor], t: torch.Tenso
         total = int(cnt.sum())
         if total:
             xi = torch.stack([i0, j0, rows, cols], 1)
-            _tiles(ctx, xi, None if base is None else base[sl], tid[sl], ep[sl], zp[sl], cnt, total)
+            _tiles(ctx, xi, None if base is None else base[sl], tid[sl], P[sl], cnt, total)
 
 
-def _planes(v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """``ep [n, 3, 3]`` sign-normalised edge planes (covered iff all ≥ 0; edge-on triangles get an edge
-    negative everywhere) and ``zp [n, 1, 3]`` the z/w plane, both over ``(px, py, 1)``."""
+def _planes(v: torch.Tensor) -> torch.Tensor:
+    """``[n, 4, 3]``: rows 0-2 the sign-normalised edge planes (covered iff all ≥ 0; edge-on triangles
+    get an edge negative everywhere), row 3 the z/w plane, all over ``(px, py, 1)``."""
     edges, zplane, det = triangle_planes(v)
     flat = det == 0
     ep = edges * torch.sign(det)[:, None, None]
     ep[:, 0, 2] = torch.where(flat, -1.0, ep[:, 0, 2])
     zp = zplane / torch.where(flat, 1.0, det)[:, None]
-    return ep, zp.unsqueeze(1)
+    return torch.cat([ep, zp.unsqueeze(1)], 1)
 
 
-def _stamps(ctx: _Ctx, sz: int, row0, col0, base, tid, ep, zp) -> None:
+def _stamps(ctx: _Ctx, sz: int, row0, col0, base, tid, P) -> None:
     """Evaluate ``n`` stamps of ``sz × sz`` pixels with top-left ``(row0, col0) [n]`` and merge them.
 
     ``base [n]`` pixel offset of each stamp's image (None: image 0); ``tid [n]`` triangle index;
-    ``ep [n, 3, 3]`` edge planes, ``zp [n, 1, 3]`` z/w plane of the stamp's triangle.
+    ``P [n, 4, 3]`` edge planes and z/w plane of the stamp's triangle (:func:`_planes`).
     """
     n = row0.shape[0]
     if n == 0:
@@ -211,7 +226,6 @@ def _stamps(ctx: _Ctx, sz: int, row0, col0, base, tid, ep, zp) -> None:
     cols = col0.unsqueeze(1) + ar
     px = ctx.xtab.index_select(0, cols.view(-1)).view(n, 1, sz)  # NaN past the image
     py = ctx.ytab.index_select(0, rows.view(-1)).view(n, 1, sz)
-    P = torch.cat([ep, zp], 1)  # [n, 4, 3]: three edges and z/w
     # e_k = (a px + c) + b py: the same evaluation order as every other path (exact ties)
     ex = P[:, :, 0:1] * px + P[:, :, 2:3]  # [n, 4, sz] over columns
     ey = P[:, :, 1:2] * py  # [n, 4, sz] over rows
@@ -229,7 +243,7 @@ def _stamps(ctx: _Ctx, sz: int, row0, col0, base, tid, ep, zp) -> None:
     ctx.keys.scatter_reduce_(0, idx, key, reduce="amin", include_self=True)
 
 
-def _tiles(ctx: _Ctx, ints, base, tid, ep, zp, cnt, total: int) -> None:
+def _tiles(ctx: _Ctx, ints, base, tid, P, cnt, total: int) -> None:
     """Stamp the 8×8 tiles of large boxes, ``budget / 64`` tiles at a time.
 
     ``ints [m, 4]`` = (row0, col0, rows, cols) of each box, ``cnt [m]`` its tile count (``total`` in all).
@@ -254,6 +268,5 @@ def _tiles(ctx: _Ctx, ints, base, tid, ep, zp, cnt, total: int) -> None:
             col0,
             None if base is None else base.index_select(0, t),
             tid.index_select(0, t),
-            ep.index_select(0, t),
-            zp.index_select(0, t),
+            P.index_select(0, t),
         )
