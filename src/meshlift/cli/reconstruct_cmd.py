@@ -27,6 +27,8 @@ def make_monitor(console=None):
         TimeRemainingColumn,
     )
 
+    import time
+
     from meshlift.methods.surface import Monitor
 
     console = console or Console(stderr=True)
@@ -37,6 +39,7 @@ def make_monitor(console=None):
             self.task = None
 
         def start_pass(self, name: str, total: int, start: int = 0) -> None:
+            self.name, self.total, self.start, self.t0 = name, total, start, time.perf_counter()
             self.progress = Progress(
                 TextColumn("[bold]{task.description}"),
                 BarColumn(),
@@ -58,6 +61,13 @@ def make_monitor(console=None):
         def update(self, iteration: int, loss: float, psnr: float) -> None:
             if self.progress is None:
                 return
+            if not console.is_terminal and (iteration % max(1, self.total // 10) == 0 or iteration == self.total):
+                # no live bar in logs / pipes: a plain line every 10 %
+                elapsed = time.perf_counter() - self.t0
+                done = max(1, iteration - self.start)
+                eta = elapsed / done * (self.total - iteration)
+                console.print(f"{self.name}: {iteration}/{self.total}  loss {loss:.4f}  PSNR {psnr:.2f} dB  "
+                              f"{done / max(elapsed, 1e-9):.2f} it/s  ETA {eta:.0f} s")
             self.progress.update(self.task, completed=iteration, loss=loss,
                                  psnr=psnr if psnr == psnr and psnr != float("inf") else 99.0)
             speed = self.progress.tasks[0].speed

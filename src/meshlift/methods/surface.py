@@ -849,9 +849,9 @@ def run_pass1(
         if light_trainable:
             light.clamp_(min=0.0)
         psnr = psnr_from_mse(float(mse))
-        state.history.append({"pass": 1, "iteration": it + 1, "loss": float(total_loss), "psnr": psnr})
+        state.history.append({"pass": 1, "iteration": it + 1, "loss": float(total_loss.detach()), "psnr": psnr})
         state.iteration = it + 1
-        monitor.update(it + 1, float(total_loss), psnr)
+        monitor.update(it + 1, float(total_loss.detach()), psnr)
         if preview is not None and cfg.preview_every > 0 and (it + 1) % cfg.preview_every == 0:
             with torch.no_grad():
                 preview("pass1", it + 1, _detach_mesh(mesh), light, material)
@@ -897,6 +897,25 @@ class Pass2Result:
     light: object
 
 
+def make_laplacian_loss(num_vertices: int, faces: torch.Tensor, device: torch.device) -> Callable:
+    """``fn(x [V, 3]) -> scalar``: mean squared uniform Laplacian ``x_i − mean_{j ∈ N(i)} x_j`` for fixed faces.
+
+    Equals ``meshlift.geometry.mesh_ops.laplacian_smoothness_loss(x, faces)`` (nvdiffrec's
+    ``laplace_regularizer_const``) but builds the sparse ``L = D − A`` once, for the fixed topology of pass 2.
+    """
+    from meshlift.geometry.mesh_ops import laplacian_uniform
+
+    lap = laplacian_uniform(num_vertices, faces).to(device)
+    rows, cols = lap.indices()
+    diag = torch.where(rows == cols, lap.values(), torch.zeros_like(lap.values()))
+    deg = torch.zeros(num_vertices, device=device).index_add(0, rows, diag).clamp(min=1.0)[:, None]
+
+    def loss(x: torch.Tensor) -> torch.Tensor:
+        return (torch.sparse.mm(lap, x) / deg).pow(2).mean()
+
+    return loss
+
+
 def prepare_pass2_mesh(p1: Pass1Result, cfg: SurfaceConfig) -> tuple[Mesh, dict]:
     """Unwrap the pass-1 mesh (xatlas, decimating above ``unwrap_max_faces``) and bake the field.
 
@@ -940,8 +959,6 @@ def run_pass2(
     (``meshlift.geometry.mesh_ops.laplacian_smoothness_loss`` of the offsets), weighted by
     ``laplace_weight`` and decaying linearly to 0 over the pass.
     """
-    from meshlift.geometry.mesh_ops import laplacian_smoothness_loss
-
     ck = None if checkpoint is None else checkpoint.get("pass2")
     if ck is not None:
         base = Mesh(
@@ -963,6 +980,7 @@ def run_pass2(
     nrm0[..., 2] = 1.0
     normal = nn.Parameter(nrm0)
     offset = nn.Parameter(torch.zeros_like(base.v_pos))
+    laplacian_loss = make_laplacian_loss(base.num_vertices, base.t_pos_idx, device)
 
     tex_params = [kd, ks] + ([normal] if cfg.perturb_normal else [])
     groups = [{"params": tex_params, "lr": cfg.lr_mat}]
@@ -1041,7 +1059,7 @@ def run_pass2(
         reg = loss.new_zeros(())
         if cfg.optimize_vertices and cfg.laplace_weight > 0:
             t = it / max(1, total)
-            reg = reg + cfg.laplace_weight * (1.0 - t) * laplacian_smoothness_loss(offset, base.t_pos_idx)
+            reg = reg + cfg.laplace_weight * (1.0 - t) * laplacian_loss(offset)
         if "kd_grad" in out and cfg.kd_smooth_weight > 0:
             reg = reg + cfg.kd_smooth_weight * out["kd_grad"].mean()
         if light_trainable and cfg.light_reg_weight > 0:
@@ -1063,9 +1081,9 @@ def run_pass2(
         if light_trainable:
             light.clamp_(min=0.0)
         psnr = psnr_from_mse(float(mse))
-        state.history.append({"pass": 2, "iteration": it + 1, "loss": float(total_loss), "psnr": psnr})
+        state.history.append({"pass": 2, "iteration": it + 1, "loss": float(total_loss.detach()), "psnr": psnr})
         state.iteration = it + 1
-        monitor.update(it + 1, float(total_loss), psnr)
+        monitor.update(it + 1, float(total_loss.detach()), psnr)
         if preview is not None and cfg.preview_every > 0 and (it + 1) % cfg.preview_every == 0:
             with torch.no_grad():
                 preview("pass2", it + 1, _detach_mesh(current_mesh()), light, None)
