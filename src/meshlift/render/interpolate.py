@@ -13,6 +13,7 @@ import torch
 
 from meshlift.errors import RenderError
 from meshlift.render._checks import check_float, check_rast, check_tri
+from meshlift.render.backends._common import gather_rows
 
 
 def _triangle_index(rast: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -59,14 +60,14 @@ def interpolate(
         raise RenderError(f"attr has batch {attr.shape[0]} but rast has batch {B}; use [V, C] or [{B}, V, C]")
     tid, covered = _triangle_index(rast)
     tri64 = check_tri(tri, V, rast.device, what="attr")
-    vidx = tri64[tid]  # [N, 3]
+    vidx = gather_rows(tri64, tid)  # [N, 3]
     if attr.ndim == 3 and attr.shape[0] == B and B > 1:
         bidx = torch.arange(B, device=rast.device).repeat_interleave(H * W)
         vidx = vidx + (bidx * V).unsqueeze(1)
         a_flat = attr.reshape(-1, C)
     else:
         a_flat = attr.reshape(V, C)
-    a = a_flat.index_select(0, vidx.reshape(-1)).view(-1, 3, C)  # [N, 3, C]
+    a = gather_rows(a_flat, vidx.reshape(-1)).view(-1, 3, C)  # [N, 3, C]
     dtype = torch.promote_types(attr.dtype, rast.dtype)
     r = rast.reshape(-1, 4).to(dtype)
     mask = covered.to(dtype).unsqueeze(1)

@@ -23,7 +23,7 @@ from torch.autograd.function import once_differentiable
 from meshlift.errors import OutOfMemoryError, RenderError
 from meshlift.render._checks import check_float, check_resolution, check_tri
 from meshlift.render.backends import get_backend
-from meshlift.render.backends._common import MAX_TRIANGLES, dense_path, pixel_centre_tables
+from meshlift.render.backends._common import MAX_TRIANGLES, dense_path, gather_rows, pixel_centre_tables
 
 #: Default fragment budget when neither the argument nor ``MESHLIFT_RASTER_MAX_FRAGMENTS`` is set.
 DEFAULT_MAX_FRAGMENTS = 2**24
@@ -300,13 +300,13 @@ def rasterize(
         # GPU: every pixel, no host sync; empty pixels evaluate a harmless dummy triangle, masked below
         cov = None
         tid = flat.clamp(min=0)
-        vidx = tri64.index_select(0, tid)
+        vidx = gather_rows(tri64, tid)
         if ranges is None and B > 1:
             vidx = (vidx.view(B, H * W, 3) + (torch.arange(B, device=dev) * pos.shape[1]).view(B, 1, 1)).view(-1, 3)
         xtab, ytab = pixel_centre_tables(H, W, dtype, dev)
         px = xtab.expand(B, H, W).reshape(-1)
         py = ytab.view(1, H, 1).expand(B, H, W).reshape(-1)
-    verts = pos.reshape(-1, 4).index_select(0, vidx.reshape(-1)).view(-1, 3, 4)
+    verts = gather_rows(pos.reshape(-1, 4), vidx.reshape(-1)).view(-1, 3, 4)
     if cov is None:
         verts = torch.where(covered.view(-1, 1, 1), verts, _dummy_triangle(dtype, dev))
     if grad_db:

@@ -37,6 +37,25 @@ EMPTY_DEPTH_BITS = 2**31 - 1
 
 
 _TABLES: dict = {}
+_COLS: dict = {}
+
+
+def gather_rows(src: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``src.index_select(0, idx)`` for tensors with short rows (a few elements), differentiable.
+
+    On CUDA it runs as one element-wise ``torch.take`` (whose backward is an atomic ``put_``): PyTorch's
+    row-gather kernel behind ``index_select`` assigns work per row and was measured on an H200 at
+    ~0.3 ms for 3M rows of 16 bytes, most of the rasterizer's GPU time. On the CPU ``index_select``
+    (unless :func:`dense_path` is forced, so that tests run the ``take`` variant too).
+    """
+    if not dense_path(src.device) or idx.numel() == 0:
+        return src.index_select(0, idx)
+    k = src[0].numel() if src.shape[0] else 1
+    key = (k, str(src.device))
+    if key not in _COLS:
+        _COLS[key] = torch.arange(k, device=src.device)
+    flat = (idx * k).unsqueeze(1) + _COLS[key]
+    return torch.take(src.contiguous(), flat).view(idx.shape[0], *src.shape[1:])
 
 
 def pixel_centre_tables(H: int, W: int, dtype: torch.dtype, device: torch.device, pad: int = 0):

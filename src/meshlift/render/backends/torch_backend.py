@@ -40,6 +40,7 @@ from meshlift.render.backends._common import (  # noqa: I001
     EMPTY_DEPTH_BITS,
     INT64_MAX,
     dense_path,
+    gather_rows,
     pixel_centre_tables,
     key_to_index,
     screen_bbox,
@@ -102,13 +103,13 @@ class TorchBackend:
                     k = torch.arange(s, e, device=dev)
                     b = k // T
                     t = k - b * T
-                    vidx = tri.index_select(0, t) + (b * V).unsqueeze(1)
+                    vidx = gather_rows(tri, t) + (b * V).unsqueeze(1)
             else:
                 k = torch.arange(s, e, device=dev)
                 b = torch.searchsorted(ends, k, right=True)
                 t = r[b, 0] + (k - (ends[b] - counts[b]))
-                vidx = tri.index_select(0, t)
-            v = pos_flat.index_select(0, vidx.reshape(-1)).view(-1, 3, 4)
+                vidx = gather_rows(tri, t)
+            v = gather_rows(pos_flat, vidx.reshape(-1)).view(-1, 3, 4)
             _chunk(ctx, v, b, t)
         return key_to_index(keys[: B * H * W]).view(B, H, W)
 
@@ -134,7 +135,7 @@ class _Ctx:
             lim = torch.full((2,), W - 1, dtype=torch.int64, device=dev)
             lim[1] = H - 1
             # (ndc + 1) * half - 0.5 = ndc * half + (half - 0.5)
-            _CONSTS[k] = (half, half - 0.5, lim, {n: torch.arange(n, device=dev) for n in (2, 4, _TILE)})
+            _CONSTS[k] = (half, half - 0.5, lim, {n: torch.arange(n, device=dev) for n in (2, 4, _BE + 1, _TILE)})
         self.half, self.half_m, self.lim, self.ar = _CONSTS[k]
 
 
@@ -161,19 +162,20 @@ def _chunk(ctx: _Ctx, v: torch.Tensor, b: Optional[torch.Tensor], t: torch.Tenso
     bucket = torch.where(simple, torch.where(side > 0, bucket, _BE), _BX)
     bucket = torch.where(culled, _BE, bucket)
     ntiles = torch.where(bucket == _BT, ((ext.clamp(min=0) + (_TILE - 1)) // _TILE).prod(1), 0)
-    # bucket sizes and the tile count, read back in the chunk's one host sync (no bincount: it syncs)
-    stats = torch.zeros(6, dtype=torch.int64, device=v.device).index_add_(0, bucket, torch.ones_like(bucket))
-    stats[5] = ntiles.sum()
-    stats = stats.tolist()
+    # bucket sizes (boundaries in the sorted buckets; a bincount / index_add would sync or contend on 5
+    # atomics) and the tile count, read back in the chunk's one host sync
+    sorted_b, order = torch.sort(bucket)
+    stats = torch.cat([torch.searchsorted(sorted_b, ctx.arange(_BE + 1)), ntiles.sum().view(1)]).tolist()
+    stats = [stats[i + 1] - stats[i] for i in range(_BE)] + [stats[-1]]
     n2, n4, nt, nx = stats[:4]
-    total_tiles = stats[5]
+    total_tiles = stats[4]
     live = n2 + n4 + nt + nx
     if live == 0:
         return
-    sel = torch.argsort(bucket)[:live]
-    vs = v.index_select(0, sel)
+    sel = order[:live]
+    vs = gather_rows(v, sel)
     P = _planes(vs)
-    lo_s, ext_s = lo.index_select(0, sel), ext.index_select(0, sel)
+    lo_s, ext_s = gather_rows(lo, sel), gather_rows(ext, sel)
     tid = t.index_select(0, sel)
     base = None if b is None else b.index_select(0, sel) * (H * W)
     # rows of `ints`: (row0, col0, rows, cols); `base` pixel offset of the image; `tid` triangle index
@@ -258,7 +260,7 @@ def _tiles(ctx: _Ctx, ints, base, tid, P, cnt, total: int) -> None:
         local = g - (start.index_select(0, t) - cnt.index_select(0, t))
         twt = tw.index_select(0, t)
         ty = local // twt
-        it = ints.index_select(0, t)
+        it = gather_rows(ints, t)
         row0 = it[:, 0] + ty * T_
         col0 = it[:, 1] + (local - ty * twt) * T_
         _stamps(
@@ -268,5 +270,5 @@ def _tiles(ctx: _Ctx, ints, base, tid, P, cnt, total: int) -> None:
             col0,
             None if base is None else base.index_select(0, t),
             tid.index_select(0, t),
-            P.index_select(0, t),
+            gather_rows(P, t),
         )
