@@ -320,3 +320,22 @@ def test_dense_variant_matches_compacted(monkeypatch, grad_db):
     for x, y in zip(*res):
         torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-12)
     assert torch.isfinite(res[1][2]).all()
+
+
+@pytest.mark.parametrize("dense", ["0", "1"])
+@pytest.mark.parametrize("fold", [0, 2**40])
+def test_stamp_buckets_match_reference(monkeypatch, dense, fold):
+    """Tiny, small and large triangles through every bucket (2x2, 4x4 stamps, tiles; folded or not)."""
+    from meshlift.render.backends import torch_backend
+
+    monkeypatch.setenv("MESHLIFT_RASTER_DENSE", dense)
+    monkeypatch.setattr(torch_backend, "_FOLD_DENSE", fold)
+    monkeypatch.setattr(torch_backend, "_FOLD_COMPACT", fold)
+    pos, tri = random_scene(B=2, T=80, seed=41)
+    v = pos.view(2, 80, 3, 4)
+    c = v.mean(2, keepdim=True)
+    scale = torch.logspace(-2.3, 0, 80).view(1, 80, 1, 1)  # boxes from sub-pixel to most of the image
+    pos = (c + (v - c) * scale).reshape(2, 240, 4)
+    ids = visible_triangles(pos, tri, (61, 70), max_fragments=3000)
+    assert torch.equal(ids, visibility_reference(pos, tri, (61, 70)))
+    assert len(torch.unique(ids)) > 40

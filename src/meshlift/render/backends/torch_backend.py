@@ -51,6 +51,9 @@ from meshlift.render.backends._common import (  # noqa: I001
 _TILE = 8
 #: Bucket ids: 2x2 stamp, 4x4 stamp, 8x8 tiles, near-plane crossing (tiles of the clipped box), culled.
 _B2, _B4, _BT, _BX, _BE = 0, 1, 2, 3, 4
+#: Small-triangle buckets are folded into a larger stamp when that adds at most this many candidates
+#: (dense GPU path: launches dominate; compacted CPU path: candidates dominate).
+_FOLD_DENSE, _FOLD_COMPACT = 2**20, 2**12
 
 
 class TorchBackend:
@@ -161,7 +164,8 @@ def _chunk(ctx: _Ctx, v: torch.Tensor, b: Optional[torch.Tensor], t: torch.Tenso
     bucket = (size > 2).to(torch.int64) + (size > 4).to(torch.int64)
     bucket = torch.where(simple, torch.where(side > 0, bucket, _BE), _BX)
     bucket = torch.where(culled, _BE, bucket)
-    ntiles = torch.where(bucket == _BT, ((ext.clamp(min=0) + (_TILE - 1)) // _TILE).prod(1), 0)
+    # tiles per box (1 for the stamp buckets, whose boxes fit one tile), 0 for the rest
+    ntiles = torch.where(bucket <= _BT, ((ext.clamp(min=0) + (_TILE - 1)) // _TILE).prod(1), 0)
     # bucket sizes (boundaries in the sorted buckets; a bincount / index_add would sync or contend on 5
     # atomics) and the tile count, read back in the chunk's one host sync
     sorted_b, order = torch.sort(bucket)
@@ -180,8 +184,17 @@ def _chunk(ctx: _Ctx, v: torch.Tensor, b: Optional[torch.Tensor], t: torch.Tenso
     base = None if b is None else b.index_select(0, sel) * (H * W)
     # rows of `ints`: (row0, col0, rows, cols); `base` pixel offset of the image; `tid` triangle index
     ints = torch.stack([lo_s[:, 1], lo_s[:, 0], ext_s[:, 1], ext_s[:, 0]], 1)
+    # Few small triangles: fold their buckets into the next larger stamp (more candidates, but one
+    # launch sequence less — on a GPU each costs ~25 launches, worth ~2^20 wasted candidates).
+    fold = _FOLD_DENSE if not ctx.compact else _FOLD_COMPACT
+    if (n2 + n4) * _TILE * _TILE <= fold:
+        classes, nt, total_tiles = (), n2 + n4 + nt, total_tiles
+    elif n2 * 16 <= fold:
+        classes, total_tiles = ((4, n2 + n4),), total_tiles - n2 - n4
+    else:
+        classes, total_tiles = ((2, n2), (4, n4)), total_tiles - n2 - n4
     s0 = 0
-    for sz, n in ((2, n2), (4, n4)):
+    for sz, n in classes:
         per = max(ctx.budget // (sz * sz), 1)
         for a in range(s0, s0 + n, per):
             e = min(s0 + n, a + per)
