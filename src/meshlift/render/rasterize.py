@@ -254,7 +254,9 @@ def rasterize(
         ranges: range mode only, ``[B, 2]`` int ``(first triangle, triangle count)`` of each image.
         grad_db: also compute ``rast_db`` (needed for texture mip-level selection).
         max_fragments: fragment budget bounding the visibility pass's memory (None → env
-            ``MESHLIFT_RASTER_MAX_FRAGMENTS`` or 2^24; peak memory ≤ ~170 bytes each).
+            ``MESHLIFT_RASTER_MAX_FRAGMENTS`` or 2^24; peak memory ≤ ~170 bytes each). The barycentric
+            pass after it holds ~250 bytes per pixel (``B·H·W``) for the backward on a GPU, where it
+            runs over every pixel without a host sync (on the CPU over the covered pixels only).
         backend: visibility backend (None → env ``MESHLIFT_RASTER_BACKEND`` or ``"auto"``).
 
     Returns:

@@ -22,11 +22,18 @@ per chunk):
    buffer, so the result does not depend on the chunking or the bucket order, and ties go
    deterministically to the lower triangle index.
 
-Peak memory (float32): about 100 bytes per live candidate fragment, i.e. up to ~100 B ×
-``max_fragments`` (1.6 GiB at the default 2^24, reached only by scenes with that many candidates), plus
+Peak memory (float32): at most ~170 bytes per live candidate fragment, i.e. up to ~170 B ×
+``max_fragments`` (2.7 GiB at the default 2^24, reached only by scenes with that many candidates), plus
 ~300 bytes per triangle of the current triangle chunk (``max_fragments / 4`` triangles), plus ~24 bytes
 per output pixel. No tensor of size triangles × pixels is ever formed. Lower ``max_fragments`` to trade
-speed for memory.
+speed for memory. (Measured on an H200: 1M triangles at 2048², default budget, rasterize + interpolate
+forward+backward peaked at 2.2 GiB including inputs and the per-pixel barycentric pass.)
+
+Speed notes (H200, docs/benchmarks.md): eager PyTorch on the GPU is bound by kernel launches (~25 µs
+each there), so this backend keeps the launch count low (~130 for a forward visibility pass), uses no
+data-dependent shapes on CUDA and reads back one small tensor per chunk. Row gathers go through
+:func:`~meshlift.render.backends._common.gather_rows` (PyTorch's row-gather kernel was most of the GPU
+time).
 """
 
 from __future__ import annotations
