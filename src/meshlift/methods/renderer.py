@@ -218,7 +218,7 @@ def render_mesh(
             gb_tng = R.interpolate(v_tng, rast, nrm_idx)[0][mask]
         if field_jitter > 0:
             uv_j = uv + torch.randn_like(uv) * field_jitter
-            kd_j = _sample_texture(material.kd, uv_j, None)[mask][..., :3]
+            kd_j = _sample_texture(material.kd, uv_j, uv_da)[mask][..., :3]
             kd_grad = (kd_j - kd).abs().sum(-1, keepdim=True) / 3.0
     elif callable(material):
         out = material(gb_pos)
