@@ -145,3 +145,31 @@ def test_resume_without_checkpoint_is_a_config_error(tmp_path):
 
     with pytest.raises(ConfigError, match="resume"):
         reconstruct(small_config(data=str(tmp_path)), tmp_path / "none", resume=True)
+
+
+def test_flexicubes_pass_runs_and_keeps_the_shape(tmp_path):
+    from meshlift.methods.surface import reconstruct, reference_problem
+
+    cfg = small_config(isosurface="flexicubes", grid_res=16, iter_pass1=20, iter_pass2=2, train_res=48, ref_views=10)
+    data = reference_problem(_torus_mesh(), cfg, torch.device("cpu"), name="torus")
+    res = reconstruct(cfg, None, data=data)
+    assert res.metrics["pass1_fscore"] >= 0.8, res.metrics
+    assert res.mesh.num_faces > 0
+
+
+def test_out_of_memory_is_reported_with_the_knobs(monkeypatch):
+    from meshlift.errors import OutOfMemoryError
+    from meshlift.methods import surface
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    cfg = small_config()
+    views = surface.TrainViews(torch.eye(4)[None], torch.zeros(1, 3), torch.zeros(1, 4, 4, 3), None, torch.ones(3))
+    data = surface.ProblemData(train=views, test=views, world_to_normalized=torch.eye(4, dtype=torch.float64))
+    monkeypatch.setattr(surface, "run_pass1", boom)
+    with pytest.raises(OutOfMemoryError) as info:
+        surface.reconstruct(cfg, None, data=data, monitor=surface.Monitor())
+    msg = str(info.value)
+    for knob in ("batch=", "train_res=", "data_device=", "max_fragments="):
+        assert knob in msg

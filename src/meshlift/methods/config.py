@@ -39,7 +39,7 @@ class SurfaceConfig:
     max_test_views: int = 16
     """At most this many held-out views are evaluated (evenly spaced)."""
     background: str = "white"
-    """Training background for datasets with masks/alpha: ``white``, ``black`` or ``random`` (per pixel)."""
+    """Background that images are composited on where masks/alpha exist (and metrics use): ``white`` or ``black``."""
     data_device: str = "cpu"
     """Where the training images are kept (``cpu`` saves GPU memory; batches are moved to ``device``)."""
     device: str = "auto"
@@ -297,7 +297,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
 _CHOICES = {
     "isosurface": ("dmtet", "flexicubes"),
     "sdf_init": ("random", "sphere", "visual_hull"),
-    "background": ("white", "black", "random"),
+    "background": ("white", "black"),
 }
 
 
