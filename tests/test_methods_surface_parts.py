@@ -120,3 +120,49 @@ def test_view_sampler_covers_every_view_before_repeating_and_resumes():
     s2 = ViewSampler(10, 3, seed=99)
     s2.load_state_dict(state)
     assert [s2.next().tolist() for _ in range(4)] == a
+
+
+class _FakeScene:
+    """Duck-typed Scene: two 8x8 photos with a red background clutter and a mask on the left half."""
+
+    def __init__(self, has_alpha: bool):
+        from meshlift.cameras import cameras_on_sphere
+
+        self.cameras = cameras_on_sphere(2, 3.0, math.radians(40), 8)
+        self.background = "white"
+        self.world_to_normalized = torch.eye(4, dtype=torch.float64) * 0.5
+        self.world_to_normalized[3, 3] = 1.0
+        self.image_has_alpha = [has_alpha, has_alpha]
+
+    def image(self, i):
+        img = torch.zeros(8, 8, 3)
+        img[..., 0] = 1.0  # red clutter everywhere
+        img[:, :4] = 0.5  # the object on the left half
+        return img
+
+    def mask(self, i):
+        m = torch.zeros(8, 8, 1)
+        m[:, :4] = 1.0
+        return m
+
+
+def test_scene_views_composite_separate_masks_and_map_cameras_to_the_normalised_frame():
+    from meshlift.methods.surface import _views_from_scene
+    from meshlift.shading.color import srgb_to_linear
+
+    cfg = SurfaceConfig(train_res=0)
+    v = _views_from_scene(_FakeScene(has_alpha=False), [0, 1], cfg)
+    assert torch.allclose(v.images[:, :, 4:], torch.ones(2, 8, 4, 3))  # clutter replaced by the white background
+    assert torch.allclose(v.images[:, :, :4], srgb_to_linear(torch.tensor(0.5)).expand(2, 8, 4, 3))
+    v2 = _views_from_scene(_FakeScene(has_alpha=True), [0, 1], cfg)
+    assert torch.allclose(v2.images[:, :, 4:, 0], torch.ones(2, 8, 4))  # alpha images: the reader composited
+    assert torch.allclose(v2.images[:, :, 4:, 1], torch.zeros(2, 8, 4))
+    scene = _FakeScene(False)
+    centres = scene.cameras.camera_centers()
+    assert torch.allclose(v.camera_pos, 0.5 * centres, atol=1e-5)
+    # a world point and its normalised image project to the same pixel
+    p_w = torch.tensor([0.3, -0.2, 0.1, 1.0])
+    clip_w = scene.cameras.world_to_clip()[0] @ p_w
+    p_n = torch.cat([0.5 * p_w[:3], torch.ones(1)])
+    clip_n = v.world_to_clip[0] @ p_n
+    assert torch.allclose(clip_w[:2] / clip_w[3], clip_n[:2] / clip_n[3], atol=1e-5)

@@ -199,25 +199,31 @@ def _views_from_scene(scene, indices: list[int], cfg: SurfaceConfig) -> TrainVie
     H, W = _target_size(H0, W0, cfg.train_res)
     if (H, W) != (H0, W0):
         cams = cams.resize(W, H)
+    bg = getattr(scene, "background", "white")
+    bg_rgb = srgb_to_linear(_background_rgb(bg if isinstance(bg, str) else "white"))
+    has_alpha = getattr(scene, "image_has_alpha", None)
     imgs, masks = [], []
     have_masks = True
     for i in indices:
-        img = scene.image(i)[..., :3].float()
-        imgs.append(_resize_images(img[None], (H, W))[0].to(data_device))
+        img = _resize_images(srgb_to_linear(scene.image(i)[..., :3].float().clamp(0, 1))[None], (H, W))[0]
         m = scene.mask(i) if hasattr(scene, "mask") else None
         if m is None:
             have_masks = False
         else:
-            masks.append(_resize_images(m[None].float(), (H, W))[0].to(data_device))
-    images = srgb_to_linear(torch.stack(imgs).clamp(0, 1))
-    mask_t = torch.stack(masks).clamp(0, 1) if have_masks and masks else None
+            m = _resize_images(m[None].float(), (H, W))[0].clamp(0, 1)
+            if not (has_alpha is not None and bool(has_alpha[i])):
+                # a separate mask file (photos with a cluttered background): composite like the reader
+                # composites alpha, so references, losses and metrics all see the object on the background
+                img = img * m + bg_rgb * (1 - m)
+            masks.append(m.to(data_device))
+        imgs.append(img.to(data_device))
+    images = torch.stack(imgs)
+    mask_t = torch.stack(masks) if have_masks and masks else None
     n2w = torch.as_tensor(scene.world_to_normalized, dtype=torch.float64)
     w2n_inv = torch.linalg.inv(n2w)
     world_to_clip = (cams.world_to_clip().double() @ w2n_inv).float()
     centers_w = cams.camera_centers().double()
     centers_n = (n2w[:3, :3] @ centers_w.T).T + n2w[:3, 3]
-    bg = getattr(scene, "background", "white")
-    bg_rgb = srgb_to_linear(_background_rgb(bg if isinstance(bg, str) else "white"))
     return TrainViews(world_to_clip, centers_n.float(), images, mask_t, bg_rgb)
 
 
