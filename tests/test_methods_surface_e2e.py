@@ -150,7 +150,7 @@ def test_resume_without_checkpoint_is_a_config_error(tmp_path):
 def test_flexicubes_pass_runs_and_keeps_the_shape(tmp_path):
     from meshlift.methods.surface import reconstruct, reference_problem
 
-    cfg = small_config(isosurface="flexicubes", grid_res=16, iter_pass1=20, iter_pass2=2, train_res=48, ref_views=10)
+    cfg = small_config(isosurface="flexicubes", grid_res=20, iter_pass1=30, iter_pass2=2, train_res=48, ref_views=12)
     data = reference_problem(_torus_mesh(), cfg, torch.device("cpu"), name="torus")
     res = reconstruct(cfg, None, data=data)
     assert res.metrics["pass1_fscore"] >= 0.8, res.metrics

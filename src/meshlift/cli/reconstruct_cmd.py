@@ -106,7 +106,12 @@ def build_config(
         cfg = apply_dict(SurfaceConfig(), saved, source=str(out / "config.json"))
     else:
         if preset is None:
-            preset = "spot" if Path(data).suffix.lower() in _MESH_SUFFIXES else "nerf"
+            if Path(data).suffix.lower() in _MESH_SUFFIXES:
+                preset = "spot"
+            elif (Path(data) / "poses_bounds.npy").is_file():
+                preset = "nerd"
+            else:
+                preset = "nerf"
         cfg = get_preset(preset, quick=quick)
     if config_file is not None:
         cfg = apply_dict(cfg, load_config_file(config_file), source=str(config_file))
@@ -144,7 +149,7 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (created)."),
         preset: Optional[str] = typer.Option(
             None, "--preset", "-p", help="spot, bob, *_fixlight, *_metal, spot_flexi, nerf, nerd (default: spot for "
-            "a mesh file, nerf for a folder)."
+            "a mesh file, nerd for an LLFF folder, nerf for other folders)."
         ),
         quick: bool = typer.Option(False, "--quick", help="CPU-sized variant of the preset (minutes on a laptop)."),
         config: Optional[Path] = typer.Option(None, "--config", "-c", help="JSON or TOML file of config fields."),
