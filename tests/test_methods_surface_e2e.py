@@ -173,3 +173,16 @@ def test_out_of_memory_is_reported_with_the_knobs(monkeypatch):
     msg = str(info.value)
     for knob in ("batch=", "train_res=", "data_device=", "max_fragments="):
         assert knob in msg
+
+
+@pytest.mark.gpu
+def test_torus_reconstruction_on_cuda(tmp_path):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from meshlift.methods.surface import reconstruct, reference_problem
+
+    cfg = small_config(device="cuda", iter_pass1=200, iter_pass2=50, train_res=128, grid_res=48, batch=4)
+    data = reference_problem(_torus_mesh(), cfg, torch.device("cuda"), name="torus")
+    res = reconstruct(cfg, tmp_path / "out", data=data)
+    assert res.metrics["fscore"] >= 0.95, res.metrics
+    assert res.metrics["device"].startswith("cuda")

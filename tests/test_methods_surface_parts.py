@@ -94,7 +94,7 @@ def test_fixed_topology_laplacian_matches_mesh_ops():
     x = torch.randn(mesh.num_vertices, 3, requires_grad=True)
     fn = make_laplacian_loss(mesh.num_vertices, mesh.t_pos_idx, torch.device("cpu"))
     a, b = fn(x), laplacian_smoothness_loss(x, mesh.t_pos_idx)
-    assert float(a) == pytest.approx(float(b), rel=1e-5)
+    assert float(a.detach()) == pytest.approx(float(b.detach()), rel=1e-5)
     ga, = torch.autograd.grad(a, x)
     gb, = torch.autograd.grad(b, x)
     assert torch.allclose(ga, gb, rtol=1e-4, atol=1e-7)
@@ -166,3 +166,22 @@ def test_scene_views_composite_separate_masks_and_map_cameras_to_the_normalised_
     p_n = torch.cat([0.5 * p_w[:3], torch.ones(1)])
     clip_n = v.world_to_clip[0] @ p_n
     assert torch.allclose(clip_w[:2] / clip_w[3], clip_n[:2] / clip_n[3], atol=1e-5)
+
+
+def test_make_light_learned_fixed_file_and_errors(tmp_path):
+    from meshlift.errors import ConfigError
+    from meshlift.io.hdr import write_hdr
+    from meshlift.methods.surface import make_light
+
+    dev = torch.device("cpu")
+    learned, trainable = make_light(SurfaceConfig(env_res=16), dev)
+    assert trainable and learned.base.requires_grad and learned.base.shape == (6, 16, 16, 3)
+    env = torch.ones(16, 32, 3) * torch.tensor([2.0, 1.0, 0.5])
+    write_hdr(tmp_path / "env.hdr", env)
+    fixed, trainable = make_light(SurfaceConfig(env_res=16, light=str(tmp_path / "env.hdr")), dev)
+    assert not trainable and not fixed.base.requires_grad
+    assert torch.allclose(fixed.base.mean((0, 1, 2)), torch.tensor([2.0, 1.0, 0.5]), rtol=0.02)
+    with pytest.raises(ConfigError, match="reference environment"):
+        make_light(SurfaceConfig(light="fixed"), dev)
+    with pytest.raises(ConfigError, match="light"):
+        make_light(SurfaceConfig(light=str(tmp_path / "missing.hdr")), dev)

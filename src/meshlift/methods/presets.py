@@ -40,6 +40,7 @@ _BASE_REF = SurfaceConfig(
     background="white",
     sdf_init="visual_hull",
     lr_pos=0.002,
+    preview_every=500,
 )
 
 PRESETS: dict[str, SurfaceConfig] = {
@@ -68,6 +69,7 @@ PRESETS: dict[str, SurfaceConfig] = {
         sdf_init="visual_hull",
         lr_pos=0.002,
         laplace_weight=3000.0,
+        preview_every=500,
     ),
     "nerd": SurfaceConfig(
         train_res=512,
@@ -82,6 +84,7 @@ PRESETS: dict[str, SurfaceConfig] = {
         ks_max=(0.0, 1.0, 1.0),
         sdf_init="visual_hull",
         lr_pos=0.002,
+        preview_every=500,
     ),
     "demo": SurfaceConfig(
         train_res=96,
@@ -133,6 +136,7 @@ QUICK_CHANGES = dict(
     hash_levels=12,
     hash_log2_size=15,
     hash_max_res=512,
+    preview_every=0,
 )
 
 
