@@ -709,7 +709,7 @@ class Checkpointer:
     def load(self) -> Optional[dict]:
         if self.path is None or not self.path.is_file():
             return None
-        return torch.load(self.path, map_location="cpu", weights_only=False)
+        return torch.load(self.path, map_location="cpu", weights_only=True)
 
 
 # =============================================================================================================
