@@ -186,3 +186,15 @@ def test_torus_reconstruction_on_cuda(tmp_path):
     res = reconstruct(cfg, tmp_path / "out", data=data)
     assert res.metrics["fscore"] >= 0.95, res.metrics
     assert res.metrics["device"].startswith("cuda")
+
+
+def test_time_budget_stops_both_passes_early():
+    from meshlift.methods.surface import reconstruct, reference_problem
+
+    cfg = small_config(iter_pass1=500, iter_pass2=300, ref_views=4, train_res=32, grid_res=12,
+                       time_budget_s=1e-3, eval_samples=2000)
+    data = reference_problem(_torus_mesh(n=16, m=8), cfg, torch.device("cpu"), name="torus")
+    res = reconstruct(cfg, None, data=data)
+    assert res.metrics["iterations"] == {"pass1": 1, "pass2": 1}
+    assert res.metrics["iterations_configured"] == {"pass1": 500, "pass2": 300}
+    assert len(res.history) == 2

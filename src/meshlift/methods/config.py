@@ -76,6 +76,10 @@ class SurfaceConfig:
     """Optimisation steps of pass 1 (topology)."""
     iter_pass2: int = 5000
     """Optimisation steps of pass 2 (fixed topology, textures)."""
+    time_budget_s: float = 0.0
+    """Wall-clock budget in seconds for the whole run (0 = none). Pass 1 stops early once 55% of it has
+    passed since the start, pass 2 once 80% has; the steps actually run are recorded in metrics.json
+    (``iterations``). Learning-rate schedules still follow ``iter_pass1``/``iter_pass2``."""
     batch: int = 8
     """Views per optimisation step."""
     spp: int = 1

@@ -691,6 +691,8 @@ class TrainState:
     iteration: int = 0
     history: list = field(default_factory=list)
     timings: dict = field(default_factory=dict)
+    iterations: dict = field(default_factory=dict)
+    """Steps actually run per pass (fewer than configured when ``time_budget_s`` cut a pass short)."""
 
 
 class Checkpointer:
@@ -756,6 +758,7 @@ def run_pass1(
     checkpointer: Checkpointer,
     checkpoint: Optional[dict] = None,
     preview: Optional[Callable[[str, int, Mesh, object, object], None]] = None,
+    deadline: Optional[float] = None,
 ) -> Pass1Result:
     """Pass 1 (topology): DMTet/FlexiCubes + material field + light, ``cfg.iter_pass1`` steps.
 
@@ -863,7 +866,12 @@ def run_pass1(
                 preview("pass1", it + 1, _detach_mesh(mesh), light, material)
         if cfg.checkpoint_every > 0 and (it + 1) % cfg.checkpoint_every == 0 and it + 1 < total:
             checkpointer.save(payload(it + 1))
+        if deadline is not None and time.perf_counter() > deadline and it + 1 < total:
+            monitor.log(f"pass 1: time budget reached after {it + 1} of {total} steps")
+            total = it + 1
+            break
     monitor.end_pass()
+    state.iterations["pass1"] = total
     state.timings["pass1_s"] = state.timings.get("pass1_s", 0.0) + time.perf_counter() - t0
 
     with torch.no_grad():
@@ -958,6 +966,7 @@ def run_pass2(
     checkpointer: Checkpointer,
     checkpoint: Optional[dict] = None,
     preview: Optional[Callable[[str, int, Mesh, object, object], None]] = None,
+    deadline: Optional[float] = None,
 ) -> Pass2Result:
     """Pass 2 (fixed topology): optimise kd/ks/normal textures, vertex offsets and light.
 
@@ -1095,7 +1104,12 @@ def run_pass2(
                 preview("pass2", it + 1, _detach_mesh(current_mesh()), light, None)
         if cfg.checkpoint_every > 0 and (it + 1) % cfg.checkpoint_every == 0 and it + 1 < total:
             checkpointer.save(payload(it + 1, pass1_ck))
+        if deadline is not None and time.perf_counter() > deadline and it + 1 < total:
+            monitor.log(f"pass 2: time budget reached after {it + 1} of {total} steps")
+            total = it + 1
+            break
     monitor.end_pass()
+    state.iterations["pass2"] = total
     state.timings["pass2_s"] = state.timings.get("pass2_s", 0.0) + time.perf_counter() - t0
     if light_trainable:
         light.build_mips()
@@ -1244,13 +1258,16 @@ def reconstruct(
         if checkpoint is not None:
             state = TrainState(**checkpoint["state"])
         where = "pass 1"
+        budget = cfg.time_budget_s if cfg.time_budget_s > 0 else None
         p1 = run_pass1(cfg, data, device, state=state, monitor=monitor, checkpointer=checkpointer,
                        checkpoint=checkpoint if checkpoint is not None else None,
-                       preview=outputs.preview_writer(out, data, cfg, device) if out is not None else None)
+                       preview=outputs.preview_writer(out, data, cfg, device) if out is not None else None,
+                       deadline=None if budget is None else t_start + 0.55 * budget)
         where = "pass 2"
         p2 = run_pass2(cfg, data, device, p1, state=state, monitor=monitor, checkpointer=checkpointer,
                        checkpoint=checkpoint,
-                       preview=outputs.preview_writer(out, data, cfg, device) if out is not None else None)
+                       preview=outputs.preview_writer(out, data, cfg, device) if out is not None else None,
+                       deadline=None if budget is None else t_start + 0.80 * budget)
         where = "evaluation"
         monitor.log("evaluating held-out views")
         ours, refs = render_views(p2.mesh, data.test, p2.light, None, cfg, device)
@@ -1264,7 +1281,9 @@ def reconstruct(
             g1 = geometry_metrics(dmtet_world, data.reference_mesh, cfg)
             metrics["pass1_chamfer_l1"] = g1.get("chamfer_l1")
             metrics["pass1_fscore"] = g1.get("fscore")
-        metrics["iterations"] = {"pass1": cfg.iter_pass1, "pass2": cfg.iter_pass2}
+        metrics["iterations"] = {"pass1": state.iterations.get("pass1", cfg.iter_pass1),
+                                 "pass2": state.iterations.get("pass2", cfg.iter_pass2)}
+        metrics["iterations_configured"] = {"pass1": cfg.iter_pass1, "pass2": cfg.iter_pass2}
         metrics["faces"] = mesh_world.num_faces
         metrics["vertices"] = mesh_world.num_vertices
         metrics["device"] = str(device)
