@@ -76,6 +76,13 @@ class SurfaceConfig:
     """Optimisation steps of pass 1 (topology)."""
     iter_pass2: int = 5000
     """Optimisation steps of pass 2 (fixed topology, textures)."""
+    remove_hidden: bool = True
+    """After pass 1, drop faces that no outside orthographic view sees (interior sheets left by marching
+    tetrahedra; they never show in renders but add false surface). See ``meshlift.mesh.visibility``."""
+    hidden_views: int = 64
+    """Number of outside view directions used by ``remove_hidden``."""
+    hidden_res: int = 512
+    """Image size (pixels) of each ``remove_hidden`` view; raise it for meshes with many tiny faces."""
     time_budget_s: float = 0.0
     """Wall-clock budget in seconds for the whole run (0 = none). Pass 1 stops early once 55% of it has
     passed since the start, pass 2 once 80% has; the steps actually run are recorded in metrics.json

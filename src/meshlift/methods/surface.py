@@ -876,6 +876,12 @@ def run_pass1(
 
     with torch.no_grad():
         mesh, _ = geom.get_mesh()
+        if cfg.remove_hidden and mesh.num_faces > 0:
+            from meshlift.mesh.visibility import remove_hidden_faces
+
+            mesh, info = remove_hidden_faces(mesh, n_views=cfg.hidden_views, resolution=cfg.hidden_res,
+                                             max_fragments=cfg.max_fragments)
+            monitor.log(f"pass 1: removed {info['removed']} of {info['faces_before']} faces no outside view sees")
     if light_trainable:
         light.build_mips()
     state.stage = "pass2"
