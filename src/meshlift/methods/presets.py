@@ -43,6 +43,22 @@ _BASE_REF = SurfaceConfig(
     preview_every=500,
 )
 
+#: Shared by the photo-capture presets (NeRF-synthetic, NeRD).
+_BASE_CAPTURE = SurfaceConfig(
+    train_res=512,
+    batch=8,
+    grid_res=96,
+    mesh_scale=2.1,
+    iter_pass1=5000,
+    iter_pass2=5000,
+    texture_res=2048,
+    background="white",
+    ks_min=(0.0, 0.08, 0.0),
+    ks_max=(0.0, 1.0, 1.0),
+    sdf_init="visual_hull",
+    lr_pos=0.002,
+)
+
 PRESETS: dict[str, SurfaceConfig] = {
     "spot": _BASE_REF,
     "bob": dataclasses.replace(_BASE_REF),
@@ -55,37 +71,8 @@ PRESETS: dict[str, SurfaceConfig] = {
         _BASE_REF, ref_ks=(0.0, 0.2, 1.0), ks_max=(0.0, 1.0, 1.0), ref_env_kind="high_frequency"
     ),
     "spot_flexi": dataclasses.replace(_BASE_REF, isosurface="flexicubes", grid_res=80),
-    "nerf": SurfaceConfig(
-        train_res=800,
-        batch=8,
-        grid_res=96,
-        mesh_scale=2.1,
-        iter_pass1=5000,
-        iter_pass2=5000,
-        texture_res=2048,
-        background="white",
-        ks_min=(0.0, 0.08, 0.0),
-        ks_max=(0.0, 1.0, 1.0),
-        sdf_init="visual_hull",
-        lr_pos=0.002,
-        laplace_weight=3000.0,
-        preview_every=500,
-    ),
-    "nerd": SurfaceConfig(
-        train_res=512,
-        batch=8,
-        grid_res=96,
-        mesh_scale=2.1,
-        iter_pass1=5000,
-        iter_pass2=5000,
-        texture_res=2048,
-        background="white",
-        ks_min=(0.0, 0.08, 0.0),
-        ks_max=(0.0, 1.0, 1.0),
-        sdf_init="visual_hull",
-        lr_pos=0.002,
-        preview_every=500,
-    ),
+    "nerf": dataclasses.replace(_BASE_CAPTURE, train_res=800, laplace_weight=3000.0),
+    "nerd": dataclasses.replace(_BASE_CAPTURE, train_res=512),
     "demo": SurfaceConfig(
         train_res=96,
         batch=2,

@@ -330,7 +330,47 @@ def _grid_bounds(cfg: SurfaceConfig) -> tuple[float, float]:
     return -half, half
 
 
-class DMTetGeometry(nn.Module):
+class _GridGeometry(nn.Module):
+    """Shared part of the pass-1 geometries: a vertex grid with a learnable SDF and bounded deformation.
+
+    Deformed vertices are ``v + deform_scale · (cell / 2) · tanh(deform)``; ``sdf < 0`` inside
+    (docs/conventions.md §10). Subclasses set ``verts`` and ``edges`` and implement ``get_mesh``.
+    """
+
+    def _init_grid(self, cfg: SurfaceConfig, verts: torch.Tensor, edges: torch.Tensor) -> None:
+        self.grid_res = int(cfg.grid_res)
+        self.register_buffer("verts", verts, persistent=False)
+        self.register_buffer("edges", edges, persistent=False)
+        self.max_offset = float(cfg.deform_scale) * 0.5 * float(cfg.mesh_scale) / self.grid_res
+        self.sdf = nn.Parameter(torch.zeros(verts.shape[0], device=verts.device))
+        self.deform = nn.Parameter(torch.zeros_like(verts))
+
+    @property
+    def grid_points(self) -> torch.Tensor:
+        """``[N, 3]`` undeformed grid vertices (for SDF initialisation)."""
+        return self.verts
+
+    @property
+    def grid_shape(self) -> tuple[int, int, int]:
+        n = self.grid_res + 1
+        return n, n, n  # tet grid and cube grid index vertices alike (conventions §10)
+
+    def set_sdf(self, sdf: torch.Tensor) -> None:
+        """Overwrite the SDF values (``[N]``, negative inside) without recording gradients."""
+        with torch.no_grad():
+            self.sdf.copy_(sdf.to(self.sdf))
+
+    def deformed_verts(self) -> torch.Tensor:
+        return self.verts + self.max_offset * torch.tanh(self.deform)
+
+    def reg_loss(self) -> torch.Tensor:
+        """nvdiffrec's SDF sign-change regulariser (Eq. 2) over the grid edges."""
+        from meshlift.isosurface.dmtet import sdf_reg_loss
+
+        return sdf_reg_loss(self.sdf, self.edges)
+
+
+class DMTetGeometry(_GridGeometry):
     """DMTet surface: SDF and bounded deformation per tet-grid vertex (Shen et al. 2021; nvdiffrec).
 
     The grid is ``regular_tet_grid(grid_res)`` over ``[-mesh_scale/2, mesh_scale/2]³``. Deformed vertices are
@@ -343,31 +383,8 @@ class DMTetGeometry(nn.Module):
         from meshlift.isosurface.tetgrid import regular_tet_grid, tet_edges
 
         verts, tets = regular_tet_grid(int(cfg.grid_res), bounds=_grid_bounds(cfg), device=device)
-        self.grid_res = int(cfg.grid_res)
-        self.register_buffer("verts", verts, persistent=False)
         self.register_buffer("tets", tets, persistent=False)
-        self.register_buffer("edges", tet_edges(tets), persistent=False)
-        self.max_offset = float(cfg.deform_scale) * 0.5 * float(cfg.mesh_scale) / self.grid_res
-        self.sdf = nn.Parameter(torch.zeros(verts.shape[0], device=device))
-        self.deform = nn.Parameter(torch.zeros_like(verts))
-
-    @property
-    def grid_points(self) -> torch.Tensor:
-        """``[N, 3]`` undeformed grid vertices (for SDF initialisation)."""
-        return self.verts
-
-    @property
-    def grid_shape(self) -> tuple[int, int, int]:
-        n = self.grid_res + 1
-        return n, n, n
-
-    def set_sdf(self, sdf: torch.Tensor) -> None:
-        """Overwrite the SDF values (``[N]``, negative inside) without recording gradients."""
-        with torch.no_grad():
-            self.sdf.copy_(sdf.to(self.sdf))
-
-    def deformed_verts(self) -> torch.Tensor:
-        return self.verts + self.max_offset * torch.tanh(self.deform)
+        self._init_grid(cfg, verts, tet_edges(tets))
 
     def get_mesh(self) -> tuple[Mesh, torch.Tensor]:
         """Extract the current surface: ``(Mesh, extra regulariser loss)`` (0 for DMTet)."""
@@ -376,14 +393,8 @@ class DMTetGeometry(nn.Module):
         v, f = marching_tets(self.deformed_verts(), self.sdf, self.tets)
         return Mesh(v_pos=v, t_pos_idx=f), v.new_zeros(())
 
-    def reg_loss(self) -> torch.Tensor:
-        """nvdiffrec's SDF sign-change regulariser (Eq. 2)."""
-        from meshlift.isosurface.dmtet import sdf_reg_loss
 
-        return sdf_reg_loss(self.sdf, self.edges)
-
-
-class FlexiGeometry(nn.Module):
+class FlexiGeometry(_GridGeometry):
     """FlexiCubes surface (Shen et al. 2023): SDF, deformation and per-cube weights on a voxel grid."""
 
     def __init__(self, cfg: SurfaceConfig, device: torch.device) -> None:
@@ -392,32 +403,12 @@ class FlexiGeometry(nn.Module):
 
         self.fc = FlexiCubes()
         verts, cubes = self.fc.cube_grid(int(cfg.grid_res), bounds=_grid_bounds(cfg), device=device)
-        self.grid_res = int(cfg.grid_res)
-        self.register_buffer("verts", verts, persistent=False)
         self.register_buffer("cubes", cubes, persistent=False)
-        self.register_buffer("edges", self.fc.cube_edges(cubes), persistent=False)
-        self.max_offset = float(cfg.deform_scale) * 0.5 * float(cfg.mesh_scale) / self.grid_res
-        self.sdf = nn.Parameter(torch.zeros(verts.shape[0], device=device))
-        self.deform = nn.Parameter(torch.zeros_like(verts))
+        self._init_grid(cfg, verts, self.fc.cube_edges(cubes))
         self.weight = nn.Parameter(torch.zeros(cubes.shape[0], 21, device=device))
 
-    @property
-    def grid_points(self) -> torch.Tensor:
-        return self.verts
-
-    @property
-    def grid_shape(self) -> tuple[int, int, int]:
-        n = self.grid_res + 1
-        return n, n, n  # same vertex indexing as the tet grid (conventions §10)
-
-    def set_sdf(self, sdf: torch.Tensor) -> None:
-        with torch.no_grad():
-            self.sdf.copy_(sdf.to(self.sdf))
-
-    def deformed_verts(self) -> torch.Tensor:
-        return self.verts + self.max_offset * torch.tanh(self.deform)
-
     def get_mesh(self) -> tuple[Mesh, torch.Tensor]:
+        """Extract the current surface: ``(Mesh, mean developability regulariser L_dev)``."""
         v, f, l_dev = self.fc(
             self.deformed_verts(),
             self.sdf,
@@ -429,11 +420,6 @@ class FlexiGeometry(nn.Module):
             training=True,
         )
         return Mesh(v_pos=v, t_pos_idx=f.long()), l_dev.mean() if l_dev.numel() else v.new_zeros(())
-
-    def reg_loss(self) -> torch.Tensor:
-        from meshlift.isosurface.dmtet import sdf_reg_loss
-
-        return sdf_reg_loss(self.sdf, self.edges)
 
 
 def make_geometry(cfg: SurfaceConfig, device: torch.device) -> nn.Module:
