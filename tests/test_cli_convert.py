@@ -73,3 +73,13 @@ def test_convert_vertex_colours_note_and_errors(tmp_path, capsys):
     (tmp_path / "bad.obj").write_text("v 0 0 0\nf 1 2 3\n")
     assert main(["convert", str(tmp_path / "bad.obj")]) == 2
     assert "vertices" in capsys.readouterr().err
+
+
+def test_usage_errors_are_one_message_exit_2(capsys):
+    from meshlift.cli.main import main
+
+    assert main(["convert"]) == 2
+    assert main(["nosuchcommand"]) == 2
+    assert main(["convert", "x.ply", "--bogus"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "No such option" in err

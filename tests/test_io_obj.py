@@ -141,3 +141,12 @@ def test_fast_parser_matches_reference(tmp_path, body):
     if fast is not None:
         for k in ("pos", "col", "uvs", "nrms", "f_pos", "f_tex", "f_nrm", "f_mat"):
             assert np.array_equal(fast[k], ref[k]), k
+
+
+@pytest.mark.parametrize("content", ["", "hello world\n", "# only a comment\n"])
+def test_not_an_obj_is_a_clear_error(tmp_path, content):
+    p = tmp_path / "bad.obj"
+    p.write_text(content)
+    with pytest.raises(MeshError, match="not an OBJ mesh"):
+        load_obj(p)
+    assert p.read_text() == content  # input untouched

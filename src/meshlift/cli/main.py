@@ -69,12 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         typer.echo("aborted", err=True)
         return 1
-    except SystemExit as exc:  # click usage errors in non-standalone mode
+    except SystemExit as exc:
         return int(exc.code or 0)
-    except Exception as exc:  # click.exceptions.UsageError and friends
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
+    except Exception as exc:
+        # Usage errors (missing argument, unknown option, bad value): click's exceptions, which typer may
+        # vendor under another module name, so they are recognised by their interface, not their class.
+        if callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int):
             exc.show()
             return exc.exit_code
         raise

@@ -230,7 +230,7 @@ def _parse_fast(text: str) -> Optional[dict]:
             return None
         f_lines = groups["f"]
         tokens = " ".join(f_lines).split()
-        if len(tokens) != 3 * len(f_lines) or any(len(ln.split()) != 3 or "-" in ln for ln in f_lines):
+        if not f_lines or len(tokens) != 3 * len(f_lines) or any(len(ln.split()) != 3 or "-" in ln for ln in f_lines):
             return None
         pattern = tokens[0].count("/"), "//" in tokens[0]
         joined = " ".join(tokens)
@@ -296,6 +296,11 @@ def load_obj(path: str | Path) -> Mesh:
     f_pos, f_tex, f_nrm, f_mat = parsed["f_pos"], parsed["f_tex"], parsed["f_nrm"], parsed["f_mat"]
     mtllibs, mat_names = parsed["mtllibs"], parsed["mat_names"]
 
+    if len(pos) == 0 and len(f_pos) == 0:
+        raise MeshError(
+            f"{path}: no vertices ('v') and no faces ('f'): not an OBJ mesh (empty or another kind of file); "
+            "check the path, or re-export the mesh"
+        )
     v_pos = torch.from_numpy(pos.astype(np.float32)).reshape(-1, 3)
     t_pos = torch.from_numpy(f_pos).reshape(-1, 3)
     if t_pos.numel() and (int(t_pos.min()) < 0 or int(t_pos.max()) >= len(pos)):
