@@ -191,8 +191,8 @@ def print_summary(console, result) -> None:
         )
     t = m.get("timings", {})
     if t:
-        console.print(f"wall time {t.get('total_s', 0):.1f} s (pass 1 {t.get('pass1_s', 0):.1f} s, "
-                      f"pass 2 {t.get('pass2_s', 0):.1f} s)")
+        console.print(f"wall time of this command {t.get('total_s', 0):.1f} s; training time over all sessions "
+                      f"(a resumed run adds up): pass 1 {t.get('pass1_s', 0):.1f} s, pass 2 {t.get('pass2_s', 0):.1f} s")
     if result.files:
         console.print(f"[bold]GLB[/bold] {result.files['glb']}")
         console.print(f"OBJ {result.files['obj']}   metrics {result.files['metrics']}")

@@ -1227,9 +1227,6 @@ def reconstruct(
         raise DatasetError(
             f"input {cfg.data!r} does not exist; give a dataset folder or a mesh file (.obj, .glb, .ply)"
         )
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        outputs.write_config(out, cfg)
     checkpointer = Checkpointer(out)
     checkpoint = checkpointer.load() if resume else None
     if resume and checkpoint is None:
@@ -1242,6 +1239,9 @@ def reconstruct(
         if data is None:
             monitor.log(f"loading {cfg.data}")
             data = load_problem(cfg, device)
+        if out is not None:  # only once the input has loaded: a bad input leaves no output folder behind
+            out.mkdir(parents=True, exist_ok=True)
+            outputs.write_config(out, cfg)
         monitor.log(
             f"{len(data.train)} training / {len(data.test)} test views at "
             f"{data.train.resolution[1]}x{data.train.resolution[0]}, device {device}"
