@@ -251,8 +251,11 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
             if not isinstance(value, (list, tuple)):
                 raise ValueError("expected a list of numbers")
             return tuple(float(x) for x in value)
-    except (ValueError, TypeError, SyntaxError) as exc:
-        raise ConfigError(f"config field {name!r}: cannot use {value!r} ({exc}); expected {hint}") from None
+    except (ValueError, TypeError, SyntaxError):
+        kind = getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+        kind = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
+                "tuple": "a list of numbers such as 0,0.5,1"}.get(kind, kind)
+        raise ConfigError(f"config field {name!r}: cannot use {value!r}; expected {kind}") from None
     return value
 
 

@@ -72,7 +72,6 @@ def cube_to_face_uv(d: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.
     ax, ay, az = x.abs(), y.abs(), z.abs()
     is_x = (ax >= ay) & (ax >= az)
     is_y = ~is_x & (ay >= az)
-    is_z = ~is_x & ~is_y
     face = torch.where(is_x, (x < 0).long(), torch.where(is_y, 2 + (y < 0).long(), 4 + (z < 0).long()))
     ma = torch.where(is_x, ax, torch.where(is_y, ay, az)).clamp_min(1e-20)
     sc = torch.where(is_x, torch.where(x >= 0, -z, z), torch.where(is_y, x, torch.where(z >= 0, x, -x)))
