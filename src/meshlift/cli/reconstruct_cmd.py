@@ -40,6 +40,9 @@ def make_monitor(console=None):
 
         def start_pass(self, name: str, total: int, start: int = 0) -> None:
             self.name, self.total, self.start, self.t0 = name, total, start, time.perf_counter()
+            if not console.is_terminal:  # logs / pipes: plain lines from update(), no live bar
+                console.print(f"{name}: {total} steps" + (f", resuming at {start}" if start else ""))
+                return
             self.progress = Progress(
                 TextColumn("[bold]{task.description}"),
                 BarColumn(),
@@ -59,15 +62,16 @@ def make_monitor(console=None):
                 self.progress.update(self.task, completed=1)
 
         def update(self, iteration: int, loss: float, psnr: float) -> None:
+            if not console.is_terminal:
+                if iteration % max(1, self.total // 10) == 0 or iteration == self.total:  # a line every 10 %
+                    elapsed = time.perf_counter() - self.t0
+                    done = max(1, iteration - self.start)
+                    eta = elapsed / done * (self.total - iteration)
+                    console.print(f"{self.name}: {iteration}/{self.total}  loss {loss:.4f}  PSNR {psnr:.2f} dB  "
+                                  f"{done / max(elapsed, 1e-9):.2f} it/s  ETA {eta:.0f} s")
+                return
             if self.progress is None:
                 return
-            if not console.is_terminal and (iteration % max(1, self.total // 10) == 0 or iteration == self.total):
-                # no live bar in logs / pipes: a plain line every 10 %
-                elapsed = time.perf_counter() - self.t0
-                done = max(1, iteration - self.start)
-                eta = elapsed / done * (self.total - iteration)
-                console.print(f"{self.name}: {iteration}/{self.total}  loss {loss:.4f}  PSNR {psnr:.2f} dB  "
-                              f"{done / max(elapsed, 1e-9):.2f} it/s  ETA {eta:.0f} s")
             self.progress.update(self.task, completed=iteration, loss=loss,
                                  psnr=psnr if psnr == psnr and psnr != float("inf") else 99.0)
             speed = self.progress.tasks[0].speed
