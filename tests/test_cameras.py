@@ -26,6 +26,7 @@ from meshlift.cameras import (
     world_to_camera_to_colmap,
     world_to_camera_to_opengl_c2w,
 )
+from _camera_params import MODEL_PARAMS
 from meshlift.errors import CameraError
 from meshlift.geometry.rotations import (
     axis_angle_to_matrix,
@@ -34,20 +35,6 @@ from meshlift.geometry.rotations import (
     quaternion_to_matrix,
 )
 
-# Distortion parameters per model, moderate (a real lens's order of magnitude).
-MODEL_PARAMS = {
-    "SIMPLE_PINHOLE": [],
-    "PINHOLE": [],
-    "SIMPLE_RADIAL": [-0.3],
-    "RADIAL": [-0.2, 0.05],
-    "OPENCV": [0.0578, -0.0805, -0.00098, 0.000156],
-    "OPENCV_FISHEYE": [0.05, -0.01, 0.004, -0.001],
-    "FULL_OPENCV": [-0.1, 0.02, 0.001, -0.002, 0.001, 0.05, -0.01, 0.002],
-    "FOV": [0.9],
-    "SIMPLE_RADIAL_FISHEYE": [0.05],
-    "RADIAL_FISHEYE": [0.05, -0.01],
-    "THIN_PRISM_FISHEYE": [0.05, -0.01, 0.001, -0.001, 0.002, -0.001, 0.001, -0.002],
-}
 
 
 def random_rotations(n, seed=0):

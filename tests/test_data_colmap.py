@@ -13,23 +13,10 @@ from PIL import Image
 from meshlift.cameras import Cameras, cameras_on_sphere
 from meshlift.data import load_scene
 from meshlift.data.colmap import ColmapCamera, ColmapImage, ColmapModel, cameras_to_colmap, read_model, write_model
+from _camera_params import MODEL_PARAMS
 from meshlift.errors import DatasetError
 from meshlift.geometry.distortion import CAMERA_MODELS
 
-# Distortion parameters per model (as in test_cameras.py; kept here so this module stands alone).
-MODEL_PARAMS = {
-    "SIMPLE_PINHOLE": [],
-    "PINHOLE": [],
-    "SIMPLE_RADIAL": [-0.3],
-    "RADIAL": [-0.2, 0.05],
-    "OPENCV": [0.0578, -0.0805, -0.00098, 0.000156],
-    "OPENCV_FISHEYE": [0.05, -0.01, 0.004, -0.001],
-    "FULL_OPENCV": [-0.1, 0.02, 0.001, -0.002, 0.001, 0.05, -0.01, 0.002],
-    "FOV": [0.9],
-    "SIMPLE_RADIAL_FISHEYE": [0.05],
-    "RADIAL_FISHEYE": [0.05, -0.01],
-    "THIN_PRISM_FISHEYE": [0.05, -0.01, 0.001, -0.001, 0.002, -0.001, 0.001, -0.002],
-}
 
 
 def _write_images(folder, names, size):

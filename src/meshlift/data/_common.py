@@ -185,6 +185,21 @@ def find_mask(folder: Path, image_name: str) -> Path | None:
     return None
 
 
+def find_masks(folder: Path, image_names: list[str], warnings: list[str]) -> list[Path | None] | None:
+    """Mask file per image name in ``folder`` (see :func:`find_mask`), or None when no name matches.
+
+    Appends a warning to ``warnings`` when no mask or only some masks are found.
+    """
+    paths = [find_mask(folder, name) for name in image_names]
+    n_missing = sum(m is None for m in paths)
+    if n_missing == len(paths):
+        warnings.append(f"{folder}: no mask file matches the image names; masks ignored")
+        return None
+    if n_missing:
+        warnings.append(f"{folder}: {n_missing} of {len(paths)} images have no mask file")
+    return paths
+
+
 def missing_warning(source: str, listed: int, missing: list[str]) -> str:
     shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
     return (f"{source} lists {listed} frames but {len(missing)} image files are missing ({shown}); "

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from meshlift.cameras import Cameras, colmap_to_world_to_camera, intrinsics_matrix, world_to_camera_to_colmap
-from meshlift.data._common import LoadOptions, check_sizes, find_mask, finish_scene, missing_warning
+from meshlift.data._common import LoadOptions, check_sizes, find_masks, finish_scene, missing_warning
 from meshlift.data.scene import Scene
 from meshlift.errors import CameraError, DatasetError
 from meshlift.geometry.distortion import camera_model, split_params
@@ -521,13 +521,7 @@ def read_colmap(path: Path, options: LoadOptions) -> Scene:
         mdir = next((c for c in (root / f"masks_{factor}", root / "masks") if c.is_dir()), None) if factor > 1 \
             else (root / "masks" if (root / "masks").is_dir() else None)
     if mdir is not None:
-        mask_paths = [find_mask(mdir, im.name) for im, _ in present]
-        n_missing = sum(m is None for m in mask_paths)
-        if n_missing == len(mask_paths):
-            warnings.append(f"{mdir}: no mask file matches the image names; masks ignored")
-            mask_paths = None
-        elif n_missing:
-            warnings.append(f"{mdir}: {n_missing} of {len(mask_paths)} images have no mask file")
+        mask_paths = find_masks(mdir, [im.name for im, _ in present], warnings)
         metadata["masks_folder"] = mdir.name
 
     target_size = (W, H)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from meshlift.cameras import Cameras, intrinsics_matrix, llff_to_world_to_camera
-from meshlift.data._common import LoadOptions, check_sizes, find_mask, finish_scene
+from meshlift.data._common import LoadOptions, check_sizes, find_masks, finish_scene
 from meshlift.data.scene import Scene
 from meshlift.errors import CameraError, DatasetError
 from meshlift.io.images import IMAGE_EXTENSIONS
@@ -93,13 +93,7 @@ def read_llff(root: Path, options: LoadOptions) -> Scene:
     if mdir is not None:
         if not mdir.is_dir():
             raise DatasetError(f"{mdir}: mask folder does not exist")
-        mask_paths = [find_mask(mdir, p.name) for p in paths]
-        n_missing = sum(m is None for m in mask_paths)
-        if n_missing == len(paths):
-            warnings.append(f"{mdir}: no mask file matches the image names; masks ignored")
-            mask_paths = None
-        elif n_missing:
-            warnings.append(f"{mdir}: {n_missing} of {len(paths)} images have no mask file")
+        mask_paths = find_masks(mdir, [p.name for p in paths], warnings)
         metadata["masks_folder"] = mdir.name
     m = re.fullmatch(r"images_(\d+)", img_dir.name)
     factor = int(m.group(1)) if m else 1

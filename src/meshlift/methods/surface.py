@@ -734,6 +734,28 @@ def _render(mesh: Mesh, views: dict, res: tuple[int, int], light, material, back
     )
 
 
+def _end_step(pass_no: int, it: int, total: int, loss: torch.Tensor, mse: torch.Tensor, *, cfg: SurfaceConfig,
+              state: "TrainState", monitor: Monitor, deadline: Optional[float], save: Callable[[], None],
+              preview: Optional[Callable[[], None]]) -> bool:
+    """Bookkeeping shared by both passes after step ``it`` (0-based): history, progress, previews every
+    ``cfg.preview_every`` steps, checkpoints every ``cfg.checkpoint_every``. Returns True when the time budget
+    (``deadline``, a ``time.perf_counter()`` value) ends the pass early."""
+    psnr = psnr_from_mse(float(mse))
+    loss_value = float(loss.detach())
+    state.history.append({"pass": pass_no, "iteration": it + 1, "loss": loss_value, "psnr": psnr})
+    state.iteration = it + 1
+    monitor.update(it + 1, loss_value, psnr)
+    if preview is not None and cfg.preview_every > 0 and (it + 1) % cfg.preview_every == 0:
+        with torch.no_grad():
+            preview()
+    if cfg.checkpoint_every > 0 and (it + 1) % cfg.checkpoint_every == 0 and it + 1 < total:
+        save()
+    if deadline is not None and time.perf_counter() > deadline and it + 1 < total:
+        monitor.log(f"pass {pass_no}: time budget reached after {it + 1} of {total} steps")
+        return True
+    return False
+
+
 def run_pass1(
     cfg: SurfaceConfig,
     data: ProblemData,
@@ -843,17 +865,10 @@ def run_pass1(
             s.step()
         if light_trainable:
             light.clamp_(min=0.0)
-        psnr = psnr_from_mse(float(mse))
-        state.history.append({"pass": 1, "iteration": it + 1, "loss": float(total_loss.detach()), "psnr": psnr})
-        state.iteration = it + 1
-        monitor.update(it + 1, float(total_loss.detach()), psnr)
-        if preview is not None and cfg.preview_every > 0 and (it + 1) % cfg.preview_every == 0:
-            with torch.no_grad():
-                preview("pass1", it + 1, _detach_mesh(mesh), light, material)
-        if cfg.checkpoint_every > 0 and (it + 1) % cfg.checkpoint_every == 0 and it + 1 < total:
-            checkpointer.save(payload(it + 1))
-        if deadline is not None and time.perf_counter() > deadline and it + 1 < total:
-            monitor.log(f"pass 1: time budget reached after {it + 1} of {total} steps")
+        if _end_step(1, it, total, total_loss, mse, cfg=cfg, state=state, monitor=monitor, deadline=deadline,
+                     save=lambda: checkpointer.save(payload(it + 1)),
+                     preview=None if preview is None else
+                     lambda: preview("pass1", it + 1, _detach_mesh(mesh), light, material)):
             total = it + 1
             break
     monitor.end_pass()
@@ -1087,17 +1102,10 @@ def run_pass2(
             normal.copy_(F.normalize(normal.clamp(-1, 1), dim=-1))
         if light_trainable:
             light.clamp_(min=0.0)
-        psnr = psnr_from_mse(float(mse))
-        state.history.append({"pass": 2, "iteration": it + 1, "loss": float(total_loss.detach()), "psnr": psnr})
-        state.iteration = it + 1
-        monitor.update(it + 1, float(total_loss.detach()), psnr)
-        if preview is not None and cfg.preview_every > 0 and (it + 1) % cfg.preview_every == 0:
-            with torch.no_grad():
-                preview("pass2", it + 1, _detach_mesh(current_mesh()), light, None)
-        if cfg.checkpoint_every > 0 and (it + 1) % cfg.checkpoint_every == 0 and it + 1 < total:
-            checkpointer.save(payload(it + 1, pass1_ck))
-        if deadline is not None and time.perf_counter() > deadline and it + 1 < total:
-            monitor.log(f"pass 2: time budget reached after {it + 1} of {total} steps")
+        if _end_step(2, it, total, total_loss, mse, cfg=cfg, state=state, monitor=monitor, deadline=deadline,
+                     save=lambda: checkpointer.save(payload(it + 1, pass1_ck)),
+                     preview=None if preview is None else
+                     lambda: preview("pass2", it + 1, _detach_mesh(current_mesh()), light, None)):
             total = it + 1
             break
     monitor.end_pass()
