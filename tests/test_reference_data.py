@@ -29,7 +29,7 @@ def _importable(*modules: str) -> bool:
     return True
 
 
-_CAN_RENDER = _importable("meshlift.methods.renderer", "meshlift.shading.light", "meshlift.shading.normals")
+_CAN_RENDER = _importable("meshlift.renderers.mesh_pbr", "meshlift.shading.light", "meshlift.shading.normals")
 needs_render = pytest.mark.skipif(not _CAN_RENDER, reason="meshlift.shading light/normals not built yet")
 needs_procedural = pytest.mark.skipif(
     not (_CAN_RENDER and _importable("meshlift.shading.procedural")), reason="meshlift.shading.procedural not built yet"
@@ -163,7 +163,7 @@ def test_missing_env_file_is_a_config_error(tmp_path):
 
 @needs_render
 def test_renders_match_renderer_and_composite_consistently():
-    from meshlift.methods.renderer import render_mesh
+    from meshlift.renderers.mesh_pbr import render_mesh
     from meshlift.shading.color import linear_to_srgb
 
     mesh = _world_ring()

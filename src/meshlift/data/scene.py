@@ -19,7 +19,8 @@ from pathlib import Path
 
 import torch
 
-from meshlift.cameras import Cameras, undistortion_grid
+from meshlift.cameras import Cameras
+from meshlift.data.undistort import undistortion_grid
 from meshlift.errors import DatasetError, ImageError
 
 __all__ = ["Scene", "BACKGROUNDS", "every_nth_splits", "estimate_normalization"]

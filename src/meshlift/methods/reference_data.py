@@ -3,7 +3,7 @@
 nvdiffrec (Munkberg et al., CVPR 2022, Sec. 5.1 and its ``dataset/dataset_mesh.py``) evaluates its pipeline
 on synthetic views of reference meshes (spot, bob): the mesh is scaled into the unit cube, training cameras
 are placed at random on a sphere around it, held-out cameras on a fixed orbit, and every image is rendered
-with the same differentiable PBR renderer (here :func:`meshlift.methods.renderer.render_mesh`) under an
+with the same differentiable PBR renderer (here :func:`meshlift.renderers.mesh_pbr.render_mesh`) under an
 environment light. Because the ground truth geometry is known, the reconstruction can be scored with
 Chamfer distance / F-score in the mesh's own units.
 
@@ -259,7 +259,7 @@ class ReferenceMeshDataset:
     ``n_train .. n_train + n_test − 1`` are the test split: an orbit around +Y at elevation
     ``test_elevation``, evenly spaced in azimuth. Every camera looks at the origin with +Y up, full
     vertical field of view ``fov``. Images are rendered by
-    :func:`meshlift.methods.renderer.render_mesh` over black with ``spp`` supersampling, batched by
+    :func:`meshlift.renderers.mesh_pbr.render_mesh` over black with ``spp`` supersampling, batched by
     ``render_batch``; they are cached in memory (on the CPU) when all views fit in ``cache_bytes``, else
     rendered again for each request (the renderer is deterministic).
     """
@@ -399,7 +399,7 @@ class ReferenceMeshDataset:
     @torch.no_grad()
     def _render(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Straight linear colour ``[B, H, W, 3]`` and coverage ``[B, H, W, 1]`` of views ``idx`` (on the CPU)."""
-        from meshlift.methods.renderer import render_mesh
+        from meshlift.renderers.mesh_pbr import render_mesh
 
         cams = self.cameras_normalized[idx].to(self.device)
         w2c = cams.world_to_clip()

@@ -718,7 +718,7 @@ class Pass1Result:
 
 def _render(mesh: Mesh, views: dict, res: tuple[int, int], light, material, background: torch.Tensor,
             cfg: SurfaceConfig, jitter: float = 0.0) -> dict:
-    from meshlift.methods.renderer import render_mesh
+    from meshlift.renderers.mesh_pbr import render_mesh
 
     return render_mesh(
         mesh,
