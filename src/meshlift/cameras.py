@@ -327,18 +327,12 @@ class Cameras:
         The result stays rigid: ``world_to_camera' = [R Rₛᵀ | s (t - R Rₛᵀ tₛ / s)]``, i.e. camera-space
         coordinates (and ``near``/``far``) are scaled by ``s``, so every point projects to the same pixel.
         """
-        S = torch.as_tensor(similarity, dtype=torch.float64)
-        if S.shape != (4, 4):
-            raise CameraError(f"similarity must be [4, 4], got {list(S.shape)}")
-        A = S[:3, :3]
-        det = float(torch.linalg.det(A))
-        if not det > 0:
-            raise CameraError(f"similarity must have a positive determinant (no reflection), got {det:g}")
-        scale = det ** (1.0 / 3.0)
-        Rs = A / scale
-        if not torch.allclose(Rs @ Rs.T, torch.eye(3, dtype=torch.float64), atol=1e-6):
-            raise CameraError("transform_world needs a similarity (uniform scale x rotation + translation)")
+        from meshlift.geometry.similarity import decompose_similarity
+
+        S = torch.as_tensor(similarity, dtype=torch.float64).cpu()
+        scale, Rs = decompose_similarity(S)
         w2c = self.world_to_camera.double()
+        S, Rs = S.to(w2c.device), Rs.to(w2c.device)
         R, t = w2c[:, :3, :3], w2c[:, :3, 3]
         R_new = R @ Rs.T
         t_new = scale * t - (R_new @ S[:3, 3])
