@@ -21,27 +21,6 @@ from pathlib import Path
 import typer
 
 
-def _find_asset(asset: Path):
-    """(mesh path, light path or None) of a mesh file or a reconstruction folder."""
-    from meshlift.errors import MeshError
-    from meshlift.io.mesh import READ_SUFFIXES
-
-    if asset.is_file():
-        return asset, None
-    if not asset.is_dir():
-        raise MeshError(f"{asset}: not a mesh file or a folder")
-    for cand in (asset / "mesh" / "mesh.obj", asset / "mesh.glb", asset / "mesh.obj"):
-        if cand.is_file():
-            break
-    else:
-        found = sorted(p for p in asset.iterdir() if p.suffix.lower() in READ_SUFFIXES)
-        if not found:
-            raise MeshError(f"{asset}: no mesh found (expected mesh/mesh.obj or mesh.glb, as reconstructions write)")
-        cand = found[0]
-    probe = asset / "probe.hdr"
-    return cand, (probe if probe.is_file() else None)
-
-
 def render(
     asset: Path = typer.Argument(..., help="Mesh file, or a reconstruction output folder (mesh/mesh.obj, probe.hdr)."),
     data: Path = typer.Option(None, "--data", help="Dataset whose cameras to render from (any format `meshlift inspect` reads)."),
@@ -66,9 +45,9 @@ def render(
 
     import torch
 
-    from meshlift.errors import ConfigError, DependencyError
+    from meshlift.errors import ConfigError
     from meshlift.io.images import write_image
-    from meshlift.io.mesh import load_mesh
+    from meshlift.io.mesh import find_asset, load_mesh
     from meshlift.renderers.mesh_pbr import render_views, turntable_cameras
 
     if data is None and not turntable:
@@ -79,7 +58,7 @@ def render(
         raise ConfigError(f"--mode must be auto, pbr or unlit, got {mode!r}")
     if up not in ("y", "z"):
         raise ConfigError(f"--up must be y or z, got {up!r}")
-    mesh_path, probe = _find_asset(asset)
+    mesh_path, probe = find_asset(asset)
     probe = light or probe
     mesh = load_mesh(mesh_path)
     if mesh.num_faces == 0:
@@ -88,13 +67,10 @@ def render(
     if mode == "pbr" or (mode == "auto" and probe is not None):
         if probe is None:
             raise ConfigError("--mode pbr needs a light: --light PROBE.hdr (or probe.hdr in the asset folder)")
-        try:
-            from meshlift.shading.light import EnvironmentLight
+        from meshlift.io.hdr import read_light
 
-            env = EnvironmentLight.load(probe, trainable=False)
-            env.build_mips()
-        except ImportError as exc:
-            raise DependencyError(f"PBR rendering needs meshlift.io.hdr / shading.light ({exc}); use --mode unlit") from exc
+        env = read_light(probe, trainable=False)
+        env.build_mips()
         mode = "pbr"
     else:
         mode = "unlit"

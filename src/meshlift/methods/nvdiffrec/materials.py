@@ -87,6 +87,8 @@ def make_light(cfg: SurfaceConfig, device: torch.device, gt_light=None,
     path = Path(cfg.light)
     if not path.is_file():
         raise ConfigError(f"config field 'light' = {cfg.light!r}: not 'learned', 'fixed' or an existing .hdr/.exr file")
-    light = EnvironmentLight.load(path, res=int(cfg.env_res), trainable=False, min_res=min_res).to(device)
+    from meshlift.io.hdr import read_light
+
+    light = read_light(path, res=int(cfg.env_res), trainable=False, min_res=min_res).to(device)
     light.build_mips()
     return light, False
