@@ -620,7 +620,7 @@ def cameras_on_sphere(
     near: float | None = None,
     far: float | None = None,
 ) -> Cameras:
-    """``n`` pinhole cameras on a sphere looking at ``target`` (to render reference meshes).
+    """``n`` pinhole cameras on a sphere looking at ``target`` (to render synthetic scenes).
 
     Positions: a Fibonacci sphere (deterministic, even coverage; Gonzalez 2010, "Measurement of areas on a
     sphere using Fibonacci and latitude-longitude lattices") when ``seed`` is None, else uniform random

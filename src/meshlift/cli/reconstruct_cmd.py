@@ -115,7 +115,7 @@ def build_config(
     if data:
         values["data"] = str(data)
     if not values.get("data", cfg.data):
-        raise ConfigError("no input: give DATA (a dataset folder or a reference mesh file)")
+        raise ConfigError("no input: give DATA (a dataset folder or a mesh file)")
     return apply_dict(cfg, values, source="command line")
 
 
@@ -155,7 +155,7 @@ def register(app: typer.Typer) -> None:
     @app.command("reconstruct")
     def reconstruct(
         data: Optional[str] = typer.Argument(
-            None, help="Dataset folder (NeRF/Blender, COLMAP, LLFF/NeRD, ...) or a reference mesh (.obj/.glb/.ply)."
+            None, help="Dataset folder (NeRF/Blender, COLMAP, LLFF/NeRD, ...) or a mesh file (.obj/.glb/.ply) to reconstruct from synthetic views."
         ),
         overrides: Optional[List[str]] = typer.Argument(None, help="Config overrides field=value (like --set)."),
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (created)."),
@@ -199,7 +199,7 @@ def print_summary(console, result) -> None:
     if "fscore" in m:
         console.print(
             f"[bold]Chamfer-L1[/bold] {m['chamfer_l1']:.5f}   [bold]F-score[/bold] {m['fscore']:.4f} "
-            f"(threshold {m.get('threshold', float('nan')):.5f}, 1% of the reference bbox diagonal)"
+            f"(threshold {m.get('threshold', float('nan')):.5f}, 1% of the gt bbox diagonal)"
         )
     t = m.get("timings", {})
     if t:
