@@ -103,7 +103,8 @@ def coerce(name: str, value: Any, hint: Any) -> Any:
             return tuple(float(x) for x in value)
     except (ValueError, TypeError, SyntaxError):
         kind = getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
-        raise ConfigError(f"config field {name!r}: cannot use {value!r}; expected {_KIND_NAMES.get(kind, kind)}") from None
+        expected = _KIND_NAMES.get(kind, kind)
+        raise ConfigError(f"config field {name!r}: cannot use {value!r}; expected {expected}") from None
     return value
 
 

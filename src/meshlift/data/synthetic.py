@@ -25,7 +25,6 @@ background ``bg``. ``rgb`` is what a Scene reader returns: sRGB-encoded, clamped
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 from typing import Optional, Sequence, Union

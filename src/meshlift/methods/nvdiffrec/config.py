@@ -27,7 +27,8 @@ class SurfaceConfig:
 
     # ---- data ----------------------------------------------------------------------------------------------
     data: str = ""
-    """Dataset folder (anything ``meshlift.data.load_scene`` reads) or a mesh file (OBJ, GLB, PLY) rendered as a synthetic scene."""
+    """Dataset folder (anything ``meshlift.data.load_scene`` reads) or a mesh file (OBJ, GLB, PLY) rendered as a
+    synthetic scene."""
     train_split: str = "train"
     """Split of the dataset used for training."""
     test_split: str = "test"
@@ -84,7 +85,8 @@ class SurfaceConfig:
     time_budget_s: float = 0.0
     """Wall-clock budget in seconds for the whole run (0 = none). Pass 1 stops early once 55% of it has
     passed since the start, pass 2 once 80% has; the steps actually run are recorded in metrics.json
-    (``iterations``). Learning-rate schedules still follow ``iter_pass1``/``iter_pass2``."""
+    (``iterations``). Learning-rate schedules still follow ``iter_pass1``/``iter_pass2``. The fractions are
+    ``meshlift.methods.nvdiffrec.reconstruct.BUDGET_FRACTIONS``."""
     batch: int = 8
     """Views per optimisation step."""
     spp: int = 1
@@ -144,7 +146,8 @@ class SurfaceConfig:
 
     # ---- light --------------------------------------------------------------------------------------------
     light: str = "learned"
-    """``learned`` (initialised grey, optimised), ``fixed`` (synthetic scenes: the environment the gt mesh was rendered under)
+    """``learned`` (initialised grey, optimised), ``fixed`` (synthetic scenes: the environment the gt mesh was
+    rendered under)
     or a path to an ``.hdr``/``.exr`` lat-long map used as known, fixed lighting."""
     env_res: int = 128
     """Side of each face of the learned environment cube map (pixels)."""

@@ -1,7 +1,8 @@
 """Named configurations mirroring nvdiffrec's ``configs/*.json``, each with a CPU-sized ``--quick`` variant.
 
 - ``spot``, ``bob``: a mesh file rendered on the fly as a synthetic scene (the gt mesh), learned light.
-- ``spot_fixlight``, ``bob_fixlight``: the same with the environment the gt mesh was rendered under given as known light.
+- ``spot_fixlight``, ``bob_fixlight``: the same with the environment the gt mesh was rendered under given as
+  known light.
 - ``spot_metal``, ``bob_metal``: metallic gt material (``ref_ks = (0, 0.2, 1)``), a high-frequency
   environment, metallic range opened.
 - ``spot_flexi``: ``spot`` with FlexiCubes instead of DMTet.

@@ -21,7 +21,8 @@ import torch
 
 from meshlift.data.views import ProblemData, scene_problem, sniff_input
 from meshlift.errors import ConfigError, MeshliftError, OutOfMemoryError
-from meshlift.methods.engine import CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, TrainState, is_oom, resolve_device
+from meshlift.methods.engine import (CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, TrainState, is_oom,
+                                     resolve_device)
 from meshlift.methods.nvdiffrec.config import SurfaceConfig
 from meshlift.methods.nvdiffrec.evaluate import geometry_metrics, image_metrics, render_views, to_world
 from meshlift.methods.nvdiffrec.passes import run_pass1, run_pass2
