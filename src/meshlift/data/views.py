@@ -192,10 +192,13 @@ def scene_problem(path: str | Path, *, background: str = "white", train_split: s
     """
     from meshlift.data import load_scene
 
-    scene = load_scene(path, background=background)
-    longest = max(scene.height, scene.width)
-    if 0 < train_res < longest:
-        scene = load_scene(path, background=background, downscale=longest / train_res)
+    scene, downscale = load_scene(path, background=background), 1.0
+    for _ in range(3):  # a reader may load below full size already (only images_N/ on disk): refine
+        longest = max(scene.height, scene.width)
+        if not 0 < train_res < longest:
+            break
+        downscale *= longest / train_res
+        scene = load_scene(path, background=background, downscale=downscale)
     train_idx = _split(scene, train_split)
     test_idx = _split(scene, test_split) or _split(scene, "val")
     if not train_idx:
