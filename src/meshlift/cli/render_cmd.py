@@ -112,23 +112,13 @@ def render(
                 result["per_image"] = per
                 (out / "metrics.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
         if turntable:
-            import imageio.v2 as imageio
-            import numpy as np
+            from meshlift.io.images import write_turntable
 
             cams_t = turntable_cameras(mesh, frames, size, up, elevation_deg=20.0)
-            imgs = [(img.numpy() * 255 + 0.5).astype(np.uint8) for img in render_views(mesh, cams_t, env, bg, mode, spp)]
-            out.mkdir(parents=True, exist_ok=True)
-            imageio.mimsave(out / "turntable.gif", imgs, duration=1.0 / 12, loop=0)
-            pick = imgs[:: max(1, len(imgs) // 12)][:12]
-            cols = min(4, len(pick))
-            rows = (len(pick) + cols - 1) // cols
-            sheet = np.full((rows * size, cols * size, 3), int(bg * 255), dtype=np.uint8)
-            for k, im in enumerate(pick):
-                r, c = divmod(k, cols)
-                sheet[r * size:(r + 1) * size, c * size:(c + 1) * size] = im
-            imageio.imwrite(out / "contact_sheet.png", sheet)
-            result["turntable"] = str(out / "turntable.gif")
-            result["contact_sheet"] = str(out / "contact_sheet.png")
+            gif, sheet = write_turntable(out, [img.numpy() for img in render_views(mesh, cams_t, env, bg, mode, spp)],
+                                         bg)
+            result["turntable"] = str(gif)
+            result["contact_sheet"] = str(sheet)
     if json_output:
         typer.echo(json.dumps(result))
         return
