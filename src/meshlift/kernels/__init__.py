@@ -8,7 +8,8 @@ public ops in :mod:`meshlift.render` (and later the splat ops) call into this pa
 **Visibility backends** (the registry below): ``get_backend(name)`` returns a
 :class:`~meshlift.kernels.base.VisibilityBackend`. Names:
 
-- ``"torch"``: pure PyTorch (CPU and CUDA), the reference implementation; always available.
+- ``"torch"``: pure PyTorch (CPU and CUDA), the portable implementation; always available (its naive twin
+  is ``meshlift.render.reference.visibility_reference``).
 - ``"auto"`` (default, or env ``MESHLIFT_RASTER_BACKEND``): the first available backend of ``_AUTO_ORDER``
   for the device. A backend module registers itself with :func:`register_backend`; ``auto`` prefers a
   faster backend on CUDA once one is registered and available.
