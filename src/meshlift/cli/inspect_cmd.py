@@ -19,14 +19,14 @@ def inspect(
     split_every: int = typer.Option(8, "--split-every", help="Every N-th image is test when the dataset has no splits."),
 ) -> None:
     """Describe a dataset: format, images, resolution, camera model, splits, masks, bounds, warnings."""
-    import json
+    from meshlift.io.jsonfile import dumps
 
     from meshlift.data import load_scene
 
     scene = load_scene(path, format=format, downscale=downscale, colmap_model=colmap_model, split_every=split_every)
     info = scene.summary()
     if json_output:
-        typer.echo(json.dumps(info, indent=None))
+        typer.echo(dumps(info, indent=None))
         return
     from rich.console import Console
     from rich.table import Table
