@@ -12,11 +12,8 @@ from typing import List, Optional
 
 import typer
 
-_MESH_SUFFIXES = {".obj", ".glb", ".gltf", ".ply", ".off", ".stl"}
-
-
 def make_monitor(console=None):
-    """A :class:`meshlift.methods.surface.Monitor` drawing a rich progress bar per pass."""
+    """A :class:`meshlift.methods.engine.Monitor` drawing a rich progress bar per pass."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -29,7 +26,7 @@ def make_monitor(console=None):
 
     import time
 
-    from meshlift.methods.surface import Monitor
+    from meshlift.methods.engine import Monitor
 
     console = console or Console(stderr=True)
 
@@ -102,20 +99,15 @@ def build_config(
     import json
 
     from meshlift.errors import ConfigError
-    from meshlift.methods.config import SurfaceConfig, apply_dict, load_config_file, parse_overrides
-    from meshlift.methods.presets import get_preset
+    from meshlift.methods.nvdiffrec.config import SurfaceConfig, apply_dict, load_config_file, parse_overrides
+    from meshlift.methods.nvdiffrec.presets import get_preset
 
     if resume and out is not None and (out / "config.json").is_file():
         saved = json.loads((out / "config.json").read_text(encoding="utf-8"))
         cfg = apply_dict(SurfaceConfig(), saved, source=str(out / "config.json"))
     else:
         if preset is None:
-            if Path(data).suffix.lower() in _MESH_SUFFIXES:
-                preset = "spot"
-            elif (Path(data) / "poses_bounds.npy").is_file():
-                preset = "nerd"
-            else:
-                preset = "nerf"
+            preset = _default_preset(data)
         cfg = get_preset(preset, quick=quick)
     if config_file is not None:
         cfg = apply_dict(cfg, load_config_file(config_file), source=str(config_file))
@@ -123,13 +115,29 @@ def build_config(
     if data:
         values["data"] = str(data)
     if not values.get("data", cfg.data):
-        raise ConfigError("no input: give DATA (a dataset folder or a reference mesh file)")
+        raise ConfigError("no input: give DATA (a dataset folder or a mesh file)")
     return apply_dict(cfg, values, source="command line")
 
 
+def _default_preset(data: str) -> str:
+    """``spot`` for a mesh file, ``nerd`` for a folder with LLFF poses (``poses_bounds.npy``, also beside a
+    COLMAP model: NeRD-style captures with masks), else ``nerf`` (also when DATA is not readable: the
+    input's own error comes later, after the config has been checked)."""
+    from meshlift.data.views import sniff_input
+    from meshlift.errors import DatasetError
+
+    try:
+        kind = sniff_input(data)
+    except DatasetError:
+        return "nerf"
+    if kind == "mesh":
+        return "spot"
+    return "nerd" if kind == "llff" or (Path(data) / "poses_bounds.npy").is_file() else "nerf"
+
+
 def _help_config() -> str:
-    from meshlift.methods.config import SurfaceConfig, config_to_dict, field_docs
-    from meshlift.methods.presets import preset_names
+    from meshlift.methods.nvdiffrec.config import SurfaceConfig, config_to_dict, field_docs
+    from meshlift.methods.nvdiffrec.presets import preset_names
 
     docs = field_docs()
     defaults = config_to_dict(SurfaceConfig())
@@ -147,7 +155,7 @@ def register(app: typer.Typer) -> None:
     @app.command("reconstruct")
     def reconstruct(
         data: Optional[str] = typer.Argument(
-            None, help="Dataset folder (NeRF/Blender, COLMAP, LLFF/NeRD, ...) or a reference mesh (.obj/.glb/.ply)."
+            None, help="Dataset folder (NeRF/Blender, COLMAP, LLFF/NeRD, ...) or a mesh file (.obj/.glb/.ply) to reconstruct from synthetic views."
         ),
         overrides: Optional[List[str]] = typer.Argument(None, help="Config overrides field=value (like --set)."),
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (created)."),
@@ -178,7 +186,7 @@ def register(app: typer.Typer) -> None:
             data = None
         cfg = build_config(data or "", preset, quick, config, items, out=out, resume=resume)
 
-        from meshlift.methods.surface import reconstruct as run
+        from meshlift.methods.nvdiffrec.reconstruct import reconstruct as run
 
         result = run(cfg, out, resume=resume, monitor=make_monitor())
         print_summary(console, result)
@@ -191,7 +199,7 @@ def print_summary(console, result) -> None:
     if "fscore" in m:
         console.print(
             f"[bold]Chamfer-L1[/bold] {m['chamfer_l1']:.5f}   [bold]F-score[/bold] {m['fscore']:.4f} "
-            f"(threshold {m.get('threshold', float('nan')):.5f}, 1% of the reference bbox diagonal)"
+            f"(threshold {m.get('threshold', float('nan')):.5f}, 1% of the gt bbox diagonal)"
         )
     t = m.get("timings", {})
     if t:

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import torch
 
-from meshlift.cameras import Cameras, undistortion_grid
+from meshlift.cameras import Cameras
+from meshlift.data.undistort import undistortion_grid
 from meshlift.errors import DatasetError, ImageError
+from meshlift.geometry.transforms import similarity_transform
 
 __all__ = ["Scene", "BACKGROUNDS", "every_nth_splits", "estimate_normalization"]
 
@@ -170,12 +172,9 @@ class Scene:
     def _composite(self, rgb: torch.Tensor, alpha: torch.Tensor | None) -> torch.Tensor:
         if alpha is None:
             return rgb
-        if self.background == "white":
-            bg = torch.ones(3, dtype=rgb.dtype, device=rgb.device)
-        elif self.background == "black":
-            bg = torch.zeros(3, dtype=rgb.dtype, device=rgb.device)
-        else:
-            bg = torch.rand(3, dtype=rgb.dtype).to(rgb.device)
+        from meshlift.shading.color import background_color
+
+        bg = background_color(self.background, dtype=rgb.dtype, device=rgb.device)
         return rgb * alpha + bg * (1 - alpha)
 
     def image(self, i: int) -> torch.Tensor:
@@ -364,8 +363,6 @@ def estimate_normalization(
     if not math.isfinite(half) or half <= 0:
         half = 1.0
     s = 1.0 / half
-    T = torch.eye(4, dtype=torch.float64)
-    T[:3, :3] *= s
-    T[:3, 3] = -s * center
+    T = similarity_transform(s, -center)
     info = {"method": method, "center": center.tolist(), "scale": s}
     return T, box, info

@@ -27,7 +27,6 @@ import functools
 import math
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -459,21 +458,6 @@ class EnvironmentLight(torch.nn.Module):
             raise RenderError(f"EnvironmentLight.from_latlong(img): expected [H, W, 3], got {tuple(t.shape)}")
         return cls(latlong_to_cube(t[..., :3], int(res)), **kwargs)
 
-    @classmethod
-    def load(cls, path: str | Path, res: int = 256, scale: float = 1.0, **kwargs) -> "EnvironmentLight":
-        """Load a lat-long ``.hdr`` / ``.exr`` probe (see :func:`meshlift.io.hdr.read_hdr`) as a light.
-
-        Args:
-            path: image file.
-            res: cube face size.
-            scale: multiplies the radiance.
-            **kwargs: forwarded to the constructor (e.g. ``trainable=False`` for a fixed light).
-        """
-        from meshlift.io.hdr import read_hdr
-
-        img = read_hdr(path) * float(scale)
-        return cls.from_latlong(img, res, **kwargs)
-
     def clone(self) -> "EnvironmentLight":
         """A detached copy with the same settings (mips not built)."""
         return EnvironmentLight(
@@ -492,12 +476,6 @@ class EnvironmentLight(torch.nn.Module):
         """The base cube map as a lat-long map ``[height, 2 height, 3]`` (detached)."""
         with torch.no_grad():
             return cube_to_latlong(self.base.detach(), int(height))
-
-    def save(self, path: str | Path, height: int = 256) -> Path:
-        """Write the base map as a lat-long Radiance ``.hdr`` (or ``.exr``) probe; returns the path."""
-        from meshlift.io.hdr import write_hdr
-
-        return write_hdr(path, self.to_latlong(height).cpu().numpy())
 
     # -- training helpers ---------------------------------------------------------------------------
 

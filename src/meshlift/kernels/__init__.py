@@ -1,10 +1,33 @@
-"""Visibility backends and the one place that chooses between them.
+"""The single door to meshlift's fast paths, and the only package that may import ``triton``.
 
-``get_backend(name)`` returns a :class:`~meshlift.render.backends.base.VisibilityBackend`. Names:
+Everything that trades readability for speed lives here: visibility backends of the rasterizer (this
+module's registry), Triton kernels (compiled at run time, never nvcc) and vectorised/chunked passes. The
+public ops in :mod:`meshlift.render` (and later the splat ops) call into this package; nothing above
+``render`` imports it directly.
+
+**Visibility backends** (the registry below): ``get_backend(name)`` returns a
+:class:`~meshlift.kernels.base.VisibilityBackend`. Names:
 
 - ``"torch"``: pure PyTorch (CPU and CUDA), the reference implementation; always available.
-- ``"auto"`` (default, or env ``MESHLIFT_RASTER_BACKEND``): the fastest available backend for the device.
-  Today that is always ``"torch"``; a Triton backend will be preferred on CUDA once it exists.
+- ``"auto"`` (default, or env ``MESHLIFT_RASTER_BACKEND``): the first available backend of ``_AUTO_ORDER``
+  for the device. A backend module registers itself with :func:`register_backend`; ``auto`` prefers a
+  faster backend on CUDA once one is registered and available.
+
+**Contract for differentiable kernels** (splatting forward/backward, hash-grid encoding, ...):
+
+1. The kernel is a *private* ``torch.autograd.Function`` (``_SomethingFn``) in its own module here
+   (``kernels/<family>_triton.py``); the public function lives in the op layer and picks the
+   implementation. Users never see the Function.
+2. Its naive, readable PyTorch twin lives in :mod:`meshlift.render.reference` (or beside the op, for a new
+   op family) and is the specification: same inputs, same outputs, autograd for the backward.
+3. Tests compare forward *and* backward of the kernel against the twin with explicit tolerances, at
+   several small sizes, plus a float64 ``gradcheck`` (or finite differences) of the twin.
+4. CI has no GPU: Triton kernels run there under ``TRITON_INTERPRET=1`` (set in the test process before
+   triton is imported, only when no CUDA device is present), at small sizes.
+5. Selection is ``"auto"`` by default: the fast path when its dependency probe
+   (:mod:`meshlift._deps`) and ``is_available(device)`` say yes, else the twin; an explicit name that
+   cannot run raises a meshlift error naming the alternative.
+6. Memory is bounded by a named budget argument (chunking); OOM messages name it.
 """
 
 from __future__ import annotations
@@ -15,8 +38,8 @@ from typing import Dict, Optional
 import torch
 
 from meshlift.errors import RenderError
-from meshlift.render.backends.base import VisibilityBackend
-from meshlift.render.backends.torch_backend import TorchBackend
+from meshlift.kernels.base import VisibilityBackend
+from meshlift.kernels.torch_backend import TorchBackend
 
 _BACKENDS: Dict[str, VisibilityBackend] = {"torch": TorchBackend()}
 

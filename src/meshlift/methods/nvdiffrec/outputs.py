@@ -7,7 +7,7 @@ Layout of ``DIR`` (issue 4):
 - ``probe.hdr``: the environment light as a lat-long map (conventions §8), in the normalised frame's axes
   (the world frame's axes when the normalisation is a pure scale + translation);
 - ``dmtet_mesh/mesh.obj``: the pass-1 mesh (no material);
-- ``images/``: validation views ``start_XX.png`` and ``end_XX.png`` (reference | ours), previews
+- ``images/``: validation views ``start_XX.png`` and ``end_XX.png`` (target | ours), previews
   ``preview_<pass>_<iteration>.png`` and a rendered image of the asset ``asset.png``;
 - ``metrics.json``, ``config.json``, ``checkpoint.pt`` and ``loss_curve.png``.
 """
@@ -22,7 +22,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from meshlift.methods.config import SurfaceConfig, config_to_dict
+from meshlift.methods.nvdiffrec.config import SurfaceConfig, config_to_dict
+from meshlift.methods.nvdiffrec.evaluate import render_views
 
 
 def write_config(out: Path, cfg: SurfaceConfig) -> Path:
@@ -32,10 +33,10 @@ def write_config(out: Path, cfg: SurfaceConfig) -> Path:
     return p
 
 
-def _side_by_side(ref: torch.Tensor, ours: torch.Tensor) -> torch.Tensor:
-    """``[H, W, 3]`` reference | ours with a 2-pixel grey separator."""
-    sep = torch.full((ref.shape[0], 2, 3), 0.5)
-    return torch.cat([ref.cpu(), sep, ours.cpu()], dim=1)
+def _side_by_side(target: torch.Tensor, ours: torch.Tensor) -> torch.Tensor:
+    """``[H, W, 3]`` target | ours with a 2-pixel grey separator."""
+    sep = torch.full((target.shape[0], 2, 3), 0.5)
+    return torch.cat([target.cpu(), sep, ours.cpu()], dim=1)
 
 
 def _val_indices(n: int, k: int) -> list[int]:
@@ -46,16 +47,15 @@ def _val_indices(n: int, k: int) -> list[int]:
 
 def write_validation_images(out: Path, tag: str, mesh, data, light, material, cfg: SurfaceConfig,
                             device: torch.device) -> list[Path]:
-    """Render ``cfg.val_views`` held-out views and write ``images/<tag>_XX.png`` (reference | ours)."""
+    """Render ``cfg.val_views`` held-out views and write ``images/<tag>_XX.png`` (target | ours)."""
     from meshlift.io.images import write_image
-    from meshlift.methods.surface import render_views
 
     idx = _val_indices(len(data.test), cfg.val_views)
     if not idx:
         return []
-    ours, refs = render_views(mesh, data.test, light, material, cfg, device, indices=idx)
+    ours, targets = render_views(mesh, data.test, light, material, cfg, device, indices=idx)
     paths = []
-    for k, (o, r) in enumerate(zip(ours, refs)):
+    for k, (o, r) in enumerate(zip(ours, targets)):
         p = Path(out) / "images" / f"{tag}_{k:02d}.png"
         write_image(p, _side_by_side(r, o))
         paths.append(p)
@@ -69,15 +69,14 @@ def preview_writer(out: Optional[Path], data, cfg: SurfaceConfig, device: torch.
 
     def write(tag: str, iteration: int, mesh, light, material) -> None:
         from meshlift.io.images import write_image
-        from meshlift.methods.surface import render_views
 
         if tag == "start":
             write_validation_images(out, "start", mesh, data, light, material, cfg, device)
             return
         if len(data.test) == 0:
             return
-        ours, refs = render_views(mesh, data.test, light, material, cfg, device, indices=[0])
-        write_image(Path(out) / "images" / f"preview_{tag}_{iteration:06d}.png", _side_by_side(refs[0], ours[0]))
+        ours, targets = render_views(mesh, data.test, light, material, cfg, device, indices=[0])
+        write_image(Path(out) / "images" / f"preview_{tag}_{iteration:06d}.png", _side_by_side(targets[0], ours[0]))
 
     return write
 
@@ -135,10 +134,13 @@ def _json_safe(x):
     return x
 
 
-def write_outputs(out: Path, mesh_world, dmtet_world, light, metrics: dict, history: list[dict], data,
-                  mesh_normalized, cfg: SurfaceConfig, device: torch.device, *,
-                  ours: Optional[torch.Tensor] = None, refs: Optional[torch.Tensor] = None) -> dict:
-    """Write every output of a finished run into ``out``; returns ``{name: path}``."""
+def write_outputs(out: Path, mesh_world, dmtet_world, light, metrics: dict, history: list[dict],
+                  cfg: SurfaceConfig, *, ours: Optional[torch.Tensor] = None,
+                  targets: Optional[torch.Tensor] = None) -> dict:
+    """Write every output of a finished run into ``out``; returns ``{name: path}``.
+
+    ``ours`` / ``targets`` (``[N, H, W, 3]`` sRGB, the evaluation renders) give the end-of-run validation
+    images and ``images/asset.png`` without rendering again."""
     from meshlift.io.glb import save_glb
     from meshlift.io.hdr import write_hdr
     from meshlift.io.images import write_image
@@ -157,9 +159,9 @@ def write_outputs(out: Path, mesh_world, dmtet_world, light, metrics: dict, hist
     if latlong is not None:
         write_hdr(files["probe"], latlong.detach().cpu())
     # end-of-run validation views: reuse the evaluation renders
-    if ours is not None and refs is not None:
+    if ours is not None and targets is not None:
         for k, i in enumerate(_val_indices(len(ours), cfg.val_views)):
-            write_image(out / "images" / f"end_{k:02d}.png", _side_by_side(refs[i], ours[i]))
+            write_image(out / "images" / f"end_{k:02d}.png", _side_by_side(targets[i], ours[i]))
         if len(ours):
             write_image(out / "images" / "asset.png", ours[0])
             files["asset_image"] = out / "images" / "asset.png"
