@@ -41,12 +41,11 @@ def render(
 ) -> None:
     """Render an asset from a dataset's cameras (PNGs + PSNR/SSIM/LPIPS where the dataset has images)
     and/or as a turntable."""
-    from meshlift.io.jsonfile import dumps, write_json
-
     import torch
 
     from meshlift.errors import ConfigError
     from meshlift.io.images import write_image
+    from meshlift.io.jsonfile import dumps, write_json
     from meshlift.io.mesh import find_asset, load_mesh
     from meshlift.renderers.mesh_pbr import render_views, turntable_cameras
 
@@ -58,6 +57,9 @@ def render(
         raise ConfigError(f"--mode must be auto, pbr or unlit, got {mode!r}")
     if up not in ("y", "z"):
         raise ConfigError(f"--up must be y or z, got {up!r}")
+    from meshlift.methods.engine import prepare_output_dir
+
+    prepare_output_dir(Path(out), resume=False, overwrite=True)  # a file or read-only --out: before loading
     mesh_path, probe = find_asset(asset)
     probe = light or probe
     mesh = load_mesh(mesh_path)
