@@ -35,14 +35,19 @@ def register(app: typer.Typer) -> None:
         from meshlift.methods.nvdiffrec.presets import get_preset
         from meshlift.methods.nvdiffrec.reconstruct import reconstruct, synthetic_problem
 
+        from meshlift.methods.engine import prepare_output_dir
+
         console = Console()
         t0 = time.perf_counter()
+        # The demo regenerates the same deterministic result: it replaces an earlier demo in OUT, but a file
+        # or an unwritable folder given as --out is refused before anything is built.
+        prepare_output_dir(out, resume=False, overwrite=True)
         cfg = apply_dict(get_preset("demo"), {"device": device, **parse_overrides(list(set_ or []))})
         dev = resolve_device(cfg.device)
         monitor = make_monitor()
         monitor.log("building the demo object and rendering its target views")
         mesh = make_demo_object()
         data = synthetic_problem(mesh, cfg, dev, name="demo ring")
-        result = reconstruct(cfg, out, monitor=monitor, data=data)
+        result = reconstruct(cfg, out, overwrite=True, monitor=monitor, data=data)
         print_summary(console, result)
         console.print(f"demo finished in {time.perf_counter() - t0:.1f} s")

@@ -95,15 +95,20 @@ def build_config(
     out: Optional[Path] = None,
     resume: bool = False,
 ):
-    """The effective :class:`SurfaceConfig` from preset, file and overrides (see the module docstring)."""
-    import json
+    """The effective :class:`SurfaceConfig` from preset, file and overrides (see the module docstring).
 
+    Raises:
+        ConfigError: a corrupt saved ``config.json`` on ``--resume`` (nothing is rewritten), bad fields."""
     from meshlift.errors import ConfigError
+    from meshlift.io.jsonfile import read_json
     from meshlift.methods.nvdiffrec.config import SurfaceConfig, apply_dict, load_config_file, parse_overrides
     from meshlift.methods.nvdiffrec.presets import get_preset
 
     if resume and out is not None and (out / "config.json").is_file():
-        saved = json.loads((out / "config.json").read_text(encoding="utf-8"))
+        saved = read_json(out / "config.json", what="saved run config (config.json)")
+        if not isinstance(saved, dict):
+            raise ConfigError(f"{out / 'config.json'}: not a table of config fields; restore it or start again "
+                              "with --overwrite")
         cfg = apply_dict(SurfaceConfig(), saved, source=str(out / "config.json"))
     else:
         if preset is None:
@@ -167,6 +172,7 @@ def register(app: typer.Typer) -> None:
         config: Optional[Path] = typer.Option(None, "--config", "-c", help="JSON or TOML file of config fields."),
         set_: Optional[List[str]] = typer.Option(None, "--set", "-s", help="Override a field: --set batch=4."),
         resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoint.pt."),
+        overwrite: bool = typer.Option(False, "--overwrite", help="Replace a finished or unfinished run in OUT."),
         help_config: bool = typer.Option(False, "--help-config", help="List every config field and exit."),
     ) -> None:
         """Reconstruct a textured PBR mesh (OBJ+MTL, GLB), an HDR light probe and metrics from posed images."""
@@ -180,6 +186,11 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit()
         if out is None:
             raise ConfigError("--out DIR is required (the folder the asset and metrics are written to)")
+        if resume and overwrite:
+            raise ConfigError("--resume and --overwrite exclude each other: continue the run, or replace it")
+        from meshlift.methods.engine import prepare_output_dir
+
+        prepare_output_dir(out, resume=resume, overwrite=overwrite)  # before anything is loaded
         items = list(set_ or []) + list(overrides or [])
         if data is not None and "=" in data and not Path(data).exists():
             items.insert(0, data)
@@ -188,7 +199,7 @@ def register(app: typer.Typer) -> None:
 
         from meshlift.methods.nvdiffrec.reconstruct import reconstruct as run
 
-        result = run(cfg, out, resume=resume, monitor=make_monitor())
+        result = run(cfg, out, resume=resume, overwrite=overwrite, monitor=make_monitor())
         print_summary(console, result)
 
 

@@ -41,12 +41,11 @@ def render(
 ) -> None:
     """Render an asset from a dataset's cameras (PNGs + PSNR/SSIM/LPIPS where the dataset has images)
     and/or as a turntable."""
-    import json
-
     import torch
 
     from meshlift.errors import ConfigError
     from meshlift.io.images import write_image
+    from meshlift.io.jsonfile import dumps, write_json
     from meshlift.io.mesh import find_asset, load_mesh
     from meshlift.renderers.mesh_pbr import render_views, turntable_cameras
 
@@ -58,6 +57,9 @@ def render(
         raise ConfigError(f"--mode must be auto, pbr or unlit, got {mode!r}")
     if up not in ("y", "z"):
         raise ConfigError(f"--up must be y or z, got {up!r}")
+    from meshlift.methods.engine import prepare_output_dir
+
+    prepare_output_dir(Path(out), resume=False, overwrite=True)  # a file or read-only --out: before loading
     mesh_path, probe = find_asset(asset)
     probe = light or probe
     mesh = load_mesh(mesh_path)
@@ -110,7 +112,7 @@ def render(
                     vals = [r[k] for r in scored if r.get(k) is not None]
                     result[k] = sum(vals) / len(vals) if vals else None
                 result["per_image"] = per
-                (out / "metrics.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+                write_json(out / "metrics.json", result)
         if turntable:
             from meshlift.io.images import write_turntable
 
@@ -120,7 +122,7 @@ def render(
             result["turntable"] = str(gif)
             result["contact_sheet"] = str(sheet)
     if json_output:
-        typer.echo(json.dumps(result))
+        typer.echo(dumps(result))
         return
     from rich.console import Console
 

@@ -69,6 +69,9 @@ class SurfaceConfig:
     """Side of the cube (centred at the origin, normalised frame) that the grid spans."""
     sdf_init: str = "sphere"
     """Initial SDF: ``random`` (nvdiffrec), ``sphere`` or ``visual_hull`` (carved from the training masks)."""
+    hull_max_fill: float = 0.5
+    """With ``sdf_init=visual_hull``: stop with an error when the hull fills more than this fraction of the grid
+    (correct captures fill a few %; cameras in the wrong convention fill most of it); 1 disables the check."""
     deform_scale: float = 1.0
     """Maximum vertex deformation in units of half a grid cell (tanh-bounded, nvdiffrec uses 1)."""
     iter_pass1: int = 5000
@@ -168,7 +171,10 @@ class SurfaceConfig:
     preview_every: int = 0
     """Save a preview image (target | ours) every N iterations (0 = never)."""
     checkpoint_every: int = 500
-    """Save a checkpoint for ``--resume`` every N iterations (and at the end of each pass)."""
+    """Save a checkpoint for ``--resume`` every N iterations (and at the end of each pass; 0 = by time only)."""
+    checkpoint_every_s: float = 60.0
+    """Also save a checkpoint once this many seconds have passed since the last one (0 = by count only), so
+    short runs are saved too."""
     val_views: int = 4
     """Validation views written to ``images/`` at start and end."""
     eval_samples: int = 200000
@@ -204,8 +210,50 @@ _CHOICES = {
 }
 
 
+#: Numeric ranges ``(low, high, low_inclusive)``: every int/float field is finite and inside its range.
+#: The upper bounds stop values that would exhaust memory (a hash table of 2^30 entries, a 64k texture).
+RANGES: dict[str, tuple[float, float, bool]] = {
+    "train_res": (0, 8192, True), "max_test_views": (0, 10_000, True), "ref_views": (1, 10_000, True),
+    "ref_test_views": (0, 10_000, True), "ref_camera_radius": (0, 1e6, False), "ref_fov_deg": (0, 180, False),
+    "mesh_scale": (0, 1e6, False), "deform_scale": (0, 100, True), "iter_pass1": (0, 10_000_000, True),
+    "iter_pass2": (0, 10_000_000, True), "hidden_views": (1, 10_000, True), "hidden_res": (8, 8192, True),
+    "time_budget_s": (0, 1e9, True), "batch": (1, 1024, True), "spp": (1, 16, True),
+    "lr_pos": (0, 10, False), "lr_mat": (0, 10, False), "lr_light": (0, 10, False), "lr_vertex": (0, 10, True),
+    "lr_decay": (0, 1, True), "warmup": (0, 10_000_000, True), "mask_weight": (0, 1e6, True),
+    "sdf_reg_weight": (0, 1e6, True), "sdf_reg_final": (0, 1e6, True), "kd_smooth_weight": (0, 1e6, True),
+    "kd_smooth_jitter": (0, 1, True), "light_reg_weight": (0, 1e6, True), "laplace_weight": (0, 1e9, True),
+    "flexi_dev_weight": (0, 1e6, True), "hash_levels": (1, 32, True), "hash_log2_size": (8, 24, True),
+    "hash_max_res": (2, 1 << 16, True), "texture_res": (8, 16384, True), "env_res": (4, 2048, True),
+    "env_init": (0, 1e4, True), "unwrap_max_faces": (100, 10_000_000, True), "max_fragments": (1, 1 << 34, True),
+    "preview_every": (0, 10_000_000, True), "checkpoint_every": (0, 10_000_000, True),
+    "checkpoint_every_s": (0, 1e7, True), "hull_max_fill": (0, 1, False), "val_views": (0, 1000, True), "eval_samples": (1000, 100_000_000, True),
+    "fscore_threshold_frac": (0, 1, False),
+}
+
+#: Fields that fix the shapes of the saved parameters: they cannot change on ``--resume``.
+RESUME_FIXED = ("isosurface", "grid_res", "hash_levels", "hash_log2_size", "hash_max_res", "texture_res",
+                "env_res", "light", "kd_min", "kd_max", "ks_min", "ks_max", "mesh_scale", "data", "train_res",
+                "seed")
+
+
+def _check_ranges(cfg: SurfaceConfig) -> None:
+    import math
+
+    for name, (lo, hi, lo_incl) in RANGES.items():
+        v = getattr(cfg, name)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ConfigError(f"config field {name!r} = {v!r} must be a finite number in "
+                              f"{'[' if lo_incl else '('}{lo:g}, {hi:g}]")
+        if v > hi or v < lo or (v == lo and not lo_incl):
+            raise ConfigError(f"config field {name!r} = {v!r} is out of range: use a value in "
+                              f"{'[' if lo_incl else '('}{lo:g}, {hi:g}]")
+
+
 def validate(cfg: SurfaceConfig) -> SurfaceConfig:
     """Check ranges and choices; raises ConfigError naming the field and the fix."""
+    _check_ranges(cfg)
     for name, choices in _CHOICES.items():
         if getattr(cfg, name) not in choices:
             raise ConfigError(f"config field {name!r} = {getattr(cfg, name)!r}; choose one of {', '.join(choices)}")
@@ -218,8 +266,11 @@ def validate(cfg: SurfaceConfig) -> SurfaceConfig:
         if getattr(cfg, name) < 1:
             raise ConfigError(f"config field {name!r} must be >= 1, got {getattr(cfg, name)}")
     for name in ("kd_min", "kd_max", "ks_min", "ks_max"):
-        if len(getattr(cfg, name)) != 3:
-            raise ConfigError(f"config field {name!r} needs 3 values, got {getattr(cfg, name)!r}")
+        vals = getattr(cfg, name)
+        if len(vals) != 3:
+            raise ConfigError(f"config field {name!r} needs 3 values, got {vals!r}")
+        if not all(isinstance(v, (int, float)) and 0.0 <= v <= 1.0 for v in vals):
+            raise ConfigError(f"config field {name!r} = {vals!r}: each value must be a number in [0, 1]")
     if cfg.ref_ks is not None and len(cfg.ref_ks) != 3:
         raise ConfigError(f"config field 'ref_ks' needs 3 values (occlusion, roughness, metallic), got {cfg.ref_ks!r}")
     if cfg.max_fragments is not None and cfg.max_fragments < 1:
@@ -228,6 +279,8 @@ def validate(cfg: SurfaceConfig) -> SurfaceConfig:
 
 
 __all__ = [
+    "RANGES",
+    "RESUME_FIXED",
     "SurfaceConfig",
     "apply_dict",
     "config_to_dict",

@@ -193,6 +193,15 @@ def init_sdf(geom: nn.Module, cfg: SurfaceConfig, views: PosedViews, generator: 
     if kind == "visual_hull":
         occ = visual_hull_occupancy(pts, views)
         frac = float(occ.float().mean())
+        if frac > cfg.hull_max_fill:
+            from meshlift.errors import DatasetError
+
+            raise DatasetError(
+                f"the visual hull of the masks fills {100 * frac:.0f}% of the reconstruction grid (correct "
+                f"captures fill a few %): the cameras probably do not look at the object — poses in the other "
+                "convention (see the camera warnings of `meshlift inspect DATA`; transforms.json written with "
+                "OpenCV axes needs --camera-convention opencv) or masks that do not cover it. To go on anyway, "
+                f"--set hull_max_fill=1 (now {cfg.hull_max_fill})")
         if frac == 0.0 or frac == 1.0:
             kind = "sphere"
         else:

@@ -14,7 +14,6 @@ Layout of ``DIR`` (issue 4):
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Optional
@@ -27,10 +26,32 @@ from meshlift.methods.nvdiffrec.evaluate import render_views
 
 
 def write_config(out: Path, cfg: SurfaceConfig) -> Path:
-    """Write the effective config to ``out/config.json``."""
-    p = Path(out) / "config.json"
-    p.write_text(json.dumps(config_to_dict(cfg), indent=2) + "\n", encoding="utf-8")
-    return p
+    """Write the effective config to ``out/config.json`` (strict JSON, atomically)."""
+    from meshlift.io.jsonfile import write_json
+
+    return write_json(Path(out) / "config.json", config_to_dict(cfg))
+
+
+def _atomic_path(path: Path, write) -> Path:
+    """Run ``write(tmp_path)`` on a temporary sibling (file or folder) of ``path`` and rename it into place,
+    so an interrupted export leaves the previous file (or none), never a half-written one."""
+    import os
+    import shutil
+
+    path = Path(path)
+    tmp_root = path.parent / f".{path.name}.tmp"
+    if tmp_root.exists():
+        shutil.rmtree(tmp_root) if tmp_root.is_dir() else tmp_root.unlink()
+    tmp_root.mkdir(parents=True)
+    try:
+        result = write(tmp_root / path.name)
+        target_tmp = tmp_root / path.name
+        if path.is_dir() and target_tmp.is_dir():
+            shutil.rmtree(path)
+        os.replace(target_tmp, path)
+    finally:
+        shutil.rmtree(tmp_root, ignore_errors=True)
+    return result
 
 
 def _side_by_side(target: torch.Tensor, ours: torch.Tensor) -> torch.Tensor:
@@ -120,20 +141,6 @@ def plot_loss_curve(history: list[dict], path: Path, size: tuple[int, int] = (64
     return path
 
 
-def _json_safe(x):
-    if isinstance(x, dict):
-        return {str(k): _json_safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_json_safe(v) for v in x]
-    if torch.is_tensor(x):
-        return _json_safe(x.tolist())
-    if isinstance(x, (np.floating, np.integer)):
-        return x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
 def write_outputs(out: Path, mesh_world, dmtet_world, light, metrics: dict, history: list[dict],
                   cfg: SurfaceConfig, *, ours: Optional[torch.Tensor] = None,
                   targets: Optional[torch.Tensor] = None) -> dict:
@@ -147,13 +154,22 @@ def write_outputs(out: Path, mesh_world, dmtet_world, light, metrics: dict, hist
     from meshlift.io.obj import save_obj
     from meshlift.structures.mesh import Mesh
 
+    from meshlift.errors import TrainingError
+    from meshlift.io.jsonfile import write_json
+
     out = Path(out)
+    for name, m in (("mesh", mesh_world), ("pass-1 mesh", dmtet_world)):
+        if not bool(torch.isfinite(m.v_pos).all()):
+            raise TrainingError(f"the {name} has non-finite vertices (the run diverged); nothing was written to "
+                                f"{out}. Lower the learning rates (lr_pos, lr_vertex) and run again")
     files: dict = {}
     files["obj"] = out / "mesh" / "mesh.obj"
-    save_obj(files["obj"], mesh_world)
-    files["glb"] = save_glb(out / "mesh.glb", mesh_world)
+    _atomic_path(out / "mesh", lambda d: save_obj(d / "mesh.obj", mesh_world))
+    files["glb"] = out / "mesh.glb"
+    _atomic_path(files["glb"], lambda p: save_glb(p, mesh_world))
     files["dmtet_obj"] = out / "dmtet_mesh" / "mesh.obj"
-    save_obj(files["dmtet_obj"], Mesh(v_pos=dmtet_world.v_pos, t_pos_idx=dmtet_world.t_pos_idx))
+    _atomic_path(out / "dmtet_mesh", lambda d: save_obj(
+        d / "mesh.obj", Mesh(v_pos=dmtet_world.v_pos, t_pos_idx=dmtet_world.t_pos_idx)))
     files["probe"] = out / "probe.hdr"
     latlong = light.to_latlong(256) if hasattr(light, "to_latlong") else None
     if latlong is not None:
@@ -169,7 +185,7 @@ def write_outputs(out: Path, mesh_world, dmtet_world, light, metrics: dict, hist
     files["metrics"] = out / "metrics.json"
     m = dict(metrics)
     m["outputs"] = {k: str(Path(v).relative_to(out)) for k, v in files.items() if v is not None}
-    files["metrics"].write_text(json.dumps(_json_safe(m), indent=2) + "\n", encoding="utf-8")
+    write_json(files["metrics"], m)  # written last: its presence marks a finished run
     return files
 
 

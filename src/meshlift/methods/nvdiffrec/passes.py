@@ -13,7 +13,6 @@ the shared loop machinery (sampler, schedules, checkpoints, progress, time budge
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -23,7 +22,8 @@ import torch.nn.functional as F
 
 from meshlift.data.views import ProblemData
 from meshlift.errors import MeshError
-from meshlift.methods.engine import Checkpointer, ExponentialLR, Monitor, TrainState, ViewSampler, end_step
+from meshlift.methods.engine import (CheckpointCadence, Checkpointer, DivergenceGuard, ExponentialLR, Monitor,
+                                     StageClock, TrainState, ViewSampler, end_step)
 from meshlift.methods.nvdiffrec.config import SurfaceConfig, config_to_dict
 from meshlift.methods.nvdiffrec.evaluate import render_batch
 from meshlift.methods.nvdiffrec.geometry import init_sdf, make_geometry
@@ -126,7 +126,30 @@ def run_pass1(
                 light.build_mips()
             preview("start", 0, detach_mesh(geom.get_mesh()[0]), light, material)
     monitor.start_pass("pass 1 (topology)", total, start)
-    t0 = time.perf_counter()
+    clock = StageClock(state, "pass1_s")
+    cadence = CheckpointCadence(cfg.checkpoint_every, cfg.checkpoint_every_s)
+
+    def capture() -> dict:
+        return {"geometry": geom.state_dict(), "material": material.state_dict(),
+                "light": light.state_dict() if light_trainable else None,
+                "opt_geom": opt_geom.state_dict(), "opt_mat": opt_mat.state_dict()}
+
+    def restore(snap: dict) -> None:
+        geom.load_state_dict(snap["geometry"])
+        material.load_state_dict(snap["material"])
+        if light_trainable:
+            light.load_state_dict(snap["light"])
+        opt_geom.load_state_dict(snap["opt_geom"])
+        opt_mat.load_state_dict(snap["opt_mat"])
+
+    guard = DivergenceGuard("pass 1", capture, restore, [opt_geom, opt_mat], "lr_pos, lr_mat, lr_light",
+                            schedulers=sched)
+    guard.start(start)
+
+    def save_mid(n: int) -> None:
+        clock.flush()
+        checkpointer.save(payload(n))
+
     for it in range(start, total):
         views = data.train.batch(sampler.next(), device)
         if light_trainable:
@@ -159,15 +182,14 @@ def run_pass1(
         if light_trainable:
             light.clamp_(min=0.0)
         if end_step(1, it, total, total_loss, mse, state=state, monitor=monitor, preview_every=cfg.preview_every,
-                    checkpoint_every=cfg.checkpoint_every, deadline=deadline,
-                    save=lambda: checkpointer.save(payload(it + 1)),
+                    cadence=cadence, deadline=deadline, save=lambda: save_mid(it + 1), guard=guard,
                     preview=None if preview is None else
                     lambda: preview("pass1", it + 1, detach_mesh(mesh), light, material)):
             total = it + 1
             break
     monitor.end_pass()
     state.iterations["pass1"] = total
-    state.timings["pass1_s"] = state.timings.get("pass1_s", 0.0) + time.perf_counter() - t0
+    clock.flush()
 
     with torch.no_grad():
         mesh, _ = geom.get_mesh()
@@ -346,7 +368,32 @@ def run_pass2(
 
     total = cfg.iter_pass2
     monitor.start_pass("pass 2 (textures)", total, start)
-    t0 = time.perf_counter()
+    clock = StageClock(state, "pass2_s")
+    cadence = CheckpointCadence(cfg.checkpoint_every, cfg.checkpoint_every_s)
+    params = {"kd": kd, "ks": ks, "normal": normal, "offset": offset}
+
+    def capture() -> dict:
+        return {"params": {k: p.detach() for k, p in params.items()},
+                "light": light.state_dict() if light_trainable else None,
+                "opt": opt.state_dict(), "opt_v": opt_v.state_dict()}
+
+    def restore(snap: dict) -> None:
+        with torch.no_grad():
+            for k, p in params.items():
+                p.copy_(snap["params"][k])
+        if light_trainable:
+            light.load_state_dict(snap["light"])
+        opt.load_state_dict(snap["opt"])
+        opt_v.load_state_dict(snap["opt_v"])
+
+    guard = DivergenceGuard("pass 2", capture, restore, [opt, opt_v], "lr_mat, lr_light, lr_vertex",
+                            schedulers=sched)
+    guard.start(start)
+
+    def save_mid(n: int) -> None:
+        clock.flush()
+        checkpointer.save(payload(n, pass1_ck))
+
     for it in range(start, total):
         views = data.train.batch(sampler.next(), device)
         if light_trainable:
@@ -379,15 +426,14 @@ def run_pass2(
         if light_trainable:
             light.clamp_(min=0.0)
         if end_step(2, it, total, total_loss, mse, state=state, monitor=monitor, preview_every=cfg.preview_every,
-                    checkpoint_every=cfg.checkpoint_every, deadline=deadline,
-                    save=lambda: checkpointer.save(payload(it + 1, pass1_ck)),
+                    cadence=cadence, deadline=deadline, save=lambda: save_mid(it + 1), guard=guard,
                     preview=None if preview is None else
                     lambda: preview("pass2", it + 1, detach_mesh(current_mesh()), light, None)):
             total = it + 1
             break
     monitor.end_pass()
     state.iterations["pass2"] = total
-    state.timings["pass2_s"] = state.timings.get("pass2_s", 0.0) + time.perf_counter() - t0
+    clock.flush()
     if light_trainable:
         light.build_mips()
     state.stage = "done"

@@ -21,9 +21,10 @@ import torch
 
 from meshlift.data.views import ProblemData, scene_problem, sniff_input
 from meshlift.errors import ConfigError, MeshliftError, OutOfMemoryError
-from meshlift.methods.engine import (CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, TrainState, is_oom,
+from meshlift.methods.engine import (CHECKPOINT_NAME, FINISHED_MARKER, Checkpointer, Monitor, TimeBudget, TrainState,
+                                     check_memory, check_resume_compatible, is_oom, prepare_output_dir,
                                      resolve_device)
-from meshlift.methods.nvdiffrec.config import SurfaceConfig
+from meshlift.methods.nvdiffrec.config import RESUME_FIXED, SurfaceConfig, config_to_dict
 from meshlift.methods.nvdiffrec.evaluate import geometry_metrics, image_metrics, render_views, to_world
 from meshlift.methods.nvdiffrec.passes import run_pass1, run_pass2
 from meshlift.structures.mesh import Mesh
@@ -59,9 +60,17 @@ def load_problem(cfg: SurfaceConfig, device: torch.device) -> ProblemData:
         from meshlift.io.mesh import load_mesh
 
         return synthetic_problem(load_mesh(cfg.data), cfg, device, name=Path(cfg.data).name)
-    return scene_problem(cfg.data, background="black" if cfg.background == "black" else "white",
+    data = scene_problem(cfg.data, background="black" if cfg.background == "black" else "white",
                          train_split=cfg.train_split, test_split=cfg.test_split, max_test_views=cfg.max_test_views,
                          train_res=cfg.train_res, data_device=cfg.data_device)
+    if data.train.masks is None:
+        from meshlift.errors import DatasetError
+
+        raise DatasetError(
+            f"{cfg.data}: the images have neither masks nor an alpha channel; the surface method (nvdiffrec) "
+            "needs the object separated from its background. For a real scene without masks use the Gaussian "
+            "method (--method gaussians), or add masks (a masks/ folder, or RGBA images)")
+    return data
 
 
 def synthetic_problem(mesh: Mesh, cfg: SurfaceConfig, device: torch.device, name: str = "mesh") -> ProblemData:
@@ -110,11 +119,22 @@ class ReconstructionResult:
     history: list = field(default_factory=list)
 
 
+def estimate_training_bytes(cfg: SurfaceConfig, n_views: int, height: int, width: int) -> int:
+    """A floor on the training memory: the training images (float32 RGBA) on ``data_device`` plus about 40
+    float32 buffers per rendered pixel of a batch (G-buffer, shading, their gradients) — what grows with
+    resolution × batch × views before any allocation happens."""
+    per_pixel = 40 * 4
+    batch_px = cfg.batch * cfg.spp * height * width
+    images = n_views * height * width * 4 * 4
+    return int(batch_px * per_pixel + (images if cfg.data_device != "cpu" else 0))
+
+
 def reconstruct(
     cfg: SurfaceConfig,
     out_dir: Optional[str | Path],
     *,
     resume: bool = False,
+    overwrite: bool = False,
     monitor: Optional[Monitor] = None,
     data: Optional[ProblemData] = None,
 ) -> ReconstructionResult:
@@ -123,23 +143,32 @@ def reconstruct(
     Args:
         cfg: the effective configuration (validated).
         out_dir: output folder (created), or None to write nothing (tests).
-        resume: continue from ``out_dir/checkpoint.pt``; a finished run is re-exported.
+        resume: continue from ``out_dir/checkpoint.pt``; a finished run is re-exported. The checkpoint is
+            read and checked (readable; no change of a :data:`~meshlift.methods.nvdiffrec.config.RESUME_FIXED`
+            field) before anything in ``out_dir`` is touched.
+        overwrite: replace a finished or unfinished run in ``out_dir`` (without it, such a folder is refused).
         monitor: progress sink (default: silent).
         data: pre-built :class:`ProblemData` (skips loading ``cfg.data``; used by ``meshlift demo``).
 
     Raises:
-        ConfigError, DatasetError, MeshError: bad configuration or input.
-        OutOfMemoryError: memory ran out; the message names the knobs to lower.
+        ConfigError, DatasetError, MeshError: bad configuration or input; an unreadable or incompatible
+            checkpoint on resume.
+        OutputError: ``out_dir`` is a file, not writable, or holds a run (without ``resume``/``overwrite``).
+        OutOfMemoryError: memory ran out, or the estimate exceeds the free memory; the message names the knobs.
+        TrainingError: the run diverged twice (non-finite loss); nothing was written.
     """
     from meshlift.methods.nvdiffrec import outputs
 
     monitor = monitor or Monitor()
     device = resolve_device(cfg.device)
     out = Path(out_dir) if out_dir is not None else None
+    prepare_output_dir(out, resume=resume, overwrite=overwrite)
     checkpointer = Checkpointer(out)
     checkpoint = checkpointer.load() if resume else None
     if resume and checkpoint is None:
         raise ConfigError(f"--resume: no {CHECKPOINT_NAME} in {out}; run without --resume first")
+    if checkpoint is not None:
+        check_resume_compatible(checkpoint["config"], config_to_dict(cfg), RESUME_FIXED, str(checkpointer.path))
     torch.manual_seed(cfg.seed)
 
     budget = TimeBudget(cfg.time_budget_s, BUDGET_FRACTIONS)
@@ -149,8 +178,14 @@ def reconstruct(
         if data is None:
             monitor.log(f"loading {cfg.data}")
             data = load_problem(cfg, device)
+        h, w = data.train.resolution
+        check_memory(estimate_training_bytes(cfg, len(data.train), h, w), device, "training",
+                     f"batch={cfg.batch}, train_res={cfg.train_res}, spp={cfg.spp}, data_device={cfg.data_device}")
         if out is not None:  # only once the input has loaded: a bad input leaves no output folder behind
             out.mkdir(parents=True, exist_ok=True)
+            if overwrite and not resume:  # the old run's checkpoint and metrics must not outlive it
+                for name in (CHECKPOINT_NAME, FINISHED_MARKER):
+                    (out / name).unlink(missing_ok=True)
             outputs.write_config(out, cfg)
         monitor.log(
             f"{len(data.train)} training / {len(data.test)} test views at "
