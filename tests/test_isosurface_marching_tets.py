@@ -24,7 +24,8 @@ def closed_oriented_defects(faces: torch.Tensor) -> tuple[int, int]:
 
 def area_volume(v: torch.Tensor, f: torch.Tensor) -> tuple[float, float]:
     a, b, c = v[f[:, 0]], v[f[:, 1]], v[f[:, 2]]
-    return float(torch.linalg.cross(b - a, c - a).norm(dim=1).sum() / 2), float((a * torch.linalg.cross(b, c)).sum() / 6)
+    area = torch.linalg.cross(b - a, c - a).norm(dim=1).sum() / 2
+    return float(area), float((a * torch.linalg.cross(b, c)).sum() / 6)
 
 
 def shell_points(n: int, r: float, seed: int = 0) -> torch.Tensor:
@@ -89,7 +90,12 @@ def test_delaunay_near_degenerate_jitter():
 
 @pytest.mark.parametrize(
     "bad",
-    [torch.rand(10, 2), torch.rand(3, 3), torch.tensor([[0.0, 0, 0], [1, 0, 0], [0, 1, 0], [float("nan"), 0, 1]]), [[0, 0, 0]]],
+    [
+        torch.rand(10, 2),
+        torch.rand(3, 3),
+        torch.tensor([[0.0, 0, 0], [1, 0, 0], [0, 1, 0], [float("nan"), 0, 1]]),
+        [[0, 0, 0]],
+    ],
     ids=["2d", "too-few", "nan", "list"],
 )
 def test_delaunay_bad_input(bad):
@@ -181,7 +187,8 @@ def test_marching_tets_gradients_finite_differences():
     def fn(p, s):
         return marching_tets(p, s, tets)[0]
 
-    assert torch.autograd.gradcheck(fn, (pts.clone().requires_grad_(), sdf0.clone().requires_grad_()), eps=1e-6, atol=1e-6)
+    inputs = (pts.clone().requires_grad_(), sdf0.clone().requires_grad_())
+    assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-6)
 
 
 def test_background_runner_matches_direct_call():

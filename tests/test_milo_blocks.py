@@ -40,7 +40,8 @@ def test_pivots_hand_computed_box():
     c = math.cos(math.pi / 4)
     quats = torch.tensor([[c, 0.0, 0.0, c]], dtype=torch.float64)  # 90 degrees about z: x -> y, y -> -x
     piv, ps = gaussian_pivots(means, scales, quats)
-    # corner c (1..8) has signs s_i = 2 (((c - 1) >> i) & 1) - 1; offset R (0.3 s0, 0.6 s1, 0.9 s2) = (-0.6 s1, 0.3 s0, 0.9 s2)
+    # corner c (1..8) has signs s_i = 2 (((c - 1) >> i) & 1) - 1;
+    # its offset is R (0.3 s0, 0.6 s1, 0.9 s2) = (-0.6 s1, 0.3 s0, 0.9 s2)
     expected = [
         [1.0, 2.0, 3.0],
         [1.6, 1.7, 2.1], [1.6, 2.3, 2.1], [0.4, 1.7, 2.1], [0.4, 2.3, 2.1],
@@ -61,7 +62,8 @@ def test_pivots_gradcheck():
     means = torch.randn(3, 3, dtype=torch.float64, generator=g).requires_grad_()
     scales = (0.1 + torch.rand(3, 3, dtype=torch.float64, generator=g)).requires_grad_()
     quats = torch.randn(3, 4, dtype=torch.float64, generator=g).requires_grad_()
-    assert torch.autograd.gradcheck(lambda m, s, q: gaussian_pivots(m, s, q, subset_ratio=0.3)[0], (means, scales, quats))
+    fn = lambda m, s, q: gaussian_pivots(m, s, q, subset_ratio=0.3)[0]  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (means, scales, quats))
 
 
 def test_pivots_bad_input():
@@ -319,3 +321,34 @@ def test_blocks_chain_sphere():
     assert float((rad - r).abs().mean()) < 0.02
     v_all, f_all = marching_tets(pts, p.sdf().detach().reshape(-1), tets)
     assert f.shape[0] < f_all.shape[0]  # the filter removed the long faces spanning the hollow sphere
+
+
+@pytest.mark.gpu
+def test_blocks_cuda_match_cpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    r = 0.8
+    g = torch.Generator().manual_seed(5)
+    means = torch.randn(300, 3, generator=g)
+    means = r * means / means.norm(dim=1, keepdim=True)
+    scales = 0.02 + 0.03 * torch.rand(300, 3, generator=g)
+    quats = torch.randn(300, 4, generator=g)
+    w2c, K, hw = sphere_cameras(n=8, size=48)
+    depth = sphere_depth(w2c, K, hw, r).float()
+    out = {}
+    for dev in ("cpu", "cuda"):
+        piv, ps = gaussian_pivots(means.to(dev), scales.to(dev), quats.to(dev))
+        fused = fuse_depth_at_pivots(piv, depth.to(dev), w2c.float().to(dev), K.float().to(dev), truncation=0.05)
+        pts = piv.reshape(-1, 3)
+        tets = delaunay_tets(pts).tets.to(dev)
+        sdf = PivotSDF(fused.occupancy).sdf().reshape(-1)
+        v, f = marching_tets(pts, sdf, tets, scales=ps.reshape(-1), chunk_tets=5000)
+        md = render_mesh_depth(v.detach(), f, w2c.float().to(dev), K.float().to(dev), hw)
+        lab = occupancy_labels(piv, md, w2c.float().to(dev), K.float().to(dev))
+        out[dev] = [x.cpu() for x in (fused.sdf, v.detach(), f, md, lab.inside)]
+    c, g_ = out["cpu"], out["cuda"]
+    torch.testing.assert_close(g_[0], c[0], atol=1e-5, rtol=1e-5)
+    assert torch.equal(g_[2], c[2])
+    torch.testing.assert_close(g_[1], c[1], atol=1e-5, rtol=1e-5)
+    assert float((g_[3] - c[3]).abs().gt(1e-3).float().mean()) < 0.01  # edge pixels may differ
+    assert float((g_[4] != c[4]).float().mean()) < 0.01

@@ -62,12 +62,16 @@ def check_cameras(depth: torch.Tensor, world_to_camera: torch.Tensor, K: torch.T
     for nm, x, shp in (("world_to_camera", world_to_camera, (4, 4)), ("K", K, (3, 3))):
         if not isinstance(x, torch.Tensor) or tuple(x.shape) != (c,) + shp or not x.dtype.is_floating_point:
             got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise CameraError(f"{fn}: {nm} must be a float [{c}, {shp[0]}, {shp[1]}] tensor (one per {name} map), got {got}")
+            raise CameraError(
+                f"{fn}: {nm} must be a float [{c}, {shp[0]}, {shp[1]}] tensor (one per {name} map), got {got}"
+            )
         if x.device != depth.device:
             raise CameraError(f"{fn}: {nm} ({x.device}) must be on the device of {name} ({depth.device})")
 
 
-def project_points(points: torch.Tensor, world_to_camera: torch.Tensor, K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def project_points(
+    points: torch.Tensor, world_to_camera: torch.Tensor, K: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Pinhole projection of ``points [P, 3]`` into ``C`` cameras (OpenCV, docs/conventions.md §2).
 
     Returns:
@@ -98,7 +102,8 @@ def sample_depth(depth: torch.Tensor, xy: torch.Tensor, z: torch.Tensor) -> tupl
 
 
 def _check_points(points: torch.Tensor, fn: str) -> None:
-    if not isinstance(points, torch.Tensor) or points.ndim < 2 or points.shape[-1] != 3 or not points.dtype.is_floating_point:
+    ok = isinstance(points, torch.Tensor) and points.ndim >= 2 and points.shape[-1] == 3
+    if not ok or not points.dtype.is_floating_point:
         got = tuple(points.shape) if isinstance(points, torch.Tensor) else type(points).__name__
         raise MeshError(f"{fn}: points must be a float [..., 3] tensor (e.g. pivots [G, 9, 3]), got {got}")
 
@@ -116,7 +121,9 @@ def camera_extent_radius(world_to_camera: torch.Tensor) -> float:
         CameraError: not ``[C, 4, 4]``.
     """
     if world_to_camera.ndim != 3 or world_to_camera.shape[1:] != (4, 4):
-        raise CameraError(f"camera_extent_radius: world_to_camera must be [C, 4, 4], got {tuple(world_to_camera.shape)}")
+        raise CameraError(
+            f"camera_extent_radius: world_to_camera must be [C, 4, 4], got {tuple(world_to_camera.shape)}"
+        )
     w2c = world_to_camera.to(torch.float64)
     centres = -torch.einsum("cji,cj->ci", w2c[:, :3, :3], w2c[:, :3, 3])  # -R^T t
     return 1.1 * float((centres - centres.mean(0)).norm(dim=1).max())
@@ -160,7 +167,10 @@ def fuse_depth_at_pivots(
     _check_points(points, fn)
     check_cameras(depth, world_to_camera, K, fn)
     if not float(truncation) > 0:
-        raise MeshError(f"{fn}: truncation must be > 0 (scene units; MILo uses default_truncation(world_to_camera)), got {truncation!r}")
+        raise MeshError(
+            f"{fn}: truncation must be > 0 (scene units; MILo uses default_truncation(world_to_camera)), "
+            f"got {truncation!r}"
+        )
     if points.device != depth.device:
         raise MeshError(f"{fn}: points ({points.device}) and depth ({depth.device}) must be on one device")
     lead = points.shape[:-1]
@@ -184,4 +194,6 @@ def fuse_depth_at_pivots(
     peak = sdf.abs().max() if sdf.numel() else sdf.new_tensor(1.0)
     if float(peak) > 0:
         sdf = sdf / peak
-    return FusedSDF(sdf=sdf.reshape(lead), occupancy=sdf_to_occupancy(sdf).reshape(lead), num_views=count.reshape(lead))
+    return FusedSDF(
+        sdf=sdf.reshape(lead), occupancy=sdf_to_occupancy(sdf).reshape(lead), num_views=count.reshape(lead)
+    )
