@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from meshlift.cameras import cameras_on_sphere, intrinsics_matrix, look_at
-from meshlift.errors import CameraError, MeshError
+from meshlift.errors import CameraError, MeshError, RenderError
 from meshlift.isosurface.delaunay import delaunay_tets
 from meshlift.isosurface.dmtet import marching_tets
 from meshlift.methods.milo.depth_fusion import (
@@ -17,11 +17,13 @@ from meshlift.methods.milo.depth_fusion import (
     fuse_depth_at_pivots,
     project_points,
 )
+from meshlift.methods.milo.mesh_losses import mesh_depth_loss, mesh_normal_loss
 from meshlift.methods.milo.occupancy_labels import (
     occupancy_label_loss,
     occupancy_labels,
     occupied_centres_loss,
     render_mesh_depth,
+    render_mesh_maps,
 )
 from meshlift.methods.milo.pivots import (
     PivotSDF,
@@ -247,6 +249,30 @@ def test_render_mesh_depth_cube():
     vv = v.clone().requires_grad_()
     render_mesh_depth(vv, f, w2c, K, hw).sum().backward()
     assert vv.grad is not None and float(vv.grad.abs().sum()) > 0
+    # normal maps: the front face (world z = -0.5) faces the camera, outward normal -z
+    d2, nrm = render_mesh_maps(v, f, w2c, K, hw, chunk_views=1)
+    assert torch.equal(d2, d)
+    torch.testing.assert_close(nrm[0, 12, 16], torch.tensor([0.0, 0.0, -1.0], dtype=torch.float64))
+    assert bool((nrm[0][d[0] == 0] == 0).all())
+
+
+def test_mesh_losses():
+    md = torch.tensor([[[2.0, 0.0], [1.0, 3.0]]])
+    gd = torch.tensor([[[2.5, 9.0], [1.0, 1.0]]], requires_grad=True)
+    loss = mesh_depth_loss(md, gd, scene_scale=0.5)
+    expected = (math.log(2.0) + 0.0 + math.log(5.0)) / 3  # the empty pixel (depth 0) is ignored
+    assert float(loss.detach()) == pytest.approx(expected)
+    loss.backward()
+    assert float(gd.grad[0, 0, 1]) == 0.0 and float(gd.grad[0, 0, 0]) != 0.0
+    nm = torch.tensor([[[[0.0, 0, 1], [0, 0, 1]]]])
+    ng = torch.tensor([[[[0.0, 0, -2], [1, 0, 0]]]])  # flipped (no penalty) and orthogonal (penalty 1)
+    mask = torch.tensor([[[True, True]]])
+    assert float(mesh_normal_loss(nm, ng, mask)) == pytest.approx(0.5)
+    assert float(mesh_normal_loss(nm, ng, ~mask)) == 0.0
+    with pytest.raises(RenderError, match="scene_scale"):
+        mesh_depth_loss(md, gd, scene_scale=0.0)
+    with pytest.raises(RenderError, match="mask"):
+        mesh_normal_loss(nm, ng, mask.float())
 
 
 def test_occupancy_label_rule_toy_scene():

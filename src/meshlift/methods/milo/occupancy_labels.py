@@ -15,8 +15,9 @@ Losses (MILo's weights, applied by the caller: 0.005 each):
 * :func:`occupied_centres_loss`: ``mean(max(0.5 - occ_centre, 0))`` over the Gaussians' centre pivots,
   which pushes every Gaussian centre into the occupied region.
 
-:func:`render_mesh_depth` renders the depth maps with meshlift's rasterizer
-(:func:`meshlift.render.rasterize` + :func:`meshlift.render.interpolate`), chunked over views.
+:func:`render_mesh_maps` / :func:`render_mesh_depth` render the mesh's depth (and face-normal) maps with
+meshlift's rasterizer (:func:`meshlift.render.rasterize` + :func:`meshlift.render.interpolate`), chunked
+over views; the depth and normal losses that use them are in :mod:`meshlift.methods.milo.mesh_losses`.
 """
 
 from __future__ import annotations
@@ -154,12 +155,34 @@ def render_mesh_depth(
     chunk_views: int = DEFAULT_CHUNK_VIEWS,
     max_fragments: int | None = None,
 ) -> torch.Tensor:
-    """Depth maps of a mesh at ``C`` cameras with meshlift's rasterizer, ``[C, H, W]`` (0 where empty).
+    """Depth maps of a mesh at ``C`` cameras, ``[C, H, W]`` (0 where empty); see :func:`render_mesh_maps`."""
+    return render_mesh_maps(
+        verts, faces, world_to_camera, K, resolution, near=near, far=far, chunk_views=chunk_views,
+        max_fragments=max_fragments, normals=False,
+    )[0]
 
-    Differentiable w.r.t. ``verts`` (for MILo's depth loss); wrap in ``torch.no_grad()`` for labels.
-    With ``near``/``far`` None they are set per view from the vertices' camera depths
-    (``far = 1.01 max z``, ``near = max(0.5 min z, 1e-3 far)``), so nothing in front of the camera is clipped
-    unless the mesh reaches within ``1e-3 far`` of it.
+
+def render_mesh_maps(
+    verts: torch.Tensor,
+    faces: torch.Tensor,
+    world_to_camera: torch.Tensor,
+    K: torch.Tensor,
+    resolution: Sequence[int],
+    *,
+    near: float | None = None,
+    far: float | None = None,
+    chunk_views: int = DEFAULT_CHUNK_VIEWS,
+    max_fragments: int | None = None,
+    normals: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Depth and face-normal maps of a mesh at ``C`` cameras with meshlift's rasterizer, chunked over views.
+
+    Uses :func:`meshlift.render.rasterize` + :func:`meshlift.render.interpolate` (depth = the clip ``w``
+    interpolated perspective-correctly = camera z, docs/conventions.md §4). Differentiable w.r.t.
+    ``verts`` (MILo's depth and normal losses); wrap in ``torch.no_grad()`` for labels. With
+    ``near``/``far`` None they are set per view from the vertices' camera depths
+    (``far = 1.01 max z``, ``near = max(0.5 min z, 1e-3 far)``), so nothing in front of the camera is
+    clipped unless the mesh reaches within ``1e-3 far`` of it.
 
     Args:
         verts: ``[V, 3]`` float vertices; faces: ``[F, 3]`` int (counter-clockwise from outside).
@@ -169,33 +192,41 @@ def render_mesh_depth(
         chunk_views: views per rasterizer call (memory knob: the rasterizer keeps ~250 bytes per pixel of
             a chunk for the backward on a GPU).
         max_fragments: the rasterizer's fragment budget (None: its default / env).
+        normals: also return the normal maps.
+
+    Returns:
+        depth: ``[C, H, W]`` camera z, 0 where empty.
+        normals: ``[C, H, W, 3]`` unit world-space outward face normals (flat shading), 0 where empty;
+            None when ``normals`` is False.
 
     Raises:
         RenderError / CameraError: bad shapes, resolution or chunk size.
     """
     from meshlift.cameras import projection_from_K
-    from meshlift.render import interpolate, rasterize, transform_pos
+    from meshlift.geometry.mesh_ops import face_normals
+    from meshlift.render import interpolate, rasterize, render_face_normals, transform_pos
 
     if verts.ndim != 2 or verts.shape[1] != 3 or not verts.dtype.is_floating_point:
-        raise RenderError(f"render_mesh_depth: verts must be a float [V, 3] tensor, got {tuple(verts.shape)}")
+        raise RenderError(f"render_mesh_maps: verts must be a float [V, 3] tensor, got {tuple(verts.shape)}")
     if faces.ndim != 2 or faces.shape[1] != 3 or faces.dtype.is_floating_point:
-        raise RenderError(f"render_mesh_depth: faces must be an integer [F, 3] tensor, got {tuple(faces.shape)}")
+        raise RenderError(f"render_mesh_maps: faces must be an integer [F, 3] tensor, got {tuple(faces.shape)}")
     if len(resolution) != 2 or min(int(resolution[0]), int(resolution[1])) < 1:
-        raise RenderError(f"render_mesh_depth: resolution must be (H, W) with H, W >= 1, got {resolution!r}")
+        raise RenderError(f"render_mesh_maps: resolution must be (H, W) with H, W >= 1, got {resolution!r}")
     if isinstance(chunk_views, bool) or not isinstance(chunk_views, int) or chunk_views < 1:
-        raise RenderError(f"render_mesh_depth: chunk_views must be an int >= 1, got {chunk_views!r}")
+        raise RenderError(f"render_mesh_maps: chunk_views must be an int >= 1, got {chunk_views!r}")
     H, W = int(resolution[0]), int(resolution[1])
     C = world_to_camera.shape[0]
     if world_to_camera.ndim != 3 or world_to_camera.shape[1:] != (4, 4) or K.shape != (C, 3, 3):
         raise CameraError(
-            f"render_mesh_depth: world_to_camera must be [C, 4, 4] and K [C, 3, 3], got "
+            f"render_mesh_maps: world_to_camera must be [C, 4, 4] and K [C, 3, 3], got "
             f"{tuple(world_to_camera.shape)} and {tuple(K.shape)}"
         )
     if faces.shape[0] == 0 or verts.shape[0] == 0:
-        return verts.new_zeros((C, H, W))
+        return verts.new_zeros((C, H, W)), (verts.new_zeros((C, H, W, 3)) if normals else None)
     w2c = world_to_camera.to(verts)
     Kd = K.to(verts)
-    out = []
+    fn = face_normals(verts, faces) if normals else None
+    depths, norms = [], []
     for s in range(0, C, chunk_views):
         w = w2c[s : s + chunk_views]
         with torch.no_grad():
@@ -208,5 +239,7 @@ def render_mesh_depth(
         pos = transform_pos(mvp, verts.expand(w.shape[0], -1, -1))
         rast, _ = rasterize(pos.contiguous(), faces, (H, W), grad_db=False, max_fragments=max_fragments)
         d, _ = interpolate(pos[..., 3:4].contiguous(), rast, faces)
-        out.append(d[..., 0])
-    return torch.cat(out)
+        depths.append(d[..., 0])
+        if normals:
+            norms.append(render_face_normals(fn, rast))
+    return torch.cat(depths), (torch.cat(norms) if normals else None)

@@ -169,7 +169,7 @@ class PivotSDF(torch.nn.Module):
         With ``blend = a`` the new occupancy is ``a * occupancy + (1 - a) * current`` (MILo blends its
         depth-fusion resets with a = 0.4 [the weight's side is our reading of the notes]). The shift
         parameter keeps its value (so optimiser state stays valid); the base absorbs the change:
-        ``base = logit(target) - shift``.
+        ``base = logit(target) - shift``, with the target clamped to ``[OCC_MIN, OCC_MAX]``.
 
         Raises:
             MeshError: wrong shape, or ``blend`` outside [0, 1].
