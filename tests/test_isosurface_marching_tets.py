@@ -128,10 +128,12 @@ def test_marching_tets_sphere_on_delaunay():
 
 
 def test_marching_tets_matches_reference_on_delaunay():
-    pts = shell_points(300, 0.6, seed=2)
+    pts = shell_points(100, 0.6, seed=2)
     tets = delaunay_tets(pts).tets
     sdf = pts.norm(dim=1) - 0.6
-    scales = 0.05 + 0.1 * torch.rand(pts.shape[0], dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    scales = 0.15 + 0.25 * torch.rand(pts.shape[0], dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    n_all = marching_tets(pts, sdf, tets)[1].shape[0]
+    assert 0 < marching_tets(pts, sdf, tets, scales=scales)[1].shape[0] < n_all  # the filter is exercised
     for kw in ({}, {"scales": scales}):
         v, f = marching_tets(pts, sdf, tets, **kw)
         vr, fr = marching_tets_reference(pts, sdf, tets, **kw)
@@ -177,7 +179,7 @@ def test_marching_tets_face_filter():
 
 
 def test_marching_tets_gradients_finite_differences():
-    pts = shell_points(120, 0.6, seed=7)
+    pts = shell_points(48, 0.6, seed=7)
     tets = delaunay_tets(pts).tets
     sdf0 = pts.norm(dim=1) - 0.6
     sdf0 = torch.where(sdf0.abs() < 1e-3, sdf0 + 2e-3, sdf0)  # keep signs away from the FD step
@@ -196,11 +198,11 @@ def test_background_runner_matches_direct_call():
     orig = pts.clone()
     direct = delaunay_tets(pts)
     with DelaunayRunner() as runner:
-        assert runner.status() == "delaunay: idle"
+        assert runner.status() == "delaunay: idle" and not runner.busy()
         job = runner.submit(pts)
         pts.add_(1.0)  # the runner copied the points: moving them now does not change the job
         res = job.result(timeout=120)
-        assert job.done() and not job.running()
+        assert job.done() and not job.running() and not runner.busy()
         assert torch.equal(res.tets, direct.tets)
         assert runner.status().startswith(f"delaunay: {pts.shape[0]:,} points -> {res.tets.shape[0]:,} tets in ")
         job2 = runner.submit(orig)  # a second job reuses the worker

@@ -58,8 +58,8 @@ from meshlift.errors import MeshError
 
 #: Relative volume ``|det| / L^3`` at or below which a tet counts as degenerate (flat).
 DEFAULT_DEGENERATE_TOL = 1e-10
-#: Tets per block when computing signed volumes (bounds temporary float64 memory: ~250 B per tet).
-VOLUME_CHUNK = 1 << 21
+#: Tets per block when computing signed volumes (bounds temporary float64 memory: ~650 B per tet, ~170 MB).
+VOLUME_CHUNK = 1 << 18
 #: Throughput assumed for an ETA before the first measured call (points per second, 1 core, pivots).
 DEFAULT_POINTS_PER_SECOND = 12_700.0
 
@@ -365,6 +365,10 @@ class DelaunayRunner:
         job = DelaunayJob(fut, pts.shape[0], expected, started)
         self._last = job
         return job
+
+    def busy(self) -> bool:
+        """True while the most recent job is queued or running (a loop can skip a re-triangulation then)."""
+        return self._last is not None and not self._last.done()
 
     def status(self) -> str:
         """Progress line of the most recent job (``"delaunay: idle"`` before the first)."""
