@@ -28,6 +28,17 @@ def area_volume(v: torch.Tensor, f: torch.Tensor) -> tuple[float, float]:
     return float(area), float((a * torch.linalg.cross(b, c)).sum() / 6)
 
 
+def oriented_faces_coherent(tets: torch.Tensor) -> bool:
+    """Each tet's 4 outward boundary triangles; coherent orientation <=> no oriented triangle appears twice
+    (an interior face is seen once from each side, in opposite orientations)."""
+    t = tets
+    faces = torch.cat([t[:, [1, 2, 3]], t[:, [0, 3, 2]], t[:, [0, 1, 3]], t[:, [0, 2, 1]]])
+    rot = faces.argmin(dim=1, keepdim=True)
+    idx = (rot + torch.arange(3)) % 3
+    canon = torch.gather(faces, 1, idx)  # same cycle, smallest index first
+    return torch.unique(canon, dim=0).shape[0] == canon.shape[0]
+
+
 def shell_points(n: int, r: float, seed: int = 0) -> torch.Tensor:
     """Points concentrated around a sphere of radius r (as pivots are around a surface) plus a uniform box."""
     g = torch.Generator().manual_seed(seed)
@@ -51,6 +62,8 @@ def test_delaunay_orientation_random():
     assert bool((vol > 0).all())
     assert res.num_flipped > 0.3 * res.tets.shape[0]  # Qhull gives both orientations; the fix was needed
     assert res.num_degenerate == 0 and res.num_unused_points == 0
+    assert oriented_faces_coherent(res.tets)
+    assert not oriented_faces_coherent(torch.from_numpy(np.ascontiguousarray(np.sort(res.tets.numpy(), axis=1))))
     # a Delaunay triangulation tiles the convex hull: volumes sum to the hull volume
     from scipy.spatial import ConvexHull
 
@@ -71,6 +84,7 @@ def test_delaunay_degenerate_lattice_is_coherent():
     assert res.num_degenerate > 0  # the case this test is about
     assert int((vol.abs() <= 1e-12).sum()) == res.num_degenerate
     assert bool((vol[vol.abs() > 1e-12] > 0).all())
+    assert oriented_faces_coherent(res.tets)
     v, f = marching_tets(pts, pts.norm(dim=1) - 0.63, res.tets)
     assert closed_oriented_defects(f) == (0, 0)
     assert area_volume(v, f)[1] > 0
