@@ -32,12 +32,12 @@ lowres        540k       ~45 s           ~16 min          ~1.6 GB
 (1M pivots)   1M         97 s            ~34 min          2.8 GB RSS
 default       5.4M       ~10 min [est.]  ~3.5 h           ~15 GB, tets 1.2 GB
 highres       9M         ~17 min [est.]  ~6 h             ~25 GB
-veryhighres   13.5M      ~26 min [est.]  ~9 h             ~38 GB
+veryhighres   13.5M      ~25 min [est.]  ~9 h             ~38 GB
 ============  =========  ==============  ===============  ==================================
 
 Measured once here on the shared, busy 2-core CPU (MILo-like pivots): 50k pivots 4.5 s, 100k 15.7 s
-(contention; the notes' idle-core figure is 5.8 s), 6.5 tets per pivot. Rows marked [est.] are linear
-extrapolations of the 1M figure (Qhull is slightly super-linear: they are optimistic). In a background
+(contention; the notes' idle-core figure is 5.8 s), 6.5 tets per pivot. Rows marked [est.] scale the
+notes' own extrapolation for 5.4M (~10 min) linearly; memory scales the 1M figure. In a background
 thread, verylowres and lowres hide behind 500 GPU steps (MILo's interval) at a few steps per second;
 ``default`` and above do not: they need a faster Delaunay (CGAL is ~15x faster but GPL; a GPU Delaunay
 such as radfoam's Apache-2.0 one, or a partitioned Qhull over overlapping spatial blocks merged at the
