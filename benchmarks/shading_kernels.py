@@ -15,6 +15,9 @@ Cases:
 - ``prefilter``: :func:`meshlift.shading.light.specular_prefilter` for every level that
   ``EnvironmentLight.build_mips`` filters at the presets' light sizes (``env_res`` 128: full presets; 16:
   quick), forward + backward (gradient to the source mip), and the whole ``build_mips`` + backward.
+- ``sample_cube_mip``: the specular mip lookup of ``EnvironmentLight.shade`` (512² × 8 lookups, env 128,
+  4 levels), forward + backward: the per-level twin (``sample_cube_mip_reference``, the old code) vs the
+  one-gather version. Pure torch; rows differ in implementation, not backend.
 
 Columns: median ms over ``--repeats`` runs after ``--warmup`` runs (CUDA events on GPU, wall clock on the
 CPU), CUDA kernel launches of one forward + backward (``torch.profiler``; ``-`` on the CPU), aten ops of one
@@ -97,16 +100,17 @@ def cuda_launches(fn, device):
         return "-"
     from torch.profiler import ProfilerActivity, profile
 
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    try:
         fn()
         torch.cuda.synchronize()
-    n = 0
-    for e in prof.events():
-        if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA:
-            n += 1
-    return n
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        cuda = torch.autograd.DeviceType.CUDA
+        return sum(1 for e in prof.events() if getattr(e, "device_type", None) == cuda)
+    except Exception as exc:  # the profiler's API moves between torch versions: report, do not stop
+        print(f"(kernel count unavailable: {exc})", file=sys.stderr)
+        return "n/a"
 
 
 def peak_mib(fn, device):
@@ -172,7 +176,8 @@ def bench_prefilter(device, args, rows):
 
     sizes = {"smoke": 8} if args.smoke else LIGHT_RES
     for lname, res in sizes.items():
-        light = EnvironmentLight.random(res, min_res=4 if args.smoke else 16).to(device)
+        # The surface method's light: min_res = max(4, min(16, env_res // 4)) (methods/surface.py make_light).
+        light = EnvironmentLight.random(res, min_res=max(4, min(16, res // 4))).to(device)
         levels = [light.base.detach()]
         while levels[-1].shape[1] > light.min_res:
             levels.append(avg_pool_cube(levels[-1]))
@@ -210,6 +215,32 @@ def bench_prefilter(device, args, rows):
         os.environ.pop("MESHLIFT_SHADING_BACKEND", None)
 
 
+def bench_mip_lookup(device, args, rows):
+    """The specular lookup of ``EnvironmentLight.shade``: per-level twin vs the one-gather version."""
+    from meshlift.shading.cubemap import avg_pool_cube, sample_cube_mip, sample_cube_mip_reference
+
+    res, n = (8, 512) if args.smoke else (128, 512 * 512 * 8)
+    torch.manual_seed(0)
+    base = torch.rand(6, res, res, 3, device=device)
+    levels = [base]
+    while levels[-1].shape[1] > max(4, min(16, res // 4)):
+        levels.append(avg_pool_cube(levels[-1]))
+    levels = [lv.clone().requires_grad_() for lv in levels]
+    dirs = torch.randn(n, 3, device=device)
+    level = torch.rand(n, device=device) * (len(levels) - 1)
+    g = torch.randn(n, 3, device=device)
+    for name, fn in (("per-level loop (reference)", sample_cube_mip_reference), ("one gather", sample_cube_mip)):
+
+        def fwd_bwd():
+            torch.autograd.grad(fn(levels, dirs, level), levels, g)
+
+        t_fb = median_ms(fwd_bwd, device, args.warmup, args.repeats)
+        ops, ops_nv = aten_ops(fwd_bwd)
+        rows.append(("sample_cube_mip", f"env {res}, {len(levels)} levels", f"{n}", name, "", f"{t_fb:.3f}",
+                     cuda_launches(fwd_bwd, device), f"{ops} ({ops_nv})", peak_mib(fwd_bwd, device)))
+        print(" | ".join(str(c) for c in rows[-1]), flush=True)
+
+
 def _source_res(light, i, levels):
     """The source face size ``build_mips`` uses for level i (same rule as EnvironmentLight.build_mips)."""
     import math
@@ -236,7 +267,7 @@ def main(argv=None):
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=30)
-    ap.add_argument("--only", choices=["hashgrid", "prefilter"], default=None)
+    ap.add_argument("--only", choices=["hashgrid", "prefilter", "mip"], default=None)
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, 1 repeat (checks that the script runs)")
     ap.add_argument("--out", type=Path, default=None, help="also write the markdown table here")
     args = ap.parse_args(argv)
@@ -249,6 +280,8 @@ def main(argv=None):
         bench_hashgrid(device, args, rows)
     if args.only in (None, "prefilter"):
         bench_prefilter(device, args, rows)
+    if args.only in (None, "mip"):
+        bench_mip_lookup(device, args, rows)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     import importlib.util
 

@@ -45,8 +45,8 @@ def _kernels():
     def _csr_rows(crow_ptr, col_ptr, val_ptr, x_ptr, y_ptr, C: tl.constexpr, BLOCK_K: tl.constexpr,
                   BLOCK_C: tl.constexpr):
         row = tl.program_id(0)
-        start = tl.load(crow_ptr + row).to(tl.int64)
-        end = tl.load(crow_ptr + row + 1).to(tl.int64)
+        start = tl.load(crow_ptr + row)  # int32 (the operator's CSR indices are int32)
+        end = tl.load(crow_ptr + row + 1)
         ks = tl.arange(0, BLOCK_K)
         cs = tl.arange(0, BLOCK_C)
         cmask = cs < C
