@@ -23,8 +23,9 @@ Columns: median ms over ``--repeats`` runs after ``--warmup`` runs (CUDA events 
 CPU), CUDA kernel launches of one forward + backward (``torch.profiler``; ``-`` on the CPU), aten ops of one
 forward + backward (dispatcher count, any device), and peak CUDA memory of one forward + backward.
 The Triton rows need CUDA (on the CPU only the torch rows run, unless ``--smoke`` under TRITON_INTERPRET=1).
-The first Triton call of a configuration compiles its kernels (seconds; cached in ``~/.triton/cache``); the
-warm-up absorbs it.
+The first Triton call of a configuration compiles its kernels (cached in ``~/.triton/cache``); the script
+prints the first forward + backward time of each hash-grid row (compile included, when not cached) and
+the warm-up keeps it out of the medians.
 """
 
 from __future__ import annotations
@@ -160,6 +161,12 @@ def bench_hashgrid(device, args, rows):
                         g = torch.randn_like(y)
                     torch.autograd.grad(y, (enc.embeddings, xg), g)
 
+                _sync(device)
+                t0 = time.perf_counter()
+                fwd_bwd()  # the first call compiles the Triton kernels (when not cached)
+                _sync(device)
+                first = time.perf_counter() - t0
+                print(f"hashgrid {cname} {pname} {backend}: first forward+backward {first:.2f} s", flush=True)
                 t_f = median_ms(fwd, device, args.warmup, args.repeats)
                 t_fb = median_ms(fwd_bwd, device, args.warmup, args.repeats)
                 ops, ops_nv = aten_ops(fwd_bwd)
