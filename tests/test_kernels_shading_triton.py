@@ -214,3 +214,45 @@ def test_gpu_prefilter_parity_spot_light(monkeypatch):
     for sa, sb in zip(results["torch"][0], results["triton"][0]):
         torch.testing.assert_close(sb, sa, rtol=1e-5, atol=1e-5)
     _close_scaled(results["triton"][1], results["torch"][1], 1e-5, 1e-5)
+
+
+# ---- compiled mode without a GPU ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_kernels_compile_for_sm90_without_a_gpu(monkeypatch):
+    """The interpreter is laxer than the compiler: compile the kernels ahead of time for an H100/H200 target
+    (Triton's bundled ptxas, no GPU needed) with the argument types the wrappers pass."""
+    try:
+        import triton
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+    except ImportError as exc:  # internal API of the Triton version at hand
+        pytest.skip(f"Triton's ahead-of-time API is not available: {exc}")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    import meshlift.kernels.hashgrid_triton as hg
+    import meshlift.kernels.prefilter_triton as pf
+
+    hg._kernels.cache_clear()
+    pf._kernels.cache_clear()
+    try:
+        _, fwd, bwd = hg._kernels()
+        _, csr = pf._kernels()
+        target = GPUTarget("cuda", 90, 32)
+        meta = {"res_ptr": "*fp32", "stride_ptr": "*i64", "off_ptr": "*i64", "dense_ptr": "*i32", "n": "i32",
+                "n_levels": "i32", "mask_t": "i32", "prime1": "i64", "prime2": "i32"}
+        sig_f = {"x_ptr": "*fp32", "emb_ptr": "*fp32", "out_ptr": "*fp32", **meta,
+                 "D": "constexpr", "F": "constexpr", "BLOCK": "constexpr"}
+        triton.compile(ASTSource(fn=fwd, signature=sig_f, constexprs={"D": 3, "F": 2, "BLOCK": 128}), target=target)
+        sig_b = {"x_ptr": "*fp32", "emb_ptr": "*fp32", "g_ptr": "*fp32", "gemb_ptr": "*fp32", "gx_ptr": "*fp32", **meta,
+                 "D": "constexpr", "F": "constexpr", "NEED_X": "constexpr", "BLOCK": "constexpr"}
+        for need_x in (True, False):
+            consts = {"D": 3, "F": 2, "NEED_X": need_x, "BLOCK": 128}
+            triton.compile(ASTSource(fn=bwd, signature=sig_b, constexprs=consts), target=target)
+        sig_c = {"crow_ptr": "*i32", "col_ptr": "*i32", "val_ptr": "*fp32", "x_ptr": "*fp32", "y_ptr": "*fp32",
+                 "C": "constexpr", "BLOCK_K": "constexpr", "BLOCK_C": "constexpr"}
+        triton.compile(ASTSource(fn=csr, signature=sig_c, constexprs={"C": 3, "BLOCK_K": 64, "BLOCK_C": 4}),
+                       target=target, options={"num_warps": 2})
+    finally:
+        hg._kernels.cache_clear()  # the next test gets kernels built in whatever mode its environment says
+        pf._kernels.cache_clear()
