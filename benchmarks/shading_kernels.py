@@ -174,7 +174,6 @@ def bench_hashgrid(device, args, rows):
                              f"{t_f:.3f}", f"{t_fb:.3f}", cuda_launches(fwd_bwd, device), f"{ops} ({ops_nv})",
                              peak_mib(fwd_bwd, device)))
                 print(" | ".join(str(c) for c in rows[-1]), flush=True)
-                del enc
 
 
 def bench_prefilter(device, args, rows):

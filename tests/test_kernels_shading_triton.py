@@ -24,7 +24,6 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 from meshlift.errors import ConfigError, RenderError  # noqa: E402
-from meshlift.kernels.hashgrid_triton import hash_grid_encode_triton  # noqa: E402
 from meshlift.kernels.shading import shading_backend  # noqa: E402
 from meshlift.shading.encoding import HashGridEncoding, hash_grid_reference  # noqa: E402
 from meshlift.shading.light import EnvironmentLight, specular_prefilter, specular_prefilter_reference  # noqa: E402

@@ -24,15 +24,18 @@ output:
   torch's); the cell is ``min(floor(x N_l), N_l - 1)`` as in the torch path, so ``x = 1`` interpolates
   the last cell with weight 1 on its far vertex.
 
-float32 only (table and points); the caller routes other dtypes to torch. ``triton`` is imported on first
+float32 only (table and points); the caller routes other dtypes to torch. Differentiable once (no double
+backward; nothing in meshlift needs it). ``triton`` is imported on first
 use, never at module import.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
+from torch.autograd.function import once_differentiable
 
 __all__ = ["hash_grid_encode_triton"]
 
@@ -124,8 +127,8 @@ def _kernels():
 
     @triton.jit
     def _bwd(
-        x_ptr, emb_ptr, g_ptr, gemb_ptr, gx_ptr, res_ptr, stride_ptr, off_ptr, dense_ptr, n, n_levels, mask_t, prime1, prime2,
-        D: tl.constexpr, F: tl.constexpr, NEED_X: tl.constexpr, BLOCK: tl.constexpr,
+        x_ptr, emb_ptr, g_ptr, gemb_ptr, gx_ptr, res_ptr, stride_ptr, off_ptr, dense_ptr, n, n_levels, mask_t,
+        prime1, prime2, D: tl.constexpr, F: tl.constexpr, NEED_X: tl.constexpr, BLOCK: tl.constexpr,
     ):
         pid = tl.program_id(0)
         rows = pid * BLOCK + tl.arange(0, BLOCK)
@@ -228,6 +231,11 @@ def _kernels():
     return triton, _fwd, _bwd
 
 
+def _on(device: torch.device):
+    """Launch on the tensors' GPU (Triton launches on the current CUDA device)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
 class _HashGridFn(torch.autograd.Function):
     """``(x [N, d] in [0,1], table [T_all, F]) -> [N, L·F]``; level metadata as non-differentiable tensors."""
 
@@ -240,13 +248,15 @@ class _HashGridFn(torch.autograd.Function):
         out = torch.empty(n, n_levels * f, dtype=table.dtype, device=table.device)
         if n:
             grid = (triton.cdiv(n, _BLOCK),)
-            fwd[grid](x, table, out, res, strides, offsets, dense, n, n_levels, (1 << log2_t) - 1, _P1, _P2,
-                      D=d, F=f, BLOCK=_BLOCK)
+            with _on(x.device):
+                fwd[grid](x, table, out, res, strides, offsets, dense, n, n_levels, (1 << log2_t) - 1, _P1, _P2,
+                          D=d, F=f, BLOCK=_BLOCK)
         ctx.save_for_backward(x, table, res, strides, offsets, dense)
         ctx.log2_t = log2_t
         return out
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad):  # type: ignore[override]
         triton, _, bwd = _kernels()
         x, table, res, strides, offsets, dense = ctx.saved_tensors
@@ -258,8 +268,9 @@ class _HashGridFn(torch.autograd.Function):
         g_x = torch.empty_like(x) if need_x else x.new_empty(1)
         if n:
             grid = (triton.cdiv(n, _BLOCK),)
-            bwd[grid](x, table, grad, g_table, g_x, res, strides, offsets, dense, n, res.shape[0],
-                      (1 << ctx.log2_t) - 1, _P1, _P2, D=d, F=f, NEED_X=need_x, BLOCK=_BLOCK)
+            with _on(x.device):
+                bwd[grid](x, table, grad, g_table, g_x, res, strides, offsets, dense, n, res.shape[0],
+                          (1 << ctx.log2_t) - 1, _P1, _P2, D=d, F=f, NEED_X=need_x, BLOCK=_BLOCK)
         return (g_x if need_x else None), g_table, None, None, None, None, None
 
 

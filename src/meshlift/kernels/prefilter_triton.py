@@ -27,9 +27,11 @@ float32 only; ``triton`` is imported on first use, never at module import.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
+from torch.autograd.function import once_differentiable
 
 __all__ = ["csr_apply_triton"]
 
@@ -69,9 +71,11 @@ def _apply(m: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     triton, kern = _kernels()
     n_rows, ch = m.shape[0], x.shape[1]
     y = torch.empty(n_rows, ch, dtype=x.dtype, device=x.device)
+    ctx = torch.cuda.device(x.device) if x.device.type == "cuda" else contextlib.nullcontext()
     if n_rows:
-        kern[(n_rows,)](m.crow_indices(), m.col_indices(), m.values(), x, y, C=ch, BLOCK_K=_BLOCK_K,
-                        BLOCK_C=triton.next_power_of_2(ch), num_warps=2)
+        with ctx:
+            kern[(n_rows,)](m.crow_indices(), m.col_indices(), m.values(), x, y, C=ch, BLOCK_K=_BLOCK_K,
+                            BLOCK_C=triton.next_power_of_2(ch), num_warps=2)
     return y
 
 
@@ -84,6 +88,7 @@ class _CsrApplyFn(torch.autograd.Function):
         return _apply(fwd, x)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad):  # type: ignore[override]
         return _apply(ctx.bwd, grad.contiguous()), None, None
 
