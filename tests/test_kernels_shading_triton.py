@@ -156,7 +156,7 @@ def test_material_field_through_triton(monkeypatch):
 # ---- prefilter -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("src,out,rough", [(4, 4, 0.5), (4, 8, 0.3), (8, 4, 1.0)])
+@pytest.mark.parametrize("src,out,rough", [(4, 4, 0.5), (2, 4, 0.3), (4, 4, 1.0)])
 def test_prefilter_forward_backward_matches_torch(src, out, rough):
     torch.manual_seed(2)
     cube = torch.rand(6, src, src, 3, device=DEV)
