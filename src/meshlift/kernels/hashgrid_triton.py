@@ -7,8 +7,9 @@ module must agree with it, forward and backward (tests/test_kernels_shading_trit
 
 Design (why a kernel): the torch path builds ``[N, L, 2^d]`` index and weight tensors axis by axis, gathers
 ``[N·L, 2^d, F]`` features and contracts them with a batched ``[1, 2^d] x [2^d, F]`` product. On CUDA that is
-~60 launches forward and ~60 backward per call, and the product runs as ``N·L`` tiny gemv problems (54% of
-the device time of a ``spot`` step on an H200, docs: /shared/notes/gpu_profile_spot.md). Here one launch does
+~60 kernel launches forward and ~65 backward per call (dispatcher count, 16 levels), and the product runs
+as ``N·L`` tiny gemv problems (54% of the device time of a ``spot`` step on an H200 in the profile of issue
+9, 2026-12-01). Here one launch does
 the forward and one the backward (plus the zero-fill of the gradients), with no temporaries besides the
 output:
 
