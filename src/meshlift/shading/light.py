@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from meshlift.errors import RenderError
+from meshlift.kernels.shading import shading_backend
 from meshlift.shading.brdf_lut import brdf_lut, lookup_brdf_lut
 from meshlift.shading.bsdf import dot, reflect, safe_normalize
 from meshlift.shading.cubemap import (
@@ -266,7 +267,11 @@ class _ApplySparse(torch.autograd.Function):
 
 
 def specular_prefilter(
-    cube: torch.Tensor, roughness: float, cutoff: float = 0.99, out_res: int | None = None
+    cube: torch.Tensor,
+    roughness: float,
+    cutoff: float = 0.99,
+    out_res: int | None = None,
+    backend: str | None = None,
 ) -> torch.Tensor:
     """GGX-prefiltered environment (split-sum "LD" term), differentiable, via a cached sparse matrix.
 
@@ -281,6 +286,9 @@ def specular_prefilter(
         cutoff: fraction of the GGX lobe kept, in (0, 1].
         out_res: output face size (default ``R_src``); may exceed ``R_src`` (a fine output gathered
             from a coarse source, as the bounded-memory mip chain does).
+        backend: how the cached matrix is applied: ``"torch"`` (sparse matmul), ``"triton"`` (the CSR kernel
+            of :mod:`meshlift.kernels.prefilter_triton`), ``"auto"`` (Triton for float32 CUDA maps when
+            ``import triton`` works); None reads ``MESHLIFT_SHADING_BACKEND`` (default auto).
 
     Returns:
         ``[6, out_res, out_res, C]``.
@@ -297,7 +305,12 @@ def specular_prefilter(
     src_res, ch = cube.shape[1], cube.shape[-1]
     out_res = src_res if out_res is None else int(out_res)
     op = _specular_operator(out_res, src_res, float(roughness), float(cutoff), cube.dtype, str(cube.device))
-    y = _ApplySparse.apply(cube.reshape(-1, ch).contiguous(), op)
+    if shading_backend(backend, cube.device, cube.dtype) == "triton":
+        from meshlift.kernels.prefilter_triton import csr_apply_triton
+
+        y = csr_apply_triton(cube.reshape(-1, ch), op.fwd, op.bwd)
+    else:
+        y = _ApplySparse.apply(cube.reshape(-1, ch).contiguous(), op)
     return y.reshape(6, out_res, out_res, ch)
 
 
