@@ -156,7 +156,7 @@ def _check_inputs(means, quats, scales, opacities, colors, world_to_camera, K, w
                               "(or set SplatSettings(check_inputs=False) to skip these checks)")
 
 
-def _resolve_backend(backend: Optional[str], device: torch.device) -> str:
+def _resolve_backend(backend: Optional[str], device: torch.device, camera_grad: bool = False) -> str:
     name = backend if backend is not None else os.environ.get("MESHLIFT_SPLAT_BACKEND", "auto")
     if name not in ("auto", "torch", "triton"):
         raise RenderError(f"unknown splat backend {name!r}; choose 'auto', 'torch' or 'triton' "
@@ -168,7 +168,10 @@ def _resolve_backend(backend: Optional[str], device: torch.device) -> str:
         raise RenderError(f"splat backend 'triton' cannot run on device {device} (needs CUDA and the "
                           "triton package, or TRITON_INTERPRET=1 on CPU); use backend='torch'")
     if name == "auto":
-        return "triton" if (avail and device.type == "cuda") else "torch"
+        return "triton" if (avail and device.type == "cuda" and not camera_grad) else "torch"
+    if camera_grad:
+        raise RenderError("splat backend 'triton' gives no gradient to world_to_camera / K; use backend='torch' "
+                          "for camera optimisation (or detach the cameras)")
     return name
 
 
@@ -259,7 +262,9 @@ def rasterize_gaussians(
         render_mode: ``"RGB"``, ``"D"`` (accumulated depth Σ αT z), ``"ED"`` (expected depth
             Σ αT z / Σ αT), ``"RGB+D"``, ``"RGB+ED"``; depth is appended as the last channel.
         settings: :class:`SplatSettings` (low-pass, tile size, alpha clamp, extra outputs, budget).
-        backend: ``"auto"``, ``"torch"`` or ``"triton"`` (default: env ``MESHLIFT_SPLAT_BACKEND``).
+        backend: ``"auto"``, ``"torch"`` or ``"triton"`` (default: env ``MESHLIFT_SPLAT_BACKEND``, else
+            ``"auto"``: Triton for CUDA tensors when triton imports and the cameras need no gradient).
+            The Triton path composites in float32 whatever the input dtype.
 
     Returns:
         ``(image [C, H, W, D'], alpha [C, H, W, 1], info)``; ``info`` holds ``means2d [C,N,2]`` (its
@@ -282,7 +287,8 @@ def rasterize_gaussians(
                   sh_degree, render_mode, settings)
     width, height = int(width), int(height)
     C, N = world_to_camera.shape[0], means.shape[0]
-    bname = _resolve_backend(backend, means.device)
+    cam_grad = torch.is_grad_enabled() and (world_to_camera.requires_grad or K.requires_grad)
+    bname = _resolve_backend(backend, means.device, cam_grad)
     ops = _ops(bname)
     dtype = means.dtype
     w2c, Kc = world_to_camera.to(dtype), K.to(dtype)
@@ -306,7 +312,7 @@ def rasterize_gaussians(
     features = torch.cat([f.to(dtype) for f in feats], dim=-1).contiguous()
     ts = int(settings.tile_size)
     tiles_w, tiles_h = tile_grid(width, height, ts)
-    _, flatten_ids, offsets = ref.isect_tiles(means2d, proj["radii"], proj["depths"], ts, tiles_w, tiles_h)
+    _, flatten_ids, offsets = ops.isect_tiles(means2d, proj["radii"], proj["depths"], ts, tiles_w, tiles_h)
     want_median = "median_depth" in settings.outputs
     out, alpha, median = ops.composite_tiles(
         means2d, proj["conics"], proj["opacities"], features,
@@ -382,7 +388,7 @@ def gaussian_statistics(
                                      settings.antialiased, settings.radius_clip)
         ts = int(settings.tile_size)
         tiles_w, tiles_h = tile_grid(width, height, ts)
-        _, flatten_ids, offsets = ref.isect_tiles(proj["means2d"], proj["radii"], proj["depths"], ts,
+        _, flatten_ids, offsets = ops.isect_tiles(proj["means2d"], proj["radii"], proj["depths"], ts,
                                                   tiles_w, tiles_h)
         stats = ops.tile_statistics(proj["means2d"], proj["conics"], proj["opacities"], flatten_ids,
                                     offsets, width, height, ts, settings.alpha_max, settings.chunk_elements)
