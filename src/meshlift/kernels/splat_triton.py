@@ -39,6 +39,7 @@ MAX_EXTEND = 3.33
 
 _BLOCK = 256  # elementwise kernels
 _BATCH = 16  # Gaussians per compositing step
+_WARPS = 8  # warps per tile program (256 pixels x 16 Gaussians per step)
 
 
 def is_available(device: torch.device) -> bool:
@@ -205,7 +206,8 @@ class _CompositeFn(torch.autograd.Function):
         if n_tiles and D:
             k.composite_fwd[(n_tiles,)](off, fid, fid.numel(), m2, con, op, ft, m2, out, T, last, med,
                                         width, height, tiles_w, tiles_h, float(alpha_max),
-                                        D=D, DP=_next_pow2(D), TS=tile_size, B=_BATCH, WANT_MED=bool(want_median))
+                                        D=D, DP=_next_pow2(D), TS=tile_size, B=_BATCH, WANT_MED=bool(want_median),
+                                        num_warps=_WARPS)
         ctx.save_for_backward(m2, con, op, ft, fid, off, T, last)
         ctx.cfg = (width, height, tile_size, tiles_w, tiles_h, float(alpha_max))
         ctx.mark_non_differentiable(med)
@@ -228,7 +230,7 @@ class _CompositeFn(torch.autograd.Function):
         if n_tiles and D and fid.numel():
             _k().composite_bwd[(n_tiles,)](off, fid, m2, con, op, ft, T, last, g_out, g_alpha, gm2, gcon, gop, gft,
                                            width, height, tiles_w, tiles_h, alpha_max,
-                                           D=D, DP=_next_pow2(D), TS=ts, B=_BATCH)
+                                           D=D, DP=_next_pow2(D), TS=ts, B=_BATCH, num_warps=_WARPS)
         dt = m2.dtype
         return gm2.to(dt), gcon.to(dt), gop.to(dt), gft.to(dt), None, None, None, None, None, None, None, None
 
@@ -272,7 +274,7 @@ def tile_statistics(means2d, conics, opacities, flatten_ids, isect_offsets, widt
     if n_tiles and flatten_ids.numel():
         k.stats_fwd[(n_tiles,)](off, flatten_ids.contiguous(), means2d.contiguous(), conics.contiguous(),
                                 opacities.contiguous(), acc, cnt, best, width, height, tiles_w, tiles_h,
-                                float(alpha_max), TS=tile_size, B=_BATCH)
+                                float(alpha_max), TS=tile_size, B=_BATCH, num_warps=_WARPS)
     sel = best >= 0
     area_max = torch.bincount(best[sel], minlength=C * N)
     return {"accum_weights": acc.to(means2d.dtype).reshape(C, N), "area_proj": cnt.to(torch.int64).reshape(C, N),
