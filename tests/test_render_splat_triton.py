@@ -234,8 +234,32 @@ def test_gpu_parity_triton_vs_torch(n, W, H):
         img, alpha, info = rasterize_gaussians(*leaves, w2c, K, W, H, settings=st, backend=b)
         (img.sum() + alpha.sum()).backward()
         res.append((img.detach(), alpha.detach(), info["median_depth"].detach(), [t.grad for t in leaves]))
-    assert (res[0][0] - res[1][0]).abs().max() < 1e-4
-    assert (res[0][1] - res[1][1]).abs().max() < 1e-4
-    assert ((res[0][2] - res[1][2]).abs() > 1e-4).float().mean() < 1e-3  # T=0.5 ties may flip a few pixels
+    # float32: exp(cumsum(log(1 - a))) vs cumprod may flip the T < 1e-4 / T > 0.5 decisions at a few pixels
+    assert (res[0][0] - res[1][0]).abs().max() < 5e-4
+    assert (res[0][1] - res[1][1]).abs().max() < 5e-4
+    assert ((res[0][2] - res[1][2]).abs() > 1e-4).float().mean() < 1e-3
     for a, b in zip(res[0][3], res[1][3]):
-        assert (a - b).abs().max() <= 1e-3 * a.abs().max()
+        assert (a - b).norm() <= 1e-3 * a.norm()
+        assert (a - b).abs().max() <= 2e-2 * a.abs().max()
+
+
+@pytest.mark.parametrize("degree", [0, 1, 2, 3])
+def test_sh_colors_forward_backward_match_reference_float64(degree):
+    from meshlift.render.splat import _camera_centres, _colors
+
+    w2c, K = (t.to(DEV) for t in camera(20, 20, 20.0, C=2))
+    means, _, _, _, _ = _scene(40, seed=8, dtype=torch.float64)
+    g = torch.Generator().manual_seed(degree)
+    sh = (torch.randn(40, 16, 3, generator=g, dtype=torch.float64) * 1.5).to(DEV)
+    res = []
+    for ops in (ref, kt):
+        m, c = means.clone().requires_grad_(True), sh.clone().requires_grad_(True)
+        rgb = _colors(m, c, w2c, degree, 2, ops)
+        up = torch.randn(rgb.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(DEV)
+        grads = torch.autograd.grad((rgb * up).sum(), [m, c], allow_unused=True)
+        res.append((rgb.detach(), [torch.zeros_like(t) if gr is None else gr for gr, t in zip(grads, (m, c))]))
+    assert torch.allclose(res[0][0], res[1][0], atol=1e-12)
+    assert bool((res[0][0] == 0).any())  # the clamp at 0 is exercised
+    for a, b in zip(res[0][1], res[1][1]):
+        assert torch.allclose(a, b, atol=1e-10)
+    assert _camera_centres(w2c).shape == (2, 3)

@@ -642,3 +642,223 @@ def stats_fwd(offsets, flat_ids, m2, con, opac, o_acc, o_cnt, o_best, width, hei
     bg = tl.load(flat_ids + best_i, mask=inimg & (best_i >= 0), other=-1)
     tl.store(o_best + pix, tl.where(best_i >= 0, bg, -1), mask=inimg)
 
+
+
+# ------------------------------------------------------------------ spherical harmonics (3DGS basis)
+@triton.jit
+def _sh_basis(x, y, z, DEG: tl.constexpr):
+    """The 16 basis values (unused ones 0) at unit direction (x, y, z); order of docs/conventions.md §11."""
+    zero = 0.0 * x
+    b0 = zero + 0.28209479177387814
+    b1 = zero
+    b2 = zero
+    b3 = zero
+    b4 = zero
+    b5 = zero
+    b6 = zero
+    b7 = zero
+    b8 = zero
+    b9 = zero
+    b10 = zero
+    b11 = zero
+    b12 = zero
+    b13 = zero
+    b14 = zero
+    b15 = zero
+    if DEG >= 1:
+        b1 = -0.4886025119029199 * y
+        b2 = 0.4886025119029199 * z
+        b3 = -0.4886025119029199 * x
+    if DEG >= 2:
+        b4 = 1.0925484305920792 * x * y
+        b5 = -1.0925484305920792 * y * z
+        b6 = 0.31539156525252005 * (2 * z * z - x * x - y * y)
+        b7 = -1.0925484305920792 * x * z
+        b8 = 0.5462742152960396 * (x * x - y * y)
+    if DEG >= 3:
+        b9 = -0.5900435899266435 * y * (3 * x * x - y * y)
+        b10 = 2.890611442640554 * x * y * z
+        b11 = -0.4570457994644658 * y * (4 * z * z - x * x - y * y)
+        b12 = 0.3731763325901154 * z * (2 * z * z - 3 * x * x - 3 * y * y)
+        b13 = -0.4570457994644658 * x * (4 * z * z - x * x - y * y)
+        b14 = 1.445305721320277 * z * (x * x - y * y)
+        b15 = -0.5900435899266435 * x * (x * x - 3 * y * y)
+    return b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15
+
+
+@triton.jit
+def _sh_dirs(means, campos, i, m, N):
+    c = i // N
+    n = i % N
+    dx = tl.load(means + n * 3 + 0, mask=m, other=0.0) - tl.load(campos + c * 3 + 0, mask=m, other=0.0)
+    dy = tl.load(means + n * 3 + 1, mask=m, other=0.0) - tl.load(campos + c * 3 + 1, mask=m, other=0.0)
+    dz = tl.load(means + n * 3 + 2, mask=m, other=1.0) - tl.load(campos + c * 3 + 2, mask=m, other=0.0)
+    nrm = tl.maximum(tl.sqrt(dx * dx + dy * dy + dz * dz), 1e-12)
+    return dx / nrm, dy / nrm, dz / nrm, nrm, n
+
+
+@triton.jit
+def _sh_dot(coef, base, k, bk, m, r, g, b):
+    r += bk * tl.load(coef + base + k * 3 + 0, mask=m, other=0.0)
+    g += bk * tl.load(coef + base + k * 3 + 1, mask=m, other=0.0)
+    b += bk * tl.load(coef + base + k * 3 + 2, mask=m, other=0.0)
+    return r, g, b
+
+
+@triton.jit
+def sh_fwd(means, campos, coef, out, C, N, KS, DEG: tl.constexpr, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < C * N
+    x, y, z, nrm, n = _sh_dirs(means, campos, i, m, N)
+    b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15 = _sh_basis(x, y, z, DEG)
+    base = n * KS * 3
+    r = 0.0 * x
+    g = 0.0 * x
+    b = 0.0 * x
+    r, g, b = _sh_dot(coef, base, 0, b0, m, r, g, b)
+    if DEG >= 1:
+        r, g, b = _sh_dot(coef, base, 1, b1, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 2, b2, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 3, b3, m, r, g, b)
+    if DEG >= 2:
+        r, g, b = _sh_dot(coef, base, 4, b4, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 5, b5, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 6, b6, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 7, b7, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 8, b8, m, r, g, b)
+    if DEG >= 3:
+        r, g, b = _sh_dot(coef, base, 9, b9, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 10, b10, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 11, b11, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 12, b12, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 13, b13, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 14, b14, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 15, b15, m, r, g, b)
+    tl.store(out + i * 3 + 0, tl.maximum(r + 0.5, 0.0), mask=m)
+    tl.store(out + i * 3 + 1, tl.maximum(g + 0.5, 0.0), mask=m)
+    tl.store(out + i * 3 + 2, tl.maximum(b + 0.5, 0.0), mask=m)
+
+
+@triton.jit
+def _sh_bwd_term(coef, gcoef, base, obase, k, bk, m, gr, gg, gb, ddx, ddy, ddz, vx, vy, vz):
+    """Store the coefficient gradient of basis k; accumulate (g . c_k) * d b_k / d dir into (vx, vy, vz)."""
+    tl.store(gcoef + obase + k * 3 + 0, bk * gr, mask=m)
+    tl.store(gcoef + obase + k * 3 + 1, bk * gg, mask=m)
+    tl.store(gcoef + obase + k * 3 + 2, bk * gb, mask=m)
+    s = (gr * tl.load(coef + base + k * 3 + 0, mask=m, other=0.0) + gg * tl.load(coef + base + k * 3 + 1, mask=m,
+                                                                                  other=0.0)
+         + gb * tl.load(coef + base + k * 3 + 2, mask=m, other=0.0))
+    return vx + s * ddx, vy + s * ddy, vz + s * ddz
+
+
+@triton.jit
+def sh_bwd(means, campos, coef, g_out, o_gcoef, o_gmeans, C, N, KS, DEG: tl.constexpr, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < C * N
+    x, y, z, nrm, n = _sh_dirs(means, campos, i, m, N)
+    b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15 = _sh_basis(x, y, z, DEG)
+    base = n * KS * 3
+    r = 0.0 * x
+    g = 0.0 * x
+    b = 0.0 * x
+    r, g, b = _sh_dot(coef, base, 0, b0, m, r, g, b)
+    if DEG >= 1:
+        r, g, b = _sh_dot(coef, base, 1, b1, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 2, b2, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 3, b3, m, r, g, b)
+    if DEG >= 2:
+        r, g, b = _sh_dot(coef, base, 4, b4, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 5, b5, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 6, b6, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 7, b7, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 8, b8, m, r, g, b)
+    if DEG >= 3:
+        r, g, b = _sh_dot(coef, base, 9, b9, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 10, b10, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 11, b11, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 12, b12, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 13, b13, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 14, b14, m, r, g, b)
+        r, g, b = _sh_dot(coef, base, 15, b15, m, r, g, b)
+    # clamp_min(rgb + 0.5, 0) passes the gradient where rgb + 0.5 >= 0 (torch.clamp_min semantics)
+    gr = tl.where(r + 0.5 >= 0, tl.load(g_out + i * 3 + 0, mask=m, other=0.0), 0.0)
+    gg = tl.where(g + 0.5 >= 0, tl.load(g_out + i * 3 + 1, mask=m, other=0.0), 0.0)
+    gb = tl.where(b + 0.5 >= 0, tl.load(g_out + i * 3 + 2, mask=m, other=0.0), 0.0)
+    obase = i * KS * 3
+    zero = 0.0 * x
+    vx = zero
+    vy = zero
+    vz = zero
+    vx, vy, vz = _sh_bwd_term(coef, o_gcoef, base, obase, 0, b0, m, gr, gg, gb, zero, zero, zero, vx, vy, vz)
+    # d b_k / d(x, y, z) of the basis in _sh_basis (constants folded)
+    if DEG >= 1:
+        qx = zero
+        qy = zero - 0.4886025119029199
+        qz = zero
+        vx, vy, vz = _sh_bwd_term(coef, o_gcoef, base, obase, 1, b1, m, gr, gg, gb, qx, qy, qz, vx, vy, vz)
+        qx = zero
+        qy = zero
+        qz = zero + 0.4886025119029199
+        vx, vy, vz = _sh_bwd_term(coef, o_gcoef, base, obase, 2, b2, m, gr, gg, gb, qx, qy, qz, vx, vy, vz)
+        qx = zero - 0.4886025119029199
+        qy = zero
+        qz = zero
+        vx, vy, vz = _sh_bwd_term(coef, o_gcoef, base, obase, 3, b3, m, gr, gg, gb, qx, qy, qz, vx, vy, vz)
+    if DEG >= 2:
+        qx = 1.0925484305920792 * y
+        qy = 1.0925484305920792 * x
+        qz = zero
+        vx, vy, vz = _sh_bwd_term(coef, o_gcoef, base, obase, 4, b4, m, gr, gg, gb, qx, qy, qz, vx, vy, vz)
+        qx = zero
+        qy = -1.0925484305920792 * z
+        qz = -1.0925484305920792 * y
+        vx, vy, vz = _sh_bwd_term(coef, o_gcoef, base, obase, 5, b5, m, gr, gg, gb, qx, qy, qz, vx, vy, vz)
+        qx = -0.6307831305050401 * x
+        qy = -0.6307831305050401 * y
+        qz = 1.2615662610100802 * z
+        vx, vy, vz = _sh_bwd_term(coef, o_gcoef, base, obase, 6, b6, m, gr, gg, gb, qx, qy, qz, vx, vy, vz)
+        qx = -1.0925484305920792 * z
+        qy = zero
+        qz = -1.0925484305920792 * x
+        vx, vy, vz = _sh_bwd_term(coef, o_gcoef, base, obase, 7, b7, m, gr, gg, gb, qx, qy, qz, vx, vy, vz)
+        qx = 1.0925484305920792 * x
+        qy = -1.0925484305920792 * y
+        qz = zero
+        vx, vy, vz = _sh_bwd_term(coef, o_gcoef, base, obase, 8, b8, m, gr, gg, gb, qx, qy, qz, vx, vy, vz)
+    if DEG >= 3:
+        xx = x * x
+        yy = y * y
+        zz = z * z
+        qx = -3.540261539559861 * x * y
+        qy = -0.5900435899266435 * (3 * xx - 3 * yy)
+        qz = zero
+        vx, vy, vz = _sh_bwd_term(coef, o_gcoef, base, obase, 9, b9, m, gr, gg, gb, qx, qy, qz, vx, vy, vz)
+        qx = 2.890611442640554 * y * z
+        qy = 2.890611442640554 * x * z
+        qz = 2.890611442640554 * x * y
+        vx, vy, vz = _sh_bwd_term(coef, o_gcoef, base, obase, 10, b10, m, gr, gg, gb, qx, qy, qz, vx, vy, vz)
+        qx = 0.9140915989289316 * x * y
+        qy = -0.4570457994644658 * (4 * zz - xx - 3 * yy)
+        qz = -3.6563663957157264 * y * z
+        vx, vy, vz = _sh_bwd_term(coef, o_gcoef, base, obase, 11, b11, m, gr, gg, gb, qx, qy, qz, vx, vy, vz)
+        qx = -2.2390579955406924 * x * z
+        qy = -2.2390579955406924 * y * z
+        qz = 0.3731763325901154 * (6 * zz - 3 * xx - 3 * yy)
+        vx, vy, vz = _sh_bwd_term(coef, o_gcoef, base, obase, 12, b12, m, gr, gg, gb, qx, qy, qz, vx, vy, vz)
+        qx = -0.4570457994644658 * (4 * zz - 3 * xx - yy)
+        qy = 0.9140915989289316 * x * y
+        qz = -3.6563663957157264 * x * z
+        vx, vy, vz = _sh_bwd_term(coef, o_gcoef, base, obase, 13, b13, m, gr, gg, gb, qx, qy, qz, vx, vy, vz)
+        qx = 2.890611442640554 * x * z
+        qy = -2.890611442640554 * y * z
+        qz = 1.445305721320277 * (xx - yy)
+        vx, vy, vz = _sh_bwd_term(coef, o_gcoef, base, obase, 14, b14, m, gr, gg, gb, qx, qy, qz, vx, vy, vz)
+        qx = -0.5900435899266435 * (3 * xx - 3 * yy)
+        qy = 3.540261539559861 * x * y
+        qz = zero
+        vx, vy, vz = _sh_bwd_term(coef, o_gcoef, base, obase, 15, b15, m, gr, gg, gb, qx, qy, qz, vx, vy, vz)
+    # through the normalisation d = v / |v|:  g_v = (g_d - (g_d . d) d) / |v|
+    dot = vx * x + vy * y + vz * z
+    tl.store(o_gmeans + i * 3 + 0, (vx - dot * x) / nrm, mask=m)
+    tl.store(o_gmeans + i * 3 + 1, (vy - dot * y) / nrm, mask=m)
+    tl.store(o_gmeans + i * 3 + 2, (vz - dot * z) / nrm, mask=m)

@@ -279,3 +279,39 @@ def tile_statistics(means2d, conics, opacities, flatten_ids, isect_offsets, widt
     area_max = torch.bincount(best[sel], minlength=C * N)
     return {"accum_weights": acc.to(means2d.dtype).reshape(C, N), "area_proj": cnt.to(torch.int64).reshape(C, N),
             "area_max": area_max.reshape(C, N)}
+
+
+# ------------------------------------------------------------------------------------------------
+# Spherical harmonics
+# ------------------------------------------------------------------------------------------------
+
+
+class _SHFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, means, campos, coeffs, degree):
+        C, N, KS = campos.shape[0], means.shape[0], coeffs.shape[1]
+        means, campos, coeffs = means.contiguous(), campos.to(means.dtype).contiguous(), coeffs.contiguous()
+        out = torch.empty(C, N, 3, device=means.device, dtype=coeffs.dtype)
+        if C * N:
+            _k().sh_fwd[_grid(C * N, _BLOCK)](means, campos, coeffs, out, C, N, KS, DEG=int(degree), BLOCK=_BLOCK)
+        ctx.save_for_backward(means, campos, coeffs)
+        ctx.degree = int(degree)
+        return out
+
+    @staticmethod
+    def backward(ctx, g_out):
+        means, campos, coeffs = ctx.saved_tensors
+        C, N, KS = campos.shape[0], means.shape[0], coeffs.shape[1]
+        gc = torch.zeros(C, N, KS, 3, device=means.device, dtype=coeffs.dtype)
+        gm = torch.zeros(C, N, 3, device=means.device, dtype=means.dtype)
+        if C * N:
+            _k().sh_bwd[_grid(C * N, _BLOCK)](means, campos, coeffs, g_out.contiguous(), gc, gm, C, N, KS,
+                                               DEG=ctx.degree, BLOCK=_BLOCK)
+        return gm.sum(0), None, gc.sum(0), None
+
+
+def sh_colors(degree: int, means: torch.Tensor, camera_centres: torch.Tensor, coeffs: torch.Tensor) -> torch.Tensor:
+    """Triton twin of the SH colour rule of :func:`meshlift.render.splat.rasterize_gaussians`:
+    ``max(SH(normalize(means - centre)) + 0.5, 0)`` per camera, ``[C, N, 3]`` (gradients to ``means``
+    through the view direction and to ``coeffs [N, K, 3]``)."""
+    return _SHFn.apply(means, camera_centres, coeffs, int(degree))

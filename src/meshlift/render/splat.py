@@ -212,9 +212,11 @@ def _gaussian_normals(means, quats, scales, world_to_camera) -> torch.Tensor:
     return n[None] * sign
 
 
-def _colors(means, colors, world_to_camera, sh_degree, C):
+def _colors(means, colors, world_to_camera, sh_degree, C, ops=ref):
     if sh_degree is None:
         return colors if colors.ndim == 3 else colors[None].expand(C, -1, -1)
+    if ops is not ref:
+        return ops.sh_colors(int(sh_degree), means, _camera_centres(world_to_camera), colors)
     dirs = means[None] - _camera_centres(world_to_camera)[:, None]  # [C,N,3]
     rgb = spherical_harmonics(int(sh_degree), dirs, colors[None])
     return torch.clamp_min(rgb + 0.5, 0.0)
@@ -298,7 +300,7 @@ def rasterize_gaussians(
     means2d = proj["means2d"]
     if means2d.requires_grad:
         means2d.retain_grad()
-    feats = [_colors(means, colors, w2c, sh_degree, C)] if "RGB" in render_mode else []
+    feats = [_colors(means, colors, w2c, sh_degree, C, ops)] if "RGB" in render_mode else []
     n_color = feats[0].shape[-1] if feats else 0
     want_ed = "ED" in render_mode or "expected_depth" in settings.outputs
     want_depth = want_ed or "D" in render_mode
