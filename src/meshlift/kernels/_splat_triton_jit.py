@@ -476,13 +476,12 @@ def composite_fwd(offsets, flat_ids, n_isect, m2, con, opac, feat, dep, out_feat
         raw = go[:, None] * tl.exp(-sig)
         keep = bm[:, None] & inimg[None, :] & (sig >= 0) & (raw >= 1.0 / 255.0)
         a = tl.where(keep, tl.minimum(raw, alpha_max), 0.0)
-        l = tl.log(1.0 - a)
-        t_incl = T[None, :] * tl.exp(tl.cumsum(l, axis=0))
+        t_incl = T[None, :] * tl.cumprod(1.0 - a, axis=0)
         inc = (t_incl >= 1e-4) & ~done[None, :]
         a = tl.where(inc, a, 0.0)
-        l = tl.where(inc, l, 0.0)
-        cs = tl.cumsum(l, axis=0)
-        t_excl = T[None, :] * tl.exp(cs - l)
+        om = 1.0 - a
+        cp = tl.cumprod(om, axis=0)  # non-increasing along the batch: its min is the batch product
+        t_excl = T[None, :] * cp / om
         w = a * t_excl
         f = tl.load(feat + g[:, None] * D + dd[None, :], mask=bm[:, None] & dmask[None, :], other=0.0)
         acc += tl.sum(w[:, :, None] * f.to(tl.float32)[:, None, :], axis=0)
@@ -490,7 +489,7 @@ def composite_fwd(offsets, flat_ids, n_isect, m2, con, opac, feat, dep, out_feat
         last = tl.maximum(last, tl.max(tl.where(contrib, idx[:, None], -1), axis=0).to(tl.int32))
         if WANT_MED:
             medi = tl.maximum(medi, tl.max(tl.where(contrib & (t_excl > 0.5), idx[:, None], -1), axis=0).to(tl.int32))
-        T = T * tl.exp(tl.sum(l, axis=0))
+        T = T * tl.min(cp, axis=0)
         done = done | (tl.min(t_incl, axis=0) < 1e-4)
         b0 += B
     pix = (cam * height + pyi) * width + pxi
@@ -551,11 +550,13 @@ def composite_bwd(offsets, flat_ids, m2, con, opac, feat, T_final, last_ids, g_f
         raw = go[:, None] * vis
         inc = bm[:, None] & inimg[None, :] & (sig >= 0) & (raw >= 1.0 / 255.0) & (idx[:, None] <= last[None, :])
         a = tl.where(inc, tl.minimum(raw, alpha_max), 0.0)
-        l = tl.log(1.0 - a)
-        cs = tl.cumsum(l, axis=0)
-        tot = tl.sum(l, axis=0)
-        # transmittance in front of each Gaussian: T_end / prod_{j >= i} (1 - a_j)
-        t_i = T[None, :] * tl.exp(-(tot[None, :] - cs + l))
+        om = 1.0 - a
+        cp = tl.cumprod(om, axis=0)
+        # T is the transmittance behind this batch; in front of it T / prod(1 - a) (>= T since only
+        # included Gaussians count and T >= 1e-4, so the product cannot underflow); in front of
+        # Gaussian i: T_start * prod_{j < i} (1 - a_j)
+        T_start = T / tl.min(cp, axis=0)
+        t_i = T_start[None, :] * cp / om
         w = a * t_i
         f = tl.load(feat + g[:, None] * D + dd[None, :], mask=bm[:, None] & dmask[None, :], other=0.0).to(tl.float32)
         fg = tl.sum(f[:, None, :] * gimg[None, :, :], axis=2)  # [B, P]
@@ -563,7 +564,7 @@ def composite_bwd(offsets, flat_ids, m2, con, opac, feat, T_final, last_ids, g_f
         cw = tl.cumsum(wfg, axis=0)
         totw = tl.sum(wfg, axis=0)
         S_i = S[None, :] + (totw[None, :] - cw)  # contributions behind i
-        ga = t_i * fg - (S_i + tgT[None, :]) / (1.0 - a)
+        ga = t_i * fg - (S_i + tgT[None, :]) / om
         ga = tl.where(inc & (raw < alpha_max), ga, 0.0)
         gsig = -ga * raw
         gdx = gsig * (ca[:, None] * dx + cb[:, None] * dy)
@@ -578,7 +579,7 @@ def composite_bwd(offsets, flat_ids, m2, con, opac, feat, T_final, last_ids, g_f
         tl.atomic_add(o_gcon + g * 3 + 2, tl.sum(0.5 * gsig * dy * dy, axis=1), mask=any_c)
         gf = tl.sum(w[:, :, None] * gimg[None, :, :], axis=1)  # [B, DP]
         tl.atomic_add(o_gfeat + g[:, None] * D + dd[None, :], gf, mask=any_c[:, None] & dmask[None, :])
-        T = T * tl.exp(-tot)
+        T = T_start
         S = S + totw
 
 # ------------------------------------------------------------------ statistics
@@ -620,13 +621,12 @@ def stats_fwd(offsets, flat_ids, m2, con, opac, o_acc, o_cnt, o_best, width, hei
         raw = go[:, None] * tl.exp(-sig)
         keep = bm[:, None] & inimg[None, :] & (sig >= 0) & (raw >= 1.0 / 255.0)
         a = tl.where(keep, tl.minimum(raw, alpha_max), 0.0)
-        l = tl.log(1.0 - a)
-        t_incl = T[None, :] * tl.exp(tl.cumsum(l, axis=0))
+        t_incl = T[None, :] * tl.cumprod(1.0 - a, axis=0)
         inc = (t_incl >= 1e-4) & ~done[None, :]
         a = tl.where(inc, a, 0.0)
-        l = tl.where(inc, l, 0.0)
-        cs = tl.cumsum(l, axis=0)
-        w = a * T[None, :] * tl.exp(cs - l)
+        om = 1.0 - a
+        cp = tl.cumprod(om, axis=0)
+        w = a * T[None, :] * cp / om
         tl.atomic_add(o_acc + g, tl.sum(w, axis=1), mask=bm)
         tl.atomic_add(o_cnt + g, tl.sum((w > 0).to(tl.int32), axis=1), mask=bm)
         # largest weight in this block per pixel (first on ties), then against the running best
@@ -635,7 +635,7 @@ def stats_fwd(offsets, flat_ids, m2, con, opac, o_acc, o_cnt, o_best, width, hei
         better = wm > best_w
         best_w = tl.where(better, wm, best_w)
         best_i = tl.where(better, im, best_i)
-        T = T * tl.exp(tl.sum(l, axis=0))
+        T = T * tl.min(cp, axis=0)
         done = done | (tl.min(t_incl, axis=0) < 1e-4)
         b0 += B
     pix = (cam * height + pyi) * width + pxi

@@ -12,9 +12,12 @@ outputs), and tests compare forward and backward against it (under ``TRITON_INTE
   each writes its tile ids in depth order, then a *stable* ``torch.sort`` of int32 tile ids (32-bit radix
   passes instead of 64) gives per-tile lists already in depth order (notes, "Recommended Triton design").
 - :func:`composite_tiles` — ``_CompositeFn``: one program per 16×16 tile, ``BATCH`` Gaussians at a time
-  as a ``[BATCH, 256]`` block, transmittance by a log-space ``tl.cumsum``, early exit when every pixel is
-  done. Backward walks each tile's list back to front (reverse cumsums), reduces over the 256 pixels in
-  the program and issues one ``atomic_add`` per Gaussian per tile per parameter.
+  as a ``[BATCH, 256]`` block, transmittance by ``tl.cumprod`` along the batch (the T < 1e-4 stop emulated
+  exactly as in the reference: a Gaussian that would cross it is not added and ends the pixel), early exit
+  when every pixel of the tile is done. Backward walks each tile's list back to front from the last
+  contributing Gaussian, recovers the transmittance by division, gets the colour "behind" each Gaussian
+  from a running sum plus an in-batch ``tl.cumsum``, reduces over the 256 pixels in the program and
+  issues one ``atomic_add`` per Gaussian per tile per parameter.
 - :func:`tile_statistics` — the no-grad statistics pass (Σ αT, pixels touched, largest contributor).
 
 Camera gradients (``world_to_camera``, ``K``) are not produced here; the torch backend has them.
