@@ -226,16 +226,20 @@ def test_empty_image_and_zero_gaussians():
     assert info["means2d"].shape == (1, 0, 2)
 
 
-def test_chunking_does_not_change_forward_or_backward():
+def test_chunking_does_not_change_forward_or_backward(monkeypatch):
     scene = [t.clone().requires_grad_(True) for t in random_scene(20, seed=6)]
     w2c, K = camera(36, 20, 40.0)  # 3x2 tiles
+    calls = []
+    real = ref.checkpoint
+    monkeypatch.setattr(ref, "checkpoint", lambda *a, **k: calls.append(1) or real(*a, **k))
     outs = []
-    for budget in (1 << 22, 256 * 16):
+    for budget in (1 << 22, 256 * 8):
         st = SplatSettings(outputs=("median_depth", "normal"), chunk_elements=budget)
         img, alpha, info = _render(scene, w2c, K, 36, 20, st, render_mode="RGB+ED")
         loss = (img ** 2).sum() + alpha.sum() + info["median_depth"].sum() + info["normal"].pow(2).sum()
         grads = torch.autograd.grad(loss, scene)
         outs.append((img.detach(), info["median_depth"].detach(), grads))
+    assert calls  # the small budget went through activation checkpointing, the large one did not
     assert torch.allclose(outs[0][0], outs[1][0], atol=1e-12)
     assert torch.allclose(outs[0][1], outs[1][1], atol=1e-12)
     for a, b in zip(outs[0][2], outs[1][2]):
@@ -454,3 +458,21 @@ def test_gaussians_container_activations():
     with pytest.raises(RenderError, match="SH coefficient count"):
         Gaussians(means=torch.zeros(n, 3), quats=torch.zeros(n, 4), log_scales=torch.zeros(n, 3),
                   opacity_logits=torch.zeros(n), sh0=torch.zeros(n, 1, 3), shN=torch.zeros(n, 5, 3))
+
+
+def test_depth_only_render_modes_and_background_per_camera():
+    scene = random_scene(20, seed=13)
+    W, H = 24, 20
+    w2c, K = camera(W, H, 30.0, C=2)
+    st = SplatSettings(outputs=("expected_depth",))
+    d, alpha, info = _render(scene, w2c, K, W, H, st, render_mode="D")
+    ed, _, _ = _render(scene, w2c, K, W, H, st, render_mode="ED")
+    assert d.shape == (2, H, W, 1) and ed.shape == (2, H, W, 1)
+    assert torch.allclose(ed, info["expected_depth"])
+    assert torch.allclose(ed * alpha, d, atol=1e-12)
+    seen = alpha[..., 0] > 0.05
+    assert float(ed[..., 0][seen].min()) > 2.3 and float(ed[..., 0][seen].max()) < 3.7  # depths of the scene
+    bg = torch.tensor([[1.0, 0, 0], [0, 0, 1.0]], dtype=torch.float64)
+    img, alpha, _ = _render(scene, w2c, K, W, H, background=bg)
+    plain, _, _ = _render(scene, w2c, K, W, H)
+    assert torch.allclose(img, plain + (1 - alpha) * bg[:, None, None, :])

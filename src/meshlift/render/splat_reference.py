@@ -345,7 +345,8 @@ def composite_tiles(means2d: torch.Tensor, conics: torch.Tensor, opacities: torc
             RaDe-GS's rule), 0 where nothing contributes.
         flatten_ids, isect_offsets: from :func:`isect_tiles`.
         chunk_elements: memory budget, Gaussian×pixel pairs evaluated at once (each chunk keeps about
-            ten such temporaries; it is also the unit recomputed in backward).
+            ten such temporaries). Above ``4 · chunk_elements`` pairs in all, each chunk is wrapped in
+            activation checkpointing (recomputed in backward), so autograd's memory is bounded too.
 
     Returns ``(features [C,H,W,D], alpha [C,H,W,1], median_depth [C,H,W,1] or None)`` (no background).
     """
@@ -364,6 +365,9 @@ def composite_tiles(means2d: torch.Tensor, conics: torch.Tensor, opacities: torc
     n_isect = int(flatten_ids.numel())
     grad_on = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (means2d, conics, opacities, features, depths))
+    # Small problems keep their activations (faster); larger ones recompute each chunk in backward so
+    # that what autograd keeps stays bounded by the budget as well.
+    use_checkpoint = grad_on and n_isect * P > 4 * chunk_elements
     outs_idx, outs_acc, outs_T, outs_med = [], [], [], []
     dummy_dp = torch.zeros(max(C * N, 1), device=dev, dtype=dtype)
     for tile_idx, starts, counts, L, lc in _plan(isect_offsets, n_isect, tile_size, chunk_elements):
@@ -380,7 +384,7 @@ def composite_tiles(means2d: torch.Tensor, conics: torch.Tensor, opacities: torc
             ids = flatten_ids[pos]
             args = (T, done, acc, med, ids, valid, px, py, inimg, m2, cn, op, ft,
                     dp if want_median else dummy_dp, alpha_max, want_median)
-            if grad_on:
+            if use_checkpoint:
                 T, done, acc, med = checkpoint(_composite_chunk, *args, use_reentrant=False,
                                                preserve_rng_state=False)
             else:
