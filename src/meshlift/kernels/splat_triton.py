@@ -47,15 +47,19 @@ _WARPS = 8  # warps per tile program (256 pixels x 16 Gaussians per step)
 
 def is_available(device: torch.device) -> bool:
     """Triton can run these kernels on ``device``: CUDA with triton installed, or CPU tensors under
-    ``TRITON_INTERPRET=1`` (the interpreter, for tests)."""
+    ``TRITON_INTERPRET=1`` (the interpreter, for tests). Imports triton only when the device qualifies."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        ok = torch.cuda.is_available()
+    else:
+        ok = dev.type == "cpu" and os.environ.get("TRITON_INTERPRET", "0") == "1"
+    if not ok:
+        return False
     try:
         import triton  # noqa: F401
     except ImportError:
         return False
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        return torch.cuda.is_available()
-    return dev.type == "cpu" and os.environ.get("TRITON_INTERPRET", "0") == "1"
+    return True
 
 
 @functools.lru_cache(maxsize=1)
@@ -146,9 +150,10 @@ def project_gaussians(means, quats, scales, opacities, world_to_camera, K, width
 # ------------------------------------------------------------------------------------------------
 
 
-def isect_tiles(means2d, radii, depths, tile_size, tiles_w, tiles_h):
+def isect_tiles(means2d, radii, depths, tile_size, tiles_w, tiles_h, with_keys: bool = True):
     """Triton twin of :func:`meshlift.render.splat_reference.isect_tiles`: same outputs (``isect_ids``
-    are the same int64 keys, rebuilt from the sorted lists)."""
+    are the same int64 keys, rebuilt from the sorted lists; None when ``with_keys`` is False, which
+    saves three passes over the intersections when only the lists are needed)."""
     k = _k()
     C, N = depths.shape
     dev = depths.device
@@ -174,8 +179,10 @@ def isect_tiles(means2d, radii, depths, tile_size, tiles_w, tiles_h):
         tiles_sorted, perm = torch.sort(tiles, stable=True)
         flatten_ids = gids[perm]
         offsets = torch.searchsorted(tiles_sorted, torch.arange(n_tiles, device=dev, dtype=torch.int32))
-        dbits = d32.contiguous().view(torch.int32).to(torch.int64)
-        isect_ids = (tiles_sorted.to(torch.int64) << 32) | (dbits[flatten_ids] & 0xFFFFFFFF)
+        isect_ids = None
+        if with_keys:
+            dbits = d32.contiguous().view(torch.int32).to(torch.int64)
+            isect_ids = (tiles_sorted.to(torch.int64) << 32) | (dbits[flatten_ids] & 0xFFFFFFFF)
     return isect_ids, flatten_ids, offsets.to(torch.int64).reshape(C, tiles_h, tiles_w)
 
 

@@ -314,7 +314,8 @@ def rasterize_gaussians(
     features = torch.cat([f.to(dtype) for f in feats], dim=-1).contiguous()
     ts = int(settings.tile_size)
     tiles_w, tiles_h = tile_grid(width, height, ts)
-    _, flatten_ids, offsets = ops.isect_tiles(means2d, proj["radii"], proj["depths"], ts, tiles_w, tiles_h)
+    _, flatten_ids, offsets = ops.isect_tiles(means2d, proj["radii"], proj["depths"], ts, tiles_w, tiles_h,
+                                              with_keys=False)
     want_median = "median_depth" in settings.outputs
     out, alpha, median = ops.composite_tiles(
         means2d, proj["conics"], proj["opacities"], features,
@@ -391,7 +392,7 @@ def gaussian_statistics(
         ts = int(settings.tile_size)
         tiles_w, tiles_h = tile_grid(width, height, ts)
         _, flatten_ids, offsets = ops.isect_tiles(proj["means2d"], proj["radii"], proj["depths"], ts,
-                                                  tiles_w, tiles_h)
+                                                  tiles_w, tiles_h, with_keys=False)
         stats = ops.tile_statistics(proj["means2d"], proj["conics"], proj["opacities"], flatten_ids,
                                     offsets, width, height, ts, settings.alpha_max, settings.chunk_elements)
     stats["radii"] = proj["radii"]

@@ -202,7 +202,8 @@ def tile_grid(width: int, height: int, tile_size: int) -> Tuple[int, int]:
 
 
 def isect_tiles(means2d: torch.Tensor, radii: torch.Tensor, depths: torch.Tensor, tile_size: int,
-                tiles_w: int, tiles_h: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                tiles_w: int, tiles_h: int, with_keys: bool = True
+                ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Tile/Gaussian intersections, sorted by (camera, tile, depth).
 
     Args: ``means2d [C,N,2]``, ``radii [C,N,2]`` (int, 0 = culled), ``depths [C,N]`` (> 0 where
@@ -212,7 +213,8 @@ def isect_tiles(means2d: torch.Tensor, radii: torch.Tensor, depths: torch.Tensor
     ``isect_ids = (global tile id << 32) | float32_bits(depth)`` with global tile id
     ``(c · tiles_h + ty) · tiles_w + tx``; ``flatten_ids`` index ``C·N`` (``c · N + n``);
     ``isect_offsets`` is where each tile's run starts (its end is the next tile's start, or ``M``).
-    Sorting is stable, so equal depths keep the Gaussian order.
+    Sorting is stable, so equal depths keep the Gaussian order. ``with_keys`` is accepted for the fast
+    twin's sake (which can skip building the keys); the reference always returns them.
     """
     C, N = depths.shape
     dev = depths.device
