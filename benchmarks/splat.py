@@ -5,6 +5,7 @@ Usage (on the GPU machine)::
     python benchmarks/splat.py                          # both ANCHORS.md cases, all implementations
     python benchmarks/splat.py --cases 100k@800x800 --impl triton gsplat --repeats 50
     python benchmarks/splat.py --out /tmp/splat.md      # also write the markdown table
+    python benchmarks/splat.py --impl triton --triton-batch 8 16 32 --triton-warps 4 8   # tuning sweep
 
 Cases (ANCHORS.md): ``1M@1920x1080`` and ``100k@800x800``: random Gaussians inside the frustum of one
 pinhole camera (depths U(2, 10), focal 0.8·W, log-uniform scales in ``--scale-range``, random rotations,
@@ -30,6 +31,7 @@ import sys
 
 import torch
 
+from meshlift.kernels import splat_triton as kt
 from meshlift.render.splat import SplatSettings, rasterize_gaussians
 
 PARAMS = ("means", "quats", "scales", "opacities", "colors")
@@ -77,6 +79,15 @@ def render_fn(impl: str, w2c, K, W, H, chunk_elements: int):
 def time_cuda(fn, warmup: int, repeats: int) -> float:
     for _ in range(warmup):
         fn()
+    if not torch.cuda.is_available():  # CPU smoke run of this script (wall clock, not a benchmark)
+        import time
+
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(1e3 * (time.perf_counter() - t0))
+        return statistics.median(times)
     torch.cuda.synchronize()
     times = []
     for _ in range(repeats):
@@ -106,13 +117,16 @@ def run_impl(impl, scene, w2c, K, W, H, args):
     reps = max(3, args.repeats // 5) if impl == "torch" else args.repeats
     t_f = time_cuda(fwd, args.warmup, reps)
     t_fb = time_cuda(fwd_bwd, args.warmup, reps)
-    torch.cuda.reset_peak_memory_stats()
+    cuda = scene["means"].is_cuda
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     for v in leaves.values():
         v.grad = None
     img, alpha = run(leaves)
     (img.sum()).backward()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() / 2**20
+    if cuda:
+        torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else float("nan")
     grads = {k: v.grad.detach().clone() for k, v in leaves.items()}
     return {"fwd": t_f, "fwd_bwd": t_fb, "peak_mb": peak, "image": img.detach(), "alpha": alpha.detach(),
             "grads": grads}
@@ -146,9 +160,15 @@ def main(argv=None) -> int:
     ap.add_argument("--scale-range", nargs=2, type=float, default=[0.003, 0.03])
     ap.add_argument("--chunk-elements", type=int, default=1 << 24, help="torch reference memory budget")
     ap.add_argument("--out", default=None, help="also write a markdown table here")
+    ap.add_argument("--device", default="cuda", help="cuda (the benchmark) or cpu (a smoke run of the script, "
+                    "with TRITON_INTERPRET=1 for the triton rows)")
+    ap.add_argument("--triton-batch", nargs="+", type=int, default=None,
+                    help="sweep the Gaussians-per-step of the Triton tile programs (powers of two; default 16)")
+    ap.add_argument("--triton-warps", nargs="+", type=int, default=None,
+                    help="sweep the warps per Triton tile program (default 8)")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("benchmarks/splat.py needs a CUDA device", file=sys.stderr)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("benchmarks/splat.py needs a CUDA device (or --device cpu for a smoke run)", file=sys.stderr)
         return 2
     impls = list(args.impl)
     if "gsplat" in impls:
@@ -161,36 +181,53 @@ def main(argv=None) -> int:
             impls.remove("gsplat")
     import triton
 
-    print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
+    dev_name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu (smoke run, not a benchmark)"
+    print(f"device {dev_name}, torch {torch.__version__}, triton {triton.__version__}")
+    default_cfg = (kt._BATCH, kt._WARPS)
     rows = ["| Gaussians | resolution | impl | forward ms | fwd+bwd ms | peak MiB | fwd+bwd / gsplat |",
             "|---:|---|---|---:|---:|---:|---:|"]
     notes = []
     for case in args.cases:
         n, W, H = parse_case(case)
-        scene, w2c, K = make_scene(n, W, H, args.seed, tuple(args.scale_range))
+        scene, w2c, K = make_scene(n, W, H, args.seed, tuple(args.scale_range), device=args.device)
         res = {}
+        runs = []
         for impl in impls:
+            if impl == "triton" and (args.triton_batch or args.triton_warps):
+                for b in args.triton_batch or [default_cfg[0]]:
+                    for w in args.triton_warps or [default_cfg[1]]:
+                        runs.append((f"triton[b{b},w{w}]", impl, b, w))
+            else:
+                runs.append((impl, impl) + default_cfg)
+        for label, impl, batch, warps in runs:
+            kt._BATCH, kt._WARPS = batch, warps
             try:
-                res[impl] = run_impl(impl, scene, w2c, K, W, H, args)
+                res[label] = run_impl(impl, scene, w2c, K, W, H, args)
             except torch.cuda.OutOfMemoryError as e:
-                print(f"{case} {impl}: out of memory ({e}); lower --chunk-elements for the torch reference")
+                print(f"{case} {label}: out of memory ({e}); lower --chunk-elements for the torch reference")
                 torch.cuda.empty_cache()
                 continue
-            r = res[impl]
-            print(f"{case:>14} {impl:>7}: forward {r['fwd']:8.3f} ms, forward+backward {r['fwd_bwd']:8.3f} ms, "
+            finally:
+                kt._BATCH, kt._WARPS = default_cfg
+            r = res[label]
+            print(f"{case:>14} {label:>7}: forward {r['fwd']:8.3f} ms, forward+backward {r['fwd_bwd']:8.3f} ms, "
                   f"peak {r['peak_mb']:8.1f} MiB", flush=True)
         gs = res.get("gsplat")
         for impl, r in res.items():
             ratio = f"{r['fwd_bwd'] / gs['fwd_bwd']:.2f}×" if gs else "–"
             rows.append(f"| {n:,} | {W}×{H} | {impl} | {r['fwd']:.3f} | {r['fwd_bwd']:.3f} | {r['peak_mb']:.0f} | "
                         f"{ratio} |")
-        for a, b in (("triton", "gsplat"), ("triton", "torch"), ("torch", "gsplat")):
+        kt._BATCH, kt._WARPS = default_cfg
+        tri = [k for k in res if k.startswith("triton")]
+        pairs = [(t, "gsplat") for t in tri] + [(t, "torch") for t in tri] + [("torch", "gsplat")]
+        for a, b in pairs:
             if a in res and b in res:
                 line = f"{case} {a} vs {b}: {diff(res[b], res[a])}"
                 print(line)
                 notes.append(line)
         del res
-        torch.cuda.empty_cache()
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
     table = "\n".join(rows)
     print()
     print(table)
