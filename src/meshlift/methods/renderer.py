@@ -27,14 +27,10 @@ import torch
 import torch.nn.functional as F
 
 from meshlift.errors import RenderError
-from meshlift.structures.mesh import Material, Mesh
+from meshlift.structures.mesh import DEFAULT_KD, DEFAULT_KS, Material, Mesh
 
 #: Material given as a volumetric field: ``fn(x [N, 3]) -> dict(kd [N, 3], ks [N, 3], normal [N, 3] | None)``.
 MaterialFn = Callable[[torch.Tensor], dict]
-
-#: Default material when none is given: mid grey albedo, roughness 0.5, not metallic (ORM layout).
-DEFAULT_KD = (0.5, 0.5, 0.5)
-DEFAULT_KS = (0.0, 0.5, 0.0)
 
 
 def transform_points_to_clip(v_pos: torch.Tensor, world_to_clip: torch.Tensor) -> torch.Tensor:
@@ -124,7 +120,10 @@ def render_mesh(
             ``fn(x [N, 3]) -> dict(kd [N, 3], ks [N, 3], normal [N, 3] optional)`` evaluated at the world
             positions of the covered pixels (a volumetric material field; its normal, when given, is a
             tangent-space perturbation in a frame built from the smooth normal and a fixed world axis), or None
-            (when the mesh carries a Material it is used, else grey albedo, roughness 0.5, metallic 0).
+            (when the mesh carries a Material it is used, else ``structures.mesh.DEFAULT_KD`` / ``DEFAULT_KS``:
+            grey albedo, roughness 0.5, metallic 0). Vertex colours (``v_color``, linear) multiply the albedo
+            of a Material or replace the default grey, as glTF's ``COLOR_0`` does. Normal maps use the
+            glTF/MikkTSpace tangent frame with handedness (``mesh_ops.tangent_frames``, conventions §11).
         background: ``[B, H, W, 3]`` linear radiance behind the object, or None (black).
         spp: supersampling factor per axis: renders at ``(spp·H, spp·W)`` and box-filters down.
         max_fragments: fragment budget passed to the rasterizer (bounds its memory), None = its default.
@@ -214,8 +213,9 @@ def render_mesh(
             ks = torch.tensor(DEFAULT_KS, device=device, dtype=dtype).expand(N, 3)
         if material.normal is not None:
             perturbed = _sample_texture(material.normal, uv, uv_da)[mask][..., :3]
-            v_tng = mesh_ops.vertex_tangents(v_pos, mesh.t_pos_idx, mesh.v_tex.to(dtype), mesh.t_tex_idx, v_nrm, t_nrm_idx)
-            gb_tng = R.interpolate(v_tng, rast, nrm_idx)[0][mask]
+            v_tng, t_tng_idx = mesh_ops.tangent_frames(v_pos, mesh.t_pos_idx, mesh.v_tex.to(dtype), mesh.t_tex_idx,
+                                                       v_nrm, t_nrm_idx)
+            gb_tng = R.interpolate(v_tng, rast, t_tng_idx.to(torch.int32).contiguous())[0][mask]  # xyz + w
         if field_jitter > 0:
             uv_j = uv + torch.randn_like(uv) * field_jitter
             kd_j = _sample_texture(material.kd, uv_j, uv_da)[mask][..., :3]
@@ -237,6 +237,9 @@ def render_mesh(
         raise RenderError(
             f"render_mesh: material must be a Material, a callable field or None, got {type(material).__name__}"
         )
+    if mesh.v_color is not None and not callable(material):
+        col = R.interpolate(mesh.v_color[:, :3].to(dtype).contiguous(), rast, tri)[0][mask]
+        kd = col if material is None else kd * col
 
     # ---- shading -----------------------------------------------------------------------------------------
     if gb_tng is None:
