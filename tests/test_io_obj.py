@@ -90,7 +90,8 @@ def test_classic_mtl_and_pbr_extension(tmp_path):
     assert m.material.kd.reshape(3)[0].item() == pytest.approx(((0.5 + 0.055) / 1.055) ** 2.4, abs=1e-6)
     (tmp_path / "b.obj").write_text("mtllib a.mtl\nv 0 0 0\nv 1 0 0\nv 0 1 0\nusemtl pbr\nf 1 2 3\n")
     m = load_obj(tmp_path / "b.obj")
-    assert torch.allclose(m.material.ks.reshape(3), torch.tensor([1.0, 0.7, 0.2]))
+    # occlusion 0 = unoccluded (internal / nvdiffrec layout); 1 would render black (issue 15)
+    assert torch.allclose(m.material.ks.reshape(3), torch.tensor([0.0, 0.7, 0.2]))
 
 
 def test_negative_indices_and_ngon(tmp_path):

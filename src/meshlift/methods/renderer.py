@@ -195,7 +195,16 @@ def render_mesh(
     perturbed = None
     gb_tng = None
     alpha_tex = None
-    if isinstance(material, Material):
+    const = isinstance(material, Material) and material.normal is None and all(
+        t is None or tuple(t.shape[:2]) == (1, 1) for t in (material.kd, material.ks))
+    if const and (mesh.v_tex is None or mesh.t_tex_idx is None):  # a constant material needs no UVs
+        kd_c = material.kd.reshape(-1)[: material.kd.shape[-1]].to(device=device, dtype=dtype)
+        if kd_c.shape[0] == 4:
+            alpha_tex = kd_c[3:4].expand(N, 1)
+        kd = kd_c[:3].expand(N, 3)
+        ks_c = DEFAULT_KS if material.ks is None else material.ks.reshape(-1)[:3]
+        ks = torch.as_tensor(ks_c, device=device, dtype=dtype).expand(N, 3)
+    elif isinstance(material, Material):
         if mesh.v_tex is None or mesh.t_tex_idx is None:
             raise RenderError(
                 "render_mesh: the material has textures but the mesh has no UVs (v_tex / t_tex_idx); "
