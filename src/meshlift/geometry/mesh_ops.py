@@ -93,6 +93,9 @@ def vertex_tangents(
     """Per-vertex tangents from UVs (nvdiffrec ``compute_tangents``; Lengyel 2001, "Computing Tangent
     Space Basis Vectors for an Arbitrary Mesh").
 
+    No handedness and averaged per *normal* index (so across UV seams): kept for nvdiffrec parity. The
+    renderer and the writers use :func:`tangent_frames` (glTF/MikkTSpace frame, docs/conventions.md §11).
+
     Per face, the tangent is the object-space direction of increasing ``u``:
     ``T = (Δp₁ Δv₂ − Δp₂ Δv₁) / (Δu₁ Δv₂ − Δu₂ Δv₁)`` (denominator kept away from 0 with its sign); the
     face tangents are averaged at each normal index, normalised, and made orthogonal to the normal

@@ -412,9 +412,13 @@ def _material(js: dict, buffers: list[bytes], index: int, path: Path) -> Materia
         rough, metal, float(occ_info.get("strength", 1.0)) if occ_info else 1.0,
     )
     normal = None
-    img = _image(js, buffers, m.get("normalTexture"), path)
+    n_info = m.get("normalTexture")
+    img = _image(js, buffers, n_info, path)
     if img is not None:
         normal = tex.normal_from_file(img)
+        scale = float(n_info.get("scale", 1.0))
+        if scale != 1.0:  # glTF §3.9.4: the sampled x and y are multiplied by scale
+            normal = torch.nn.functional.normalize(normal * torch.tensor([scale, scale, 1.0]), dim=-1)
     return Material(kd=kd.contiguous(), ks=ks, normal=normal, name=m.get("name", f"material{index}"))
 
 
