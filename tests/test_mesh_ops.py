@@ -222,3 +222,20 @@ def test_tangent_frames_gradcheck_and_errors():
     assert torch.autograd.gradcheck(lambda a, b: tangent_frames(a, t, b, t, n, tn)[0][:, :3], (vv, uu))
     with pytest.raises(MeshError, match="t_tex_idx"):
         tangent_frames(v, t, uv, t[:1], n, tn)
+
+
+@pytest.mark.gpu
+def test_tangent_frames_on_cuda_match_cpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    import trimesh
+
+    s = trimesh.creation.icosphere(subdivisions=4)
+    v, t = torch.tensor(s.vertices, dtype=torch.float32), torch.tensor(s.faces)
+    d = torch.nn.functional.normalize(v, dim=-1)
+    uv = torch.stack([torch.atan2(d[:, 0], -d[:, 2]) / (2 * torch.pi) + 0.5, torch.acos(d[:, 1].clamp(-1, 1)) / torch.pi], -1)
+    n = vertex_normals(v, t)
+    a, ia = tangent_frames(v, t, uv, t, n, t)
+    b, ib = tangent_frames(v.cuda(), t.cuda(), uv.cuda(), t.cuda(), n.cuda(), t.cuda())
+    assert torch.equal(ia, ib.cpu())
+    torch.testing.assert_close(a, b.cpu(), atol=1e-5, rtol=0)

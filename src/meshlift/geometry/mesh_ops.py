@@ -222,7 +222,7 @@ def smooth_vertex_normals(
     # every pair of half-edges of one undirected edge (consecutive after sorting; non-manifold edges
     # with more than two faces link each face to the next one around the sorted list)
     i1, i2 = order[:-1][same], order[1:][same]
-    f1, k1, f2, k2 = f_idx[i1], k_idx[i1], f_idx[i2], k_idx[i2]
+    f1, k1, f2 = f_idx[i1], k_idx[i1], f_idx[i2]
     cos_thr = math.cos(math.radians(min(max(float(crease_angle_deg), 0.0), 180.0)))
     cosang = (fn_unit[f1] * fn_unit[f2]).sum(1)
     smooth = cosang >= cos_thr - 1e-12
