@@ -4,7 +4,7 @@ Written by hand against the glTF 2.0 specification (Khronos, §3.6 buffers/acces
 attributes, §3.9 materials) so every field is under control; output is checked by the Khronos
 glTF-Validator in the tests (0 errors, 0 warnings).
 
-Conventions (docs/conventions.md §7, §9, §11): glTF UVs have the same top-left origin as meshlift's
+Conventions (docs/conventions.md §7, §9, §13): glTF UVs have the same top-left origin as meshlift's
 internal UVs (no flip). ``baseColorTexture`` is sRGB (``kd`` is encoded on write, decoded on read);
 ``baseColorFactor`` and ``COLOR_0`` are linear. ``ks`` is written as a glTF ORM image (R = glTF
 occlusion = ``1 − ks.R``, G = roughness, B = metallic; :mod:`meshlift.io.materials`), referenced as
