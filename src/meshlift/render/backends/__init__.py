@@ -4,7 +4,9 @@
 
 - ``"torch"``: pure PyTorch (CPU and CUDA), the reference implementation; always available.
 - ``"auto"`` (default, or env ``MESHLIFT_RASTER_BACKEND``): the fastest available backend for the device.
-  Today that is always ``"torch"``; a Triton backend will be preferred on CUDA once it exists.
+  ``"triton"`` on CUDA when ``import triton`` works, else ``"torch"``.
+- ``"triton"``: Triton kernels (:mod:`meshlift.kernels.raster_triton`; CUDA, or CPU under
+  ``TRITON_INTERPRET=1``); it also provides the whole differentiable ``rasterize``.
 """
 
 from __future__ import annotations
@@ -20,8 +22,12 @@ from meshlift.render.backends.torch_backend import TorchBackend
 
 _BACKENDS: Dict[str, VisibilityBackend] = {"torch": TorchBackend()}
 
-#: Order in which ``"auto"`` tries backends (first available wins).
-_AUTO_ORDER = ("torch",)
+from meshlift.kernels.raster_triton import TritonBackend  # noqa: E402  (imports triton lazily)
+
+_BACKENDS["triton"] = TritonBackend()
+
+#: Order in which ``"auto"`` tries backends (first available wins); triton only ever on CUDA.
+_AUTO_ORDER = ("triton", "torch")
 
 
 def register_backend(backend: VisibilityBackend) -> None:
@@ -51,6 +57,8 @@ def get_backend(name: Optional[str] = None, device: Optional[torch.device] = Non
         name = os.environ.get("MESHLIFT_RASTER_BACKEND", "auto")
     if name == "auto":
         for n in _AUTO_ORDER:
+            if n == "triton" and dev.type != "cuda":
+                continue
             if n in _BACKENDS and _BACKENDS[n].is_available(dev):
                 return _BACKENDS[n]
         raise RenderError(f"no visibility backend is available on device {dev}")

@@ -1,0 +1,351 @@
+"""Triton kernels of :mod:`meshlift.kernels.raster_triton` (design, formulas and twins: its docstring).
+
+Imported only by that module, on first use (``triton`` is imported here at module level, so set
+``TRITON_INTERPRET=1`` before the first rasterize call to run them on the CPU interpreter).
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _div(a, b):
+    """Correctly rounded division (float32 ``/`` compiles to an approximate one), as torch's."""
+    if a.dtype == tl.float64:
+        return a / b
+    else:
+        return tl.div_rn(a, b)
+
+
+@triton.jit
+def _vert(pos_ptr, tri_ptr, t, k: tl.constexpr, vbase, mask):
+    """Clip-space vertex k of triangle t (vector or scalar)."""
+    row = (tl.load(tri_ptr + t * 3 + k, mask=mask, other=0).to(tl.int64) + vbase) * 4
+    x = tl.load(pos_ptr + row + 0, mask=mask, other=0.0)
+    y = tl.load(pos_ptr + row + 1, mask=mask, other=0.0)
+    z = tl.load(pos_ptr + row + 2, mask=mask, other=0.0)
+    w = tl.load(pos_ptr + row + 3, mask=mask, other=1.0)
+    return x, y, z, w
+
+@triton.jit
+def _bin_kernel(
+    pos_ptr, tri_ptr, first_ptr, count_ptr, cnt_ptr, list_ptr,
+    T, vstride, H, W, n_tx, n_ty,
+    RANGE: tl.constexpr, EMIT: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    b = tl.program_id(1)
+    local = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if RANGE:
+        first = tl.load(first_ptr + b).to(tl.int32)
+        count = tl.load(count_ptr + b).to(tl.int32)
+        vbase = 0
+    else:
+        first = 0
+        count = T
+        vbase = b.to(tl.int64) * vstride
+    m = local < count
+    t = first + local
+    x0, y0, z0, w0 = _vert(pos_ptr, tri_ptr, t, 0, vbase, m)
+    x1, y1, z1, w1 = _vert(pos_ptr, tri_ptr, t, 1, vbase, m)
+    x2, y2, z2, w2 = _vert(pos_ptr, tri_ptr, t, 2, vbase, m)
+    d0 = z0 + w0
+    d1 = z1 + w1
+    d2 = z2 + w2
+    any_in = (d0 >= 0) | (d1 >= 0) | (d2 >= 0)
+    all_far = (w0 < z0) & (w1 < z1) & (w2 < z2)
+    tiny = 1.1754943508222875e-38
+    simple = (d0 >= 0) & (d1 >= 0) & (d2 >= 0) & (w0 > tiny) & (w1 > tiny) & (w2 > tiny)
+    live = m & any_in & (~all_far)  # edge-on triangles are skipped by the raster kernel
+    hw = W * 0.5
+    hh = H * 0.5
+    s0 = tl.where(simple, w0, 1.0)
+    s1 = tl.where(simple, w1, 1.0)
+    s2 = tl.where(simple, w2, 1.0)
+    X0 = x0 / s0 * hw + (hw - 0.5)
+    X1 = x1 / s1 * hw + (hw - 0.5)
+    X2 = x2 / s2 * hw + (hw - 0.5)
+    Y0 = y0 / s0 * hh + (hh - 0.5)
+    Y1 = y1 / s1 * hh + (hh - 0.5)
+    Y2 = y2 / s2 * hh + (hh - 0.5)
+    big = (tl.maximum(H, W) + 2).to(tl.float32)
+    xmn = tl.minimum(tl.maximum(tl.minimum(tl.minimum(X0, X1), X2) - 0.01, -1.0), big)
+    xmx = tl.minimum(tl.maximum(tl.maximum(tl.maximum(X0, X1), X2) + 0.01, -big), big)
+    ymn = tl.minimum(tl.maximum(tl.minimum(tl.minimum(Y0, Y1), Y2) - 0.01, -1.0), big)
+    ymx = tl.minimum(tl.maximum(tl.maximum(tl.maximum(Y0, Y1), Y2) + 0.01, -big), big)
+    j0 = tl.maximum(tl.math.ceil(xmn.to(tl.float32)).to(tl.int32), 0)
+    j1 = tl.minimum(tl.math.floor(xmx.to(tl.float32)).to(tl.int32), W - 1)
+    i0 = tl.maximum(tl.math.ceil(ymn.to(tl.float32)).to(tl.int32), 0)
+    i1 = tl.minimum(tl.math.floor(ymx.to(tl.float32)).to(tl.int32), H - 1)
+    j0 = tl.where(simple, j0, 0)
+    j1 = tl.where(simple, j1, W - 1)
+    i0 = tl.where(simple, i0, 0)
+    i1 = tl.where(simple, i1, H - 1)
+    live = live & (j1 >= j0) & (i1 >= i0)
+    tx0 = j0 // TILE_W
+    tx1 = j1 // TILE_W
+    ty0 = i0 // TILE_H
+    ty1 = i1 // TILE_H
+    ntx = tl.where(live, tx1 - tx0 + 1, 1)
+    n = tl.where(live, ntx * (ty1 - ty0 + 1), 0)
+    nmax = tl.max(n, axis=0)
+    gbase = b * (n_tx * n_ty)
+    for k in range(0, nmax):
+        mk = k < n
+        ty = ty0 + k // ntx
+        tx = tx0 + k % ntx
+        g = gbase + ty * n_tx + tx
+        if EMIT:
+            slot = tl.atomic_add(cnt_ptr + g, 1, mask=mk)
+            tl.store(list_ptr + slot, t, mask=mk)
+        else:
+            tl.atomic_add(cnt_ptr + g + 1, 1, mask=mk)
+
+@triton.jit
+def _raster_kernel(
+    pos_ptr, tri_ptr, offs_ptr, list_ptr, xtab_ptr, ytab_ptr, rast_ptr, db_ptr,
+    vstride, H, W, n_tx, n_tiles,
+    RANGE: tl.constexpr, GRAD_DB: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr,
+):
+    tile = tl.program_id(0)
+    b = tl.program_id(1)
+    ty = tile // n_tx
+    tx = tile - ty * n_tx
+    r = tl.arange(0, TILE_H * TILE_W)
+    i = ty * TILE_H + r // TILE_W
+    j = tx * TILE_W + r % TILE_W
+    inimg = (i < H) & (j < W)
+    px = tl.load(xtab_ptr + j, mask=j < W, other=0.0)
+    py = tl.load(ytab_ptr + i, mask=i < H, other=0.0)
+    if RANGE:
+        vbase = 0
+    else:
+        vbase = b.to(tl.int64) * vstride
+    g = b * n_tiles + tile
+    start = tl.load(offs_ptr + g)
+    end = tl.load(offs_ptr + g + 1)
+    big_t = 2147483647
+    best_z = tl.full([TILE_H * TILE_W], 3.0, px.dtype)
+    best_t = tl.full([TILE_H * TILE_W], big_t, tl.int32)
+    for s in range(start, end):
+        t = tl.load(list_ptr + s)
+        x0, y0, z0, w0 = _vert(pos_ptr, tri_ptr, t, 0, vbase, True)
+        x1, y1, z1, w1 = _vert(pos_ptr, tri_ptr, t, 1, vbase, True)
+        x2, y2, z2, w2 = _vert(pos_ptr, tri_ptr, t, 2, vbase, True)
+        # edge planes e_k = h_{k+1} x h_{k+2}, h = (x, y, w) (torch.linalg.cross order)
+        a0 = y1 * w2 - w1 * y2
+        b0 = w1 * x2 - x1 * w2
+        c0 = x1 * y2 - y1 * x2
+        a1 = y2 * w0 - w2 * y0
+        b1 = w2 * x0 - x2 * w0
+        c1 = x2 * y0 - y2 * x0
+        a2 = y0 * w1 - w0 * y1
+        b2 = w0 * x1 - x0 * w1
+        c2 = x0 * y1 - y0 * x1
+        za = (z0 * a0 + z1 * a1) + z2 * a2
+        zb = (z0 * b0 + z1 * b1) + z2 * b2
+        zc = (z0 * c0 + z1 * c1) + z2 * c2
+        det = (x0 * a0 + y0 * b0) + w0 * c0
+        if det != 0:
+            sg = tl.where(det > 0, 1.0, -1.0).to(px.dtype)
+            za = _div(za, det)
+            zb = _div(zb, det)
+            zc = _div(zc, det)
+            e0 = ((a0 * sg) * px + (c0 * sg)) + (b0 * sg) * py
+            e1 = ((a1 * sg) * px + (c1 * sg)) + (b1 * sg) * py
+            e2 = ((a2 * sg) * px + (c2 * sg)) + (b2 * sg) * py
+            z = (za * px + zc) + zb * py
+            ok = (e0 >= 0) & (e1 >= 0) & (e2 >= 0) & (z >= -1.0) & (z <= 1.0)
+            better = ok & ((z < best_z) | ((z == best_z) & (t < best_t)))
+            best_z = tl.where(better, z, best_z)
+            best_t = tl.where(better, t, best_t)
+    cov = inimg & (best_t != big_t)
+    tw = tl.where(cov, best_t, 0)
+    x0, y0, z0, w0 = _vert(pos_ptr, tri_ptr, tw, 0, vbase, cov)
+    x1, y1, z1, w1 = _vert(pos_ptr, tri_ptr, tw, 1, vbase, cov)
+    x2, y2, z2, w2 = _vert(pos_ptr, tri_ptr, tw, 2, vbase, cov)
+    # (u, v, z/w) as rasterize._uvz_lean: a_k = x_k - px w_k, c_k = y_k - py w_k
+    qa0 = x0 - px * w0
+    qa1 = x1 - px * w1
+    qa2 = x2 - px * w2
+    qc0 = y0 - py * w0
+    qc1 = y1 - py * w1
+    qc2 = y2 - py * w2
+    e0 = qa1 * qc2 - qa2 * qc1
+    e1 = qa2 * qc0 - qa0 * qc2
+    e2 = qa0 * qc1 - qa1 * qc0
+    S = tl.where(cov, (e0 + e1) + e2, 1.0)
+    D = tl.where(cov, (e0 * w0 + e1 * w1) + e2 * w2, 1.0)
+    u = tl.where(cov, _div(e0, S), 0.0)
+    v = tl.where(cov, _div(e1, S), 0.0)
+    zw = tl.where(cov, _div((e0 * z0 + e1 * z1) + e2 * z2, D), 0.0)
+    idf = tl.where(cov, (tw + 1).to(px.dtype), 0.0)
+    pix = (b.to(tl.int64) * H + i) * W + j
+    ch = tl.arange(0, 4)
+    c2d = ch[None, :]
+    val = tl.where(c2d == 0, u[:, None], tl.where(c2d == 1, v[:, None], tl.where(c2d == 2, zw[:, None], idf[:, None])))
+    tl.store(rast_ptr + pix[:, None] * 4 + c2d, val, mask=inimg[:, None])
+    if GRAD_DB:
+        # barycentrics_at: d a_k / d px = -w_k, d c_k / d py = -w_k (NDC units), then pixel units
+        iS = 1.0 / S
+        de0x = -w1 * qc2 + w2 * qc1
+        de1x = -w2 * qc0 + w0 * qc2
+        de2x = -w0 * qc1 + w1 * qc0
+        de0y = -qa1 * w2 + qa2 * w1
+        de1y = -qa2 * w0 + qa0 * w2
+        de2y = -qa0 * w1 + qa1 * w0
+        dSx = de0x + de1x + de2x
+        dSy = de0y + de1y + de2y
+        sx = (2.0 / W.to(tl.float64)).to(S.dtype)  # as torch: the scale in double, then the dtype
+        sy = (2.0 / H.to(tl.float64)).to(S.dtype)
+        dudx = tl.where(cov, (de0x - u * dSx) * iS * sx, 0.0)
+        dudy = tl.where(cov, (de0y - u * dSy) * iS * sy, 0.0)
+        dvdx = tl.where(cov, (de1x - v * dSx) * iS * sx, 0.0)
+        dvdy = tl.where(cov, (de1y - v * dSy) * iS * sy, 0.0)
+        dval = tl.where(c2d == 0, dudx[:, None], tl.where(c2d == 1, dudy[:, None], tl.where(c2d == 2, dvdx[:, None], dvdy[:, None])))
+        tl.store(db_ptr + pix[:, None] * 4 + c2d, dval, mask=inimg[:, None])
+
+@triton.jit
+def _raster_bwd_kernel(
+    pos_ptr, tri_ptr, rast_ptr, grast_ptr, xtab_ptr, ytab_ptr, gpos_ptr,
+    N, vstride, H, W, RANGE: tl.constexpr, BLOCK: tl.constexpr,
+):
+    n = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = n < N
+    idf = tl.load(rast_ptr + n * 4 + 3, mask=m, other=0.0)
+    tid = (idf + 0.5).to(tl.int32) - 1
+    cov = m & (tid >= 0)
+    t = tl.where(cov, tid, 0)
+    jx = n % W
+    iy = (n // W) % H
+    if RANGE:
+        vbase = 0
+    else:
+        vbase = (n // (H * W)) * vstride
+    px = tl.load(xtab_ptr + jx, mask=cov, other=0.0)
+    py = tl.load(ytab_ptr + iy, mask=cov, other=0.0)
+    r0 = (tl.load(tri_ptr + t * 3 + 0, mask=cov, other=0).to(tl.int64) + vbase) * 4
+    r1 = (tl.load(tri_ptr + t * 3 + 1, mask=cov, other=0).to(tl.int64) + vbase) * 4
+    r2 = (tl.load(tri_ptr + t * 3 + 2, mask=cov, other=0).to(tl.int64) + vbase) * 4
+    x0 = tl.load(pos_ptr + r0 + 0, mask=cov, other=0.0)
+    y0 = tl.load(pos_ptr + r0 + 1, mask=cov, other=0.0)
+    z0 = tl.load(pos_ptr + r0 + 2, mask=cov, other=0.0)
+    w0 = tl.load(pos_ptr + r0 + 3, mask=cov, other=1.0)
+    x1 = tl.load(pos_ptr + r1 + 0, mask=cov, other=1.0)
+    y1 = tl.load(pos_ptr + r1 + 1, mask=cov, other=0.0)
+    z1 = tl.load(pos_ptr + r1 + 2, mask=cov, other=0.0)
+    w1 = tl.load(pos_ptr + r1 + 3, mask=cov, other=1.0)
+    x2 = tl.load(pos_ptr + r2 + 0, mask=cov, other=0.0)
+    y2 = tl.load(pos_ptr + r2 + 1, mask=cov, other=1.0)
+    z2 = tl.load(pos_ptr + r2 + 2, mask=cov, other=0.0)
+    w2 = tl.load(pos_ptr + r2 + 3, mask=cov, other=1.0)
+    u = tl.load(rast_ptr + n * 4 + 0, mask=cov, other=0.0)
+    v = tl.load(rast_ptr + n * 4 + 1, mask=cov, other=0.0)
+    zw = tl.load(rast_ptr + n * 4 + 2, mask=cov, other=0.0)
+    gu = tl.load(grast_ptr + n * 4 + 0, mask=cov, other=0.0)
+    gv = tl.load(grast_ptr + n * 4 + 1, mask=cov, other=0.0)
+    gzw = tl.load(grast_ptr + n * 4 + 2, mask=cov, other=0.0)
+    qa0 = x0 - px * w0
+    qa1 = x1 - px * w1
+    qa2 = x2 - px * w2
+    qc0 = y0 - py * w0
+    qc1 = y1 - py * w1
+    qc2 = y2 - py * w2
+    e0 = qa1 * qc2 - qa2 * qc1
+    e1 = qa2 * qc0 - qa0 * qc2
+    e2 = qa0 * qc1 - qa1 * qc0
+    iS = 1.0 / tl.where(cov, (e0 + e1) + e2, 1.0)
+    iD = 1.0 / tl.where(cov, (e0 * w0 + e1 * w1) + e2 * w2, 1.0)
+    gz = gzw * iD
+    base = -(gu * u + gv * v)
+    ge0 = (gu + base) * iS + gz * (z0 - zw * w0)
+    ge1 = (gv + base) * iS + gz * (z1 - zw * w1)
+    ge2 = base * iS + gz * (z2 - zw * w2)
+    # e_k = a_{k+1} c_{k+2} - a_{k+2} c_{k+1}
+    ga0 = ge2 * qc1 - ge1 * qc2
+    ga1 = ge0 * qc2 - ge2 * qc0
+    ga2 = ge1 * qc0 - ge0 * qc1
+    gc0 = ge1 * qa2 - ge2 * qa1
+    gc1 = ge2 * qa0 - ge0 * qa2
+    gc2 = ge0 * qa1 - ge1 * qa0
+    gz0 = gz * e0
+    gz1 = gz * e1
+    gz2 = gz * e2
+    gw0 = -(px * ga0 + py * gc0 + zw * gz0)
+    gw1 = -(px * ga1 + py * gc1 + zw * gz1)
+    gw2 = -(px * ga2 + py * gc2 + zw * gz2)
+    tl.atomic_add(gpos_ptr + r0 + 0, ga0, mask=cov)
+    tl.atomic_add(gpos_ptr + r0 + 1, gc0, mask=cov)
+    tl.atomic_add(gpos_ptr + r0 + 2, gz0, mask=cov)
+    tl.atomic_add(gpos_ptr + r0 + 3, gw0, mask=cov)
+    tl.atomic_add(gpos_ptr + r1 + 0, ga1, mask=cov)
+    tl.atomic_add(gpos_ptr + r1 + 1, gc1, mask=cov)
+    tl.atomic_add(gpos_ptr + r1 + 2, gz1, mask=cov)
+    tl.atomic_add(gpos_ptr + r1 + 3, gw1, mask=cov)
+    tl.atomic_add(gpos_ptr + r2 + 0, ga2, mask=cov)
+    tl.atomic_add(gpos_ptr + r2 + 1, gc2, mask=cov)
+    tl.atomic_add(gpos_ptr + r2 + 2, gz2, mask=cov)
+    tl.atomic_add(gpos_ptr + r2 + 3, gw2, mask=cov)
+
+@triton.jit
+def _interp_rows(rast_ptr, tri_ptr, n, m, HW, astride):
+    idf = tl.load(rast_ptr + n * 4 + 3, mask=m, other=0.0)
+    tid = (idf + 0.5).to(tl.int32) - 1
+    cov = m & (tid >= 0)
+    t = tl.where(cov, tid, 0)
+    abase = (n // HW) * astride
+    r0 = tl.load(tri_ptr + t * 3 + 0, mask=cov, other=0).to(tl.int64) + abase
+    r1 = tl.load(tri_ptr + t * 3 + 1, mask=cov, other=0).to(tl.int64) + abase
+    r2 = tl.load(tri_ptr + t * 3 + 2, mask=cov, other=0).to(tl.int64) + abase
+    u = tl.load(rast_ptr + n * 4 + 0, mask=cov, other=0.0)
+    v = tl.load(rast_ptr + n * 4 + 1, mask=cov, other=0.0)
+    return cov, r0, r1, r2, u, v
+
+@triton.jit
+def _interp_fwd_kernel(
+    attr_ptr, rast_ptr, tri_ptr, out_ptr, N, C, HW, astride, BLOCK: tl.constexpr, BLOCK_C: tl.constexpr
+):
+    n = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = n < N
+    cov, r0, r1, r2, u, v = _interp_rows(rast_ptr, tri_ptr, n, m, HW, astride)
+    u2 = u[:, None]
+    v2 = v[:, None]
+    for c0 in range(0, C, BLOCK_C):
+        c = c0 + tl.arange(0, BLOCK_C)
+        mc = cov[:, None] & (c[None, :] < C)
+        a0 = tl.load(attr_ptr + r0[:, None] * C + c[None, :], mask=mc, other=0.0)
+        a1 = tl.load(attr_ptr + r1[:, None] * C + c[None, :], mask=mc, other=0.0)
+        a2 = tl.load(attr_ptr + r2[:, None] * C + c[None, :], mask=mc, other=0.0)
+        o = (a2 + u2 * (a0 - a2)) + v2 * (a1 - a2)
+        o = tl.where(mc, o, 0.0)
+        tl.store(out_ptr + n[:, None] * C + c[None, :], o, mask=m[:, None] & (c[None, :] < C))
+
+@triton.jit
+def _interp_bwd_kernel(
+    attr_ptr, rast_ptr, tri_ptr, gout_ptr, gattr_ptr, grast_ptr, N, C, HW, astride,
+    NEED_ATTR: tl.constexpr, NEED_RAST: tl.constexpr, BLOCK: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    n = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = n < N
+    cov, r0, r1, r2, u, v = _interp_rows(rast_ptr, tri_ptr, n, m, HW, astride)
+    u2 = u[:, None]
+    v2 = v[:, None]
+    gu = tl.zeros([BLOCK], dtype=u.dtype)
+    gv = tl.zeros([BLOCK], dtype=u.dtype)
+    for c0 in range(0, C, BLOCK_C):
+        c = c0 + tl.arange(0, BLOCK_C)
+        mc = cov[:, None] & (c[None, :] < C)
+        g = tl.load(gout_ptr + n[:, None] * C + c[None, :], mask=mc, other=0.0)
+        if NEED_ATTR:
+            tl.atomic_add(gattr_ptr + r0[:, None] * C + c[None, :], g * u2, mask=mc)
+            tl.atomic_add(gattr_ptr + r1[:, None] * C + c[None, :], g * v2, mask=mc)
+            tl.atomic_add(gattr_ptr + r2[:, None] * C + c[None, :], g * ((1.0 - u2) - v2), mask=mc)
+        if NEED_RAST:
+            a0 = tl.load(attr_ptr + r0[:, None] * C + c[None, :], mask=mc, other=0.0)
+            a1 = tl.load(attr_ptr + r1[:, None] * C + c[None, :], mask=mc, other=0.0)
+            a2 = tl.load(attr_ptr + r2[:, None] * C + c[None, :], mask=mc, other=0.0)
+            gu += tl.sum(g * (a0 - a2), axis=1)
+            gv += tl.sum(g * (a1 - a2), axis=1)
+    if NEED_RAST:
+        tl.store(grast_ptr + n * 4 + 0, gu, mask=m)
+        tl.store(grast_ptr + n * 4 + 1, gv, mask=m)

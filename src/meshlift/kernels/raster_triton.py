@@ -1,0 +1,352 @@
+"""Triton rasterizer: ``rasterize`` + ``interpolate`` forward and backward in a handful of launches.
+
+Same semantics as the pure-PyTorch path (docs/conventions.md §3; nvdiffrast's ``rasterize`` /
+``interpolate``, Laine et al. 2020, Sec. 3.1-3.2): ``rast = (u, v, z/w, triangle_id + 1)`` at pixel
+centres ``(2(j + 0.5)/W − 1, 2(i + 0.5)/H − 1)``, the smallest ``z/w`` wins, ties go to the lower
+triangle index, fragments outside ``−1 ≤ z/w ≤ 1`` are clipped (so near-plane crossings are exact),
+edge-on triangles cover nothing; range mode (``pos [V, 4]`` + ``ranges [B, 2]``) and instanced mode
+(``pos [B, V, 4]``). Coverage uses homogeneous rasterization (Olano & Greer 1997) with the same edge and
+depth planes, and the same evaluation order ``(a·px + c) + b·py``, as the torch backend
+(:mod:`meshlift.render.backends.torch_backend`); barycentrics and ``z/w`` of the winner use the same
+formula as ``meshlift.render.rasterize._uvz_lean``. Under ``TRITON_INTERPRET=1`` (CPU) the results are
+bit-identical to the torch backend; on a GPU they agree up to float rounding of the compiled code
+(fused multiply-adds), i.e. ids can differ at pixel centres lying exactly on an edge.
+
+Design (all kernels below; ``triton`` is imported only here, on first use):
+
+1. **Bin count** (``_bin_kernel``, ``EMIT=False``): one lane per triangle instance (grid: triangle blocks
+   × images). Gathers the three clip-space vertices, culls triangles wholly behind the near plane,
+   beyond the far plane or edge-on (``det = 0``), computes the pixel bounding box of the projected
+   vertices (with 1e-2 px slack; triangles reaching ``w ≤ 0`` or behind the near plane get the whole
+   image — always conservative, the per-pixel test decides) and adds 1 to the counter of every
+   ``TILE_H × TILE_W`` screen tile the box touches (atomics).
+2. ``torch.cumsum`` of the per-tile counts gives each tile's slice of one flat list; **one host sync**
+   reads the total to allocate it (4 bytes per (triangle, tile) pair).
+3. **Bin emit** (same kernel, ``EMIT=True``): the same boxes again, each pair claims a slot of its tile's
+   slice with an atomic cursor and stores the triangle index. The order inside a slice is arbitrary:
+   the depth test below compares ``(z/w, triangle index)`` lexicographically, so the result does not
+   depend on it (deterministic).
+4. **Raster** (``_raster_kernel``): one program per (tile, image) with the tile's pixels in registers;
+   loops over its triangles, builds the sign-normalised edge planes and the ``z/w`` plane from the
+   vertices, tests every pixel centre and keeps the nearest (then lowest-index) one. Afterwards the
+   winner's vertices are gathered per pixel and ``u, v, z/w`` (and, with ``grad_db``, the screen
+   derivatives) are computed and stored as ``rast`` directly.
+5. **Backward** (``_raster_bwd_kernel``): one lane per pixel; recomputes the edge functions of the
+   pixel's triangle from its vertices and scatters ``d rast / d pos`` into the three vertices with
+   ``atomic_add`` (formula: ``meshlift.render.rasterize._Barycentrics.backward``). A gradient through
+   ``rast_db`` is rare (mip-level selection); it falls back to autograd through the torch formula
+   (``barycentrics_at``) at the covered pixels.
+6. **Interpolate** (``_interp_fwd_kernel`` / ``_interp_bwd_kernel``): per pixel gather of the three
+   vertices' attributes weighted by ``(u, v, 1 − u − v)``; backward atomically adds into the attribute
+   gradient and writes ``d/du, d/dv`` into the gradient of ``rast``.
+
+Forward = 5 launches + 1 sync (zero counters, count, cumsum, cursor copy, emit, raster); backward =
+2 launches per op (zeroed gradient + kernel). Memory: 4 bytes per tile counter and per (triangle, tile)
+pair, plus the outputs; no per-triangle or per-fragment buffers. Pure-PyTorch twins: the torch backend
++ the torch formulas of :mod:`meshlift.render.rasterize` / :mod:`meshlift.render.interpolate` (and the
+brute-force :mod:`meshlift.render.reference`); tests/test_kernels_raster_triton.py compares them
+forward and backward.
+
+Tile size: ``TILE_H × TILE_W`` pixels per raster program (default 16 × 16, ``num_warps`` 4), env
+``MESHLIFT_TRITON_TILE=HxW`` / ``MESHLIFT_TRITON_WARPS`` override (``benchmarks/raster_triton_tune.py``
+sweeps them). Small tiles bin more pairs for large triangles; large tiles test more empty pixels for
+small ones.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Tuple
+
+import torch
+
+from meshlift.errors import OutOfMemoryError, RenderError
+
+#: Default tile (rows, cols) of the raster kernel and its warps.
+DEFAULT_TILE = (16, 16)
+DEFAULT_WARPS = 4
+#: Pixel slack of the bounding boxes (only adds candidates; the exact per-pixel test decides).
+_SLACK_PX = 1e-2
+#: Block sizes of the per-triangle and per-pixel kernels.
+_TRI_BLOCK = 128
+_PIX_BLOCK = 256
+#: Largest total of (triangle, tile) pairs one call may bin before it refuses (4 bytes each).
+MAX_PAIRS = 2**30
+
+_K = None
+
+
+def triton_importable() -> bool:
+    """Whether ``import triton`` works (cached)."""
+    global _IMPORTABLE
+    try:
+        return _IMPORTABLE
+    except NameError:
+        pass
+    try:
+        import triton  # noqa: F401
+
+        _IMPORTABLE = True
+    except Exception:  # pragma: no cover - depends on the environment
+        _IMPORTABLE = False
+    return _IMPORTABLE
+
+
+def interpreting() -> bool:
+    """Whether Triton runs in its CPU interpreter (env ``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def available(device: torch.device) -> bool:
+    """Whether the Triton kernels can run on ``device``: CUDA with triton, or CPU under the interpreter."""
+    dev = torch.device(device)
+    if not triton_importable():
+        return False
+    return dev.type == "cuda" or (dev.type == "cpu" and interpreting())
+
+
+def tile_config() -> Tuple[int, int, int]:
+    """``(TILE_H, TILE_W, num_warps)`` from env ``MESHLIFT_TRITON_TILE`` ("16x16") / ``MESHLIFT_TRITON_WARPS``."""
+    th, tw = DEFAULT_TILE
+    env = os.environ.get("MESHLIFT_TRITON_TILE")
+    if env:
+        try:
+            th, tw = (int(x) for x in env.lower().split("x"))
+        except ValueError:
+            raise RenderError(f"MESHLIFT_TRITON_TILE={env!r} must look like 16x16 (powers of two)") from None
+    for s in (th, tw):
+        if s < 1 or s & (s - 1):
+            raise RenderError(f"MESHLIFT_TRITON_TILE sides must be powers of two, got {th}x{tw}")
+    warps = int(os.environ.get("MESHLIFT_TRITON_WARPS", DEFAULT_WARPS))
+    return th, tw, warps
+
+
+def _kernels():
+    """The Triton kernels, imported on first use (so that ``TRITON_INTERPRET`` set by a test is honoured)."""
+    global _K
+    if _K is not None:
+        return _K
+    import triton
+
+    from meshlift.kernels import _raster_triton_kernels as k
+
+    _K = {
+        "bin": k._bin_kernel,
+        "raster": k._raster_kernel,
+        "raster_bwd": k._raster_bwd_kernel,
+        "interp_fwd": k._interp_fwd_kernel,
+        "interp_bwd": k._interp_bwd_kernel,
+        "cdiv": triton.cdiv,
+        "next_pow2": triton.next_power_of_2,
+    }
+    return _K
+
+
+def _tables(H: int, W: int, dtype: torch.dtype, device: torch.device):
+    from meshlift.render.backends._common import pixel_centre_tables
+
+    return pixel_centre_tables(H, W, dtype, device)
+
+
+def _bin_and_raster(pos: torch.Tensor, tri: torch.Tensor, H: int, W: int, ranges: Optional[torch.Tensor], grad_db: bool):
+    """Forward visibility + barycentrics: ``(rast [B, H, W, 4], rast_db [B, H, W, 4 or 0])`` (no autograd).
+
+    ``pos`` contiguous float32/float64, ``[B, V, 4]`` or ``[V, 4]`` with ``ranges [B, 2]`` int64 (validated);
+    ``tri`` ``[T, 3]`` int32 contiguous.
+    """
+    K = _kernels()
+    th, tw, warps = tile_config()
+    dev, dtype = pos.device, pos.dtype
+    T = tri.shape[0]
+    if ranges is None:
+        B, V = pos.shape[0], pos.shape[1]
+        rng = False
+        first = count = tri  # unused placeholders (pointer arguments)
+        max_count = T
+    else:
+        B, V = ranges.shape[0], pos.shape[0]
+        rng = True
+        first = ranges[:, 0].to(torch.int32).contiguous()
+        count = ranges[:, 1].to(torch.int32).contiguous()
+        max_count = int(ranges[:, 1].max()) if B else 0  # host sync (range mode only)
+    n_tx, n_ty = -(-W // tw), -(-H // th)
+    n_tiles = n_tx * n_ty
+    rast = torch.empty(B, H, W, 4, dtype=dtype, device=dev)
+    rast_db = torch.empty(B, H, W, 4, dtype=dtype, device=dev) if grad_db else pos.new_zeros(B, H, W, 0)
+    if B == 0:
+        return rast, rast_db
+    xtab, ytab = _tables(H, W, dtype, dev)
+    cnt = torch.zeros(B * n_tiles + 1, dtype=torch.int32, device=dev)
+    grid_t = (max(K["cdiv"](max_count, _TRI_BLOCK), 1), B)
+    args = (pos, tri, first, count)
+    scal = (T, V, H, W, n_tx, n_ty)
+    K["bin"][grid_t](*args, cnt, cnt, *scal, RANGE=rng, EMIT=False, TILE_H=th, TILE_W=tw, BLOCK=_TRI_BLOCK, num_warps=4)
+    offs = torch.cumsum(cnt, 0, dtype=torch.int32)
+    total = int(offs[-1])  # the one host sync: size of the pair list
+    if total > MAX_PAIRS:
+        raise OutOfMemoryError(
+            f"rasterize (triton) would bin {total} (triangle, tile) pairs at {H}x{W}, batch {B}: lower the "
+            "resolution or the batch size, or use backend='torch' with a smaller max_fragments"
+        )
+    cursor = offs[:-1].clone()
+    pairs = torch.empty(max(total, 1), dtype=torch.int32, device=dev)
+    K["bin"][grid_t](*args, cursor, pairs, *scal, RANGE=rng, EMIT=True, TILE_H=th, TILE_W=tw, BLOCK=_TRI_BLOCK, num_warps=4)
+    K["raster"][(n_tiles, B)](
+        pos, tri, offs, pairs, xtab, ytab, rast, rast_db if grad_db else rast,
+        V, H, W, n_tx, n_tiles, RANGE=rng, GRAD_DB=grad_db, TILE_H=th, TILE_W=tw, num_warps=warps,
+    )
+    return rast, rast_db
+
+
+class _RasterizeTriton(torch.autograd.Function):
+    """``rast, rast_db`` from clip-space ``pos``; backward scatters into ``pos`` (kernel 5 of the module
+    docstring). Twin: the torch path of :func:`meshlift.render.rasterize` (tests compare)."""
+
+    @staticmethod
+    def forward(ctx, pos, tri, H, W, ranges, grad_db):
+        ctx.set_materialize_grads(False)
+        rast, rast_db = _bin_and_raster(pos, tri, H, W, ranges, grad_db)
+        ctx.save_for_backward(pos, tri, rast)
+        ctx.dims = (H, W, ranges is not None, grad_db)
+        if not grad_db:
+            ctx.mark_non_differentiable(rast_db)
+        return rast, rast_db
+
+    @staticmethod
+    def backward(ctx, g_rast, g_db):
+        pos, tri, rast = ctx.saved_tensors
+        H, W, rng, grad_db = ctx.dims
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None, None, None
+        gpos = torch.zeros_like(pos)
+        if g_rast is not None:
+            K = _kernels()
+            xtab, ytab = _tables(H, W, pos.dtype, pos.device)
+            N = rast.shape[0] * H * W
+            V = pos.shape[-2]
+            K["raster_bwd"][(max(K["cdiv"](N, _PIX_BLOCK), 1),)](
+                pos, tri, rast, g_rast.contiguous().to(pos.dtype), xtab, ytab, gpos,
+                N, V, H, W, RANGE=rng, BLOCK=_PIX_BLOCK, num_warps=4,
+            )
+        if g_db is not None and grad_db:
+            gpos = gpos + _db_backward_torch(pos, tri, rast, g_db, H, W, rng)
+        return gpos, None, None, None, None, None
+
+
+def _db_backward_torch(pos, tri, rast, g_db, H, W, rng):
+    """Gradient through ``rast_db`` by autograd of :func:`meshlift.render.rasterize.barycentrics_at` at the
+    covered pixels (rare path: only when ``rast_db`` feeds the loss)."""
+    from meshlift.render.rasterize import barycentrics_at
+
+    B = rast.shape[0]
+    flat = rast.reshape(-1, 4)
+    ids = flat[:, 3].round().to(torch.int64) - 1
+    cov = (ids >= 0).nonzero().squeeze(1)
+    t = ids.index_select(0, cov)
+    vidx = tri.to(torch.int64).index_select(0, t)
+    if not rng:
+        vidx = vidx + ((cov // (H * W)) * pos.shape[-2]).unsqueeze(1)
+    xtab, ytab = _tables(H, W, pos.dtype, pos.device)
+    px = xtab.index_select(0, cov % W)
+    py = ytab.index_select(0, (cov // W) % H)
+    with torch.enable_grad():
+        p = pos.detach().requires_grad_(True)
+        verts = p.reshape(-1, 4).index_select(0, vidx.reshape(-1)).view(-1, 3, 4)
+        _, db = barycentrics_at(verts, px, py, True)
+        scale = torch.tensor([2.0 / W, 2.0 / H, 2.0 / W, 2.0 / H], dtype=pos.dtype, device=pos.device)
+        g = g_db.reshape(-1, 4).index_select(0, cov).to(pos.dtype)
+        (gp,) = torch.autograd.grad(db * scale, p, g, allow_unused=True)
+    return torch.zeros_like(pos) if gp is None else gp
+
+
+class _InterpolateTriton(torch.autograd.Function):
+    """Fused ``interpolate`` (no ``diff_attrs``); twin: the torch path of :func:`meshlift.render.interpolate`."""
+
+    @staticmethod
+    def forward(ctx, attr, rast, tri, astride):
+        K = _kernels()
+        B, H, W, _ = rast.shape
+        C = attr.shape[-1]
+        N = B * H * W
+        out = torch.empty(B, H, W, C, dtype=attr.dtype, device=attr.device)
+        bc = min(K["next_pow2"](max(C, 1)), 32)
+        if N and C:
+            K["interp_fwd"][(K["cdiv"](N, _PIX_BLOCK),)](attr, rast, tri, out, N, C, H * W, astride, BLOCK=_PIX_BLOCK, BLOCK_C=bc, num_warps=4)
+        ctx.save_for_backward(attr, rast, tri)
+        ctx.astride = astride
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g_out):
+        attr, rast, tri = ctx.saved_tensors
+        need_a, need_r = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        if g_out is None or not (need_a or need_r):
+            return None, None, None, None
+        K = _kernels()
+        B, H, W, _ = rast.shape
+        C = attr.shape[-1]
+        N = B * H * W
+        gattr = torch.zeros_like(attr) if need_a else attr
+        grast = torch.zeros_like(rast) if need_r else rast
+        bc = min(K["next_pow2"](max(C, 1)), 32)
+        if N and C:
+            K["interp_bwd"][(K["cdiv"](N, _PIX_BLOCK),)](
+                attr, rast, tri, g_out.contiguous().to(attr.dtype), gattr, grast, N, C, H * W, ctx.astride,
+                NEED_ATTR=need_a, NEED_RAST=need_r, BLOCK=_PIX_BLOCK, BLOCK_C=bc, num_warps=4,
+            )
+        return (gattr if need_a else None), (grast if need_r else None), None, None
+
+
+def rasterize_triton(
+    pos: torch.Tensor, tri: torch.Tensor, resolution: Tuple[int, int], ranges: Optional[torch.Tensor] = None, grad_db: bool = False
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Triton ``rasterize`` (arguments and outputs as :func:`meshlift.render.rasterize`, already validated:
+    ``pos`` float ``[B, V, 4]`` or ``[V, 4]`` + ``ranges [B, 2]`` int64, ``tri [T, 3]`` int). Differentiable
+    w.r.t. ``pos``. Half-precision ``pos`` is computed in float32."""
+    H, W = int(resolution[0]), int(resolution[1])
+    if pos.dtype in (torch.float16, torch.bfloat16):
+        pos = pos.float()
+    pos = pos.contiguous()
+    tri32 = tri.to(torch.int32).contiguous()
+    if ranges is not None:
+        ranges = ranges.to(device=pos.device, dtype=torch.int64)
+    if tri32.shape[0] == 0:
+        B = pos.shape[0] if ranges is None else ranges.shape[0]
+        return pos.new_zeros(B, H, W, 4), pos.new_zeros(B, H, W, 4 if grad_db else 0)
+    return _RasterizeTriton.apply(pos, tri32, H, W, ranges, bool(grad_db))
+
+
+def interpolate_triton(attr: torch.Tensor, rast: torch.Tensor, tri: torch.Tensor) -> torch.Tensor:
+    """Fused Triton ``interpolate`` without ``diff_attrs`` (arguments validated by
+    :func:`meshlift.render.interpolate`): ``out [B, H, W, C]`` in the promoted dtype of ``attr`` and ``rast``."""
+    B = rast.shape[0]
+    V = attr.shape[-2]
+    dtype = torch.promote_types(attr.dtype, rast.dtype)
+    if dtype in (torch.float16, torch.bfloat16):
+        dtype = torch.float32
+    per_image = attr.ndim == 3 and attr.shape[0] == B and B > 1
+    a = (attr if per_image else attr.reshape(V, attr.shape[-1])).to(dtype).contiguous()
+    return _InterpolateTriton.apply(a, rast.to(dtype).contiguous(), tri.to(torch.int32).contiguous(), V if per_image else 0)
+
+
+class TritonBackend:
+    """The ``"triton"`` rasterizer backend: visibility, and the whole differentiable ``rasterize``."""
+
+    name = "triton"
+
+    def is_available(self, device: torch.device) -> bool:
+        return available(device)
+
+    @torch.no_grad()
+    def visibility(self, pos, tri, resolution, ranges, max_fragments) -> torch.Tensor:
+        """``[B, H, W]`` int64 nearest triangle (−1 empty); see the VisibilityBackend protocol."""
+        rast, _ = rasterize_triton(pos.detach(), tri, resolution, ranges, grad_db=False)
+        return rast[..., 3].to(torch.int64) - 1
+
+    def rasterize(self, pos, tri, resolution, ranges, grad_db, max_fragments):
+        """Differentiable ``(rast, rast_db)`` as :func:`meshlift.render.rasterize` (validated inputs)."""
+        return rasterize_triton(pos, tri, resolution, ranges, grad_db)
+
+
+__all__ = ["TritonBackend", "rasterize_triton", "interpolate_triton", "available", "tile_config"]
