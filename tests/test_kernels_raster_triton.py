@@ -48,16 +48,16 @@ def _assert_same_rast(a, b, exact=True, atol=1e-6):
 @cpu_only
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_forward_matches_torch_backend_bitwise(dtype):
-    pos, tri = random_scene(B=2, T=30, seed=1, dtype=dtype)
-    (ra, _), (rb, _) = _both(pos, tri, (24, 32))
+    pos, tri = random_scene(B=2, T=24, seed=1, dtype=dtype)
+    (ra, _), (rb, _) = _both(pos, tri, (20, 28))
     assert (ra[..., 3] > 0).float().mean() > 0.3 and len(torch.unique(ra[..., 3])) > 10
     _assert_same_rast(ra, rb)
     # grad_db=True: the torch path switches to barycentrics_at (u = e0 · (1/S)): equal to rounding
-    (ra, da), (rb, db) = _both(pos, tri, (24, 32), grad_db=True)
+    (ra, da), (rb, db) = _both(pos, tri, (20, 28), grad_db=True)
     tol = dict(atol=1e-6, rtol=1e-5) if dtype == torch.float32 else dict(atol=1e-12, rtol=1e-10)
     _assert_same_rast(ra, rb, exact=False, atol=tol["atol"])
     torch.testing.assert_close(da, db, **tol)
-    ref = rasterize_reference(pos, tri, (24, 32))
+    ref = rasterize_reference(pos, tri, (20, 28))
     assert torch.equal(rb[..., 3], ref[..., 3])
     torch.testing.assert_close(rb[..., :3], ref[..., :3], atol=2e-5, rtol=1e-4)
 
@@ -102,15 +102,15 @@ def test_near_plane_crossing_and_far_clip():
 
 @cpu_only
 def test_range_mode_and_batch():
-    pos, tri = random_scene(B=3, T=12, seed=5)
+    pos, tri = random_scene(B=3, T=10, seed=5)
     pos_r = pos.reshape(-1, 4)
-    tri_r = torch.cat([tri + 36 * b for b in range(3)])
-    ranges = torch.tensor([[0, 12], [12, 12], [20, 16]], dtype=torch.int32)  # overlapping ranges too
-    (ra, da), (rb, db) = _both(pos_r, tri_r, (20, 24), ranges=ranges, grad_db=True)
+    tri_r = torch.cat([tri + 30 * b for b in range(3)])
+    ranges = torch.tensor([[0, 10], [10, 10], [16, 14]], dtype=torch.int32)  # overlapping ranges too
+    (ra, da), (rb, db) = _both(pos_r, tri_r, (16, 20), ranges=ranges, grad_db=True)
     _assert_same_rast(ra, rb, exact=False)
     torch.testing.assert_close(da, db, atol=1e-6, rtol=1e-5)
     # instanced batch of 3 with a different resolution aspect
-    (ra, _), (rb, _) = _both(pos, tri, (17, 29))
+    (ra, _), (rb, _) = _both(pos, tri, (13, 21))
     _assert_same_rast(ra, rb)
 
 
@@ -188,13 +188,13 @@ def test_gradcheck_float64():
     pos = camera_points_to_clip(pts.unsqueeze(0)).requires_grad_(True)
     tri = torch.tensor([[0, 1, 2], [1, 3, 2]], dtype=torch.int32)
     attr = torch.randn(4, 2, dtype=torch.float64, requires_grad=True)
-    w = torch.rand(1, 10, 12, 2, dtype=torch.float64)
+    w = torch.rand(1, 8, 10, 2, dtype=torch.float64)
 
     def f(p, a):
-        rast, _ = rt.rasterize_triton(p, tri, (10, 12))
+        rast, _ = rt.rasterize_triton(p, tri, (8, 10))
         return (rt.interpolate_triton(a, rast, tri) * w).sum() + rast[..., 2].sum()
 
-    assert torch.autograd.gradcheck(f, (pos, attr), eps=1e-6, atol=1e-6)
+    assert torch.autograd.gradcheck(f, (pos, attr), eps=1e-6, atol=1e-6, fast_mode=True)
 
 
 @cpu_only
@@ -207,6 +207,15 @@ def test_interpolate_kernel_matches_twins():
         torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
     attr = torch.randn(pos.shape[1], 2)
     torch.testing.assert_close(rt.interpolate_triton(attr, rast, tri), interpolate_reference(attr, rast, tri), atol=1e-6, rtol=1e-5)
+    # backward with an expanded (stride-0) output gradient, as out.sum() gives
+    grads = []
+    for f in (lambda a, r: interpolate(a, r, tri)[0], lambda a, r: rt.interpolate_triton(a, r, tri)):
+        a = attr.clone().requires_grad_(True)
+        r = rast.clone().requires_grad_(True)
+        f(a, r).sum().backward()
+        grads.append((a.grad, r.grad))
+    for x, y in zip(*grads):
+        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
 
 
 @cpu_only

@@ -28,9 +28,16 @@ def _vert(pos_ptr, tri_ptr, t, k: tl.constexpr, vbase, mask):
     return x, y, z, w
 
 @triton.jit
+def _vert_s(pos_ptr, tri_ptr, t, k: tl.constexpr, vbase):
+    """Clip-space vertex k of triangle t (scalar)."""
+    row = (tl.load(tri_ptr + t * 3 + k).to(tl.int64) + vbase) * 4
+    return tl.load(pos_ptr + row + 0), tl.load(pos_ptr + row + 1), tl.load(pos_ptr + row + 2), tl.load(pos_ptr + row + 3)
+
+
+@triton.jit
 def _bin_kernel(
     pos_ptr, tri_ptr, first_ptr, count_ptr, cnt_ptr, list_ptr,
-    T, vstride, H, W, n_tx, n_ty,
+    T, vstride, H, W, n_tx, n_ty, hw, hh, big,
     RANGE: tl.constexpr, EMIT: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
@@ -57,8 +64,6 @@ def _bin_kernel(
     tiny = 1.1754943508222875e-38
     simple = (d0 >= 0) & (d1 >= 0) & (d2 >= 0) & (w0 > tiny) & (w1 > tiny) & (w2 > tiny)
     live = m & any_in & (~all_far)  # edge-on triangles are skipped by the raster kernel
-    hw = W * 0.5
-    hh = H * 0.5
     s0 = tl.where(simple, w0, 1.0)
     s1 = tl.where(simple, w1, 1.0)
     s2 = tl.where(simple, w2, 1.0)
@@ -68,7 +73,6 @@ def _bin_kernel(
     Y0 = y0 / s0 * hh + (hh - 0.5)
     Y1 = y1 / s1 * hh + (hh - 0.5)
     Y2 = y2 / s2 * hh + (hh - 0.5)
-    big = (tl.maximum(H, W) + 2).to(tl.float32)
     xmn = tl.minimum(tl.maximum(tl.minimum(tl.minimum(X0, X1), X2) - 0.01, -1.0), big)
     xmx = tl.minimum(tl.maximum(tl.maximum(tl.maximum(X0, X1), X2) + 0.01, -big), big)
     ymn = tl.minimum(tl.maximum(tl.minimum(tl.minimum(Y0, Y1), Y2) - 0.01, -1.0), big)
@@ -102,10 +106,53 @@ def _bin_kernel(
             tl.atomic_add(cnt_ptr + g + 1, 1, mask=mk)
 
 @triton.jit
+def _planes(pos_ptr, tri_ptr, t, vbase):
+    """Sign-normalised edge planes and the z/w plane of triangle t (scalars), as the torch backend's
+    ``_planes`` (``triangle_planes`` + sign): ``(a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, valid)``;
+    an edge-on triangle (``det = 0``) is not valid (covers nothing)."""
+    x0, y0, z0, w0 = _vert_s(pos_ptr, tri_ptr, t, 0, vbase)
+    x1, y1, z1, w1 = _vert_s(pos_ptr, tri_ptr, t, 1, vbase)
+    x2, y2, z2, w2 = _vert_s(pos_ptr, tri_ptr, t, 2, vbase)
+    # e_k = h_{k+1} x h_{k+2}, h = (x, y, w) (torch.linalg.cross order)
+    a0 = y1 * w2 - w1 * y2
+    b0 = w1 * x2 - x1 * w2
+    c0 = x1 * y2 - y1 * x2
+    a1 = y2 * w0 - w2 * y0
+    b1 = w2 * x0 - x2 * w0
+    c1 = x2 * y0 - y2 * x0
+    a2 = y0 * w1 - w0 * y1
+    b2 = w0 * x1 - x0 * w1
+    c2 = x0 * y1 - y0 * x1
+    za = (z0 * a0 + z1 * a1) + z2 * a2
+    zb = (z0 * b0 + z1 * b1) + z2 * b2
+    zc = (z0 * c0 + z1 * c1) + z2 * c2
+    det = (x0 * a0 + y0 * b0) + w0 * c0
+    flat = det == 0
+    sg = tl.where(det > 0, 1.0, tl.where(flat, 0.0, -1.0)).to(x0.dtype)  # torch.sign
+    c0s = tl.where(flat, -1.0, c0 * sg).to(x0.dtype)  # edge-on: e0 = -1 everywhere (as torch's _planes)
+    d = tl.where(flat, 1.0, det).to(x0.dtype)
+    return (a0 * sg, b0 * sg, c0s, a1 * sg, b1 * sg, c1 * sg, a2 * sg, b2 * sg, c2 * sg,
+            _div(za, d), _div(zb, d), _div(zc, d))
+
+
+@triton.jit
+def _depth_test(p, t, px, py, best_z, best_t):
+    """Coverage (edges ≥ 0, −1 ≤ z/w ≤ 1) of triangle t with planes p at the pixel centres, then the depth
+    test: keep the smaller z/w, on a tie the lower index. Evaluation order (a px + c) + b py as torch."""
+    e0 = (p[0] * px + p[2]) + p[1] * py
+    e1 = (p[3] * px + p[5]) + p[4] * py
+    e2 = (p[6] * px + p[8]) + p[7] * py
+    z = (p[9] * px + p[11]) + p[10] * py
+    ok = (e0 >= 0) & (e1 >= 0) & (e2 >= 0) & (z >= -1.0) & (z <= 1.0)
+    better = ok & ((z < best_z) | ((z == best_z) & (t < best_t)))
+    return tl.where(better, z, best_z), tl.where(better, t, best_t)
+
+
+@triton.jit
 def _raster_kernel(
-    pos_ptr, tri_ptr, offs_ptr, list_ptr, xtab_ptr, ytab_ptr, rast_ptr, db_ptr,
+    pos_ptr, tri_ptr, offs_ptr, list_ptr, xtab_ptr, ytab_ptr, scale_ptr, rast_ptr, db_ptr,
     vstride, H, W, n_tx, n_tiles,
-    RANGE: tl.constexpr, GRAD_DB: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr,
+    RANGE: tl.constexpr, GRAD_DB: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr, UNROLL: tl.constexpr,
 ):
     tile = tl.program_id(0)
     b = tl.program_id(1)
@@ -127,38 +174,20 @@ def _raster_kernel(
     big_t = 2147483647
     best_z = tl.full([TILE_H * TILE_W], 3.0, px.dtype)
     best_t = tl.full([TILE_H * TILE_W], big_t, tl.int32)
-    for s in range(start, end):
-        t = tl.load(list_ptr + s)
-        x0, y0, z0, w0 = _vert(pos_ptr, tri_ptr, t, 0, vbase, True)
-        x1, y1, z1, w1 = _vert(pos_ptr, tri_ptr, t, 1, vbase, True)
-        x2, y2, z2, w2 = _vert(pos_ptr, tri_ptr, t, 2, vbase, True)
-        # edge planes e_k = h_{k+1} x h_{k+2}, h = (x, y, w) (torch.linalg.cross order)
-        a0 = y1 * w2 - w1 * y2
-        b0 = w1 * x2 - x1 * w2
-        c0 = x1 * y2 - y1 * x2
-        a1 = y2 * w0 - w2 * y0
-        b1 = w2 * x0 - x2 * w0
-        c1 = x2 * y0 - y2 * x0
-        a2 = y0 * w1 - w0 * y1
-        b2 = w0 * x1 - x0 * w1
-        c2 = x0 * y1 - y0 * x1
-        za = (z0 * a0 + z1 * a1) + z2 * a2
-        zb = (z0 * b0 + z1 * b1) + z2 * b2
-        zc = (z0 * c0 + z1 * c1) + z2 * c2
-        det = (x0 * a0 + y0 * b0) + w0 * c0
-        if det != 0:
-            sg = tl.where(det > 0, 1.0, -1.0).to(px.dtype)
-            za = _div(za, det)
-            zb = _div(zb, det)
-            zc = _div(zc, det)
-            e0 = ((a0 * sg) * px + (c0 * sg)) + (b0 * sg) * py
-            e1 = ((a1 * sg) * px + (c1 * sg)) + (b1 * sg) * py
-            e2 = ((a2 * sg) * px + (c2 * sg)) + (b2 * sg) * py
-            z = (za * px + zc) + zb * py
-            ok = (e0 >= 0) & (e1 >= 0) & (e2 >= 0) & (z >= -1.0) & (z <= 1.0)
-            better = ok & ((z < best_z) | ((z == best_z) & (t < best_t)))
-            best_z = tl.where(better, z, best_z)
-            best_t = tl.where(better, t, best_t)
+    if UNROLL == 2:
+        # two triangles per iteration, both loaded before either is tested (more loads in flight); an odd
+        # tail tests the last triangle twice, which changes nothing (ties need a strictly lower index)
+        for s in range(start, end, 2):
+            ta = tl.load(list_ptr + s)
+            tb = tl.load(list_ptr + tl.minimum(s + 1, end - 1))
+            pa = _planes(pos_ptr, tri_ptr, ta, vbase)
+            pb = _planes(pos_ptr, tri_ptr, tb, vbase)
+            best_z, best_t = _depth_test(pa, ta, px, py, best_z, best_t)
+            best_z, best_t = _depth_test(pb, tb, px, py, best_z, best_t)
+    else:
+        for s in range(start, end):
+            t = tl.load(list_ptr + s)
+            best_z, best_t = _depth_test(_planes(pos_ptr, tri_ptr, t, vbase), t, px, py, best_z, best_t)
     cov = inimg & (best_t != big_t)
     tw = tl.where(cov, best_t, 0)
     x0, y0, z0, w0 = _vert(pos_ptr, tri_ptr, tw, 0, vbase, cov)
@@ -196,8 +225,8 @@ def _raster_kernel(
         de2y = -qa0 * w1 + qa1 * w0
         dSx = de0x + de1x + de2x
         dSy = de0y + de1y + de2y
-        sx = (2.0 / W.to(tl.float64)).to(S.dtype)  # as torch: the scale in double, then the dtype
-        sy = (2.0 / H.to(tl.float64)).to(S.dtype)
+        sx = tl.load(scale_ptr + 0)  # (2/W, 2/H) in the dtype, as torch's scale tensor
+        sy = tl.load(scale_ptr + 1)
         dudx = tl.where(cov, (de0x - u * dSx) * iS * sx, 0.0)
         dudy = tl.where(cov, (de0y - u * dSy) * iS * sy, 0.0)
         dvdx = tl.where(cov, (de1x - v * dSx) * iS * sx, 0.0)
@@ -208,7 +237,7 @@ def _raster_kernel(
 @triton.jit
 def _raster_bwd_kernel(
     pos_ptr, tri_ptr, rast_ptr, grast_ptr, xtab_ptr, ytab_ptr, gpos_ptr,
-    N, vstride, H, W, RANGE: tl.constexpr, BLOCK: tl.constexpr,
+    N, vstride, H, W, gsb, gsh, gsw, gsc, RANGE: tl.constexpr, BLOCK: tl.constexpr,
 ):
     n = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     m = n < N
@@ -242,9 +271,10 @@ def _raster_bwd_kernel(
     u = tl.load(rast_ptr + n * 4 + 0, mask=cov, other=0.0)
     v = tl.load(rast_ptr + n * 4 + 1, mask=cov, other=0.0)
     zw = tl.load(rast_ptr + n * 4 + 2, mask=cov, other=0.0)
-    gu = tl.load(grast_ptr + n * 4 + 0, mask=cov, other=0.0)
-    gv = tl.load(grast_ptr + n * 4 + 1, mask=cov, other=0.0)
-    gzw = tl.load(grast_ptr + n * 4 + 2, mask=cov, other=0.0)
+    goff = (n // (H * W)) * gsb + iy * gsh + jx * gsw  # g_rast may be strided (e.g. expanded)
+    gu = tl.load(grast_ptr + goff, mask=cov, other=0.0)
+    gv = tl.load(grast_ptr + goff + gsc, mask=cov, other=0.0)
+    gzw = tl.load(grast_ptr + goff + 2 * gsc, mask=cov, other=0.0)
     qa0 = x0 - px * w0
     qa1 = x1 - px * w1
     qa2 = x2 - px * w2
@@ -322,7 +352,7 @@ def _interp_fwd_kernel(
 
 @triton.jit
 def _interp_bwd_kernel(
-    attr_ptr, rast_ptr, tri_ptr, gout_ptr, gattr_ptr, grast_ptr, N, C, HW, astride,
+    attr_ptr, rast_ptr, tri_ptr, gout_ptr, gattr_ptr, grast_ptr, N, C, HW, W, astride, gsb, gsh, gsw, gsc,
     NEED_ATTR: tl.constexpr, NEED_RAST: tl.constexpr, BLOCK: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     n = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -330,12 +360,13 @@ def _interp_bwd_kernel(
     cov, r0, r1, r2, u, v = _interp_rows(rast_ptr, tri_ptr, n, m, HW, astride)
     u2 = u[:, None]
     v2 = v[:, None]
+    goff = (n // HW) * gsb + ((n % HW) // W) * gsh + (n % W) * gsw  # g_out may be strided (e.g. expanded)
     gu = tl.zeros([BLOCK], dtype=u.dtype)
     gv = tl.zeros([BLOCK], dtype=u.dtype)
     for c0 in range(0, C, BLOCK_C):
         c = c0 + tl.arange(0, BLOCK_C)
         mc = cov[:, None] & (c[None, :] < C)
-        g = tl.load(gout_ptr + n[:, None] * C + c[None, :], mask=mc, other=0.0)
+        g = tl.load(gout_ptr + goff[:, None] + c[None, :] * gsc, mask=mc, other=0.0)
         if NEED_ATTR:
             tl.atomic_add(gattr_ptr + r0[:, None] * C + c[None, :], g * u2, mask=mc)
             tl.atomic_add(gattr_ptr + r1[:, None] * C + c[None, :], g * v2, mask=mc)

@@ -65,6 +65,7 @@ from meshlift.errors import OutOfMemoryError, RenderError
 #: Default tile (rows, cols) of the raster kernel and its warps.
 DEFAULT_TILE = (16, 16)
 DEFAULT_WARPS = 4
+DEFAULT_UNROLL = 2
 #: Pixel slack of the bounding boxes (only adds candidates; the exact per-pixel test decides).
 _SLACK_PX = 1e-2
 #: Block sizes of the per-triangle and per-pixel kernels.
@@ -105,8 +106,9 @@ def available(device: torch.device) -> bool:
     return dev.type == "cuda" or (dev.type == "cpu" and interpreting())
 
 
-def tile_config() -> Tuple[int, int, int]:
-    """``(TILE_H, TILE_W, num_warps)`` from env ``MESHLIFT_TRITON_TILE`` ("16x16") / ``MESHLIFT_TRITON_WARPS``."""
+def tile_config() -> Tuple[int, int, int, int]:
+    """``(TILE_H, TILE_W, num_warps, unroll)`` of the raster kernel from env ``MESHLIFT_TRITON_TILE``
+    ("16x16"), ``MESHLIFT_TRITON_WARPS`` and ``MESHLIFT_TRITON_UNROLL`` (1 or 2 triangles per loop step)."""
     th, tw = DEFAULT_TILE
     env = os.environ.get("MESHLIFT_TRITON_TILE")
     if env:
@@ -117,8 +119,14 @@ def tile_config() -> Tuple[int, int, int]:
     for s in (th, tw):
         if s < 1 or s & (s - 1):
             raise RenderError(f"MESHLIFT_TRITON_TILE sides must be powers of two, got {th}x{tw}")
-    warps = int(os.environ.get("MESHLIFT_TRITON_WARPS", DEFAULT_WARPS))
-    return th, tw, warps
+    try:
+        warps = int(os.environ.get("MESHLIFT_TRITON_WARPS", DEFAULT_WARPS))
+        unroll = int(os.environ.get("MESHLIFT_TRITON_UNROLL", DEFAULT_UNROLL))
+    except ValueError:
+        raise RenderError("MESHLIFT_TRITON_WARPS / MESHLIFT_TRITON_UNROLL must be integers (e.g. 4 / 2)") from None
+    if warps not in (1, 2, 4, 8, 16) or unroll not in (1, 2):
+        raise RenderError(f"MESHLIFT_TRITON_WARPS must be 1-16 (power of two) and MESHLIFT_TRITON_UNROLL 1 or 2, got {warps}, {unroll}")
+    return th, tw, warps, unroll
 
 
 def _kernels():
@@ -142,6 +150,19 @@ def _kernels():
     return _K
 
 
+_SCALES: dict = {}
+
+
+def _db_scale(H: int, W: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``(2/W, 2/H)`` in ``dtype`` on ``device`` (NDC → pixel units of ``rast_db``), cached."""
+    k = (H, W, dtype, str(device))
+    if k not in _SCALES:
+        if len(_SCALES) >= 32:
+            _SCALES.clear()
+        _SCALES[k] = torch.tensor([2.0 / W, 2.0 / H], dtype=dtype, device=device)
+    return _SCALES[k]
+
+
 def _tables(H: int, W: int, dtype: torch.dtype, device: torch.device):
     from meshlift.render.backends._common import pixel_centre_tables
 
@@ -155,7 +176,7 @@ def _bin_and_raster(pos: torch.Tensor, tri: torch.Tensor, H: int, W: int, ranges
     ``tri`` ``[T, 3]`` int32 contiguous.
     """
     K = _kernels()
-    th, tw, warps = tile_config()
+    th, tw, warps, unroll = tile_config()
     dev, dtype = pos.device, pos.dtype
     T = tri.shape[0]
     if ranges is None:
@@ -179,7 +200,7 @@ def _bin_and_raster(pos: torch.Tensor, tri: torch.Tensor, H: int, W: int, ranges
     cnt = torch.zeros(B * n_tiles + 1, dtype=torch.int32, device=dev)
     grid_t = (max(K["cdiv"](max_count, _TRI_BLOCK), 1), B)
     args = (pos, tri, first, count)
-    scal = (T, V, H, W, n_tx, n_ty)
+    scal = (T, V, H, W, n_tx, n_ty, W * 0.5, H * 0.5, float(max(H, W) + 2))
     K["bin"][grid_t](*args, cnt, cnt, *scal, RANGE=rng, EMIT=False, TILE_H=th, TILE_W=tw, BLOCK=_TRI_BLOCK, num_warps=4)
     offs = torch.cumsum(cnt, 0, dtype=torch.int32)
     total = int(offs[-1])  # the one host sync: size of the pair list
@@ -192,8 +213,8 @@ def _bin_and_raster(pos: torch.Tensor, tri: torch.Tensor, H: int, W: int, ranges
     pairs = torch.empty(max(total, 1), dtype=torch.int32, device=dev)
     K["bin"][grid_t](*args, cursor, pairs, *scal, RANGE=rng, EMIT=True, TILE_H=th, TILE_W=tw, BLOCK=_TRI_BLOCK, num_warps=4)
     K["raster"][(n_tiles, B)](
-        pos, tri, offs, pairs, xtab, ytab, rast, rast_db if grad_db else rast,
-        V, H, W, n_tx, n_tiles, RANGE=rng, GRAD_DB=grad_db, TILE_H=th, TILE_W=tw, num_warps=warps,
+        pos, tri, offs, pairs, xtab, ytab, _db_scale(H, W, dtype, dev), rast, rast_db if grad_db else rast,
+        V, H, W, n_tx, n_tiles, RANGE=rng, GRAD_DB=grad_db, TILE_H=th, TILE_W=tw, UNROLL=unroll, num_warps=warps,
     )
     return rast, rast_db
 
@@ -224,9 +245,9 @@ class _RasterizeTriton(torch.autograd.Function):
             xtab, ytab = _tables(H, W, pos.dtype, pos.device)
             N = rast.shape[0] * H * W
             V = pos.shape[-2]
+            g = g_rast.to(pos.dtype)
             K["raster_bwd"][(max(K["cdiv"](N, _PIX_BLOCK), 1),)](
-                pos, tri, rast, g_rast.contiguous().to(pos.dtype), xtab, ytab, gpos,
-                N, V, H, W, RANGE=rng, BLOCK=_PIX_BLOCK, num_warps=4,
+                pos, tri, rast, g, xtab, ytab, gpos, N, V, H, W, *g.stride(), RANGE=rng, BLOCK=_PIX_BLOCK, num_warps=4,
             )
         if g_db is not None and grad_db:
             gpos = gpos + _db_backward_torch(pos, tri, rast, g_db, H, W, rng)
@@ -291,8 +312,9 @@ class _InterpolateTriton(torch.autograd.Function):
         grast = torch.zeros_like(rast) if need_r else rast
         bc = min(K["next_pow2"](max(C, 1)), 32)
         if N and C:
+            g = g_out.to(attr.dtype)
             K["interp_bwd"][(K["cdiv"](N, _PIX_BLOCK),)](
-                attr, rast, tri, g_out.contiguous().to(attr.dtype), gattr, grast, N, C, H * W, ctx.astride,
+                attr, rast, tri, g, gattr, grast, N, C, H * W, W, ctx.astride, *g.stride(),
                 NEED_ATTR=need_a, NEED_RAST=need_r, BLOCK=_PIX_BLOCK, BLOCK_C=bc, num_warps=4,
             )
         return (gattr if need_a else None), (grast if need_r else None), None, None
