@@ -11,10 +11,11 @@ import triton.language as tl
 @triton.jit
 def _div(a, b):
     """Correctly rounded division (float32 ``/`` compiles to an approximate one), as torch's."""
-    if a.dtype == tl.float64:
-        return a / b
+    if a.dtype.is_fp64():
+        q = a / b
     else:
-        return tl.div_rn(a, b)
+        q = tl.div_rn(a, b)
+    return q
 
 
 @triton.jit
@@ -136,13 +137,13 @@ def _planes(pos_ptr, tri_ptr, t, vbase):
 
 
 @triton.jit
-def _depth_test(p, t, px, py, best_z, best_t):
+def _depth_test(a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, t, px, py, best_z, best_t):
     """Coverage (edges ≥ 0, −1 ≤ z/w ≤ 1) of triangle t with planes p at the pixel centres, then the depth
     test: keep the smaller z/w, on a tie the lower index. Evaluation order (a px + c) + b py as torch."""
-    e0 = (p[0] * px + p[2]) + p[1] * py
-    e1 = (p[3] * px + p[5]) + p[4] * py
-    e2 = (p[6] * px + p[8]) + p[7] * py
-    z = (p[9] * px + p[11]) + p[10] * py
+    e0 = (a0 * px + c0) + b0 * py
+    e1 = (a1 * px + c1) + b1 * py
+    e2 = (a2 * px + c2) + b2 * py
+    z = (za * px + zc) + zb * py
     ok = (e0 >= 0) & (e1 >= 0) & (e2 >= 0) & (z >= -1.0) & (z <= 1.0)
     better = ok & ((z < best_z) | ((z == best_z) & (t < best_t)))
     return tl.where(better, z, best_z), tl.where(better, t, best_t)
@@ -180,14 +181,15 @@ def _raster_kernel(
         for s in range(start, end, 2):
             ta = tl.load(list_ptr + s)
             tb = tl.load(list_ptr + tl.minimum(s + 1, end - 1))
-            pa = _planes(pos_ptr, tri_ptr, ta, vbase)
-            pb = _planes(pos_ptr, tri_ptr, tb, vbase)
-            best_z, best_t = _depth_test(pa, ta, px, py, best_z, best_t)
-            best_z, best_t = _depth_test(pb, tb, px, py, best_z, best_t)
+            a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc = _planes(pos_ptr, tri_ptr, ta, vbase)
+            a0_, b0_, c0_, a1_, b1_, c1_, a2_, b2_, c2_, za_, zb_, zc_ = _planes(pos_ptr, tri_ptr, tb, vbase)
+            best_z, best_t = _depth_test(a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, ta, px, py, best_z, best_t)
+            best_z, best_t = _depth_test(a0_, b0_, c0_, a1_, b1_, c1_, a2_, b2_, c2_, za_, zb_, zc_, tb, px, py, best_z, best_t)
     else:
         for s in range(start, end):
             t = tl.load(list_ptr + s)
-            best_z, best_t = _depth_test(_planes(pos_ptr, tri_ptr, t, vbase), t, px, py, best_z, best_t)
+            a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc = _planes(pos_ptr, tri_ptr, t, vbase)
+            best_z, best_t = _depth_test(a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, t, px, py, best_z, best_t)
     cov = inimg & (best_t != big_t)
     tw = tl.where(cov, best_t, 0)
     x0, y0, z0, w0 = _vert(pos_ptr, tri_ptr, tw, 0, vbase, cov)

@@ -8,9 +8,11 @@ edge-on triangles cover nothing; range mode (``pos [V, 4]`` + ``ranges [B, 2]``)
 (``pos [B, V, 4]``). Coverage uses homogeneous rasterization (Olano & Greer 1997) with the same edge and
 depth planes, and the same evaluation order ``(a·px + c) + b·py``, as the torch backend
 (:mod:`meshlift.render.backends.torch_backend`); barycentrics and ``z/w`` of the winner use the same
-formula as ``meshlift.render.rasterize._uvz_lean``. Under ``TRITON_INTERPRET=1`` (CPU) the results are
-bit-identical to the torch backend; on a GPU they agree up to float rounding of the compiled code
-(fused multiply-adds), i.e. ids can differ at pixel centres lying exactly on an edge.
+formula as ``meshlift.render.rasterize._uvz_lean`` (``grad_db=False``). The binning and raster kernels
+are compiled without multiply-add contraction (``enable_fp_fusion=False``) and divide with correct
+rounding, so every value is rounded op by op as in the PyTorch twin on the CPU: under
+``TRITON_INTERPRET=1`` the results are bit-identical to the torch backend (tested), and on a GPU they
+are expected to be too (the ``gpu`` tests check ids exactly against the CPU torch backend).
 
 Design (all kernels below; ``triton`` is imported only here, on first use):
 
@@ -27,8 +29,9 @@ Design (all kernels below; ``triton`` is imported only here, on first use):
    the depth test below compares ``(z/w, triangle index)`` lexicographically, so the result does not
    depend on it (deterministic).
 4. **Raster** (``_raster_kernel``): one program per (tile, image) with the tile's pixels in registers;
-   loops over its triangles, builds the sign-normalised edge planes and the ``z/w`` plane from the
-   vertices, tests every pixel centre and keeps the nearest (then lowest-index) one. Afterwards the
+   loops over its triangles (two per step, both loaded before either is tested, ``UNROLL=2``), builds
+   the sign-normalised edge planes and the ``z/w`` plane from the vertices (``_planes``), tests every
+   pixel centre and keeps the nearest (then lowest-index) one (``_depth_test``). Afterwards the
    winner's vertices are gathered per pixel and ``u, v, z/w`` (and, with ``grad_db``, the screen
    derivatives) are computed and stored as ``rast`` directly.
 5. **Backward** (``_raster_bwd_kernel``): one lane per pixel; recomputes the edge functions of the
@@ -47,10 +50,22 @@ pair, plus the outputs; no per-triangle or per-fragment buffers. Pure-PyTorch tw
 brute-force :mod:`meshlift.render.reference`); tests/test_kernels_raster_triton.py compares them
 forward and backward.
 
-Tile size: ``TILE_H × TILE_W`` pixels per raster program (default 16 × 16, ``num_warps`` 4), env
-``MESHLIFT_TRITON_TILE=HxW`` / ``MESHLIFT_TRITON_WARPS`` override (``benchmarks/raster_triton_tune.py``
-sweeps them). Small tiles bin more pairs for large triangles; large tiles test more empty pixels for
-small ones.
+Tile size: ``TILE_H × TILE_W`` pixels per raster program (default 16 × 16, ``num_warps`` 4, unroll 2),
+env ``MESHLIFT_TRITON_TILE=HxW`` / ``MESHLIFT_TRITON_WARPS`` / ``MESHLIFT_TRITON_UNROLL`` override
+(``benchmarks/raster_triton_tune.py`` sweeps them; the defaults are a guess until that has run on a GPU).
+Small tiles bin more pairs for large triangles (100k triangles filling a 1024² frame: ~330 px each, 2-4
+tiles of 16²); large tiles test more uncovered pixels per small triangle (1M triangles: a few px each).
+Batches (instanced ``[B, V, 4]`` or range mode) are the second grid axis of every per-triangle and
+per-tile kernel.
+
+Limits: triangles reaching ``w ≤ 0`` or crossing the near plane are binned to every tile (exact, but
+slow if there are many; the torch backend clips their boxes); the pair list is not chunked by
+``max_fragments`` (it is 4 bytes per pair; ``MAX_PAIRS`` bounds it with an :class:`OutOfMemoryError`
+naming the knobs). A gradient through ``rast_db`` uses the PyTorch fallback described in 5.
+
+Cost of the first call: Triton compiles the kernels at run time (no nvcc; its bundled ptxas) and caches
+them on disk (``~/.triton/cache``, env ``TRITON_CACHE_DIR``); ``benchmarks/raster.py`` prints the first
+call's time as "first call s".
 """
 
 from __future__ import annotations
@@ -75,6 +90,12 @@ _PIX_BLOCK = 256
 MAX_PAIRS = 2**30
 
 _K = None
+
+#: Launch option of the binning and raster kernels: no fused multiply-add contraction, so that every
+#: edge function, depth and barycentric is rounded op by op exactly as in the PyTorch twin (bit-identical
+#: ids and values to the torch backend on the CPU; shared edges stay watertight, since the edge planes of
+#: two triangles sharing an edge are then exact negatives of each other).
+_EXACT = {"enable_fp_fusion": False}
 
 
 def triton_importable() -> bool:
@@ -201,7 +222,7 @@ def _bin_and_raster(pos: torch.Tensor, tri: torch.Tensor, H: int, W: int, ranges
     grid_t = (max(K["cdiv"](max_count, _TRI_BLOCK), 1), B)
     args = (pos, tri, first, count)
     scal = (T, V, H, W, n_tx, n_ty, W * 0.5, H * 0.5, float(max(H, W) + 2))
-    K["bin"][grid_t](*args, cnt, cnt, *scal, RANGE=rng, EMIT=False, TILE_H=th, TILE_W=tw, BLOCK=_TRI_BLOCK, num_warps=4)
+    K["bin"][grid_t](*args, cnt, cnt, *scal, RANGE=rng, EMIT=False, TILE_H=th, TILE_W=tw, BLOCK=_TRI_BLOCK, num_warps=4, **_EXACT)
     offs = torch.cumsum(cnt, 0, dtype=torch.int32)
     total = int(offs[-1])  # the one host sync: size of the pair list
     if total > MAX_PAIRS:
@@ -211,10 +232,10 @@ def _bin_and_raster(pos: torch.Tensor, tri: torch.Tensor, H: int, W: int, ranges
         )
     cursor = offs[:-1].clone()
     pairs = torch.empty(max(total, 1), dtype=torch.int32, device=dev)
-    K["bin"][grid_t](*args, cursor, pairs, *scal, RANGE=rng, EMIT=True, TILE_H=th, TILE_W=tw, BLOCK=_TRI_BLOCK, num_warps=4)
+    K["bin"][grid_t](*args, cursor, pairs, *scal, RANGE=rng, EMIT=True, TILE_H=th, TILE_W=tw, BLOCK=_TRI_BLOCK, num_warps=4, **_EXACT)
     K["raster"][(n_tiles, B)](
         pos, tri, offs, pairs, xtab, ytab, _db_scale(H, W, dtype, dev), rast, rast_db if grad_db else rast,
-        V, H, W, n_tx, n_tiles, RANGE=rng, GRAD_DB=grad_db, TILE_H=th, TILE_W=tw, UNROLL=unroll, num_warps=warps,
+        V, H, W, n_tx, n_tiles, RANGE=rng, GRAD_DB=grad_db, TILE_H=th, TILE_W=tw, UNROLL=unroll, num_warps=warps, **_EXACT,
     )
     return rast, rast_db
 
