@@ -238,9 +238,12 @@ def _raster_kernel(
 
 @triton.jit
 def _raster_bwd_kernel(
-    pos_ptr, tri_ptr, rast_ptr, grast_ptr, xtab_ptr, ytab_ptr, gpos_ptr,
-    N, vstride, H, W, gsb, gsh, gsw, gsc, RANGE: tl.constexpr, BLOCK: tl.constexpr,
+    pos_ptr, tri_ptr, rast_ptr, grast_ptr, gdb_ptr, xtab_ptr, ytab_ptr, scale_ptr, gpos_ptr,
+    N, vstride, H, W, gsb, gsh, gsw, gsc, dsb, dsh, dsw, dsc,
+    RANGE: tl.constexpr, HAS_G: tl.constexpr, HAS_DB: tl.constexpr, BLOCK: tl.constexpr,
 ):
+    """d(rast, rast_db)/d pos per pixel, scattered into the 3 vertices (formulas: module docstring of
+    raster_triton, item 5; the rast_db part differentiates barycentrics_at's derivative formulas)."""
     n = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     m = n < N
     idf = tl.load(rast_ptr + n * 4 + 3, mask=m, other=0.0)
@@ -273,10 +276,16 @@ def _raster_bwd_kernel(
     u = tl.load(rast_ptr + n * 4 + 0, mask=cov, other=0.0)
     v = tl.load(rast_ptr + n * 4 + 1, mask=cov, other=0.0)
     zw = tl.load(rast_ptr + n * 4 + 2, mask=cov, other=0.0)
-    goff = (n // (H * W)) * gsb + iy * gsh + jx * gsw  # g_rast may be strided (e.g. expanded)
-    gu = tl.load(grast_ptr + goff, mask=cov, other=0.0)
-    gv = tl.load(grast_ptr + goff + gsc, mask=cov, other=0.0)
-    gzw = tl.load(grast_ptr + goff + 2 * gsc, mask=cov, other=0.0)
+    bimg = n // (H * W)
+    if HAS_G:
+        goff = bimg * gsb + iy * gsh + jx * gsw  # g_rast may be strided (e.g. expanded)
+        gu = tl.load(grast_ptr + goff, mask=cov, other=0.0)
+        gv = tl.load(grast_ptr + goff + gsc, mask=cov, other=0.0)
+        gzw = tl.load(grast_ptr + goff + 2 * gsc, mask=cov, other=0.0)
+    else:
+        gu = tl.zeros([BLOCK], dtype=u.dtype)
+        gv = tl.zeros([BLOCK], dtype=u.dtype)
+        gzw = tl.zeros([BLOCK], dtype=u.dtype)
     qa0 = x0 - px * w0
     qa1 = x1 - px * w1
     qa2 = x2 - px * w2
@@ -289,10 +298,43 @@ def _raster_bwd_kernel(
     iS = 1.0 / tl.where(cov, (e0 + e1) + e2, 1.0)
     iD = 1.0 / tl.where(cov, (e0 * w0 + e1 * w1) + e2 * w2, 1.0)
     gz = gzw * iD
+    gS = tl.zeros([BLOCK], dtype=u.dtype)
+    if HAS_DB:
+        # rast_db = (dudx, dudy, dvdx, dvdy) · (2/W, 2/H): dudx = (dex_0 − u dSx)/S, ... with
+        # dex_k = d e_k/d px = −w_{k+1} c_{k+2} + w_{k+2} c_{k+1}, dey_k = −a_{k+1} w_{k+2} + a_{k+2} w_{k+1}
+        doff = bimg * dsb + iy * dsh + jx * dsw
+        gux = tl.load(gdb_ptr + doff, mask=cov, other=0.0) * tl.load(scale_ptr + 0)
+        guy = tl.load(gdb_ptr + doff + dsc, mask=cov, other=0.0) * tl.load(scale_ptr + 1)
+        gvx = tl.load(gdb_ptr + doff + 2 * dsc, mask=cov, other=0.0) * tl.load(scale_ptr + 0)
+        gvy = tl.load(gdb_ptr + doff + 3 * dsc, mask=cov, other=0.0) * tl.load(scale_ptr + 1)
+        dex0 = -w1 * qc2 + w2 * qc1
+        dex1 = -w2 * qc0 + w0 * qc2
+        dex2 = -w0 * qc1 + w1 * qc0
+        dey0 = -qa1 * w2 + qa2 * w1
+        dey1 = -qa2 * w0 + qa0 * w2
+        dey2 = -qa0 * w1 + qa1 * w0
+        dSx = dex0 + dex1 + dex2
+        dSy = dey0 + dey1 + dey2
+        dudx = (dex0 - u * dSx) * iS
+        dudy = (dey0 - u * dSy) * iS
+        dvdx = (dex1 - v * dSx) * iS
+        dvdy = (dey1 - v * dSy) * iS
+        # gradients w.r.t. dex_k, dey_k; then u, v and S directly
+        bx = -(gux * u + gvx * v) * iS
+        by = -(guy * u + gvy * v) * iS
+        Dx0 = gux * iS + bx
+        Dx1 = gvx * iS + bx
+        Dx2 = bx
+        Dy0 = guy * iS + by
+        Dy1 = gvy * iS + by
+        Dy2 = by
+        gu = gu - (gux * dSx + guy * dSy) * iS
+        gv = gv - (gvx * dSx + gvy * dSy) * iS
+        gS = -(gux * dudx + guy * dudy + gvx * dvdx + gvy * dvdy) * iS
     base = -(gu * u + gv * v)
-    ge0 = (gu + base) * iS + gz * (z0 - zw * w0)
-    ge1 = (gv + base) * iS + gz * (z1 - zw * w1)
-    ge2 = base * iS + gz * (z2 - zw * w2)
+    ge0 = (gu + base) * iS + gz * (z0 - zw * w0) + gS
+    ge1 = (gv + base) * iS + gz * (z1 - zw * w1) + gS
+    ge2 = base * iS + gz * (z2 - zw * w2) + gS
     # e_k = a_{k+1} c_{k+2} - a_{k+2} c_{k+1}
     ga0 = ge2 * qc1 - ge1 * qc2
     ga1 = ge0 * qc2 - ge2 * qc0
@@ -303,9 +345,21 @@ def _raster_bwd_kernel(
     gz0 = gz * e0
     gz1 = gz * e1
     gz2 = gz * e2
-    gw0 = -(px * ga0 + py * gc0 + zw * gz0)
-    gw1 = -(px * ga1 + py * gc1 + zw * gz1)
-    gw2 = -(px * ga2 + py * gc2 + zw * gz2)
+    if HAS_DB:
+        # through dex_k, dey_k into a_j, c_j and w_j directly
+        ga0 += -w1 * Dy2 + w2 * Dy1
+        ga1 += -w2 * Dy0 + w0 * Dy2
+        ga2 += -w0 * Dy1 + w1 * Dy0
+        gc0 += -w2 * Dx1 + w1 * Dx2
+        gc1 += -w0 * Dx2 + w2 * Dx0
+        gc2 += -w1 * Dx0 + w0 * Dx1
+        gw0 = -(px * ga0 + py * gc0 + zw * gz0) + (-qc1 * Dx2 + qc2 * Dx1 - qa2 * Dy1 + qa1 * Dy2)
+        gw1 = -(px * ga1 + py * gc1 + zw * gz1) + (-qc2 * Dx0 + qc0 * Dx2 - qa0 * Dy2 + qa2 * Dy0)
+        gw2 = -(px * ga2 + py * gc2 + zw * gz2) + (-qc0 * Dx1 + qc1 * Dx0 - qa1 * Dy0 + qa0 * Dy1)
+    else:
+        gw0 = -(px * ga0 + py * gc0 + zw * gz0)
+        gw1 = -(px * ga1 + py * gc1 + zw * gz1)
+        gw2 = -(px * ga2 + py * gc2 + zw * gz2)
     tl.atomic_add(gpos_ptr + r0 + 0, ga0, mask=cov)
     tl.atomic_add(gpos_ptr + r0 + 1, gc0, mask=cov)
     tl.atomic_add(gpos_ptr + r0 + 2, gz0, mask=cov)

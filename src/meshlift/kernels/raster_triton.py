@@ -36,9 +36,9 @@ Design (all kernels below; ``triton`` is imported only here, on first use):
    derivatives) are computed and stored as ``rast`` directly.
 5. **Backward** (``_raster_bwd_kernel``): one lane per pixel; recomputes the edge functions of the
    pixel's triangle from its vertices and scatters ``d rast / d pos`` into the three vertices with
-   ``atomic_add`` (formula: ``meshlift.render.rasterize._Barycentrics.backward``). A gradient through
-   ``rast_db`` is rare (mip-level selection); it falls back to autograd through the torch formula
-   (``barycentrics_at``) at the covered pixels.
+   ``atomic_add`` (formula: ``meshlift.render.rasterize._Barycentrics.backward``); a gradient through
+   ``rast_db`` (mip-level selection) is the analytic derivative of ``barycentrics_at``'s screen
+   derivatives, in the same kernel (twin: autograd through ``barycentrics_at``).
 6. **Interpolate** (``_interp_fwd_kernel`` / ``_interp_bwd_kernel``): per pixel gather of the three
    vertices' attributes weighted by ``(u, v, 1 − u − v)``; backward atomically adds into the attribute
    gradient and writes ``d/du, d/dv`` into the gradient of ``rast``.
@@ -61,7 +61,7 @@ per-tile kernel.
 Limits: triangles reaching ``w ≤ 0`` or crossing the near plane are binned to every tile (exact, but
 slow if there are many; the torch backend clips their boxes); the pair list is not chunked by
 ``max_fragments`` (it is 4 bytes per pair; ``MAX_PAIRS`` bounds it with an :class:`OutOfMemoryError`
-naming the knobs). A gradient through ``rast_db`` uses the PyTorch fallback described in 5.
+naming the knobs).
 
 Cost of the first call: Triton compiles the kernels at run time (no nvcc; its bundled ptxas) and caches
 them on disk (``~/.triton/cache``, env ``TRITON_CACHE_DIR``); ``benchmarks/raster.py`` prints the first
@@ -261,44 +261,20 @@ class _RasterizeTriton(torch.autograd.Function):
         if not ctx.needs_input_grad[0]:
             return None, None, None, None, None, None
         gpos = torch.zeros_like(pos)
-        if g_rast is not None:
+        has_db = g_db is not None and grad_db
+        if g_rast is not None or has_db:
             K = _kernels()
             xtab, ytab = _tables(H, W, pos.dtype, pos.device)
             N = rast.shape[0] * H * W
             V = pos.shape[-2]
-            g = g_rast.to(pos.dtype)
+            g = g_rast.to(pos.dtype) if g_rast is not None else None
+            d = g_db.to(pos.dtype) if has_db else None
             K["raster_bwd"][(max(K["cdiv"](N, _PIX_BLOCK), 1),)](
-                pos, tri, rast, g, xtab, ytab, gpos, N, V, H, W, *g.stride(), RANGE=rng, BLOCK=_PIX_BLOCK, num_warps=4,
+                pos, tri, rast, rast if g is None else g, rast if d is None else d, xtab, ytab, _db_scale(H, W, pos.dtype, pos.device), gpos,
+                N, V, H, W, *(g.stride() if g is not None else (0, 0, 0, 0)), *(d.stride() if d is not None else (0, 0, 0, 0)),
+                RANGE=rng, HAS_G=g is not None, HAS_DB=has_db, BLOCK=_PIX_BLOCK, num_warps=4,
             )
-        if g_db is not None and grad_db:
-            gpos = gpos + _db_backward_torch(pos, tri, rast, g_db, H, W, rng)
         return gpos, None, None, None, None, None
-
-
-def _db_backward_torch(pos, tri, rast, g_db, H, W, rng):
-    """Gradient through ``rast_db`` by autograd of :func:`meshlift.render.rasterize.barycentrics_at` at the
-    covered pixels (rare path: only when ``rast_db`` feeds the loss)."""
-    from meshlift.render.rasterize import barycentrics_at
-
-    B = rast.shape[0]
-    flat = rast.reshape(-1, 4)
-    ids = flat[:, 3].round().to(torch.int64) - 1
-    cov = (ids >= 0).nonzero().squeeze(1)
-    t = ids.index_select(0, cov)
-    vidx = tri.to(torch.int64).index_select(0, t)
-    if not rng:
-        vidx = vidx + ((cov // (H * W)) * pos.shape[-2]).unsqueeze(1)
-    xtab, ytab = _tables(H, W, pos.dtype, pos.device)
-    px = xtab.index_select(0, cov % W)
-    py = ytab.index_select(0, (cov // W) % H)
-    with torch.enable_grad():
-        p = pos.detach().requires_grad_(True)
-        verts = p.reshape(-1, 4).index_select(0, vidx.reshape(-1)).view(-1, 3, 4)
-        _, db = barycentrics_at(verts, px, py, True)
-        scale = torch.tensor([2.0 / W, 2.0 / H, 2.0 / W, 2.0 / H], dtype=pos.dtype, device=pos.device)
-        g = g_db.reshape(-1, 4).index_select(0, cov).to(pos.dtype)
-        (gp,) = torch.autograd.grad(db * scale, p, g, allow_unused=True)
-    return torch.zeros_like(pos) if gp is None else gp
 
 
 class _InterpolateTriton(torch.autograd.Function):
