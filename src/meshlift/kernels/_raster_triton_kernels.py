@@ -38,12 +38,12 @@ def _vert_s(pos_ptr, tri_ptr, t, k: tl.constexpr, vbase):
 @triton.jit
 def _bin_kernel(
     pos_ptr, tri_ptr, first_ptr, count_ptr, cnt_ptr, list_ptr,
-    T, vstride, H, W, n_tx, n_ty, hw, hh, big,
+    T, vstride, H, W, n_tx, n_ty, hw, hh, big, t_lo, t_hi,
     RANGE: tl.constexpr, EMIT: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     b = tl.program_id(1)
-    local = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    local = t_lo + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # this chunk: local indices [t_lo, t_hi)
     if RANGE:
         first = tl.load(first_ptr + b).to(tl.int32)
         count = tl.load(count_ptr + b).to(tl.int32)
@@ -52,7 +52,7 @@ def _bin_kernel(
         first = 0
         count = T
         vbase = b.to(tl.int64) * vstride
-    m = local < count
+    m = (local < count) & (local < t_hi)
     t = first + local
     x0, y0, z0, w0 = _vert(pos_ptr, tri_ptr, t, 0, vbase, m)
     x1, y1, z1, w1 = _vert(pos_ptr, tri_ptr, t, 1, vbase, m)
@@ -151,10 +151,13 @@ def _depth_test(a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, t, px, py, best_
 
 @triton.jit
 def _raster_kernel(
-    pos_ptr, tri_ptr, offs_ptr, list_ptr, xtab_ptr, ytab_ptr, scale_ptr, rast_ptr, db_ptr,
+    pos_ptr, tri_ptr, offs_ptr, list_ptr, xtab_ptr, ytab_ptr, scale_ptr, rast_ptr, db_ptr, zbuf_ptr, tbuf_ptr,
     vstride, H, W, n_tx, n_tiles,
     RANGE: tl.constexpr, GRAD_DB: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr, UNROLL: tl.constexpr,
+    LOAD: tl.constexpr, FINAL: tl.constexpr,
 ):
+    """One tile of one image: depth test over the tile's binned triangles, then rast (and rast_db).
+    Budget chunks (``LOAD`` / not ``FINAL``) carry the per-pixel (z/w, index) winner in zbuf / tbuf."""
     tile = tl.program_id(0)
     b = tl.program_id(1)
     ty = tile // n_tx
@@ -173,8 +176,13 @@ def _raster_kernel(
     start = tl.load(offs_ptr + g)
     end = tl.load(offs_ptr + g + 1)
     big_t = 2147483647
-    best_z = tl.full([TILE_H * TILE_W], 3.0, px.dtype)
-    best_t = tl.full([TILE_H * TILE_W], big_t, tl.int32)
+    pix = (b.to(tl.int64) * H + i) * W + j
+    if LOAD:
+        best_z = tl.load(zbuf_ptr + pix, mask=inimg, other=3.0)
+        best_t = tl.load(tbuf_ptr + pix, mask=inimg, other=big_t)
+    else:
+        best_z = tl.full([TILE_H * TILE_W], 3.0, px.dtype)
+        best_t = tl.full([TILE_H * TILE_W], big_t, tl.int32)
     if UNROLL == 2:
         # two triangles per iteration, both loaded before either is tested (more loads in flight); an odd
         # tail tests the last triangle twice, which changes nothing (ties need a strictly lower index)
@@ -190,6 +198,16 @@ def _raster_kernel(
             t = tl.load(list_ptr + s)
             a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc = _planes(pos_ptr, tri_ptr, t, vbase)
             best_z, best_t = _depth_test(a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, t, px, py, best_z, best_t)
+    if FINAL:
+        _write_rast(pos_ptr, tri_ptr, scale_ptr, rast_ptr, db_ptr, best_t, px, py, pix, inimg, vbase, big_t, GRAD_DB)
+    else:
+        tl.store(zbuf_ptr + pix, best_z, mask=inimg)
+        tl.store(tbuf_ptr + pix, best_t, mask=inimg)
+
+
+@triton.jit
+def _write_rast(pos_ptr, tri_ptr, scale_ptr, rast_ptr, db_ptr, best_t, px, py, pix, inimg, vbase, big_t, GRAD_DB: tl.constexpr):
+    """rast (u, v, z/w, id + 1) and, with GRAD_DB, rast_db of the winners (0 where empty)."""
     cov = inimg & (best_t != big_t)
     tw = tl.where(cov, best_t, 0)
     x0, y0, z0, w0 = _vert(pos_ptr, tri_ptr, tw, 0, vbase, cov)
@@ -211,7 +229,6 @@ def _raster_kernel(
     v = tl.where(cov, _div(e1, S), 0.0)
     zw = tl.where(cov, _div((e0 * z0 + e1 * z1) + e2 * z2, D), 0.0)
     idf = tl.where(cov, (tw + 1).to(px.dtype), 0.0)
-    pix = (b.to(tl.int64) * H + i) * W + j
     ch = tl.arange(0, 4)
     c2d = ch[None, :]
     val = tl.where(c2d == 0, u[:, None], tl.where(c2d == 1, v[:, None], tl.where(c2d == 2, zw[:, None], idf[:, None])))

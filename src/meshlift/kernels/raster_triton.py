@@ -43,7 +43,7 @@ Design (all kernels below; ``triton`` is imported only here, on first use):
    vertices' attributes weighted by ``(u, v, 1 − u − v)``; backward atomically adds into the attribute
    gradient and writes ``d/du, d/dv`` into the gradient of ``rast``.
 
-Forward = 5 launches + 1 sync (zero counters, count, cumsum, cursor copy, emit, raster); backward =
+Forward = 5 launches + 1 sync (zero counters, count, cumsum, cursor copy, emit, raster) within the budget; backward =
 2 launches per op (zeroed gradient + kernel). Memory: 4 bytes per tile counter and per (triangle, tile)
 pair, plus the outputs; no per-triangle or per-fragment buffers. Pure-PyTorch twins: the torch backend
 + the torch formulas of :mod:`meshlift.render.rasterize` / :mod:`meshlift.render.interpolate` (and the
@@ -58,10 +58,11 @@ tiles of 16²); large tiles test more uncovered pixels per small triangle (1M tr
 Batches (instanced ``[B, V, 4]`` or range mode) are the second grid axis of every per-triangle and
 per-tile kernel.
 
-Limits: triangles reaching ``w ≤ 0`` or crossing the near plane are binned to every tile (exact, but
-slow if there are many; the torch backend clips their boxes); the pair list is not chunked by
-``max_fragments`` (it is 4 bytes per pair; ``MAX_PAIRS`` bounds it with an :class:`OutOfMemoryError`
-naming the knobs).
+Memory bound: the pair list holds at most ``max_fragments`` pairs (the rasterizer's fragment budget,
+default 2^24 → 64 MiB); when the first count says more, the triangles are binned and rastered in
+chunks of about that many pairs, the per-pixel winner carried between chunks in a z-buffer (8-12 bytes
+per pixel; same result). Limits: triangles reaching ``w ≤ 0`` or crossing the near plane are binned to
+every tile (exact, but slow if there are many; the torch backend clips their boxes).
 
 Cost of the first call: Triton compiles the kernels at run time (no nvcc; its bundled ptxas) and caches
 them on disk (``~/.triton/cache``, env ``TRITON_CACHE_DIR``); ``benchmarks/raster.py`` prints the first
@@ -190,11 +191,14 @@ def _tables(H: int, W: int, dtype: torch.dtype, device: torch.device):
     return pixel_centre_tables(H, W, dtype, device)
 
 
-def _bin_and_raster(pos: torch.Tensor, tri: torch.Tensor, H: int, W: int, ranges: Optional[torch.Tensor], grad_db: bool):
+def _bin_and_raster(
+    pos: torch.Tensor, tri: torch.Tensor, H: int, W: int, ranges: Optional[torch.Tensor], grad_db: bool, max_pairs: int
+):
     """Forward visibility + barycentrics: ``(rast [B, H, W, 4], rast_db [B, H, W, 4 or 0])`` (no autograd).
 
     ``pos`` contiguous float32/float64, ``[B, V, 4]`` or ``[V, 4]`` with ``ranges [B, 2]`` int64 (validated);
-    ``tri`` ``[T, 3]`` int32 contiguous.
+    ``tri`` ``[T, 3]`` int32 contiguous; ``max_pairs``: budget of (triangle, tile) pairs binned at once
+    (above it the triangles are processed in chunks, the per-pixel winner kept in a z-buffer).
     """
     K = _kernels()
     th, tw, warps, unroll = tile_config()
@@ -218,25 +222,56 @@ def _bin_and_raster(pos: torch.Tensor, tri: torch.Tensor, H: int, W: int, ranges
     if B == 0:
         return rast, rast_db
     xtab, ytab = _tables(H, W, dtype, dev)
-    cnt = torch.zeros(B * n_tiles + 1, dtype=torch.int32, device=dev)
-    grid_t = (max(K["cdiv"](max_count, _TRI_BLOCK), 1), B)
     args = (pos, tri, first, count)
     scal = (T, V, H, W, n_tx, n_ty, W * 0.5, H * 0.5, float(max(H, W) + 2))
-    K["bin"][grid_t](*args, cnt, cnt, *scal, RANGE=rng, EMIT=False, TILE_H=th, TILE_W=tw, BLOCK=_TRI_BLOCK, num_warps=4, **_EXACT)
-    offs = torch.cumsum(cnt, 0, dtype=torch.int32)
-    total = int(offs[-1])  # the one host sync: size of the pair list
-    if total > MAX_PAIRS:
-        raise OutOfMemoryError(
-            f"rasterize (triton) would bin {total} (triangle, tile) pairs at {H}x{W}, batch {B}: lower the "
-            "resolution or the batch size, or use backend='torch' with a smaller max_fragments"
+    bkw = dict(RANGE=rng, TILE_H=th, TILE_W=tw, BLOCK=_TRI_BLOCK, num_warps=4, **_EXACT)
+
+    def binned(lo: int, hi: int, offs=None, total=None):
+        """Pair list of the triangles with local index in [lo, hi) of every image: (offs, pairs, total)."""
+        grid = (max(K["cdiv"](hi - lo, _TRI_BLOCK), 1), B)
+        if offs is None:
+            cnt = torch.zeros(B * n_tiles + 1, dtype=torch.int32, device=dev)
+            K["bin"][grid](*args, cnt, cnt, *scal, lo, hi, EMIT=False, **bkw)
+            offs = torch.cumsum(cnt, 0, dtype=torch.int32)
+            total = int(offs[-1])  # the host sync: size of the pair list
+        if total > MAX_PAIRS:
+            raise OutOfMemoryError(
+                f"rasterize (triton) would bin {total} (triangle, tile) pairs in one chunk at {H}x{W}, batch {B}: "
+                "lower max_fragments= / MESHLIFT_RASTER_MAX_FRAGMENTS, the resolution or the batch size"
+            )
+        cursor = offs[:-1].clone()
+        pairs = torch.empty(max(total, 1), dtype=torch.int32, device=dev)
+        K["bin"][grid](*args, cursor, pairs, *scal, lo, hi, EMIT=True, **bkw)
+        return offs, pairs, total
+
+    def raster(offs, pairs, load: bool, final: bool, zbuf, tbuf):
+        K["raster"][(n_tiles, B)](
+            pos, tri, offs, pairs, xtab, ytab, _db_scale(H, W, dtype, dev), rast, rast_db if grad_db else rast, zbuf, tbuf,
+            V, H, W, n_tx, n_tiles, RANGE=rng, GRAD_DB=grad_db, TILE_H=th, TILE_W=tw, UNROLL=unroll,
+            LOAD=load, FINAL=final, num_warps=warps, **_EXACT,
         )
-    cursor = offs[:-1].clone()
-    pairs = torch.empty(max(total, 1), dtype=torch.int32, device=dev)
-    K["bin"][grid_t](*args, cursor, pairs, *scal, RANGE=rng, EMIT=True, TILE_H=th, TILE_W=tw, BLOCK=_TRI_BLOCK, num_warps=4, **_EXACT)
-    K["raster"][(n_tiles, B)](
-        pos, tri, offs, pairs, xtab, ytab, _db_scale(H, W, dtype, dev), rast, rast_db if grad_db else rast,
-        V, H, W, n_tx, n_tiles, RANGE=rng, GRAD_DB=grad_db, TILE_H=th, TILE_W=tw, UNROLL=unroll, num_warps=warps, **_EXACT,
-    )
+
+    # count everything first; within the budget (the usual case) that is the only pass
+    grid = (max(K["cdiv"](max_count, _TRI_BLOCK), 1), B)
+    cnt = torch.zeros(B * n_tiles + 1, dtype=torch.int32, device=dev)
+    K["bin"][grid](*args, cnt, cnt, *scal, 0, max_count, EMIT=False, **bkw)
+    offs = torch.cumsum(cnt, 0, dtype=torch.int32)
+    total = int(offs[-1])  # the one host sync of the usual case
+    del cnt
+    if total <= max_pairs:
+        offs, pairs, _ = binned(0, max_count, offs, total)
+        raster(offs, pairs, False, True, rast, rast)
+        return rast, rast_db
+    # over the budget: triangle chunks of about max_pairs pairs each, the winner carried in a z-buffer
+    n_chunks = -(-total // max_pairs)
+    step = -(-max_count // n_chunks)
+    zbuf = torch.empty(B * H * W, dtype=dtype, device=dev)
+    tbuf = torch.empty(B * H * W, dtype=torch.int32, device=dev)
+    del offs
+    for k, lo in enumerate(range(0, max_count, step)):
+        offs, pairs, _ = binned(lo, min(lo + step, max_count))
+        raster(offs, pairs, k > 0, lo + step >= max_count, zbuf, tbuf)
+        del offs, pairs
     return rast, rast_db
 
 
@@ -245,9 +280,9 @@ class _RasterizeTriton(torch.autograd.Function):
     docstring). Twin: the torch path of :func:`meshlift.render.rasterize` (tests compare)."""
 
     @staticmethod
-    def forward(ctx, pos, tri, H, W, ranges, grad_db):
+    def forward(ctx, pos, tri, H, W, ranges, grad_db, max_pairs):
         ctx.set_materialize_grads(False)
-        rast, rast_db = _bin_and_raster(pos, tri, H, W, ranges, grad_db)
+        rast, rast_db = _bin_and_raster(pos, tri, H, W, ranges, grad_db, max_pairs)
         ctx.save_for_backward(pos, tri, rast)
         ctx.dims = (H, W, ranges is not None, grad_db)
         if not grad_db:
@@ -259,7 +294,7 @@ class _RasterizeTriton(torch.autograd.Function):
         pos, tri, rast = ctx.saved_tensors
         H, W, rng, grad_db = ctx.dims
         if not ctx.needs_input_grad[0]:
-            return None, None, None, None, None, None
+            return None, None, None, None, None, None, None
         gpos = torch.zeros_like(pos)
         has_db = g_db is not None and grad_db
         if g_rast is not None or has_db:
@@ -274,7 +309,7 @@ class _RasterizeTriton(torch.autograd.Function):
                 N, V, H, W, *(g.stride() if g is not None else (0, 0, 0, 0)), *(d.stride() if d is not None else (0, 0, 0, 0)),
                 RANGE=rng, HAS_G=g is not None, HAS_DB=has_db, BLOCK=_PIX_BLOCK, num_warps=4,
             )
-        return gpos, None, None, None, None, None
+        return gpos, None, None, None, None, None, None
 
 
 class _InterpolateTriton(torch.autograd.Function):
@@ -318,11 +353,17 @@ class _InterpolateTriton(torch.autograd.Function):
 
 
 def rasterize_triton(
-    pos: torch.Tensor, tri: torch.Tensor, resolution: Tuple[int, int], ranges: Optional[torch.Tensor] = None, grad_db: bool = False
+    pos: torch.Tensor,
+    tri: torch.Tensor,
+    resolution: Tuple[int, int],
+    ranges: Optional[torch.Tensor] = None,
+    grad_db: bool = False,
+    max_fragments: int = 2**24,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Triton ``rasterize`` (arguments and outputs as :func:`meshlift.render.rasterize`, already validated:
     ``pos`` float ``[B, V, 4]`` or ``[V, 4]`` + ``ranges [B, 2]`` int64, ``tri [T, 3]`` int). Differentiable
-    w.r.t. ``pos``. Half-precision ``pos`` is computed in float32."""
+    w.r.t. ``pos``. Half-precision ``pos`` is computed in float32. ``max_fragments`` bounds the (triangle,
+    tile) pairs binned at once (4 bytes each); above it the triangles run in chunks (same result)."""
     H, W = int(resolution[0]), int(resolution[1])
     if pos.dtype in (torch.float16, torch.bfloat16):
         pos = pos.float()
@@ -333,7 +374,7 @@ def rasterize_triton(
     if tri32.shape[0] == 0:
         B = pos.shape[0] if ranges is None else ranges.shape[0]
         return pos.new_zeros(B, H, W, 4), pos.new_zeros(B, H, W, 4 if grad_db else 0)
-    return _RasterizeTriton.apply(pos, tri32, H, W, ranges, bool(grad_db))
+    return _RasterizeTriton.apply(pos, tri32, H, W, ranges, bool(grad_db), max(int(max_fragments), 1))
 
 
 def interpolate_triton(attr: torch.Tensor, rast: torch.Tensor, tri: torch.Tensor) -> torch.Tensor:
@@ -360,12 +401,12 @@ class TritonBackend:
     @torch.no_grad()
     def visibility(self, pos, tri, resolution, ranges, max_fragments) -> torch.Tensor:
         """``[B, H, W]`` int64 nearest triangle (−1 empty); see the VisibilityBackend protocol."""
-        rast, _ = rasterize_triton(pos.detach(), tri, resolution, ranges, grad_db=False)
+        rast, _ = rasterize_triton(pos.detach(), tri, resolution, ranges, grad_db=False, max_fragments=max_fragments)
         return rast[..., 3].to(torch.int64) - 1
 
     def rasterize(self, pos, tri, resolution, ranges, grad_db, max_fragments):
         """Differentiable ``(rast, rast_db)`` as :func:`meshlift.render.rasterize` (validated inputs)."""
-        return rasterize_triton(pos, tri, resolution, ranges, grad_db)
+        return rasterize_triton(pos, tri, resolution, ranges, grad_db, max_fragments)
 
 
 __all__ = ["TritonBackend", "rasterize_triton", "interpolate_triton", "available", "tile_config"]
