@@ -365,6 +365,16 @@ kernels = [
         HW="i32", W="i32", astride="i32", gsb="i32", gsh="i32", gsw="i32", gsc="i32"),
         dict(NEED_ATTR=True, NEED_RAST=True, BLOCK=256, BLOCK_C=4)),
 ]
+# the other constexpr branches, and float64
+kernels += [
+    (kernels[0][0], kernels[0][1], dict(RANGE=True, EMIT=False, TILE_H=8, TILE_W=32, BLOCK=128)),
+    (kernels[3][0], kernels[3][1], dict(RANGE=True, HAS_G=True, HAS_DB=False, BLOCK=256)),
+    (kernels[3][0], kernels[3][1], dict(RANGE=False, HAS_G=False, HAS_DB=True, BLOCK=256)),
+    (kernels[5][0], kernels[5][1], dict(NEED_ATTR=True, NEED_RAST=False, BLOCK=256, BLOCK_C=32)),
+    (kernels[5][0], kernels[5][1], dict(NEED_ATTR=False, NEED_RAST=True, BLOCK=256, BLOCK_C=1)),
+]
+f64 = lambda sig: {n: ("*fp64" if t == P else t) for n, t in sig.items()}  # noqa: E731
+kernels += [(fn, f64(sig), cx) for fn, sig, cx in kernels[:6]]
 for fn, sig, cx in kernels:
     sig = dict(sig, **{c: "constexpr" for c in cx})
     c = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=cx), target=GPUTarget("cuda", 90, 32),
@@ -383,4 +393,4 @@ def test_kernels_compile_for_sm90_without_a_gpu():
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "-c", _COMPILE_CHECK], env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0 and "compiled 6" in r.stdout, r.stderr[-3000:]
+    assert r.returncode == 0 and "compiled 17" in r.stdout, r.stderr[-3000:]
