@@ -451,5 +451,7 @@ def _interp_bwd_kernel(
             gu += tl.sum(g * (a0 - a2), axis=1)
             gv += tl.sum(g * (a1 - a2), axis=1)
     if NEED_RAST:
-        tl.store(grast_ptr + n * 4 + 0, gu, mask=m)
-        tl.store(grast_ptr + n * 4 + 1, gv, mask=m)
+        # every channel of every pixel is written (d/dz and d/d id are 0): the buffer needs no zeroing
+        ch = tl.arange(0, 4)[None, :]
+        val = tl.where(ch == 0, gu[:, None], tl.where(ch == 1, gv[:, None], 0.0))
+        tl.store(grast_ptr + n[:, None] * 4 + ch, val, mask=m[:, None])

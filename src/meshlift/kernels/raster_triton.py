@@ -341,8 +341,10 @@ class _InterpolateTriton(torch.autograd.Function):
         C = attr.shape[-1]
         N = B * H * W
         gattr = torch.zeros_like(attr) if need_a else attr
-        grast = torch.zeros_like(rast) if need_r else rast
+        grast = torch.empty_like(rast) if need_r else rast  # every element is written by the kernel
         bc = min(K["next_pow2"](max(C, 1)), 32)
+        if need_r and not (N and C):
+            grast.zero_()
         if N and C:
             g = g_out.to(attr.dtype)
             K["interp_bwd"][(K["cdiv"](N, _PIX_BLOCK),)](

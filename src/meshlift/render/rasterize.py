@@ -39,7 +39,8 @@ class RasterSettings:
     ``MESHLIFT_RASTER_MAX_FRAGMENTS`` or 2^24."""
 
     backend: Optional[str] = None
-    """Visibility backend name (``"torch"``, ``"auto"``); None → env ``MESHLIFT_RASTER_BACKEND`` or auto."""
+    """Rasterizer backend name (``"torch"``, ``"triton"``, ``"auto"``: triton on CUDA when it imports);
+    None → env ``MESHLIFT_RASTER_BACKEND`` or auto."""
 
     def kwargs(self) -> dict:
         """Keyword arguments for :func:`rasterize`."""
