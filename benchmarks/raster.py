@@ -119,7 +119,7 @@ def _impl(name, pos, tri, attr, res, args, ctx):
         dr = _nvdiffrast()
 
         def rast_fn(p):
-            return dr.rasterize(ctx, p, tri, resolution=[res, res])[0]
+            return dr.rasterize(ctx, p, tri, resolution=[res, res], grad_db=False)[0]  # same work as meshlift's
 
         def interp_fn(a, r):
             return dr.interpolate(a, r, tri)[0]
@@ -274,7 +274,7 @@ def format_table(rows, impls, device, args) -> str:
     lines = [
         f"meshlift rasterize + interpolate ({' / '.join(i for i in impls if i != 'nvdiffrast')}), {datetime.date.today()}, {dev_name}, {vers}, commit {commit}",
         f"fragment budget {args.max_fragments or os.environ.get('MESHLIFT_RASTER_MAX_FRAGMENTS', 'default')}; median of {args.repeats} after {args.warmup} warm-up; "
-        f"triton tile {os.environ.get('MESHLIFT_TRITON_TILE', 'default')}",
+        f"triton tile {os.environ.get('MESHLIFT_TRITON_TILE', 'default')}; rasterize(grad_db=False) + interpolate of 3 channels, loss = sum",
         "",
     ]
     if nv:
