@@ -8,7 +8,8 @@ edge-on triangles cover nothing; range mode (``pos [V, 4]`` + ``ranges [B, 2]``)
 (``pos [B, V, 4]``). Coverage uses homogeneous rasterization (Olano & Greer 1997) with the same edge and
 depth planes, and the same evaluation order ``(a·px + c) + b·py``, as the torch backend
 (:mod:`meshlift.render.backends.torch_backend`); barycentrics and ``z/w`` of the winner use the same
-formula as ``meshlift.render.rasterize._uvz_lean`` (``grad_db=False``). The binning and raster kernels
+formula as ``meshlift.render.rasterize._uvz_lean`` (the torch path with ``grad_db=True`` uses
+``barycentrics_at``, which multiplies by ``1/Σe`` instead of dividing: equal to rounding). The binning and raster kernels
 are compiled without multiply-add contraction (``enable_fp_fusion=False``) and divide with correct
 rounding, so every value is rounded op by op as in the PyTorch twin on the CPU: under
 ``TRITON_INTERPRET=1`` the results are bit-identical to the torch backend (tested), and on a GPU they
@@ -17,8 +18,8 @@ are expected to be too (the ``gpu`` tests check ids exactly against the CPU torc
 Design (all kernels below; ``triton`` is imported only here, on first use):
 
 1. **Bin count** (``_bin_kernel``, ``EMIT=False``): one lane per triangle instance (grid: triangle blocks
-   × images). Gathers the three clip-space vertices, culls triangles wholly behind the near plane,
-   beyond the far plane or edge-on (``det = 0``), computes the pixel bounding box of the projected
+   × images). Gathers the three clip-space vertices, culls triangles wholly behind the near plane or
+   beyond the far plane (edge-on ones, ``det = 0``, are rejected by the raster kernel), computes the pixel bounding box of the projected
    vertices (with 1e-2 px slack; triangles reaching ``w ≤ 0`` or behind the near plane get the whole
    image — always conservative, the per-pixel test decides) and adds 1 to the counter of every
    ``TILE_H × TILE_W`` screen tile the box touches (atomics).
@@ -43,8 +44,8 @@ Design (all kernels below; ``triton`` is imported only here, on first use):
    vertices' attributes weighted by ``(u, v, 1 − u − v)``; backward atomically adds into the attribute
    gradient and writes ``d/du, d/dv`` into the gradient of ``rast``.
 
-Forward = 5 launches + 1 sync (zero counters, count, cumsum, cursor copy, emit, raster) within the budget; backward =
-2 launches per op (zeroed gradient + kernel). Memory: 4 bytes per tile counter and per (triangle, tile)
+Forward = 6 launches + 1 sync (zero counters, count, cumsum, cursor copy, emit, raster) within the
+budget, + 1 for interpolate; backward = 2 launches per op (zeroed gradient + kernel). Memory: 4 bytes per tile counter and per (triangle, tile)
 pair, plus the outputs; no per-triangle or per-fragment buffers. Pure-PyTorch twins: the torch backend
 + the torch formulas of :mod:`meshlift.render.rasterize` / :mod:`meshlift.render.interpolate` (and the
 brute-force :mod:`meshlift.render.reference`); tests/test_kernels_raster_triton.py compares them
