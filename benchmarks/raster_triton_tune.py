@@ -6,12 +6,13 @@ Usage (from the repository root, on the GPU machine)::
     python benchmarks/raster_triton_tune.py --tiles 16x16,8x32 --warps 4 --unroll 1,2 --out tune.md
 
 For every case (bumpy sphere, distance 1.5 and 2.2, as ``benchmarks/raster.py``) and every configuration
-(env ``MESHLIFT_TRITON_TILE`` / ``MESHLIFT_TRITON_WARPS`` / ``MESHLIFT_TRITON_UNROLL``, read by
+(env ``MESHLIFT_TRITON_TILE`` / ``_WARPS`` / ``_UNROLL`` / ``_STAMP``, read by
 :func:`meshlift.kernels.raster_triton.tile_config` at every call) it times ``rasterize(grad_db=False)`` +
 ``interpolate`` forward+backward (CUDA-event median after warm-up) and prints one table (ms, rows =
 configurations, columns = cases), the best configuration per case and the one with the lowest geometric
-mean over all cases: set that as the default (``DEFAULT_TILE`` / ``DEFAULT_WARPS`` / ``DEFAULT_UNROLL``
-in ``src/meshlift/kernels/raster_triton.py``). Each configuration is checked to give the same triangle ids
+mean over all cases: set that as the default (``DEFAULT_TILE`` / ``_WARPS`` / ``_UNROLL`` / ``_STAMP``
+in ``src/meshlift/kernels/raster_triton.py``). The full default sweep is 5 × 3 × 2 × 3 = 90
+configurations (each compiles once): about 5-8 minutes; narrow it with the flags. Each configuration is checked to give the same triangle ids
 as the first one (they must not depend on it).
 """
 
@@ -42,6 +43,7 @@ def main():
     ap.add_argument("--tiles", default="8x8,16x16,8x32,16x32,32x32")
     ap.add_argument("--warps", default="2,4,8")
     ap.add_argument("--unroll", default="1,2")
+    ap.add_argument("--stamp", default="0,4,8", help="MESHLIFT_TRITON_STAMP values (small-triangle stamp side, 0 = off)")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--out", default=None, help="also write the markdown to this file")
@@ -50,7 +52,12 @@ def main():
         raise SystemExit("raster_triton_tune.py needs a CUDA device")
     dev = torch.device("cuda")
     os.environ["MESHLIFT_RASTER_BACKEND"] = "triton"
-    configs = list(itertools.product(args.tiles.split(","), [int(w) for w in args.warps.split(",")], [int(u) for u in args.unroll.split(",")]))
+    configs = list(
+        itertools.product(
+            args.tiles.split(","), [int(w) for w in args.warps.split(",")], [int(u) for u in args.unroll.split(",")],
+            [int(x) for x in args.stamp.split(",")],
+        )
+    )
     cols, times = [], {c: [] for c in configs}
     for spec in args.cases.split(","):
         label, n, res, batch = parse_case(spec)
@@ -60,8 +67,11 @@ def main():
             pos = transform_pos(camera_mvp(d, batch=batch, device=dev), v).contiguous()
             cols.append(f"{label}@{res}²×{batch} d{d}")
             ids0 = None
-            for tile, warps, unroll in configs:
-                os.environ.update(MESHLIFT_TRITON_TILE=tile, MESHLIFT_TRITON_WARPS=str(warps), MESHLIFT_TRITON_UNROLL=str(unroll))
+            for tile, warps, unroll, stamp in configs:
+                os.environ.update(
+                    MESHLIFT_TRITON_TILE=tile, MESHLIFT_TRITON_WARPS=str(warps), MESHLIFT_TRITON_UNROLL=str(unroll),
+                    MESHLIFT_TRITON_STAMP=str(stamp),
+                )
 
                 def fwd_bwd():
                     p = pos.detach().requires_grad_(True)
@@ -76,27 +86,27 @@ def main():
                 if ids0 is None:
                     ids0 = ids
                 elif not torch.equal(ids, ids0):
-                    print(f"# WARNING: {tile} w{warps} u{unroll} changes the triangle ids on {cols[-1]}", file=sys.stderr)
+                    print(f"# WARNING: {tile} w{warps} u{unroll} s{stamp} changes the triangle ids on {cols[-1]}", file=sys.stderr)
                 t = timeit(fwd_bwd, dev, args.warmup, args.repeats)[0]
-                times[(tile, warps, unroll)].append(t)
-                print(f"# {cols[-1]} tile {tile} warps {warps} unroll {unroll}: {t:.3f} ms", file=sys.stderr)
+                times[(tile, warps, unroll, stamp)].append(t)
+                print(f"# {cols[-1]} tile {tile} warps {warps} unroll {unroll} stamp {stamp}: {t:.3f} ms", file=sys.stderr)
             torch.cuda.empty_cache()
     lines = [
         f"Triton rasterizer sweep, {torch.cuda.get_device_name(dev)}, rasterize+interpolate fwd+bwd ms (median of {args.repeats})",
         "",
-        "| tile | warps | unroll | " + " | ".join(cols) + " | geo-mean |",
-        "|---|---:|---:|" + "---:|" * (len(cols) + 1),
+        "| tile | warps | unroll | stamp | " + " | ".join(cols) + " | geo-mean |",
+        "|---|---:|---:|---:|" + "---:|" * (len(cols) + 1),
     ]
     geo = {}
     for c, ts in times.items():
         geo[c] = math.exp(sum(math.log(t) for t in ts) / len(ts))
-        lines.append(f"| {c[0]} | {c[1]} | {c[2]} | " + " | ".join(f"{t:.3f}" for t in ts) + f" | {geo[c]:.3f} |")
+        lines.append(f"| {c[0]} | {c[1]} | {c[2]} | {c[3]} | " + " | ".join(f"{t:.3f}" for t in ts) + f" | {geo[c]:.3f} |")
     lines.append("")
     for k, col in enumerate(cols):
         best = min(configs, key=lambda c: times[c][k])
-        lines.append(f"- best for {col}: tile {best[0]}, warps {best[1]}, unroll {best[2]} ({times[best][k]:.3f} ms)")
+        lines.append(f"- best for {col}: tile {best[0]}, warps {best[1]}, unroll {best[2]}, stamp {best[3]} ({times[best][k]:.3f} ms)")
     b = min(configs, key=lambda c: geo[c])
-    lines.append(f"- best overall (geometric mean): tile {b[0]}, warps {b[1]}, unroll {b[2]} ({geo[b]:.3f} ms)")
+    lines.append(f"- best overall (geometric mean): tile {b[0]}, warps {b[1]}, unroll {b[2]}, stamp {b[3]} ({geo[b]:.3f} ms)")
     text = "\n".join(lines)
     print(text)
     if args.out:

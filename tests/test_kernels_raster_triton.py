@@ -115,11 +115,16 @@ def test_range_mode_and_batch():
 
 
 @cpu_only
-@pytest.mark.parametrize("tile", ["8x8", "4x16", "32x8"])
-def test_tile_sizes_do_not_change_the_result(monkeypatch, tile):
+@pytest.mark.parametrize("tile,stamp", [("8x8", "0"), ("4x16", "2"), ("32x8", "8")])
+def test_tile_sizes_do_not_change_the_result(monkeypatch, tile, stamp):
+    # small triangles (T=25 in a 23x31 image: boxes of a few pixels up to the whole image) take the
+    # stamp path up to `stamp` pixels a side, the others the tiles; both meet in the key buffer
     pos, tri = random_scene(B=1, T=25, seed=6)
+    pos = torch.cat([pos, random_scene(B=1, T=12, seed=16, spread=3.0)[0] * torch.tensor([1.0, 1, 1, 3])], 1)
+    tri = torch.cat([tri, tri[:12] + 75])
     want = rasterize(pos, tri, (23, 31), grad_db=False, backend="torch")[0]
     monkeypatch.setenv("MESHLIFT_TRITON_TILE", tile)
+    monkeypatch.setenv("MESHLIFT_TRITON_STAMP", stamp)
     _assert_same_rast(want, rasterize(pos, tri, (23, 31), grad_db=False, backend="triton")[0])
     assert torch.equal(visible_triangles(pos, tri, (23, 31), backend="triton"), visible_triangles(pos, tri, (23, 31), backend="torch"))
 
@@ -144,6 +149,10 @@ def test_tile_env_is_validated(monkeypatch):
         rt.tile_config()
     monkeypatch.setenv("MESHLIFT_TRITON_TILE", "big")
     with pytest.raises(RenderError, match="MESHLIFT_TRITON_TILE"):
+        rt.tile_config()
+    monkeypatch.setenv("MESHLIFT_TRITON_TILE", "16x16")
+    monkeypatch.setenv("MESHLIFT_TRITON_STAMP", "3")
+    with pytest.raises(RenderError, match="MESHLIFT_TRITON_STAMP"):
         rt.tile_config()
 
 
@@ -347,15 +356,16 @@ from meshlift.kernels import _raster_triton_kernels as k
 P = "*fp32"
 I = "*i32"
 kernels = [
-    (k._bin_kernel, dict(pos_ptr=P, tri_ptr=I, first_ptr=I, count_ptr=I, cnt_ptr=I, list_ptr=I, T="i32", vstride="i32",
+    (k._bin_kernel, dict(pos_ptr=P, tri_ptr=I, first_ptr=I, count_ptr=I, cnt_ptr=I, list_ptr=I, key_ptr="*i64", xtab_ptr=P,
+        ytab_ptr=P, T="i32", vstride="i32",
         H="i32", W="i32", n_tx="i32", n_ty="i32", hw="fp32", hh="fp32", big="fp32", t_lo="i32", t_hi="i32"),
-        dict(RANGE=False, EMIT=True, TILE_H=16, TILE_W=16, BLOCK=128)),
+        dict(RANGE=False, EMIT=True, TILE_H=16, TILE_W=16, STAMP=4, BLOCK=128)),
     (k._raster_kernel, dict(pos_ptr=P, tri_ptr=I, offs_ptr=I, list_ptr=I, xtab_ptr=P, ytab_ptr=P, scale_ptr=P, rast_ptr=P,
-        db_ptr=P, zbuf_ptr=P, tbuf_ptr=I, vstride="i32", H="i32", W="i32", n_tx="i32", n_tiles="i32"),
-        dict(RANGE=True, GRAD_DB=True, TILE_H=16, TILE_W=16, UNROLL=2, LOAD=True, FINAL=True)),
+        db_ptr=P, key_ptr="*i64", vstride="i32", H="i32", W="i32", n_tx="i32", n_tiles="i32"),
+        dict(RANGE=True, GRAD_DB=True, TILE_H=16, TILE_W=16, UNROLL=2, FINAL=True)),
     (k._raster_kernel, dict(pos_ptr=P, tri_ptr=I, offs_ptr=I, list_ptr=I, xtab_ptr=P, ytab_ptr=P, scale_ptr=P, rast_ptr=P,
-        db_ptr=P, zbuf_ptr=P, tbuf_ptr=I, vstride="i32", H="i32", W="i32", n_tx="i32", n_tiles="i32"),
-        dict(RANGE=False, GRAD_DB=False, TILE_H=8, TILE_W=32, UNROLL=1, LOAD=False, FINAL=False)),
+        db_ptr=P, key_ptr="*i64", vstride="i32", H="i32", W="i32", n_tx="i32", n_tiles="i32"),
+        dict(RANGE=False, GRAD_DB=False, TILE_H=8, TILE_W=32, UNROLL=1, FINAL=False)),
     (k._raster_bwd_kernel, dict(pos_ptr=P, tri_ptr=I, rast_ptr=P, grast_ptr=P, gdb_ptr=P, xtab_ptr=P, ytab_ptr=P, scale_ptr=P,
         gpos_ptr=P, N="i32", vstride="i32", H="i32", W="i32", gsb="i32", gsh="i32", gsw="i32", gsc="i32", dsb="i32",
         dsh="i32", dsw="i32", dsc="i32"), dict(RANGE=False, HAS_G=True, HAS_DB=True, BLOCK=256)),
@@ -367,7 +377,7 @@ kernels = [
 ]
 # the other constexpr branches, and float64
 kernels += [
-    (kernels[0][0], kernels[0][1], dict(RANGE=True, EMIT=False, TILE_H=8, TILE_W=32, BLOCK=128)),
+    (kernels[0][0], kernels[0][1], dict(RANGE=True, EMIT=False, TILE_H=8, TILE_W=32, STAMP=0, BLOCK=128)),
     (kernels[3][0], kernels[3][1], dict(RANGE=True, HAS_G=True, HAS_DB=False, BLOCK=256)),
     (kernels[3][0], kernels[3][1], dict(RANGE=False, HAS_G=False, HAS_DB=True, BLOCK=256)),
     (kernels[5][0], kernels[5][1], dict(NEED_ATTR=True, NEED_RAST=False, BLOCK=256, BLOCK_C=32)),

@@ -37,11 +37,14 @@ def _vert_s(pos_ptr, tri_ptr, t, k: tl.constexpr, vbase):
 
 @triton.jit
 def _bin_kernel(
-    pos_ptr, tri_ptr, first_ptr, count_ptr, cnt_ptr, list_ptr,
+    pos_ptr, tri_ptr, first_ptr, count_ptr, cnt_ptr, list_ptr, key_ptr, xtab_ptr, ytab_ptr,
     T, vstride, H, W, n_tx, n_ty, hw, hh, big, t_lo, t_hi,
     RANGE: tl.constexpr, EMIT: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr,
-    BLOCK: tl.constexpr,
+    STAMP: tl.constexpr, BLOCK: tl.constexpr,
 ):
+    """Per triangle instance: the tiles its box touches (count, or emit into the tile lists); with
+    ``STAMP`` > 0, triangles whose box fits ``STAMP × STAMP`` pixels are instead rasterized right here
+    in the emit pass (their stamp's pixel centres, atomic min of the packed depth key) and not binned."""
     b = tl.program_id(1)
     local = t_lo + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # this chunk: local indices [t_lo, t_hi)
     if RANGE:
@@ -87,6 +90,25 @@ def _bin_kernel(
     i0 = tl.where(simple, i0, 0)
     i1 = tl.where(simple, i1, H - 1)
     live = live & (j1 >= j0) & (i1 >= i0)
+    if STAMP > 0:
+        small = live & simple & (j1 - j0 < STAMP) & (i1 - i0 < STAMP)
+        live = live & (~small)
+        if EMIT:
+            a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc = _planes_of(x0, y0, z0, w0, x1, y1, z1, w1, x2, y2, z2, w2)
+            pbase = b.to(tl.int64) * H * W
+            for dy in tl.static_range(STAMP):
+                ii = i0 + dy
+                py = tl.load(ytab_ptr + ii, mask=small & (ii <= i1), other=0.0)
+                for dx in tl.static_range(STAMP):
+                    jj = j0 + dx
+                    mp = small & (ii <= i1) & (jj <= j1)
+                    px = tl.load(xtab_ptr + jj, mask=mp, other=0.0)
+                    e0 = (a0 * px + c0) + b0 * py
+                    e1 = (a1 * px + c1) + b1 * py
+                    e2 = (a2 * px + c2) + b2 * py
+                    z = (za * px + zc) + zb * py
+                    ok = mp & (e0 >= 0) & (e1 >= 0) & (e2 >= 0) & (z >= -1.0) & (z <= 1.0)
+                    tl.atomic_min(key_ptr + pbase + ii * W + jj, _key(z, t), mask=ok)
     tx0 = j0 // TILE_W
     tx1 = j1 // TILE_W
     ty0 = i0 // TILE_H
@@ -107,6 +129,15 @@ def _bin_kernel(
             tl.atomic_add(cnt_ptr + g + 1, 1, mask=mk)
 
 @triton.jit
+def _key(z, t):
+    """Packed depth key (as ``backends._common.depth_key``): the order-preserving int of ``z`` at float32
+    precision × 2^31 + triangle index; smaller key = nearer, then lower index."""
+    bits = z.to(tl.float32).to(tl.int32, bitcast=True)
+    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    return ordered.to(tl.int64) * 2147483648 + t.to(tl.int64)
+
+
+@triton.jit
 def _planes(pos_ptr, tri_ptr, t, vbase):
     """Sign-normalised edge planes and the z/w plane of triangle t (scalars), as the torch backend's
     ``_planes`` (``triangle_planes`` + sign): ``(a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, valid)``;
@@ -114,6 +145,12 @@ def _planes(pos_ptr, tri_ptr, t, vbase):
     x0, y0, z0, w0 = _vert_s(pos_ptr, tri_ptr, t, 0, vbase)
     x1, y1, z1, w1 = _vert_s(pos_ptr, tri_ptr, t, 1, vbase)
     x2, y2, z2, w2 = _vert_s(pos_ptr, tri_ptr, t, 2, vbase)
+    return _planes_of(x0, y0, z0, w0, x1, y1, z1, w1, x2, y2, z2, w2)
+
+
+@triton.jit
+def _planes_of(x0, y0, z0, w0, x1, y1, z1, w1, x2, y2, z2, w2):
+    """The planes of :func:`_planes` from the vertices (scalars or vectors)."""
     # e_k = h_{k+1} x h_{k+2}, h = (x, y, w) (torch.linalg.cross order)
     a0 = y1 * w2 - w1 * y2
     b0 = w1 * x2 - x1 * w2
@@ -137,27 +174,29 @@ def _planes(pos_ptr, tri_ptr, t, vbase):
 
 
 @triton.jit
-def _depth_test(a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, t, px, py, best_z, best_t):
+def _depth_test(a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, t, px, py, best):
     """Coverage (edges ≥ 0, −1 ≤ z/w ≤ 1) of triangle t with planes p at the pixel centres, then the depth
-    test: keep the smaller z/w, on a tie the lower index. Evaluation order (a px + c) + b py as torch."""
+    test on the packed key (z/w at float32 precision, then the index, as the torch backend). Evaluation
+    order (a px + c) + b py as torch."""
     e0 = (a0 * px + c0) + b0 * py
     e1 = (a1 * px + c1) + b1 * py
     e2 = (a2 * px + c2) + b2 * py
     z = (za * px + zc) + zb * py
     ok = (e0 >= 0) & (e1 >= 0) & (e2 >= 0) & (z >= -1.0) & (z <= 1.0)
-    better = ok & ((z < best_z) | ((z == best_z) & (t < best_t)))
-    return tl.where(better, z, best_z), tl.where(better, t, best_t)
+    key = _key(z, t)
+    return tl.where(ok & (key < best), key, best)
 
 
 @triton.jit
 def _raster_kernel(
-    pos_ptr, tri_ptr, offs_ptr, list_ptr, xtab_ptr, ytab_ptr, scale_ptr, rast_ptr, db_ptr, zbuf_ptr, tbuf_ptr,
+    pos_ptr, tri_ptr, offs_ptr, list_ptr, xtab_ptr, ytab_ptr, scale_ptr, rast_ptr, db_ptr, key_ptr,
     vstride, H, W, n_tx, n_tiles,
     RANGE: tl.constexpr, GRAD_DB: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr, UNROLL: tl.constexpr,
-    LOAD: tl.constexpr, FINAL: tl.constexpr,
+    FINAL: tl.constexpr,
 ):
-    """One tile of one image: depth test over the tile's binned triangles, then rast (and rast_db).
-    Budget chunks (``LOAD`` / not ``FINAL``) carry the per-pixel (z/w, index) winner in zbuf / tbuf."""
+    """One tile of one image: starts from the packed-key z-buffer (stamped small triangles, earlier budget
+    chunks), depth test over the tile's binned triangles, then rast (and rast_db), or (not ``FINAL``)
+    the key back into the z-buffer for the next chunk."""
     tile = tl.program_id(0)
     b = tl.program_id(1)
     ty = tile // n_tx
@@ -177,12 +216,7 @@ def _raster_kernel(
     end = tl.load(offs_ptr + g + 1)
     big_t = 2147483647
     pix = (b.to(tl.int64) * H + i) * W + j
-    if LOAD:
-        best_z = tl.load(zbuf_ptr + pix, mask=inimg, other=3.0)
-        best_t = tl.load(tbuf_ptr + pix, mask=inimg, other=big_t)
-    else:
-        best_z = tl.full([TILE_H * TILE_W], 3.0, px.dtype)
-        best_t = tl.full([TILE_H * TILE_W], big_t, tl.int32)
+    best = tl.load(key_ptr + pix, mask=inimg, other=9223372036854775807)
     if UNROLL == 2:
         # two triangles per iteration, both loaded before either is tested (more loads in flight); an odd
         # tail tests the last triangle twice, which changes nothing (ties need a strictly lower index)
@@ -191,18 +225,19 @@ def _raster_kernel(
             tb = tl.load(list_ptr + tl.minimum(s + 1, end - 1))
             a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc = _planes(pos_ptr, tri_ptr, ta, vbase)
             a0_, b0_, c0_, a1_, b1_, c1_, a2_, b2_, c2_, za_, zb_, zc_ = _planes(pos_ptr, tri_ptr, tb, vbase)
-            best_z, best_t = _depth_test(a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, ta, px, py, best_z, best_t)
-            best_z, best_t = _depth_test(a0_, b0_, c0_, a1_, b1_, c1_, a2_, b2_, c2_, za_, zb_, zc_, tb, px, py, best_z, best_t)
+            best = _depth_test(a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, ta, px, py, best)
+            best = _depth_test(a0_, b0_, c0_, a1_, b1_, c1_, a2_, b2_, c2_, za_, zb_, zc_, tb, px, py, best)
     else:
         for s in range(start, end):
             t = tl.load(list_ptr + s)
             a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc = _planes(pos_ptr, tri_ptr, t, vbase)
-            best_z, best_t = _depth_test(a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, t, px, py, best_z, best_t)
+            best = _depth_test(a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, t, px, py, best)
     if FINAL:
+        empty = best >= 2305843009213693952  # backends._common.EMPTY_KEY (z/w >= 2: never a fragment)
+        best_t = tl.where(empty, big_t, (best & 2147483647).to(tl.int32))
         _write_rast(pos_ptr, tri_ptr, scale_ptr, rast_ptr, db_ptr, best_t, px, py, pix, inimg, vbase, big_t, GRAD_DB)
     else:
-        tl.store(zbuf_ptr + pix, best_z, mask=inimg)
-        tl.store(tbuf_ptr + pix, best_t, mask=inimg)
+        tl.store(key_ptr + pix, best, mask=inimg)
 
 
 @triton.jit

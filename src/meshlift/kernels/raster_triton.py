@@ -27,10 +27,14 @@ Design (all kernels below; ``triton`` is imported only here, on first use):
    reads the total to allocate it (4 bytes per (triangle, tile) pair).
 3. **Bin emit** (same kernel, ``EMIT=True``): the same boxes again, each pair claims a slot of its tile's
    slice with an atomic cursor and stores the triangle index. The order inside a slice is arbitrary:
-   the depth test below compares ``(z/w, triangle index)`` lexicographically, so the result does not
-   depend on it (deterministic).
-4. **Raster** (``_raster_kernel``): one program per (tile, image) with the tile's pixels in registers;
-   loops over its triangles (two per step, both loaded before either is tested, ``UNROLL=2``), builds
+   the depth test compares the packed key ``(z/w at float32, triangle index)`` of the torch backend
+   (``backends._common.depth_key``), so the result does not depend on it (deterministic). **Small
+   triangles** (box within ``STAMP × STAMP`` pixels, default 4; most of 1M triangles at 512²) are not
+   binned: this pass tests their stamp's pixel centres itself, one lane per triangle, and merges the
+   keys into a per-pixel int64 key buffer with ``atomic_min`` (the torch backend's scatter-min), so a
+   tile with a thousand sub-pixel triangles does not loop over them one by one.
+4. **Raster** (``_raster_kernel``): one program per (tile, image) with the tile's pixels in registers,
+   starting from the key buffer; loops over its triangles (two per step, both loaded before either is tested, ``UNROLL=2``), builds
    the sign-normalised edge planes and the ``z/w`` plane from the vertices (``_planes``), tests every
    pixel centre and keeps the nearest (then lowest-index) one (``_depth_test``). Afterwards the
    winner's vertices are gathered per pixel and ``u, v, z/w`` (and, with ``grad_db``, the screen
@@ -44,15 +48,15 @@ Design (all kernels below; ``triton`` is imported only here, on first use):
    vertices' attributes weighted by ``(u, v, 1 − u − v)``; backward atomically adds into the attribute
    gradient and writes ``d/du, d/dv`` into the gradient of ``rast``.
 
-Forward = 6 launches + 1 sync (zero counters, count, cumsum, cursor copy, emit, raster) within the
-budget, + 1 for interpolate; backward = 2 launches per op (zeroed gradient + kernel). Memory: 4 bytes per tile counter and per (triangle, tile)
-pair, plus the outputs; no per-triangle or per-fragment buffers. Pure-PyTorch twins: the torch backend
+Forward = 7 launches + 1 sync (key buffer fill, zero counters, count, cumsum, cursor copy, emit,
+raster) within the budget, + 1 for interpolate; backward = 2 launches per op (zeroed gradient + kernel). Memory: 4 bytes per tile counter and per (triangle, tile)
+pair, 8 per pixel (key buffer), plus the outputs; no per-triangle or per-fragment buffers. Pure-PyTorch twins: the torch backend
 + the torch formulas of :mod:`meshlift.render.rasterize` / :mod:`meshlift.render.interpolate` (and the
 brute-force :mod:`meshlift.render.reference`); tests/test_kernels_raster_triton.py compares them
 forward and backward.
 
-Tile size: ``TILE_H × TILE_W`` pixels per raster program (default 16 × 16, ``num_warps`` 4, unroll 2),
-env ``MESHLIFT_TRITON_TILE=HxW`` / ``MESHLIFT_TRITON_WARPS`` / ``MESHLIFT_TRITON_UNROLL`` override
+Tile size: ``TILE_H × TILE_W`` pixels per raster program (default 16 × 16, ``num_warps`` 4, unroll 2,
+stamp 4), env ``MESHLIFT_TRITON_TILE=HxW`` / ``_WARPS`` / ``_UNROLL`` / ``_STAMP`` override
 (``benchmarks/raster_triton_tune.py`` sweeps them; the defaults are a guess until that has run on a GPU).
 Small tiles bin more pairs for large triangles (100k triangles filling a 1024² frame: ~330 px each, 2-4
 tiles of 16²); large tiles test more uncovered pixels per small triangle (1M triangles: a few px each).
@@ -61,8 +65,8 @@ per-tile kernel.
 
 Memory bound: the pair list holds at most ``max_fragments`` pairs (the rasterizer's fragment budget,
 default 2^24 → 64 MiB); when the first count says more, the triangles are binned and rastered in
-chunks of about that many pairs, the per-pixel winner carried between chunks in a z-buffer (8-12 bytes
-per pixel; same result). Limits: triangles reaching ``w ≤ 0`` or crossing the near plane are binned to
+chunks of about that many pairs, the per-pixel winner carried between chunks in the key buffer (same
+result). Limits: triangles reaching ``w ≤ 0`` or crossing the near plane are binned to
 every tile (exact, but slow if there are many; the torch backend clips their boxes).
 
 Cost of the first call: Triton compiles the kernels at run time (no nvcc; its bundled ptxas) and caches
@@ -83,6 +87,9 @@ from meshlift.errors import OutOfMemoryError, RenderError
 DEFAULT_TILE = (16, 16)
 DEFAULT_WARPS = 4
 DEFAULT_UNROLL = 2
+DEFAULT_STAMP = 4
+#: Key of an empty pixel (int64 max; every key ≥ backends._common.EMPTY_KEY means empty).
+_EMPTY = 2**63 - 1
 #: Pixel slack of the bounding boxes (only adds candidates; the exact per-pixel test decides).
 _SLACK_PX = 1e-2
 #: Block sizes of the per-triangle and per-pixel kernels.
@@ -129,9 +136,11 @@ def available(device: torch.device) -> bool:
     return dev.type == "cuda" or (dev.type == "cpu" and interpreting())
 
 
-def tile_config() -> Tuple[int, int, int, int]:
-    """``(TILE_H, TILE_W, num_warps, unroll)`` of the raster kernel from env ``MESHLIFT_TRITON_TILE``
-    ("16x16"), ``MESHLIFT_TRITON_WARPS`` and ``MESHLIFT_TRITON_UNROLL`` (1 or 2 triangles per loop step)."""
+def tile_config() -> Tuple[int, int, int, int, int]:
+    """``(TILE_H, TILE_W, num_warps, unroll, stamp)`` of the raster kernels from env ``MESHLIFT_TRITON_TILE``
+    ("16x16"), ``MESHLIFT_TRITON_WARPS``, ``MESHLIFT_TRITON_UNROLL`` (1 or 2 triangles per loop step) and
+    ``MESHLIFT_TRITON_STAMP`` (0, 2, 4 or 8: triangles whose box fits that many pixels a side are
+    stamped per triangle instead of binned to tiles; 0 = never)."""
     th, tw = DEFAULT_TILE
     env = os.environ.get("MESHLIFT_TRITON_TILE")
     if env:
@@ -145,11 +154,14 @@ def tile_config() -> Tuple[int, int, int, int]:
     try:
         warps = int(os.environ.get("MESHLIFT_TRITON_WARPS", DEFAULT_WARPS))
         unroll = int(os.environ.get("MESHLIFT_TRITON_UNROLL", DEFAULT_UNROLL))
+        stamp = int(os.environ.get("MESHLIFT_TRITON_STAMP", DEFAULT_STAMP))
     except ValueError:
-        raise RenderError("MESHLIFT_TRITON_WARPS / MESHLIFT_TRITON_UNROLL must be integers (e.g. 4 / 2)") from None
+        raise RenderError("MESHLIFT_TRITON_WARPS / _UNROLL / _STAMP must be integers (e.g. 4 / 2 / 4)") from None
+    if stamp not in (0, 2, 4, 8):
+        raise RenderError(f"MESHLIFT_TRITON_STAMP must be 0, 2, 4 or 8, got {stamp}")
     if warps not in (1, 2, 4, 8, 16) or unroll not in (1, 2):
         raise RenderError(f"MESHLIFT_TRITON_WARPS must be 1-16 (power of two) and MESHLIFT_TRITON_UNROLL 1 or 2, got {warps}, {unroll}")
-    return th, tw, warps, unroll
+    return th, tw, warps, unroll, stamp
 
 
 def _kernels():
@@ -202,7 +214,7 @@ def _bin_and_raster(
     (above it the triangles are processed in chunks, the per-pixel winner kept in a z-buffer).
     """
     K = _kernels()
-    th, tw, warps, unroll = tile_config()
+    th, tw, warps, unroll, stamp = tile_config()
     dev, dtype = pos.device, pos.dtype
     T = tri.shape[0]
     if ranges is None:
@@ -225,14 +237,17 @@ def _bin_and_raster(
     xtab, ytab = _tables(H, W, dtype, dev)
     args = (pos, tri, first, count)
     scal = (T, V, H, W, n_tx, n_ty, W * 0.5, H * 0.5, float(max(H, W) + 2))
-    bkw = dict(RANGE=rng, TILE_H=th, TILE_W=tw, BLOCK=_TRI_BLOCK, num_warps=4, **_EXACT)
+    bkw = dict(RANGE=rng, TILE_H=th, TILE_W=tw, STAMP=stamp, BLOCK=_TRI_BLOCK, num_warps=4, **_EXACT)
+    # packed (z/w, index) key per pixel: stamped small triangles and earlier chunks meet the tiles here
+    keys = torch.full((B * H * W,), _EMPTY, dtype=torch.int64, device=dev)
+    targs = (keys, xtab, ytab)
 
     def binned(lo: int, hi: int, offs=None, total=None):
         """Pair list of the triangles with local index in [lo, hi) of every image: (offs, pairs, total)."""
         grid = (max(K["cdiv"](hi - lo, _TRI_BLOCK), 1), B)
         if offs is None:
             cnt = torch.zeros(B * n_tiles + 1, dtype=torch.int32, device=dev)
-            K["bin"][grid](*args, cnt, cnt, *scal, lo, hi, EMIT=False, **bkw)
+            K["bin"][grid](*args, cnt, cnt, *targs, *scal, lo, hi, EMIT=False, **bkw)
             offs = torch.cumsum(cnt, 0, dtype=torch.int32)
             total = int(offs[-1])  # the host sync: size of the pair list
         if total > MAX_PAIRS:
@@ -242,36 +257,34 @@ def _bin_and_raster(
             )
         cursor = offs[:-1].clone()
         pairs = torch.empty(max(total, 1), dtype=torch.int32, device=dev)
-        K["bin"][grid](*args, cursor, pairs, *scal, lo, hi, EMIT=True, **bkw)
+        K["bin"][grid](*args, cursor, pairs, *targs, *scal, lo, hi, EMIT=True, **bkw)
         return offs, pairs, total
 
-    def raster(offs, pairs, load: bool, final: bool, zbuf, tbuf):
+    def raster(offs, pairs, final: bool):
         K["raster"][(n_tiles, B)](
-            pos, tri, offs, pairs, xtab, ytab, _db_scale(H, W, dtype, dev), rast, rast_db if grad_db else rast, zbuf, tbuf,
+            pos, tri, offs, pairs, xtab, ytab, _db_scale(H, W, dtype, dev), rast, rast_db if grad_db else rast, keys,
             V, H, W, n_tx, n_tiles, RANGE=rng, GRAD_DB=grad_db, TILE_H=th, TILE_W=tw, UNROLL=unroll,
-            LOAD=load, FINAL=final, num_warps=warps, **_EXACT,
+            FINAL=final, num_warps=warps, **_EXACT,
         )
 
     # count everything first; within the budget (the usual case) that is the only pass
     grid = (max(K["cdiv"](max_count, _TRI_BLOCK), 1), B)
     cnt = torch.zeros(B * n_tiles + 1, dtype=torch.int32, device=dev)
-    K["bin"][grid](*args, cnt, cnt, *scal, 0, max_count, EMIT=False, **bkw)
+    K["bin"][grid](*args, cnt, cnt, *targs, *scal, 0, max_count, EMIT=False, **bkw)
     offs = torch.cumsum(cnt, 0, dtype=torch.int32)
     total = int(offs[-1])  # the one host sync of the usual case
     del cnt
     if total <= max_pairs:
         offs, pairs, _ = binned(0, max_count, offs, total)
-        raster(offs, pairs, False, True, rast, rast)
+        raster(offs, pairs, True)
         return rast, rast_db
     # over the budget: triangle chunks of about max_pairs pairs each, the winner carried in a z-buffer
     n_chunks = -(-total // max_pairs)
     step = -(-max_count // n_chunks)
-    zbuf = torch.empty(B * H * W, dtype=dtype, device=dev)
-    tbuf = torch.empty(B * H * W, dtype=torch.int32, device=dev)
     del offs
-    for k, lo in enumerate(range(0, max_count, step)):
+    for lo in range(0, max_count, step):
         offs, pairs, _ = binned(lo, min(lo + step, max_count))
-        raster(offs, pairs, k > 0, lo + step >= max_count, zbuf, tbuf)
+        raster(offs, pairs, lo + step >= max_count)
         del offs, pairs
     return rast, rast_db
 
