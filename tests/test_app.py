@@ -206,3 +206,27 @@ def test_cli_app_without_gradio_says_how_to_install(monkeypatch, capsys):
                                                                           'pip install "meshlift[app]"'))
     assert main(["app", "--port", "1"]) == 2
     assert 'pip install "meshlift[app]"' in capsys.readouterr().err
+
+
+def test_deploy_folder_is_what_the_hosting_guide_asks_for():
+    """deploy/requirements.txt: torch pinned, no URLs, no source builds, every core dependency of meshlift and
+    the app extra listed; deploy/app.py sets the allocator before importing meshlift and compiles."""
+    import re
+
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli")
+    reqs = [ln.split("#")[0].strip() for ln in (REPO / "deploy" / "requirements.txt").read_text().splitlines()]
+    reqs = [r for r in reqs if r]
+    assert not [r for r in reqs if "://" in r or r.startswith(("-e", "--", "git+")) or r.endswith(".whl")], reqs
+    names = {re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0].lower(): r for r in reqs}
+    assert re.fullmatch(r"torch==\d+\.\d+\.\d+", names["torch"]), names["torch"]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = project["dependencies"] + project["optional-dependencies"]["app"]
+    for dep in wanted:
+        name = re.split(r"[<>=!~\[ ;]", dep, maxsplit=1)[0].lower()
+        assert name in names, f"deploy/requirements.txt lacks {name} (pyproject: {dep})"
+    src = (REPO / "deploy" / "app.py").read_text()
+    assert src.index("PYTORCH_CUDA_ALLOC_CONF") < src.index("from meshlift")
+    compile(src, "deploy/app.py", "exec")

@@ -15,7 +15,7 @@ import gradio as gr
 
 from meshlift.app import jobs
 from meshlift.app.methods import METHODS, describe_duration, get_method
-from meshlift.app.uploads import Limits, UploadError, delete_session, ingest, session_folder
+from meshlift.app.uploads import ALLOWED_SUFFIXES, Limits, UploadError, delete_session, ingest, session_folder
 
 _UNPOSED = ("These {n} photos have no camera poses (no transforms.json, COLMAP model or poses_bounds.npy "
             "found). This version of meshlift has no pose-estimation step yet: run COLMAP on them "
@@ -116,7 +116,7 @@ def build(limits: Optional[Limits] = None) -> gr.Blocks:
             with gr.Column():
                 upload = gr.File(label="Photos (several files or one .zip, with transforms.json or a COLMAP "
                                  "sparse/ folder) or one mesh (.obj + .mtl + textures, .ply, .glb)",
-                                 file_count="multiple", elem_id="upload")
+                                 file_count="multiple", file_types=sorted(ALLOWED_SUFFIXES), elem_id="upload")
                 upload_status = gr.Markdown(elem_id="upload-status")
                 method = gr.Dropdown(choices=[(METHODS[m].label, m) for m in methods], value=methods[0],
                                      label="Method", elem_id="method")
