@@ -230,3 +230,24 @@ def test_deploy_folder_is_what_the_hosting_guide_asks_for():
     src = (REPO / "deploy" / "app.py").read_text()
     assert src.index("PYTORCH_CUDA_ALLOC_CONF") < src.index("from meshlift")
     compile(src, "deploy/app.py", "exec")
+
+
+def test_unposed_photos_go_through_a_registered_pose_step(tmp_path, monkeypatch):
+    """With a pose step registered, the job runs it first (inside the GPU task) and hands its folder on."""
+    from meshlift.app import jobs, methods
+    from meshlift.errors import DatasetError
+
+    seen = {}
+
+    def fake_step(images, work):
+        seen["args"] = (images, work)
+        raise DatasetError(f"fake pose step ran on {Path(images).name}")
+
+    monkeypatch.setattr(methods, "POSE_STEP", {})
+    monkeypatch.setattr(jobs, "POSE_STEP", methods.POSE_STEP)
+    methods.register_pose_step("fake", fake_step)
+    (tmp_path / "photos").mkdir()
+    events = list(jobs.reconstruct_job(str(tmp_path / "photos"), "unposed", "surface", "tiny", str(tmp_path / "out")))
+    assert any(e["type"] == "log" and "estimating camera poses (fake)" in e["message"] for e in events)
+    assert events[-1] == {"type": "error", "message": "fake pose step ran on photos"}
+    assert seen["args"] == (str(tmp_path / "photos"), str(tmp_path / "out" / "poses"))

@@ -28,7 +28,7 @@ import zipfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Callable, Iterator  # noqa: E402
 
-from meshlift.app.methods import get_method  # noqa: E402
+from meshlift.app.methods import POSE_STEP, get_method  # noqa: E402
 
 
 def _spaces():
@@ -125,7 +125,8 @@ def reconstruct_job(input_path: str, input_kind: str, method: str, preset: str, 
 
     Args:
         input_path: the mesh file or dataset folder (:class:`meshlift.app.uploads.Ingested` ``.path``).
-        input_kind: ``"mesh"`` or ``"posed"``.
+        input_kind: ``"mesh"``, ``"posed"``, or ``"unposed"`` when a pose step is registered
+            (:func:`meshlift.app.methods.register_pose_step`; it runs first, inside this GPU task).
         method: a key of :data:`meshlift.app.methods.METHODS`.
         preset: one of that method's preset names.
         out_dir: folder for the outputs (replaced), inside the session folder.
@@ -152,7 +153,12 @@ def reconstruct_job(input_path: str, input_kind: str, method: str, preset: str, 
 
     def work() -> None:
         try:
-            cfg = spec.configure(input_kind, input_path, preset, device)
+            kind, path = input_kind, input_path
+            if kind == "unposed" and POSE_STEP:
+                name, step = next(iter(POSE_STEP.items()))
+                events.put({"type": "log", "message": f"estimating camera poses ({name})"})
+                path, kind = step(path, str(out / "poses")), "posed"
+            cfg = spec.configure(kind, path, preset, device)
             box["result"] = spec.run(cfg, out, _QueueMonitor(events))
         except BaseException as exc:  # noqa: BLE001 - reported to the page, the server keeps running
             from meshlift.errors import MeshliftError

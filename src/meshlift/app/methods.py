@@ -68,6 +68,18 @@ def register_method(spec: MethodSpec) -> None:
     METHODS[spec.name] = spec
 
 
+#: The pose step for unposed photos, when one is registered: ``step(images_folder, work_folder) -> dataset
+#: folder`` (a folder :func:`meshlift.data.detect_format` recognises). None: the app refuses unposed photos
+#: with the COLMAP command to run instead.
+POSE_STEP: dict[str, Callable[[str, str], str]] = {}
+
+
+def register_pose_step(name: str, step: Callable[[str, str], str]) -> None:
+    """Let the app estimate camera poses for unposed photos with ``step`` (see :data:`POSE_STEP`)."""
+    POSE_STEP.clear()
+    POSE_STEP[name] = step
+
+
 def get_method(name: str) -> MethodSpec:
     if name not in METHODS:
         raise ConfigError(f"unknown method {name!r}; choose one of {', '.join(METHODS)}")
@@ -154,5 +166,5 @@ def describe_duration(p: PresetSpec, gpu: bool) -> str:
     return f"about {s / 60:.1f} min {where}" if s >= 90 else f"about {s:.0f} s {where}"
 
 
-__all__ = ["METHODS", "MethodSpec", "PresetSpec", "TINY_CHANGES", "describe_duration", "get_method",
-           "register_method"]
+__all__ = ["METHODS", "POSE_STEP", "MethodSpec", "PresetSpec", "TINY_CHANGES", "describe_duration", "get_method",
+           "register_method", "register_pose_step"]

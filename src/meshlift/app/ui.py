@@ -14,7 +14,7 @@ from typing import Optional
 import gradio as gr
 
 from meshlift.app import jobs
-from meshlift.app.methods import METHODS, describe_duration, get_method
+from meshlift.app.methods import METHODS, POSE_STEP, describe_duration, get_method
 from meshlift.app.uploads import ALLOWED_SUFFIXES, Limits, UploadError, delete_session, ingest, session_folder
 
 _UNPOSED = ("These {n} photos have no camera poses (no transforms.json, COLMAP model or poses_bounds.npy "
@@ -52,7 +52,10 @@ def build(limits: Optional[Limits] = None) -> gr.Blocks:
         except UploadError as exc:
             return f"**Refused:** {exc}", None
         if got.kind == "unposed":
-            return "**Cannot use yet:** " + _UNPOSED.format(n=got.n_images), None
+            if not POSE_STEP:
+                return "**Cannot use yet:** " + _UNPOSED.format(n=got.n_images), None
+            return (f"**Ready:** {got.summary}; poses will be estimated first ({next(iter(POSE_STEP))}).",
+                    {"kind": got.kind, "path": got.path})
         return f"**Ready:** {got.summary}.", {"kind": got.kind, "path": got.path}
 
     def on_method(method):
@@ -65,7 +68,7 @@ def build(limits: Optional[Limits] = None) -> gr.Blocks:
             return
         spec = get_method(method)
         p = spec.preset(preset)
-        if state["kind"] not in spec.inputs:
+        if state["kind"] not in spec.inputs and not (state["kind"] == "unposed" and "posed" in spec.inputs):
             yield (f"**Refused:** method {method} does not take {state['kind']} input.",) + nothing
             return
         if p.gpu_only and not gpu:
