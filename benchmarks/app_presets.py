@@ -30,7 +30,7 @@ def main() -> None:
     from meshlift.app.jobs import reconstruct_job
     from meshlift.app.methods import get_method
     from meshlift.io.glb import save_glb
-    from meshlift.methods.demo_object import make_demo_object
+    from meshlift.data.demo_object import make_demo_object
 
     gpu = torch.cuda.is_available()
     spec = get_method(args.method)

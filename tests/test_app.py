@@ -199,11 +199,9 @@ print("OK")
 
 
 def test_cli_app_without_gradio_says_how_to_install(monkeypatch, capsys):
-    from meshlift import _deps
     from meshlift.cli.main import main
 
-    monkeypatch.setattr(_deps, "probe", lambda name, **kw: _deps.DepStatus(False, None, "not installed",
-                                                                          'pip install "meshlift[app]"'))
+    monkeypatch.setitem(sys.modules, "gradio", None)  # import gradio -> ImportError
     assert main(["app", "--port", "1"]) == 2
     assert 'pip install "meshlift[app]"' in capsys.readouterr().err
 

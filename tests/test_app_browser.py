@@ -164,7 +164,7 @@ def test_upload_run_view_download(server, browser, tmp_path, artifacts):
     from selenium.webdriver.common.by import By
 
     from meshlift.io.glb import save_glb
-    from meshlift.methods.demo_object import make_demo_object
+    from meshlift.data.demo_object import make_demo_object
 
     url, _ = server
     mesh_path = save_glb(tmp_path / "ring.glb", make_demo_object())

@@ -20,13 +20,12 @@ from meshlift.cameras import (
     llff_to_world_to_camera,
     look_at,
     opengl_c2w_to_world_to_camera,
-    undistort_image,
     undistort_points,
-    undistortion_grid,
     world_to_camera_to_colmap,
     world_to_camera_to_opengl_c2w,
 )
 from _camera_params import MODEL_PARAMS
+from meshlift.data.undistort import undistort_image, undistortion_grid
 from meshlift.errors import CameraError
 from meshlift.geometry.rotations import (
     axis_angle_to_matrix,

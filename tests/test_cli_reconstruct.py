@@ -16,7 +16,7 @@ TINY = ["train_res=32", "grid_res=12", "iter_pass1=3", "iter_pass2=2", "ref_view
 @pytest.fixture(scope="module")
 def torus_obj(tmp_path_factory):
     from meshlift.io.obj import save_obj
-    from test_methods_surface_e2e import _torus_mesh
+    from test_methods_nvdiffrec_e2e import _torus_mesh
 
     p = tmp_path_factory.mktemp("torus") / "torus.obj"
     save_obj(p, _torus_mesh(n=24, m=12))

@@ -14,7 +14,7 @@ from meshlift.cli.main import main
 
 def _write_blender_dataset(mesh_path, root, n=3, size=48):
     from meshlift.cameras import world_to_camera_to_opengl_c2w
-    from meshlift.cli.render_cmd import _orbit_cameras, _render_views
+    from meshlift.renderers.mesh_pbr import render_views as _render_views, turntable_cameras as _orbit_cameras
     from meshlift.io.images import write_image
     from meshlift.io.mesh import load_mesh
 
@@ -71,7 +71,7 @@ def test_turntable_and_errors(tmp_path, capsys):
 @pytest.mark.shared_data
 def test_pbr_under_uniform_white_light_matches_albedo(dataset):
     """Split-sum shading under a constant radiance-1 environment ≈ albedo (+ a little specular)."""
-    from meshlift.cli.render_cmd import _orbit_cameras, _render_views
+    from meshlift.renderers.mesh_pbr import render_views as _render_views, turntable_cameras as _orbit_cameras
     from meshlift.io.mesh import load_mesh
     from meshlift.shading.light import EnvironmentLight
 

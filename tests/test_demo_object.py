@@ -1,4 +1,4 @@
-"""methods.demo_object: the procedural ring is closed, genus 1, outward, inside [-1, 1]^3, textured."""
+"""data.demo_object: the procedural ring is closed, genus 1, outward, inside [-1, 1]^3, textured."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 import trimesh
 
 from meshlift.errors import ConfigError
-from meshlift.methods.demo_object import DemoObjectShape, make_demo_object
+from meshlift.data.demo_object import DemoObjectShape, make_demo_object
 
 
 @pytest.fixture(scope="module")

@@ -112,13 +112,15 @@ def test_real_probe_classifies_a_broken_extension(monkeypatch, tmp_path):
     assert not absent.available and absent.error == "not installed"
 
 
-def test_require_names_the_install_command(monkeypatch):
+def test_require_and_install_lines_name_the_extra(monkeypatch):
     from meshlift.errors import DependencyError
 
-    monkeypatch.setitem(_deps.KNOWN, "nosuchpkg", _deps.Dependency("nosuchpkg_xyz", "nosuchpkg_xyz",
-                                                                    'pip install "meshlift[app]"', "the web app"))
-    with pytest.raises(DependencyError, match=r"nosuchpkg is needed for the web app.*meshlift\[app\]"):
-        _deps.require("nosuchpkg")
+    monkeypatch.setitem(sys.modules, "gradio", None)  # import gradio -> ImportError
+    with pytest.raises(DependencyError, match=r"the web app needs the 'gradio' package: pip install gradio.*meshlift\[app\]"):
+        _deps.require("gradio", "the web app")
+    assert _deps.DEPENDENCIES["nvdiffrast.torch"].install_line() == "(not needed by meshlift)"
+    st = _deps.probe("gradio")
+    assert not st.available and 'meshlift[app]' in st.install_hint
 
 
 def test_broken_torch_is_an_error_and_stops_there():

@@ -233,7 +233,7 @@ def test_bake_on_cuda_matches_cpu():
 
 def _can_render() -> bool:
     try:
-        from meshlift.methods.renderer import render_mesh  # noqa: F401
+        from meshlift.renderers.mesh_pbr import render_mesh  # noqa: F401
         from meshlift.shading.light import EnvironmentLight  # noqa: F401
         from meshlift.shading.normals import prepare_shading_normal  # noqa: F401
     except ImportError:
@@ -247,7 +247,7 @@ def test_baked_textures_render_like_the_field():
     import math
 
     from meshlift.cameras import look_at, projection_from_K
-    from meshlift.methods.renderer import render_mesh
+    from meshlift.renderers.mesh_pbr import render_mesh
     from meshlift.shading.light import EnvironmentLight
     from meshlift.structures.mesh import Material
 

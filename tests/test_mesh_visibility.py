@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 import trimesh
 
-from meshlift.mesh.visibility import fibonacci_directions, orthographic_clip, remove_hidden_faces, seen_faces
+from meshlift.cameras import fibonacci_directions
+from meshlift.mesh.visibility import orthographic_clip, remove_hidden_faces, seen_faces
 from meshlift.structures.mesh import Mesh
 
 

@@ -326,7 +326,7 @@ def test_dense_variant_matches_compacted(monkeypatch, grad_db):
 @pytest.mark.parametrize("fold", [0, 2**40])
 def test_stamp_buckets_match_reference(monkeypatch, dense, fold):
     """Tiny, small and large triangles through every bucket (2x2, 4x4 stamps, tiles; folded or not)."""
-    from meshlift.render.backends import torch_backend
+    from meshlift.kernels import torch_backend
 
     monkeypatch.setenv("MESHLIFT_RASTER_DENSE", dense)
     monkeypatch.setattr(torch_backend, "_FOLD_DENSE", fold)

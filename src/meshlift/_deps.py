@@ -1,140 +1,181 @@
-"""Optional-dependency probes with install hints (stdlib only at import).
+"""Optional and external dependencies: one table, probes that do not import, imports with install hints.
 
-Every optional package meshlift can use is named once in :data:`KNOWN`, with the pip command that installs
-it and what it is for. :func:`probe` says whether it is importable, its version and, when the import failed,
-the error text (third-party CUDA extensions fail in characteristic ways; :mod:`meshlift.doctor` classifies
-them). :func:`require` imports a package or raises :class:`meshlift.errors.DependencyError` naming the
-install command.
-
-Usage::
-
-    from meshlift import _deps
-    status = _deps.probe("gradio")          # DepStatus(available, version, error, install_hint)
-    gr = _deps.require("gradio", "the web app")
+Every third-party package meshlift imports lazily is listed in :data:`DEPENDENCIES` with its pip name,
+the extra that installs it and what it is for. Library code imports such a package with
+:func:`require` (a :class:`meshlift.errors.DependencyError` naming the package and the ``pip install``
+line when it is missing, failing late: only when the feature is used); :func:`is_available` asks without
+importing; :func:`report` is what a ``meshlift doctor`` command prints. Standard library only: importing
+this module is cheap (no torch). :func:`probe` really imports a package (or only looks, with
+``import_module=False``) and returns why it failed: ``meshlift doctor`` classifies the failures of the
+third-party CUDA extensions listed here (:data:`THIRD_PARTY_EXTENSIONS`), none of which meshlift needs.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import importlib.util
+import importlib.metadata
 from dataclasses import dataclass
+from types import ModuleType
 from typing import NamedTuple, Optional
+
+from meshlift.errors import DependencyError
+
+__all__ = ["DEPENDENCIES", "DepStatus", "Dependency", "EXTRAS", "THIRD_PARTY_EXTENSIONS", "is_available", "probe",
+           "report", "require"]
 
 
 @dataclass(frozen=True)
 class Dependency:
-    """One optional package: import name, distribution name, install command, why meshlift uses it."""
+    """One package meshlift can use.
+
+    Attributes:
+        module: the import name (``"OpenEXR"``).
+        package: the pip requirement (``"OpenEXR"``, ``"xatlas"``).
+        extra: the meshlift extra that installs it (``"exr"``), ``"core"`` for a core dependency, or None.
+        purpose: what needs it, as a phrase (``"reading/writing .exr"``).
+        hint: extra advice shown with the install line (an alternative), or ``""``.
+        needed: False for third-party extensions ``meshlift doctor`` only diagnoses (meshlift has its own
+            implementation of what they do).
+    """
 
     module: str
-    """Name passed to ``import`` (e.g. ``nvdiffrast.torch``)."""
-    dist: str
-    """Distribution name on PyPI, for the version (``importlib.metadata``)."""
-    install: str
-    """The command that installs it."""
+    package: str
+    extra: Optional[str]
     purpose: str
-    """What meshlift uses it for, or ``""`` for third-party packages meshlift does not need."""
-    needed_by_meshlift: bool = True
-    """False for third-party extensions doctor only diagnoses (meshlift has its own implementation)."""
+    hint: str = ""
+    needed: bool = True
+
+    def install_line(self) -> str:
+        """The shell line that installs it (``pip install OpenEXR``; an extra's is named too)."""
+        if not self.needed:
+            return "(not needed by meshlift)"
+        line = f"pip install {self.package}"
+        if self.extra not in (None, "core"):
+            line += f'  (or pip install "meshlift[{self.extra}]")'
+        return line
 
 
-KNOWN: dict[str, Dependency] = {
-    "triton": Dependency("triton", "triton", "pip install triton  (included with the CUDA torch wheels on Linux)",
-                         "fast GPU kernels, compiled at run time (no nvcc)"),
-    "OpenEXR": Dependency("OpenEXR", "OpenEXR", 'pip install "meshlift[exr]"', ".exr environment maps"),
-    "gradio": Dependency("gradio", "gradio", 'pip install "meshlift[app]"', "the web app: meshlift app"),
-    "spaces": Dependency("spaces", "spaces", "pip install spaces  (only on Hugging Face ZeroGPU hosting)",
-                         "ZeroGPU GPU allocation in the web app"),
-    "pycolmap": Dependency("pycolmap", "pycolmap", "pip install pycolmap", "reading COLMAP models; pose estimation for unposed photos"),
-    "pymeshlab": Dependency("pymeshlab", "pymeshlab", 'pip install "meshlift[gpl]"  (GPL)',
-                            "mesh-repair comparisons"),
-    "selenium": Dependency("selenium", "selenium", 'pip install "meshlift[dev]"', "the browser test of the app"),
+DEPENDENCIES: dict[str, Dependency] = {d.module: d for d in (
+    Dependency("xatlas", "xatlas", "core", "UV unwrapping (meshlift.mesh.uv.unwrap)"),
+    Dependency("fast_simplification", "fast-simplification", "core", "mesh decimation (meshlift.mesh.simplify)"),
+    Dependency("trimesh", "trimesh>=4", "core", "reading PLY/OFF/STL and mesh utilities"),
+    Dependency("scipy", "scipy", "core", "distance transforms and nearest neighbours"),
+    Dependency("OpenEXR", "OpenEXR", "exr", "reading/writing .exr", "or convert the file to Radiance .hdr"),
+    Dependency("pymeshlab", "pymeshlab", "gpl", "optional GPL mesh repair tools"),
+    Dependency("triton", "triton", None, "GPU kernels (meshlift.kernels; ships with CUDA builds of torch)",
+               "the pure-PyTorch paths are used without it"),
+    Dependency("gradio", "gradio", "app", "the web app (meshlift app)"),
+    Dependency("spaces", "spaces", "app", "GPU allocation on Hugging Face ZeroGPU hosting (a no-op elsewhere)"),
+    Dependency("pycolmap", "pycolmap", None, "COLMAP models and pose estimation for unposed photos"),
+    Dependency("selenium", "selenium", "dev", "the web app's browser test"),
     # Third-party CUDA extensions users often have installed; meshlift needs none of them.
-    "nvdiffrast": Dependency("nvdiffrast.torch", "nvdiffrast", "(not needed by meshlift)", "", False),
-    "gsplat": Dependency("gsplat", "gsplat", "(not needed by meshlift)", "", False),
-    "tinycudann": Dependency("tinycudann", "tinycudann", "(not needed by meshlift)", "", False),
-    "diff_gaussian_rasterization": Dependency("diff_gaussian_rasterization", "diff_gaussian_rasterization",
-                                              "(not needed by meshlift)", "", False),
-}
-"""Every optional or diagnosed package, by short name."""
+    Dependency("nvdiffrast.torch", "nvdiffrast", None, "", needed=False),
+    Dependency("gsplat", "gsplat", None, "", needed=False),
+    Dependency("tinycudann", "tinycudann", None, "", needed=False),
+    Dependency("diff_gaussian_rasterization", "diff_gaussian_rasterization", None, "", needed=False),
+)}
 
-EXTRAS = ("triton", "OpenEXR", "gradio", "spaces", "pycolmap", "pymeshlab")
-"""Optional packages meshlift uses (doctor lists them with their install command)."""
+EXTRAS = ("OpenEXR", "gradio", "spaces", "pycolmap", "pymeshlab")
+"""Optional packages meshlift uses; ``meshlift doctor`` lists each with its install line."""
 
-THIRD_PARTY_EXTENSIONS = ("nvdiffrast", "gsplat", "tinycudann", "diff_gaussian_rasterization")
-"""Compiled extensions doctor diagnoses when installed (meshlift needs none of them)."""
+THIRD_PARTY_EXTENSIONS = ("nvdiffrast.torch", "gsplat", "tinycudann", "diff_gaussian_rasterization")
+"""Compiled extensions ``meshlift doctor`` imports when installed, to classify why they fail."""
+
+
+def _dep(module: str) -> Dependency:
+    if module not in DEPENDENCIES:
+        return Dependency(module, module, None, f"the '{module}' module")
+    return DEPENDENCIES[module]
+
+
+def is_available(module: str) -> bool:
+    """Whether ``module`` can be imported here (``importlib.util.find_spec``; nothing is imported)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def require(module: str, purpose: Optional[str] = None) -> ModuleType:
+    """Import ``module`` and return it.
+
+    Raises:
+        DependencyError: it cannot be imported; the message says what needs it (``purpose`` or the table's)
+            and the ``pip install`` line.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        d = _dep(module)
+        hint = f" ({d.hint})" if d.hint else ""
+        raise DependencyError(
+            f"{purpose or d.purpose} needs the '{d.package}' package: {d.install_line()}{hint}"
+        ) from None
+
+
+def report() -> list[dict]:
+    """One dict per known dependency: ``module``, ``package``, ``extra``, ``purpose``, ``available``, ``version``."""
+    rows = []
+    for d in DEPENDENCIES.values():
+        version = None
+        ok = is_available(d.module)
+        if ok:
+            try:
+                from importlib.metadata import version as _version
+
+                version = _version(d.package.split(">")[0].split("=")[0])
+            except Exception:  # noqa: BLE001 - metadata may be missing for vendored builds
+                version = None
+        rows.append({"module": d.module, "package": d.package, "extra": d.extra, "purpose": d.purpose,
+                     "available": ok, "version": version})
+    return rows
 
 
 class DepStatus(NamedTuple):
     """Result of :func:`probe`."""
 
     available: bool
-    """True when the module imported (or, with ``import_module=False``, when it is installed)."""
+    """True when the module imported (with ``import_module=False``: when it is installed)."""
     version: Optional[str]
     """Installed distribution version, or None."""
     error: Optional[str]
     """``"ExceptionType: message"`` of a failed import, ``"not installed"``, or None."""
     install_hint: str
-    """The command that installs it (from :data:`KNOWN`)."""
+    """:meth:`Dependency.install_line`."""
 
 
-def _dist_version(dist: str) -> Optional[str]:
+def _dist_version(package: str) -> Optional[str]:
+    name = package.split(">")[0].split("=")[0].split("<")[0].split("[")[0]
     try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    except Exception:  # noqa: BLE001 - a broken metadata folder is reported as "unknown version"
+        return importlib.metadata.version(name)
+    except Exception:  # noqa: BLE001 - not installed, or broken metadata
         return None
 
 
-def probe(name: str, *, import_module: bool = True) -> DepStatus:
-    """Whether the optional package ``name`` (a key of :data:`KNOWN`, or any module name) can be used.
+def probe(module: str, *, import_module: bool = True) -> DepStatus:
+    """Whether ``module`` can be used, its version and, when its import fails, the error text.
 
     Args:
-        name: short name from :data:`KNOWN` (``"gradio"``, ``"nvdiffrast"``) or a plain module name.
-        import_module: really import it (catches every exception: compiled extensions raise ImportError,
-            OSError or RuntimeError). False only checks that it is installed (fast; no import side effects).
+        module: import name (a key of :data:`DEPENDENCIES` or any module).
+        import_module: really import it, catching every exception (compiled extensions raise ImportError,
+            OSError or RuntimeError); False only looks whether it is installed (no import side effects).
 
     Returns:
         :class:`DepStatus`. Never raises.
     """
-    dep = KNOWN.get(name) or Dependency(name, name, f"pip install {name}", "")
-    version = _dist_version(dep.dist)
-    top = dep.module.split(".")[0]
-    try:
-        spec = importlib.util.find_spec(top)
-    except (ImportError, ValueError) as exc:
-        spec, err = None, f"{type(exc).__name__}: {exc}"
-        return DepStatus(False, version, err, dep.install)
-    if spec is None:
-        return DepStatus(False, version, "not installed", dep.install)
+    d = _dep(module)
+    version = _dist_version(d.package)
+    if not is_available(module.split(".")[0]):
+        return DepStatus(False, version, "not installed", d.install_line())
     if not import_module:
-        return DepStatus(True, version, None, dep.install)
+        return DepStatus(True, version, None, d.install_line())
     try:
-        mod = importlib.import_module(dep.module)
+        mod = importlib.import_module(module)
     except BaseException as exc:  # noqa: BLE001 - extensions fail in many ways; SystemExit included
         if isinstance(exc, KeyboardInterrupt):
             raise
-        return DepStatus(False, version, f"{type(exc).__name__}: {exc}", dep.install)
-    if version is None:
-        version = getattr(mod, "__version__", None)
-    return DepStatus(True, None if version is None else str(version), None, dep.install)
-
-
-def require(name: str, purpose: str = ""):
-    """Import and return the optional module ``name``, or raise DependencyError with the install command.
-
-    Raises:
-        meshlift.errors.DependencyError: not installed, or its import failed (the message quotes the error).
-    """
-    from meshlift.errors import DependencyError
-
-    status = probe(name)
-    if not status.available:
-        dep = KNOWN.get(name)
-        why = purpose or (dep.purpose if dep else "") or "this feature"
-        raise DependencyError(f"{name} is needed for {why} but {status.error}; install it with: {status.install_hint}")
-    return importlib.import_module(KNOWN[name].module if name in KNOWN else name)
-
-
-__all__ = ["DepStatus", "Dependency", "EXTRAS", "KNOWN", "THIRD_PARTY_EXTENSIONS", "probe", "require"]
+        return DepStatus(False, version, f"{type(exc).__name__}: {exc}", d.install_line())
+    if version is None and getattr(mod, "__version__", None) is not None:
+        version = str(mod.__version__)
+    return DepStatus(True, version, None, d.install_line())

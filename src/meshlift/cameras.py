@@ -14,6 +14,12 @@ LLFF ``poses_bounds.npy``          :func:`llff_to_world_to_camera`
 field of view                      :func:`focal_from_fov`, :func:`fov_from_focal`
 =================================  ======================================================
 
+The one camera *rig* of the package lives here too: view directions (:func:`fibonacci_directions`,
+:func:`orbit_directions`, :func:`random_directions`) and :func:`look_at_cameras`, which turns camera
+positions into pinhole :class:`Cameras` looking at a target; :func:`cameras_on_sphere` combines them.
+Every caller (synthetic datasets, turntables, hidden-face removal, tests) uses these. Image undistortion
+(:func:`meshlift.data.undistort.undistort_image`) belongs to the data layer.
+
 The container is thin: the maths (rotations, rigid transforms, lens distortion) lives in
 :mod:`meshlift.geometry`.
 """
@@ -43,6 +49,7 @@ __all__ = [
     "projection_from_K",
     "intrinsics_matrix",
     "opengl_c2w_to_world_to_camera",
+    "opencv_c2w_to_world_to_camera",
     "world_to_camera_to_opengl_c2w",
     "colmap_to_world_to_camera",
     "world_to_camera_to_colmap",
@@ -50,11 +57,13 @@ __all__ = [
     "focal_from_fov",
     "fov_from_focal",
     "look_at",
+    "look_at_cameras",
     "cameras_on_sphere",
+    "fibonacci_directions",
+    "orbit_directions",
+    "random_directions",
     "distort",
     "undistort_points",
-    "undistort_image",
-    "undistortion_grid",
     "CAMERA_MODELS",
     "camera_model",
     "split_params",
@@ -319,18 +328,12 @@ class Cameras:
         The result stays rigid: ``world_to_camera' = [R Rₛᵀ | s (t - R Rₛᵀ tₛ / s)]``, i.e. camera-space
         coordinates (and ``near``/``far``) are scaled by ``s``, so every point projects to the same pixel.
         """
-        S = torch.as_tensor(similarity, dtype=torch.float64)
-        if S.shape != (4, 4):
-            raise CameraError(f"similarity must be [4, 4], got {list(S.shape)}")
-        A = S[:3, :3]
-        det = float(torch.linalg.det(A))
-        if not det > 0:
-            raise CameraError(f"similarity must have a positive determinant (no reflection), got {det:g}")
-        scale = det ** (1.0 / 3.0)
-        Rs = A / scale
-        if not torch.allclose(Rs @ Rs.T, torch.eye(3, dtype=torch.float64), atol=1e-6):
-            raise CameraError("transform_world needs a similarity (uniform scale x rotation + translation)")
+        from meshlift.geometry.similarity import decompose_similarity
+
+        S = torch.as_tensor(similarity, dtype=torch.float64).cpu()
+        scale, Rs = decompose_similarity(S)
         w2c = self.world_to_camera.double()
+        S, Rs = S.to(w2c.device), Rs.to(w2c.device)
         R, t = w2c[:, :3, :3], w2c[:, :3, 3]
         R_new = R @ Rs.T
         t_new = scale * t - (R_new @ S[:3, 3])
@@ -438,6 +441,18 @@ class Cameras:
 # ----------------------------------------------------------------------------------------------------
 # Convention converters
 # ----------------------------------------------------------------------------------------------------
+
+
+def opencv_c2w_to_world_to_camera(c2w) -> torch.Tensor:
+    """OpenCV camera-to-world (x right, y down, z forward) -> OpenCV ``world_to_camera`` (a general inverse).
+
+    For ``transforms.json`` files written with OpenCV axes (``camera_convention="opencv"``).
+    """
+    c2w = torch.as_tensor(c2w, dtype=torch.float64)
+    if c2w.shape[-2:] == (3, 4):
+        c2w = torch.cat([c2w, c2w.new_tensor([0, 0, 0, 1.0]).expand(c2w.shape[:-2] + (1, 4))], dim=-2)
+    _as_matrix_batch(c2w, "c2w", (4, 4))
+    return torch.linalg.inv(c2w)
 
 
 def opengl_c2w_to_world_to_camera(c2w) -> torch.Tensor:
@@ -549,6 +564,62 @@ def look_at(eye, target, up=(0.0, 0.0, 1.0)) -> torch.Tensor:
     return make_transform(R, t)
 
 
+def fibonacci_directions(n: int, *, dtype=torch.float32, device=None) -> torch.Tensor:
+    """``[n, 3]`` unit vectors spread evenly on the sphere (golden-angle spiral around +z; Gonzalez 2010).
+
+    Raises CameraError when ``n < 1``."""
+    if n < 1:
+        raise CameraError(f"fibonacci_directions needs n >= 1, got {n}")
+    i = torch.arange(n, dtype=torch.float64) + 0.5
+    z = 1.0 - 2.0 * i / n
+    r = torch.sqrt((1.0 - z * z).clamp_min(0.0))
+    phi = i * math.pi * (3.0 - math.sqrt(5.0))
+    return torch.stack([r * torch.cos(phi), r * torch.sin(phi), z], dim=-1).to(dtype=dtype, device=device)
+
+
+def orbit_directions(n: int, elevation: float, up=(0.0, 1.0, 0.0)) -> torch.Tensor:
+    """``[n, 3]`` float64 unit vectors on a ring around ``up`` at ``elevation`` radians, evenly spaced in azimuth.
+
+    Azimuth ``a_k = 2 pi k / n`` from the axis ``e_b = e_a x up`` towards ``e_a`` (``e_a`` = +x, or +y when
+    ``up`` is along x): ``d_k = cos(el) (sin a_k e_a + cos a_k e_b) + sin(el) up``. With ``up = +y`` the
+    first direction is +z (the viewer in front of an OBJ/glTF model)."""
+    upv = torch.as_tensor(up, dtype=torch.float64)
+    upv = upv / upv.norm()
+    e_a = torch.tensor([1.0, 0, 0] if abs(float(upv[0])) < 0.9 else [0, 1.0, 0], dtype=torch.float64)
+    e_a = e_a - (e_a @ upv) * upv
+    e_a = e_a / e_a.norm()
+    e_b = torch.linalg.cross(e_a, upv)
+    az = 2.0 * math.pi * torch.arange(n, dtype=torch.float64) / n
+    c, s = math.cos(elevation), math.sin(elevation)
+    return (c * torch.sin(az))[:, None] * e_a + (c * torch.cos(az))[:, None] * e_b + s * upv
+
+
+def random_directions(n: int, seed: int) -> torch.Tensor:
+    """``[n, 3]`` float64 unit vectors uniform on the sphere: normalised Gaussians, ``manual_seed(seed)``."""
+    g = torch.Generator().manual_seed(int(seed))
+    d = torch.randn(n, 3, generator=g, dtype=torch.float64)
+    return d / d.norm(dim=1, keepdim=True).clamp_min(1e-12)
+
+
+def look_at_cameras(eye, target, up, fov: float, size: int | tuple[int, int], *, near: float, far: float,
+                    fov_side: str = "max") -> Cameras:
+    """Pinhole cameras at ``eye [N, 3]`` looking at ``target`` (``[3]`` or ``[N, 3]``) with ``up`` (:func:`look_at`).
+
+    Args:
+        fov: full field of view in radians along ``fov_side``: ``"max"`` (the larger image side) or
+            ``"height"`` (vertical, nvdiffrec's reference cameras).
+        size: ``int`` (square) or ``(width, height)`` in pixels; principal point at the image centre.
+        near, far: clip planes (camera depth).
+    """
+    eye = torch.as_tensor(eye, dtype=torch.float64)
+    W, H = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+    tgt = torch.as_tensor(target, dtype=torch.float64).expand_as(eye)
+    w2c = look_at(eye, tgt, torch.as_tensor(up, dtype=torch.float64).expand_as(eye))
+    f = focal_from_fov(fov, H if fov_side == "height" else max(W, H))
+    K = intrinsics_matrix(f, f, W / 2, H / 2).expand(eye.shape[0], 3, 3)
+    return Cameras(K=K, world_to_camera=w2c, width=W, height=H, near=near, far=far)
+
+
 def cameras_on_sphere(
     n: int,
     radius: float,
@@ -562,7 +633,7 @@ def cameras_on_sphere(
     near: float | None = None,
     far: float | None = None,
 ) -> Cameras:
-    """``n`` pinhole cameras on a sphere looking at ``target`` (to render reference meshes).
+    """``n`` pinhole cameras on a sphere looking at ``target`` (to render synthetic scenes).
 
     Positions: a Fibonacci sphere (deterministic, even coverage; Gonzalez 2010, "Measurement of areas on a
     sphere using Fibonacci and latitude-longitude lattices") when ``seed`` is None, else uniform random
@@ -605,73 +676,5 @@ def cameras_on_sphere(
     e2 = torch.linalg.cross(upv, e1)
     dirs = (c * torch.cos(az))[:, None] * e1 + (c * torch.sin(az))[:, None] * e2 + s[:, None] * upv
     tgt = torch.as_tensor(target, dtype=torch.float64)
-    eye = tgt + radius * dirs
-    w2c = look_at(eye, tgt.expand_as(eye), upv.expand_as(eye))
-    f = focal_from_fov(fov, max(W, H))
-    K = intrinsics_matrix(f, f, W / 2, H / 2).expand(n, 3, 3)
-    return Cameras(K=K, world_to_camera=w2c, width=W, height=H,
-                   near=radius / 100 if near is None else near, far=radius * 100 if far is None else far)
-
-
-# ----------------------------------------------------------------------------------------------------
-# Image undistortion
-# ----------------------------------------------------------------------------------------------------
-
-
-def undistortion_grid(camera: Cameras, pinhole: Cameras | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sampling grid that undistorts images of ``camera`` into ``pinhole`` (default: same K and size).
-
-    For every pixel centre of the pinhole image: normalised coordinates -> :func:`distort` -> pixel in
-    the distorted image. Returns ``grid [H, W, 2]`` in ``torch.nn.functional.grid_sample`` units
-    (``align_corners=False``: -1/+1 at the image borders, matching pixel centres at ``j + 0.5``) and
-    ``valid [H, W, 1]`` (1 where the source pixel lies inside the distorted image).
-    """
-    if len(camera) != 1:
-        raise CameraError(f"undistortion_grid takes one camera, got {len(camera)}")
-    pin = camera.with_pinhole() if pinhole is None else pinhole
-    H, W = pin.height, pin.width
-    jj = torch.arange(W, dtype=torch.float64) + 0.5
-    ii = torch.arange(H, dtype=torch.float64) + 0.5
-    gx, gy = torch.meshgrid(jj, ii, indexing="xy")
-    Kp = pin.K[0].double().cpu()
-    y = (gy - Kp[1, 2]) / Kp[1, 1]
-    x = (gx - Kp[0, 2] - Kp[0, 1] * y) / Kp[0, 0]
-    xy = distort(camera.model, camera.distortion[0].double().cpu(), torch.stack([x, y], dim=-1))
-    K = camera.K[0].double().cpu()
-    u = K[0, 0] * xy[..., 0] + K[0, 1] * xy[..., 1] + K[0, 2]
-    v = K[1, 1] * xy[..., 1] + K[1, 2]
-    Ws, Hs = camera.width, camera.height
-    grid = torch.stack([2 * u / Ws - 1, 2 * v / Hs - 1], dim=-1)
-    valid = ((u >= 0) & (u <= Ws) & (v >= 0) & (v <= Hs)).to(torch.float32)[..., None]
-    return grid.to(torch.float32), valid
-
-
-def undistort_image(image: torch.Tensor, camera: Cameras, *, grid: torch.Tensor | None = None,
-                    mode: str = "bilinear") -> tuple[torch.Tensor, Cameras]:
-    """Resample a distorted image into a pinhole image with the same ``K`` and size.
-
-    Args:
-        image: ``[H, W, C]`` float image of ``camera`` (one camera, any distortion model).
-        camera: ``Cameras`` of length 1 with the image's size.
-        grid: optional precomputed :func:`undistortion_grid` (reuse it for many images of one camera).
-        mode: ``"bilinear"`` or ``"nearest"`` (use nearest for label masks).
-
-    Returns:
-        ``(image [H, W, C], camera)`` where the camera is PINHOLE. Pixels whose source falls outside the
-        distorted image are 0 (border-clamped sampling would smear edges). Bilinear remap with
-        ``grid_sample`` (align_corners=False, consistent with pixel centres at ``j + 0.5``).
-    """
-    if image.ndim != 3 or image.shape[0] != camera.height or image.shape[1] != camera.width:
-        raise CameraError(
-            f"undistort_image: image {list(image.shape)} does not match the camera size "
-            f"{camera.height}x{camera.width} (expected [H, W, C])"
-        )
-    pin = camera.with_pinhole()
-    if camera.is_pinhole:
-        return image.clone(), pin
-    if grid is None:
-        grid, _ = undistortion_grid(camera)
-    src = image.permute(2, 0, 1)[None].to(torch.float32)
-    out = torch.nn.functional.grid_sample(src, grid[None].to(src.device), mode=mode, padding_mode="zeros",
-                                          align_corners=False)
-    return out[0].permute(1, 2, 0).to(image.dtype).contiguous(), pin
+    return look_at_cameras(tgt + radius * dirs, tgt, upv, fov, (W, H), near=radius / 100 if near is None else near,
+                           far=radius * 100 if far is None else far)

@@ -215,44 +215,29 @@ def _gather_triton(torch_facts: TorchFacts) -> TritonFacts:
 
 def _gather_backends(torch_facts: TorchFacts) -> dict:
     """Ask the backend registries which backend ``auto`` picks on the first GPU (else the CPU)."""
+    import importlib
+
+    import torch
+
     device = "cuda" if torch_facts.cuda_available and torch_facts.gpus else "cpu"
+    dev = torch.device(device)
     out: dict = {"device": device}
-    registry = None
-    for mod_name in ("meshlift.kernels", "meshlift.render.backends"):  # new home first, then the old one
-        try:
-            import importlib
-
-            mod = importlib.import_module(mod_name)
-            if hasattr(mod, "get_backend"):
-                registry = mod
-                break
-        except ImportError:
-            continue
-    if registry is None:
-        out["rasterization"] = "error: no visibility backend registry found"
-    else:
-        try:
-            out["rasterization"] = registry.get_backend("auto", device).name
-            out["rasterization_available"] = list(registry.available_backends(device))
+    try:
+        kernels = importlib.import_module("meshlift.kernels")
+        out["rasterization"] = kernels.get_backend("auto", dev).name
+        out["rasterization_available"] = list(kernels.available_backends(dev))
+    except Exception as exc:  # noqa: BLE001
+        out["rasterization"] = f"error: {type(exc).__name__}: {exc}"
+    out["splatting"] = None  # None: no splatting op in this version
+    try:
+        splat = importlib.import_module("meshlift.render.splat")
+    except ImportError:
+        splat = None
+    if splat is not None:
+        try:  # the op's own choice for backend=None (env MESHLIFT_SPLAT_BACKEND, else auto)
+            out["splatting"] = str(splat._resolve_backend(None, dev))
         except Exception as exc:  # noqa: BLE001
-            out["rasterization"] = f"error: {type(exc).__name__}: {exc}"
-    # Splatting: a registry exposing get_splat_backend(name, device) when the Gaussian ops exist.
-    out["splatting"] = None
-    for mod_name in ("meshlift.kernels", "meshlift.render"):
-        try:
-            import importlib
-
-            mod = importlib.import_module(mod_name)
-        except ImportError:
-            continue
-        getter = getattr(mod, "get_splat_backend", None)
-        if callable(getter):
-            try:
-                b = getter("auto", device)
-                out["splatting"] = getattr(b, "name", str(b))
-            except Exception as exc:  # noqa: BLE001
-                out["splatting"] = f"error: {type(exc).__name__}: {exc}"
-            break
+            out["splatting"] = f"error: {type(exc).__name__}: {exc}"
     return out
 
 
@@ -482,17 +467,19 @@ def _backend_rows(b: dict) -> list[Row]:
 def _extra_rows(extras: dict) -> list[Row]:
     rows = []
     for name, st in extras.items():
-        dep = _deps.KNOWN[name]
+        dep = _deps.DEPENDENCIES.get(name)
+        purpose = dep.purpose if dep else name
         if st.available:
-            rows.append(Row(f"extra {name}", "ok", f"{st.version or 'installed'} ({dep.purpose})"))
+            rows.append(Row(f"extra {name}", "ok", f"{st.version or 'installed'}: {purpose}"))
         else:
-            rows.append(Row(f"extra {name}", "skip", f"not installed (optional: {dep.purpose})", dep.install))
+            rows.append(Row(f"extra {name}", "skip", f"not installed (optional: {purpose})", st.install_hint))
     return rows
 
 
 def _extension_rows(extensions: dict) -> list[Row]:
     rows = []
-    for name, st in extensions.items():
+    for module, st in extensions.items():
+        name = _deps.DEPENDENCIES[module].package if module in _deps.DEPENDENCIES else module
         if st.available:
             rows.append(Row(f"extension {name}", "ok", f"{st.version or 'installed'} imports "
                             "(meshlift does not need it)"))

@@ -41,3 +41,12 @@ class DependencyError(MeshliftError):
 
 class OutOfMemoryError(MeshliftError):
     """Memory ran out; the message names the knobs (batch, resolution, data device, fragment budget)."""
+
+
+class TrainingError(MeshliftError):
+    """Training diverged (non-finite loss or parameters) and could not be recovered; no output was
+    overwritten. The message names the learning rates to lower."""
+
+
+class OutputError(MeshliftError):
+    """The output folder cannot be used: it is a file, not writable, or holds a run that would be lost."""

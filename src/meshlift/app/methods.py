@@ -114,8 +114,8 @@ TINY_CHANGES = dict(
 
 
 def _surface_configure(kind: str, data_path: str, preset: str, device: str):
-    from meshlift.methods.config import apply_dict
-    from meshlift.methods.presets import get_preset
+    from meshlift.methods.nvdiffrec.config import apply_dict
+    from meshlift.methods.nvdiffrec.presets import get_preset
 
     if kind == "mesh":
         base = "spot"
@@ -135,9 +135,9 @@ def _surface_configure(kind: str, data_path: str, preset: str, device: str):
 
 
 def _surface_run(cfg, out_dir: Path, monitor):
-    from meshlift.methods.surface import reconstruct
+    from meshlift.methods.nvdiffrec.reconstruct import reconstruct
 
-    return reconstruct(cfg, out_dir, monitor=monitor)
+    return reconstruct(cfg, out_dir, overwrite=True, monitor=monitor)
 
 
 SURFACE_PRESETS = (

@@ -1,6 +1,6 @@
 """`meshlift demo`: reconstruct a procedural object end to end on the CPU (no files, no downloads).
 
-The object (``meshlift.methods.demo_object.make_demo_object``) is a genus-1 ring with surface bumps and a
+The object (``meshlift.data.demo_object.make_demo_object``) is a genus-1 ring with surface bumps and a
 procedural texture; it is rendered from cameras on a sphere under a procedural environment, reconstructed with
 the ``demo`` preset (DMTet from the visual hull, material field, learned light, then textures), and compared
 with the true shape (Chamfer-L1, F-score at 1% of its bounding-box diagonal).
@@ -29,19 +29,25 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
 
         from meshlift.cli.reconstruct_cmd import make_monitor, print_summary
-        from meshlift.methods.config import apply_dict, parse_overrides
-        from meshlift.methods.demo_object import make_demo_object
-        from meshlift.methods.presets import get_preset
-        from meshlift.methods.surface import reconstruct, reference_problem, resolve_device
+        from meshlift.data.demo_object import make_demo_object
+        from meshlift.methods.engine import resolve_device
+        from meshlift.methods.nvdiffrec.config import apply_dict, parse_overrides
+        from meshlift.methods.nvdiffrec.presets import get_preset
+        from meshlift.methods.nvdiffrec.reconstruct import reconstruct, synthetic_problem
+
+        from meshlift.methods.engine import prepare_output_dir
 
         console = Console()
         t0 = time.perf_counter()
+        # The demo regenerates the same deterministic result: it replaces an earlier demo in OUT, but a file
+        # or an unwritable folder given as --out is refused before anything is built.
+        prepare_output_dir(out, resume=False, overwrite=True)
         cfg = apply_dict(get_preset("demo"), {"device": device, **parse_overrides(list(set_ or []))})
         dev = resolve_device(cfg.device)
         monitor = make_monitor()
-        monitor.log("building the demo object and rendering its reference views")
+        monitor.log("building the demo object and rendering its target views")
         mesh = make_demo_object()
-        data = reference_problem(mesh, cfg, dev, name="demo ring")
-        result = reconstruct(cfg, out, monitor=monitor, data=data)
+        data = synthetic_problem(mesh, cfg, dev, name="demo ring")
+        result = reconstruct(cfg, out, overwrite=True, monitor=monitor, data=data)
         print_summary(console, result)
         console.print(f"demo finished in {time.perf_counter() - t0:.1f} s")

@@ -12,11 +12,8 @@ from typing import List, Optional
 
 import typer
 
-_MESH_SUFFIXES = {".obj", ".glb", ".gltf", ".ply", ".off", ".stl"}
-
-
 def make_monitor(console=None):
-    """A :class:`meshlift.methods.surface.Monitor` drawing a rich progress bar per pass."""
+    """A :class:`meshlift.methods.engine.Monitor` drawing a rich progress bar per pass."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -29,7 +26,7 @@ def make_monitor(console=None):
 
     import time
 
-    from meshlift.methods.surface import Monitor
+    from meshlift.methods.engine import Monitor
 
     console = console or Console(stderr=True)
 
@@ -98,24 +95,24 @@ def build_config(
     out: Optional[Path] = None,
     resume: bool = False,
 ):
-    """The effective :class:`SurfaceConfig` from preset, file and overrides (see the module docstring)."""
-    import json
+    """The effective :class:`SurfaceConfig` from preset, file and overrides (see the module docstring).
 
+    Raises:
+        ConfigError: a corrupt saved ``config.json`` on ``--resume`` (nothing is rewritten), bad fields."""
     from meshlift.errors import ConfigError
-    from meshlift.methods.config import SurfaceConfig, apply_dict, load_config_file, parse_overrides
-    from meshlift.methods.presets import get_preset
+    from meshlift.io.jsonfile import read_json
+    from meshlift.methods.nvdiffrec.config import SurfaceConfig, apply_dict, load_config_file, parse_overrides
+    from meshlift.methods.nvdiffrec.presets import get_preset
 
     if resume and out is not None and (out / "config.json").is_file():
-        saved = json.loads((out / "config.json").read_text(encoding="utf-8"))
+        saved = read_json(out / "config.json", what="saved run config (config.json)")
+        if not isinstance(saved, dict):
+            raise ConfigError(f"{out / 'config.json'}: not a table of config fields; restore it or start again "
+                              "with --overwrite")
         cfg = apply_dict(SurfaceConfig(), saved, source=str(out / "config.json"))
     else:
         if preset is None:
-            if Path(data).suffix.lower() in _MESH_SUFFIXES:
-                preset = "spot"
-            elif (Path(data) / "poses_bounds.npy").is_file():
-                preset = "nerd"
-            else:
-                preset = "nerf"
+            preset = _default_preset(data)
         cfg = get_preset(preset, quick=quick)
     if config_file is not None:
         cfg = apply_dict(cfg, load_config_file(config_file), source=str(config_file))
@@ -123,13 +120,29 @@ def build_config(
     if data:
         values["data"] = str(data)
     if not values.get("data", cfg.data):
-        raise ConfigError("no input: give DATA (a dataset folder or a reference mesh file)")
+        raise ConfigError("no input: give DATA (a dataset folder or a mesh file)")
     return apply_dict(cfg, values, source="command line")
 
 
+def _default_preset(data: str) -> str:
+    """``spot`` for a mesh file, ``nerd`` for a folder with LLFF poses (``poses_bounds.npy``, also beside a
+    COLMAP model: NeRD-style captures with masks), else ``nerf`` (also when DATA is not readable: the
+    input's own error comes later, after the config has been checked)."""
+    from meshlift.data.views import sniff_input
+    from meshlift.errors import DatasetError
+
+    try:
+        kind = sniff_input(data)
+    except DatasetError:
+        return "nerf"
+    if kind == "mesh":
+        return "spot"
+    return "nerd" if kind == "llff" or (Path(data) / "poses_bounds.npy").is_file() else "nerf"
+
+
 def _help_config() -> str:
-    from meshlift.methods.config import SurfaceConfig, config_to_dict, field_docs
-    from meshlift.methods.presets import preset_names
+    from meshlift.methods.nvdiffrec.config import SurfaceConfig, config_to_dict, field_docs
+    from meshlift.methods.nvdiffrec.presets import preset_names
 
     docs = field_docs()
     defaults = config_to_dict(SurfaceConfig())
@@ -147,7 +160,7 @@ def register(app: typer.Typer) -> None:
     @app.command("reconstruct")
     def reconstruct(
         data: Optional[str] = typer.Argument(
-            None, help="Dataset folder (NeRF/Blender, COLMAP, LLFF/NeRD, ...) or a reference mesh (.obj/.glb/.ply)."
+            None, help="Dataset folder (NeRF/Blender, COLMAP, LLFF/NeRD, ...) or a mesh file (.obj/.glb/.ply) to reconstruct from synthetic views."
         ),
         overrides: Optional[List[str]] = typer.Argument(None, help="Config overrides field=value (like --set)."),
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (created)."),
@@ -159,6 +172,7 @@ def register(app: typer.Typer) -> None:
         config: Optional[Path] = typer.Option(None, "--config", "-c", help="JSON or TOML file of config fields."),
         set_: Optional[List[str]] = typer.Option(None, "--set", "-s", help="Override a field: --set batch=4."),
         resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoint.pt."),
+        overwrite: bool = typer.Option(False, "--overwrite", help="Replace a finished or unfinished run in OUT."),
         help_config: bool = typer.Option(False, "--help-config", help="List every config field and exit."),
     ) -> None:
         """Reconstruct a textured PBR mesh (OBJ+MTL, GLB), an HDR light probe and metrics from posed images."""
@@ -172,15 +186,20 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit()
         if out is None:
             raise ConfigError("--out DIR is required (the folder the asset and metrics are written to)")
+        if resume and overwrite:
+            raise ConfigError("--resume and --overwrite exclude each other: continue the run, or replace it")
+        from meshlift.methods.engine import prepare_output_dir
+
+        prepare_output_dir(out, resume=resume, overwrite=overwrite)  # before anything is loaded
         items = list(set_ or []) + list(overrides or [])
         if data is not None and "=" in data and not Path(data).exists():
             items.insert(0, data)
             data = None
         cfg = build_config(data or "", preset, quick, config, items, out=out, resume=resume)
 
-        from meshlift.methods.surface import reconstruct as run
+        from meshlift.methods.nvdiffrec.reconstruct import reconstruct as run
 
-        result = run(cfg, out, resume=resume, monitor=make_monitor())
+        result = run(cfg, out, resume=resume, overwrite=overwrite, monitor=make_monitor())
         print_summary(console, result)
 
 
@@ -191,7 +210,7 @@ def print_summary(console, result) -> None:
     if "fscore" in m:
         console.print(
             f"[bold]Chamfer-L1[/bold] {m['chamfer_l1']:.5f}   [bold]F-score[/bold] {m['fscore']:.4f} "
-            f"(threshold {m.get('threshold', float('nan')):.5f}, 1% of the reference bbox diagonal)"
+            f"(threshold {m.get('threshold', float('nan')):.5f}, 1% of the gt bbox diagonal)"
         )
     t = m.get("timings", {})
     if t:

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import torch
 
-from meshlift.cameras import Cameras, undistortion_grid
+from meshlift.cameras import Cameras
+from meshlift.data.undistort import undistortion_grid
 from meshlift.errors import DatasetError, ImageError
+from meshlift.geometry.transforms import similarity_transform
 
 __all__ = ["Scene", "BACKGROUNDS", "every_nth_splits", "estimate_normalization"]
 
@@ -64,6 +66,10 @@ class Scene:
     """Where preloaded images are kept (``"cpu"`` streams batches to the compute device)."""
     image_has_alpha: list[bool] | None = None
     """Per image: whether the file has an alpha channel (read from the header)."""
+    points: torch.Tensor | None = None
+    """``[P, 3]`` float32 SfM points in the world frame (COLMAP ``points3D``), or None."""
+    points_rgb: torch.Tensor | None = None
+    """``[P, 3]`` float32 colours of ``points`` in [0, 1] (sRGB as stored by COLMAP), or None."""
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -166,12 +172,9 @@ class Scene:
     def _composite(self, rgb: torch.Tensor, alpha: torch.Tensor | None) -> torch.Tensor:
         if alpha is None:
             return rgb
-        if self.background == "white":
-            bg = torch.ones(3, dtype=rgb.dtype, device=rgb.device)
-        elif self.background == "black":
-            bg = torch.zeros(3, dtype=rgb.dtype, device=rgb.device)
-        else:
-            bg = torch.rand(3, dtype=rgb.dtype).to(rgb.device)
+        from meshlift.shading.color import background_color
+
+        bg = background_color(self.background, dtype=rgb.dtype, device=rgb.device)
         return rgb * alpha + bg * (1 - alpha)
 
     def image(self, i: int) -> torch.Tensor:
@@ -255,6 +258,7 @@ class Scene:
             "undistorted": self.source_cameras is not None and not self.source_cameras.is_pinhole,
             "splits": {k: int(len(self.splits.get(k, ()))) for k in ("train", "val", "test")},
             "has_masks": self.has_masks,
+            "sfm_points": 0 if self.points is None else int(len(self.points)),
             "background": self.background,
             "focal": [float(self.cameras.fx.mean()), float(self.cameras.fy.mean())],
             "bounds": {"min": b[0], "max": b[1]},
@@ -359,8 +363,6 @@ def estimate_normalization(
     if not math.isfinite(half) or half <= 0:
         half = 1.0
     s = 1.0 / half
-    T = torch.eye(4, dtype=torch.float64)
-    T[:3, :3] *= s
-    T[:3, 3] = -s * center
+    T = similarity_transform(s, -center)
     info = {"method": method, "center": center.tolist(), "scale": s}
     return T, box, info

@@ -22,9 +22,9 @@ from typing import Union
 
 import numpy as np
 
-from meshlift.errors import DependencyError, ImageError
+from meshlift.errors import ImageError
 
-__all__ = ["read_hdr", "write_hdr", "read_rgbe", "write_rgbe", "read_exr", "write_exr"]
+__all__ = ["read_hdr", "write_hdr", "read_rgbe", "write_rgbe", "read_exr", "write_exr", "read_light", "write_light"]
 
 _PathLike = Union[str, Path]
 
@@ -253,14 +253,9 @@ def write_rgbe(path: _PathLike, img) -> Path:
 
 
 def _openexr():
-    try:
-        import OpenEXR  # noqa: N813
-    except ImportError:
-        raise DependencyError(
-            "reading/writing .exr needs the optional 'OpenEXR' package: pip install OpenEXR "
-            "(or convert the file to Radiance .hdr)"
-        ) from None
-    return OpenEXR
+    from meshlift._deps import require
+
+    return require("OpenEXR")
 
 
 def read_exr(path: _PathLike) -> np.ndarray:
@@ -356,3 +351,24 @@ def write_hdr(path: _PathLike, img) -> Path:
     if ext == ".exr":
         return write_exr(path, img)
     raise ImageError(f"{path}: unknown HDR image extension {ext!r}; use .hdr (Radiance) or .exr (OpenEXR)")
+
+
+def read_light(path: Union[str, Path], res: int = 256, scale: float = 1.0, **kwargs):
+    """Load a lat-long ``.hdr`` / ``.exr`` probe (:func:`read_hdr`) as a
+    :class:`meshlift.shading.light.EnvironmentLight` with cube faces of ``res`` pixels.
+
+    Args:
+        path: image file (linear radiance, conventions §8).
+        res: cube face size.
+        scale: multiplies the radiance.
+        **kwargs: forwarded to the light's constructor (e.g. ``trainable=False`` for a fixed light).
+    """
+    from meshlift.shading.light import EnvironmentLight
+
+    return EnvironmentLight.from_latlong(read_hdr(path) * float(scale), res, **kwargs)
+
+
+def write_light(path: Union[str, Path], light, height: int = 256) -> Path:
+    """Write an environment light's base map as a lat-long Radiance ``.hdr`` (or ``.exr``) probe of
+    ``height`` rows; returns the path."""
+    return write_hdr(path, light.to_latlong(height).cpu().numpy())

@@ -19,6 +19,7 @@ from meshlift.errors import ImageError
 from meshlift.shading.color import linear_to_srgb, srgb_to_linear
 
 __all__ = [
+    "write_turntable",
     "read_image",
     "write_image",
     "image_size",
@@ -215,3 +216,34 @@ def resize_image(image: torch.Tensor, width: int, height: int) -> torch.Tensor:
     return y[0].permute(1, 2, 0).to(image.dtype).contiguous()
 
 
+def write_turntable(out_dir: str | Path, frames: list, background: float = 1.0, *, fps: float = 12.0,
+                    sheet_frames: int = 12, sheet_cols: int = 4) -> tuple[Path, Path]:
+    """Write ``turntable.gif`` (looping, ``fps``) and ``contact_sheet.png`` (``sheet_frames`` evenly picked
+    frames, ``sheet_cols`` per row, on the grey level ``background``) into ``out_dir``.
+
+    Args:
+        frames: ``[S, S, 3]`` sRGB images in [0, 1] (tensors or arrays), all the same square size.
+
+    Returns:
+        ``(gif path, contact sheet path)``.
+    """
+    import imageio.v2 as imageio
+
+    out_dir = Path(out_dir)
+    imgs = [(np.asarray(f) * 255 + 0.5).astype(np.uint8) for f in frames]
+    if not imgs:
+        raise ImageError("write_turntable: no frames to write")
+    size = imgs[0].shape[0]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    gif = out_dir / "turntable.gif"
+    imageio.mimsave(gif, imgs, duration=1.0 / fps, loop=0)
+    pick = imgs[:: max(1, len(imgs) // sheet_frames)][:sheet_frames]
+    cols = min(sheet_cols, len(pick))
+    rows = (len(pick) + cols - 1) // cols
+    sheet = np.full((rows * size, cols * size, 3), int(background * 255), dtype=np.uint8)
+    for k, im in enumerate(pick):
+        r, c = divmod(k, cols)
+        sheet[r * size:(r + 1) * size, c * size:(c + 1) * size] = im
+    sheet_path = out_dir / "contact_sheet.png"
+    imageio.imwrite(sheet_path, sheet)
+    return gif, sheet_path

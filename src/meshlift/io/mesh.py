@@ -7,6 +7,7 @@ Read: ``.obj`` (+MTL), ``.ply``, ``.glb`` / ``.gltf`` (meshlift's own readers), 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import torch
@@ -105,3 +106,27 @@ def save_mesh(path: str | Path, mesh: Mesh, **kwargs) -> list[Path]:
 
         return [save_glb(path, mesh, **kwargs)]
     raise MeshError(f"{path}: cannot write {suffix!r}; supported: {', '.join(WRITE_SUFFIXES)}")
+
+
+def find_asset(asset: str | Path) -> tuple[Path, Optional[Path]]:
+    """``(mesh file, light probe or None)`` of a mesh file or an asset folder as reconstructions write it
+    (``mesh/mesh.obj`` or ``mesh.glb``, with ``probe.hdr``; else the first mesh file in the folder).
+
+    Raises:
+        MeshError: not a file or folder, or a folder without a mesh.
+    """
+    asset = Path(asset)
+    if asset.is_file():
+        return asset, None
+    if not asset.is_dir():
+        raise MeshError(f"{asset}: not a mesh file or a folder")
+    for cand in (asset / "mesh" / "mesh.obj", asset / "mesh.glb", asset / "mesh.obj"):
+        if cand.is_file():
+            break
+    else:
+        found = sorted(p for p in asset.iterdir() if p.suffix.lower() in READ_SUFFIXES)
+        if not found:
+            raise MeshError(f"{asset}: no mesh found (expected mesh/mesh.obj or mesh.glb, as reconstructions write)")
+        cand = found[0]
+    probe = asset / "probe.hdr"
+    return cand, (probe if probe.is_file() else None)

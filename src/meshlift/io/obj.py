@@ -119,7 +119,7 @@ def _material_from_mtl(entry: dict, folder: Path, mtl_path: Path) -> Material:
 
 
 def _parse_general(text: str, path: Path) -> dict:
-    """Line-by-line OBJ parser (any polygon size, negative indices, several materials): the reference."""
+    """Line-by-line OBJ parser (any polygon size, negative indices, several materials): the general parser."""
     pos: list[list[float]] = []
     col: list[list[float]] = []
     uvs: list[list[float]] = []
@@ -197,7 +197,7 @@ def _parse_general(text: str, path: Path) -> dict:
 def _parse_fast(text: str) -> Optional[dict]:
     """Vectorised parser for the common case (what meshlift, nvdiffrec and most exporters write): only
     triangles, one corner pattern for every face, positive indices, at most one ``usemtl``. Returns None
-    when the file is outside that case, and :func:`_parse_general` (the reference) reads it instead."""
+    when the file is outside that case, and :func:`_parse_general` (the general parser) reads it instead."""
     groups: dict[str, list[str]] = {"v": [], "vt": [], "vn": [], "f": []}
     mtllibs: list[str] = []
     mat_names: list[str] = []

@@ -1,9 +1,15 @@
-"""Differentiable marching tetrahedra (DMTet) and nvdiffrec's SDF regulariser.
+"""Differentiable marching tetrahedra on any tet mesh (DMTet grids, MILo's Delaunay) and nvdiffrec's SDF regulariser.
 
 Sources: Shen et al. 2021, "Deep Marching Tetrahedra: a Hybrid Representation for High-Resolution 3D
 Shape Synthesis", Sec. 3.1.3 (marching tetrahedra, vertex interpolation); Munkberg et al. 2022,
 "Extracting Triangular 3D Models, Materials, and Lighting From Images" (nvdiffrec), Sec. 3 and Eq. 2
-(SDF sign-change regulariser).
+(SDF sign-change regulariser); Guédon et al. 2025, "MILo: Mesh-In-the-Loop Gaussian Splatting"
+(marching tetrahedra on the Delaunay tetrahedralisation of Gaussian pivots, large-edge face filter).
+
+There is one implementation, :func:`marching_tets`, used by both the surface method (regular grid from
+:mod:`meshlift.isosurface.tetgrid`) and MILo (Delaunay from :mod:`meshlift.isosurface.delaunay`, whose
+tets come out positively oriented). Nothing in it assumes a grid: edges are found per call from the
+valid tets, keyed ``a * N + b`` and deduplicated with a 1-D ``torch.unique``.
 
 **Sign convention: ``sdf < 0`` is inside, ``sdf >= 0`` outside** (a vertex with sdf exactly 0 counts as
 outside). Output faces are counter-clockwise seen from outside, so the right-hand normal points from the
@@ -26,7 +32,7 @@ import torch
 from meshlift.errors import MeshError
 from meshlift.isosurface.tetgrid import TET_EDGES
 
-#: Tetrahedra processed per chunk when selecting the ones that cross the surface (bounds peak memory).
+#: Tetrahedra processed per chunk by :func:`marching_tets` (bounds its peak memory; the ``chunk_tets`` knob).
 DEFAULT_CHUNK_TETS = 1 << 22
 
 
@@ -86,16 +92,39 @@ def _check_inputs(verts: torch.Tensor, sdf: torch.Tensor, tets: torch.Tensor, fn
         )
 
 
-def _surface_tets(inside: torch.Tensor, tets: torch.Tensor, chunk: int) -> torch.Tensor:
-    """Tetrahedra with both inside and outside corners, ``[T, 4]`` int64 (chunked over ``tets``)."""
-    parts = []
-    for s in range(0, tets.shape[0], chunk):
-        t = tets[s : s + chunk].to(torch.int64)
-        n_in = inside[t].sum(1)
-        parts.append(t[(n_in > 0) & (n_in < 4)])
-    if not parts:
-        return torch.zeros((0, 4), dtype=torch.int64, device=tets.device)
-    return torch.cat(parts)
+def _check_scales(scales: torch.Tensor | None, verts: torch.Tensor, fn: str) -> None:
+    if scales is None:
+        return
+    if not isinstance(scales, torch.Tensor) or scales.shape != verts.shape[:1] or not scales.dtype.is_floating_point:
+        got = tuple(scales.shape) if isinstance(scales, torch.Tensor) else type(scales).__name__
+        raise MeshError(
+            f"{fn}: scales must be a float [N] tensor with N = {verts.shape[0]} (one scale per vertex, "
+            f"e.g. the pivot scales of meshlift.methods.milo.pivots), got {got}"
+        )
+    if scales.device != verts.device:
+        raise MeshError(f"{fn}: scales ({scales.device}) must be on the device of verts ({verts.device})")
+
+
+def _face_edge_keys(inside: torch.Tensor, tets: torch.Tensor, n: int) -> torch.Tensor:
+    """Edge keys ``a * n + b`` (``a < b``) of the three crossing edges of every output face of ``tets``.
+
+    ``tets`` is one chunk, ``[M_c, 4]``; only its tetrahedra with both inside and outside corners
+    contribute. Returns ``[F_c, 3]`` int64, faces in tetrahedron order, corners in table order.
+    """
+    dev = tets.device
+    t = tets.to(torch.int64)
+    n_in = inside[t].sum(1)
+    st = t[(n_in > 0) & (n_in < 4)]  # [T, 4] valid (surface-crossing) tetrahedra
+    if st.shape[0] == 0:
+        return torch.zeros((0, 3), dtype=torch.int64, device=dev)
+    code = (inside[st].to(torch.int64) << torch.arange(4, device=dev)).sum(1)  # [T]
+    e = st[:, _TET_EDGES_T.to(dev)]  # [T, 6, 2]: the 6 edges of each valid tet
+    key = torch.minimum(e[..., 0], e[..., 1]) * n + torch.maximum(e[..., 0], e[..., 1])  # [T, 6]
+    tri = _TRI_TABLE.to(dev)[code]  # [T, 2, 3] local edge ids (only crossing edges appear)
+    ntri = _NUM_TRI.to(dev)[code]  # [T]
+    keep = torch.arange(2, device=dev)[None, :] < ntri[:, None]  # [T, 2]
+    rows = torch.arange(st.shape[0], device=dev)[:, None, None].expand(-1, 2, 3)
+    return key[rows, tri.clamp(min=0)][keep]  # [F_c, 3]
 
 
 def marching_tets(
@@ -104,72 +133,106 @@ def marching_tets(
     tets: torch.Tensor,
     *,
     chunk_tets: int = DEFAULT_CHUNK_TETS,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Extract the zero level set of a per-vertex SDF on a tetrahedral grid (DMTet, Shen et al. 2021).
+    scales: torch.Tensor | None = None,
+    return_edges: bool = False,
+) -> tuple[torch.Tensor, ...]:
+    """Extract the zero level set of a per-vertex SDF on any tetrahedral mesh (DMTet, Shen et al. 2021).
 
-    On each grid edge (a, b) whose endpoints have different signs a surface vertex is placed at the
-    zero of the linear interpolant, ``v = (v_a s_b - v_b s_a) / (s_b - s_a)`` (DMTet Sec. 3.1.3), which
-    is differentiable w.r.t. both ``verts`` (deformed grid positions) and ``sdf``. Each grid edge gives
-    one vertex shared by all tetrahedra around it, so the output is watertight (closed, every edge in
-    exactly two faces) wherever the surface does not leave the grid. Faces are counter-clockwise seen
-    from outside (``sdf >= 0``); see the module docstring for the sign convention.
+    Works on a regular grid (:func:`meshlift.isosurface.tetgrid.regular_tet_grid`, DMTet / nvdiffrec) or
+    on a Delaunay tetrahedralisation of scattered points (:func:`meshlift.isosurface.delaunay.delaunay_tets`,
+    MILo's pivots; Guédon et al. 2025, Sec. 3). Algorithm:
+
+    1. Under ``no_grad``, per chunk of ``chunk_tets`` tetrahedra: keep the *valid* ones (corners of both
+       signs), take their 6 edges, key each undirected edge ``(a, b)``, ``a < b``, as the 1-D int64
+       ``a * N + b``, and emit up to two faces per valid tet from the 16-case table (three edge keys per
+       face).
+    2. One ``torch.unique`` over the edge keys of all chunks merges the edges across chunks and gives
+       each crossing edge its vertex id, so the mesh is the same for every ``chunk_tets``.
+    3. Optional face filter (``scales``, MILo / GOF): drop a face if the tet edge under any of its
+       vertices is longer than the sum of the two end points' scales, ``|p_a - p_b| > s_a + s_b``;
+       vertices no remaining face uses are removed.
+    4. With gradients: on each crossing edge the vertex sits at the zero of the linear interpolant,
+       ``v = (p_a s_b - p_b s_a) / (s_b - s_a)`` (DMTet Sec. 3.1.3). Where the signs differ this equals
+       ``v = p_a |s_b| / (|s_a| + |s_b|) + p_b |s_a| / (|s_a| + |s_b|)`` (MILo's form), and unlike the
+       ``|.|`` form its gradient stays exact when one end has ``sdf == 0``.
+
+    Each edge gives one vertex shared by all tetrahedra around it, so the output is watertight (closed,
+    every edge in exactly two faces) wherever the surface does not leave the tet mesh (and no face was
+    filtered). Faces are counter-clockwise seen from outside (``sdf >= 0``), i.e. outward normals, **for
+    positively oriented tetrahedra** (``det(p1 - p0, p2 - p0, p3 - p0) > 0``); an inverted tet gives
+    inverted faces (MILo moves pivots between re-triangulations and accepts that).
+
+    Memory: the chunk loop bounds the per-tet work (about 200 bytes per tet of a chunk); what is kept
+    across chunks is 24 bytes per output face (the edge keys), i.e. proportional to the output.
 
     Args:
-        verts: ``[N, 3]`` float grid vertex positions (deformed or not); gradients flow to them.
+        verts: ``[N, 3]`` float vertex positions (deformed grid, pivots); gradients flow to them.
         sdf: ``[N]`` float signed distance per vertex, negative inside; gradients flow to it.
-        tets: ``[M, 4]`` int vertex indices of positively oriented tetrahedra
-            (:func:`meshlift.isosurface.tetgrid.regular_tet_grid`).
-        chunk_tets: tetrahedra examined per chunk when finding the surface ones (memory knob).
+        tets: ``[M, 4]`` int vertex indices of positively oriented tetrahedra.
+        chunk_tets: tetrahedra processed per chunk (memory knob; MILo chunks above 32M tets).
+        scales: optional ``[N]`` float per-vertex scale (MILo's pivot scale ``max(3 sigma)``) enabling the
+            large-edge face filter of step 3; None keeps every face.
+        return_edges: also return the tet edge under each output vertex.
 
     Returns:
-        v_pos: ``[V, 3]`` surface vertices (dtype of ``verts``), ordered by grid edge (lexicographic in
+        v_pos: ``[V, 3]`` surface vertices (dtype of ``verts``), ordered by tet edge (lexicographic in
             the edge's (smaller, larger) vertex index).
-        faces: ``[F, 3]`` int64 triangles. Both are empty (``[0, 3]``) when no edge changes sign (grid
-            all inside or all outside).
+        faces: ``[F, 3]`` int64 triangles. Both are empty (``[0, 3]``) when no edge changes sign.
+        edges (only with ``return_edges``): ``[V, 2]`` int64 ``(a, b)``, ``a < b``, the tet edge whose
+            crossing is vertex ``i`` (for refinement along the edge or colour lookups).
 
     Raises:
-        MeshError: bad shapes, dtypes or devices.
+        MeshError: bad shapes, dtypes or devices, or ``chunk_tets < 1``.
     """
     _check_inputs(verts, sdf, tets, "marching_tets")
-    if chunk_tets < 1:
-        raise MeshError(f"marching_tets: chunk_tets must be >= 1, got {chunk_tets}")
+    _check_scales(scales, verts, "marching_tets")
+    if isinstance(chunk_tets, bool) or not isinstance(chunk_tets, int) or chunk_tets < 1:
+        raise MeshError(f"marching_tets: chunk_tets must be an int >= 1, got {chunk_tets!r}")
     dev = verts.device
     n = verts.shape[0]
+
+    def empty() -> tuple[torch.Tensor, ...]:
+        out = (verts.new_zeros((0, 3)), torch.zeros((0, 3), dtype=torch.int64, device=dev))
+        return out + (torch.zeros((0, 2), dtype=torch.int64, device=dev),) if return_edges else out
+
     with torch.no_grad():
         inside = sdf < 0
-        st = _surface_tets(inside, tets, chunk_tets)  # [T, 4]
-        if st.shape[0] == 0:
-            return verts.new_zeros((0, 3)), torch.zeros((0, 3), dtype=torch.int64, device=dev)
-        code = (inside[st].to(torch.int64) << torch.arange(4, device=dev)).sum(1)  # [T]
-        e = st[:, _TET_EDGES_T.to(dev)]  # [T, 6, 2]
-        a = torch.minimum(e[..., 0], e[..., 1])
-        b = torch.maximum(e[..., 0], e[..., 1])
-        crossing = inside[a] != inside[b]  # [T, 6]
-        keys, inv = torch.unique(a[crossing] * n + b[crossing], return_inverse=True)
-        edge_vid = torch.full_like(a, -1)
-        edge_vid[crossing] = inv
-        tri = _TRI_TABLE.to(dev)[code]  # [T, 2, 3]
-        ntri = _NUM_TRI.to(dev)[code]  # [T]
-        keep = torch.arange(2, device=dev)[None, :] < ntri[:, None]  # [T, 2]
-        rows = torch.arange(st.shape[0], device=dev)[:, None, None].expand(-1, 2, 3)
-        faces = edge_vid[rows, tri.clamp(min=0)][keep]  # [F, 3]
+        parts = [_face_edge_keys(inside, tets[s : s + chunk_tets], n) for s in range(0, tets.shape[0], chunk_tets)]
+        face_keys = torch.cat(parts) if parts else torch.zeros((0, 3), dtype=torch.int64, device=dev)
+        if face_keys.shape[0] == 0:
+            return empty()
+        keys, inv = torch.unique(face_keys.reshape(-1), return_inverse=True)
+        faces = inv.reshape(-1, 3)
         ea, eb = keys // n, keys % n
+        if scales is not None:
+            length = (verts[ea] - verts[eb]).norm(dim=1)
+            ok = length <= scales[ea] + scales[eb]
+            faces = faces[ok[faces].all(dim=1)]
+            if faces.shape[0] == 0:
+                return empty()
+            used, faces = torch.unique(faces.reshape(-1), return_inverse=True)
+            faces = faces.reshape(-1, 3)
+            ea, eb = ea[used], eb[used]
     sa, sb = sdf[ea].unsqueeze(1), sdf[eb].unsqueeze(1)
     v_pos = (verts[ea] * sb - verts[eb] * sa) / (sb - sa)
+    if return_edges:
+        return v_pos, faces, torch.stack([ea, eb], dim=1)
     return v_pos, faces
 
 
 def marching_tets_reference(
-    verts: torch.Tensor, sdf: torch.Tensor, tets: torch.Tensor
+    verts: torch.Tensor, sdf: torch.Tensor, tets: torch.Tensor, *, scales: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Slow per-tetrahedron reference twin of :func:`marching_tets` (tests only; small grids).
+    """Slow per-tetrahedron reference twin of :func:`marching_tets` (tests only; small meshes).
 
     Loops over tetrahedra in Python, builds each triangle from the sign pattern directly and orients it
-    geometrically (normal away from an inside corner of the undeformed tetrahedron), without the lookup
-    table. Vertex order is the same as :func:`marching_tets` (sorted by grid edge), so outputs compare
-    directly up to the order of faces and the rotation of each face.
+    geometrically (normal away from an inside corner of the tetrahedron), without the lookup table; with
+    ``scales`` it skips the triangles that touch an edge longer than the sum of its ends' scales. Vertex
+    order is the same as :func:`marching_tets` (sorted by edge), so outputs compare directly up to the
+    order of faces and the rotation of each face.
     """
     _check_inputs(verts, sdf, tets, "marching_tets_reference")
+    _check_scales(scales, verts, "marching_tets_reference")
     n = verts.shape[0]
     s = sdf.detach()
     edges: set[tuple[int, int]] = set()
@@ -195,6 +258,10 @@ def marching_tets_reference(
             if float(nrm @ (verts[ins[0]].detach() - pts[0])) > 0:  # inside corners lie behind the face
                 poly = (poly[0], poly[2], poly[1])
             key_poly = tuple((min(p, q), max(p, q)) for p, q in poly)
+            if scales is not None and any(
+                float((verts[p] - verts[q]).norm()) > float(scales[p] + scales[q]) for p, q in key_poly
+            ):
+                continue
             edges.update(key_poly)
             tris.append(key_poly)
     if not tris:

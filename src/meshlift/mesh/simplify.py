@@ -73,7 +73,9 @@ def _vertex_normals(v: np.ndarray, f: np.ndarray) -> np.ndarray:
 
 
 def _decimate(points: np.ndarray, faces: np.ndarray, target: int, preserve_border: bool, agg: float):
-    import fast_simplification
+    from meshlift._deps import require
+
+    fast_simplification = require("fast_simplification")
 
     p, f = np.ascontiguousarray(points, dtype=np.float64), np.ascontiguousarray(faces, dtype=np.int32)
     out_p, out_f = p, f

@@ -21,7 +21,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from meshlift.errors import DependencyError, MeshError
+from meshlift.errors import MeshError
 from meshlift.structures.mesh import Mesh
 
 logger = logging.getLogger(__name__)
@@ -40,13 +40,9 @@ class DecimationWarning(UserWarning):
 
 
 def _import_xatlas():
-    try:
-        import xatlas
-    except ImportError as exc:  # pragma: no cover - xatlas is a core dependency
-        raise DependencyError(
-            "meshlift.mesh.uv.unwrap needs the 'xatlas' package: pip install xatlas"
-        ) from exc
-    return xatlas
+    from meshlift._deps import require
+
+    return require("xatlas", "meshlift.mesh.uv.unwrap")
 
 
 def unwrap(

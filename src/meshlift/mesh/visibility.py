@@ -18,25 +18,13 @@ Memory: one ``[views_per_batch, R, R]`` int64 id buffer plus the rasterizer's fr
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
 
+from meshlift.cameras import fibonacci_directions
 from meshlift.errors import MeshError
 from meshlift.structures.mesh import Mesh
-
-
-def fibonacci_directions(n: int, *, dtype=torch.float32, device=None) -> torch.Tensor:
-    """``[n, 3]`` unit vectors spread evenly on the sphere (golden-angle spiral)."""
-    if n < 1:
-        raise MeshError(f"fibonacci_directions needs n >= 1, got {n}")
-    i = torch.arange(n, dtype=torch.float64) + 0.5
-    z = 1.0 - 2.0 * i / n
-    r = torch.sqrt((1.0 - z * z).clamp_min(0.0))
-    phi = i * math.pi * (3.0 - math.sqrt(5.0))
-    d = torch.stack([r * torch.cos(phi), r * torch.sin(phi), z], dim=-1)
-    return d.to(dtype=dtype, device=device)
 
 
 def orthographic_clip(v_pos: torch.Tensor, directions: torch.Tensor) -> torch.Tensor:
@@ -75,6 +63,8 @@ def seen_faces(mesh: Mesh, *, n_views: int = 64, resolution: int = 512, views_pe
     """
     from meshlift.render import visible_triangles
 
+    if n_views < 1:
+        raise MeshError(f"hidden-face removal needs n_views >= 1, got {n_views}")
     T = mesh.num_faces
     count = torch.zeros(T, dtype=torch.long, device=mesh.device)
     if T == 0:

@@ -1,10 +1,10 @@
-"""Reconstruction methods: each composes rendering, isosurfaces, materials and light into a training loop.
+"""Reconstruction methods: each composes data, renderers, isosurfaces, materials and light into a training loop.
 
-- :mod:`meshlift.methods.renderer`: ``render_mesh`` — deferred PBR rendering of a mesh (nvdiffrec pipeline).
-- :mod:`meshlift.methods.config`: ``SurfaceConfig`` and its parts (dataclasses, a docstring per field).
-- :mod:`meshlift.methods.presets`: named configs (``spot``, ``bob``, ``nerf``, ... and their ``--quick`` variants).
-- :mod:`meshlift.methods.surface`: the two-pass surface reconstruction (DMTet / FlexiCubes, then fixed topology).
-- :mod:`meshlift.methods.outputs`: writing the asset folder (mesh, GLB, probe, images, metrics).
+- :mod:`meshlift.methods.engine`: what every method shares — progress ``Monitor``, ``TrainState`` and
+  ``Checkpointer``, ``ViewSampler``, named schedules, device/OOM handling, time budget.
+- :mod:`meshlift.methods.nvdiffrec`: two-pass surface reconstruction (DMTet / FlexiCubes, then fixed topology
+  with textures), its config, presets and outputs.
 
+A new method family gets its own package here (``methods/<family>/``: config, presets, loop, outputs).
 Nothing heavy is imported here.
 """

@@ -19,7 +19,6 @@ from meshlift.render.interpolate import interpolate
 from meshlift.render.texture import cube_to_face_uv, texture, texture_construct_mip
 from meshlift.render.rasterize import (
     DEFAULT_MAX_FRAGMENTS,
-    RasterSettings,
     barycentrics_at,
     rasterize,
     visible_triangles,
@@ -35,7 +34,6 @@ __all__ = [
     "cube_to_face_uv",
     "visible_triangles",
     "barycentrics_at",
-    "RasterSettings",
     "DEFAULT_MAX_FRAGMENTS",
     "transform_pos",
     "triangle_id",

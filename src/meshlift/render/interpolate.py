@@ -13,7 +13,7 @@ import torch
 
 from meshlift.errors import RenderError
 from meshlift.render._checks import check_float, check_rast, check_tri
-from meshlift.render.backends._common import gather_rows
+from meshlift.kernels._common import gather_rows
 
 
 def _triangle_index(rast: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:

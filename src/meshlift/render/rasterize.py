@@ -1,7 +1,7 @@
 """``rasterize``: nvdiffrast-compatible differentiable triangle rasterization in pure PyTorch.
 
 The discrete visibility pass (which triangle is nearest at each pixel centre) runs in a backend
-(:mod:`meshlift.render.backends`, no gradient). The continuous outputs — perspective-correct barycentrics
+(:mod:`meshlift.kernels`, no gradient). The continuous outputs — perspective-correct barycentrics
 ``(u, v)``, ``z/w`` and their screen derivatives — are then recomputed from ``pos`` with ordinary
 differentiable PyTorch ops at the covered pixels, so gradients reach the clip-space vertex positions
 exactly as in nvdiffrast (Laine et al. 2020, "Modular Primitives for High-Performance Differentiable
@@ -13,7 +13,6 @@ Conventions: docs/conventions.md §3 (clip space, pixel centres, depth-test tie 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 import torch
@@ -22,28 +21,11 @@ from torch.autograd.function import once_differentiable
 
 from meshlift.errors import OutOfMemoryError, RenderError
 from meshlift.render._checks import check_float, check_resolution, check_tri
-from meshlift.render.backends import get_backend
-from meshlift.render.backends._common import MAX_TRIANGLES, dense_path, gather_rows, pixel_centre_tables
+from meshlift.kernels import get_backend
+from meshlift.kernels._common import MAX_TRIANGLES, dense_path, gather_rows, pixel_centre_tables
 
 #: Default fragment budget when neither the argument nor ``MESHLIFT_RASTER_MAX_FRAGMENTS`` is set.
 DEFAULT_MAX_FRAGMENTS = 2**24
-
-
-@dataclass
-class RasterSettings:
-    """Rasterizer knobs a method config can carry and pass on as ``rasterize(..., **settings.kwargs())``."""
-
-    max_fragments: Optional[int] = None
-    """Fragment budget: at most this many candidate (triangle, pixel) pairs are alive at once; peak
-    visibility memory is at most about 170 bytes × this (plus 24 bytes per pixel). None → env
-    ``MESHLIFT_RASTER_MAX_FRAGMENTS`` or 2^24."""
-
-    backend: Optional[str] = None
-    """Visibility backend name (``"torch"``, ``"auto"``); None → env ``MESHLIFT_RASTER_BACKEND`` or auto."""
-
-    def kwargs(self) -> dict:
-        """Keyword arguments for :func:`rasterize`."""
-        return {"max_fragments": self.max_fragments, "backend": self.backend}
 
 
 def resolve_max_fragments(max_fragments: Optional[int]) -> int:

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from meshlift.render.backends._common import INT64_MAX, depth_key, key_to_index, triangle_planes
+from meshlift.kernels._common import INT64_MAX, depth_key, key_to_index, triangle_planes
 
 
 def visibility_reference(

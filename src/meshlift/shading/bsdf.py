@@ -49,7 +49,12 @@ def dot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def safe_normalize(x: torch.Tensor, eps: float = 1e-20) -> torch.Tensor:
-    """``x / |x|`` over the last axis with ``|x|^2`` clamped to ``eps`` (finite gradient at 0). ``[..., 3]``."""
+    """``x / |x|`` over the last axis with ``|x|^2`` clamped to ``eps`` (finite gradient at 0). ``[..., 3]``.
+
+    Same maths and ``eps`` as :func:`meshlift.geometry.mesh_ops.safe_normalize` (which multiplies by
+    ``rsqrt``); the two differ in the last bit of float32 rounding only. They are not merged yet because
+    that changes the recorded ``meshlift demo`` metrics (issue 8 keeps them bit-identical); merge them
+    together with re-recording the demo."""
     return x / torch.sqrt(torch.clamp(dot(x, x), min=eps))
 
 

@@ -13,7 +13,7 @@ import torch
 
 from meshlift.errors import ImageError
 
-__all__ = ["srgb_to_linear", "linear_to_srgb", "tonemap_srgb"]
+__all__ = ["srgb_to_linear", "linear_to_srgb", "tonemap_srgb", "background_color", "BACKGROUND_COLORS"]
 
 # IEC 61966-2-1:1999 piecewise curve constants.
 _SRGB_ENC_KNEE = 0.0031308  # linear value where the encoding switches from linear to power segment
@@ -86,3 +86,22 @@ def tonemap_srgb(x: torch.Tensor) -> torch.Tensor:
     """
     _check(x, "tonemap_srgb(x)")
     return linear_to_srgb(torch.log(torch.clamp(x, min=0.0, max=_LOG_TONEMAP_MAX) + 1.0))
+
+
+#: Named background colours images are composited on (docs/conventions.md §6), as encoded values in [0, 1].
+#: Readers also accept ``"random"`` (a fresh uniform colour per image, :func:`background_color`).
+BACKGROUND_COLORS = {"white": (1.0, 1.0, 1.0), "black": (0.0, 0.0, 0.0)}
+
+
+def background_color(name: str, *, dtype=torch.float32, device=None) -> torch.Tensor:
+    """``[3]`` colour of the background ``name``: ``"white"``, ``"black"`` or ``"random"`` (``torch.rand``,
+    global generator). Values are the same in sRGB and linear for white and black.
+
+    Raises:
+        ImageError: unknown name.
+    """
+    if name == "random":
+        return torch.rand(3, dtype=dtype).to(device)
+    if name not in BACKGROUND_COLORS:
+        raise ImageError(f"background {name!r}: choose one of {sorted(BACKGROUND_COLORS) + ['random']}")
+    return torch.tensor(BACKGROUND_COLORS[name], dtype=dtype, device=device)

@@ -33,6 +33,7 @@ __all__ = [
     "dir_to_cube",
     "sample_cube",
     "sample_cube_mip",
+    "sample_cube_mip_reference",
     "latlong_directions",
     "dir_to_latlong_uv",
     "sample_latlong",
@@ -174,11 +175,35 @@ def _border_lookup(res: int, device_str: str) -> tuple[torch.Tensor, torch.Tenso
     return face, fx.float(), fy.float(), idx
 
 
+@functools.lru_cache(maxsize=32)
+def _border_taps(res: int, dtype: torch.dtype, device_str: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The border resampling of :func:`_pad_cube` as fixed taps: ``(tap [4 * 6B] int64, weight [4, 6B, 1], idx)``.
+
+    Same bilinear clamp-to-edge lookups as :func:`_bilinear_clamped` at the cached border positions, with
+    the four texel indices and weights precomputed (they depend only on R), so padding a cube is one gather
+    and a weighted sum.
+    """
+    face, fx, fy, idx = _border_lookup(res, device_str)
+    x, y = fx.to(dtype), fy.to(dtype)
+    px = torch.clamp((x + 1.0) * (0.5 * res) - 0.5, 0.0, res - 1.0)
+    py = torch.clamp((y + 1.0) * (0.5 * res) - 0.5, 0.0, res - 1.0)
+    x0 = torch.clamp(torch.floor(px).long(), 0, max(res - 2, 0))
+    y0 = torch.clamp(torch.floor(py).long(), 0, max(res - 2, 0))
+    x1 = torch.clamp(x0 + 1, max=res - 1)
+    y1 = torch.clamp(y0 + 1, max=res - 1)
+    ax = px - x0.to(dtype)
+    ay = py - y0.to(dtype)
+    base = face * (res * res)
+    tap = torch.cat([base + y0 * res + x0, base + y0 * res + x1, base + y1 * res + x0, base + y1 * res + x1])
+    w = torch.stack([(1 - ax) * (1 - ay), ax * (1 - ay), (1 - ax) * ay, ax * ay])[..., None]
+    return tap, w, idx
+
+
 def _pad_cube(cube: torch.Tensor) -> torch.Tensor:
     """``[6, R, R, C]`` -> ``[6, R+2, R+2, C]`` with each face's border resampled from its neighbours."""
     res, ch = cube.shape[1], cube.shape[-1]
-    face, fx, fy, idx = _border_lookup(res, str(cube.device))
-    border_vals = _bilinear_clamped(cube, face, fx.to(cube.dtype), fy.to(cube.dtype))  # [6 * B, C]
+    tap, w, idx = _border_taps(res, cube.dtype, str(cube.device))
+    border_vals = (cube.reshape(-1, ch).index_select(0, tap).reshape(4, -1, ch) * w).sum(0)  # [6 * B, C]
     out = torch.nn.functional.pad(cube, (0, 0, 1, 1, 1, 1))
     flat = out.reshape(6, (res + 2) * (res + 2), ch)
     flat = flat.index_copy(1, idx, border_vals.reshape(6, -1, ch))
@@ -215,11 +240,41 @@ def sample_cube(cube: torch.Tensor, dirs: torch.Tensor) -> torch.Tensor:
     return out.reshape(*lead, cube.shape[-1])
 
 
+def _check_mip_args(levels: list[torch.Tensor], dirs: torch.Tensor, level: torch.Tensor, name: str) -> None:
+    if not levels:
+        raise RenderError(f"{name}(levels): need at least one level")
+    for i, lv in enumerate(levels):
+        _check_cube(lv, f"{name}(levels[{i}])")
+    if dirs.shape[-1] != 3 or level.shape != dirs.shape[:-1]:
+        raise RenderError(
+            f"{name}: dirs must be [..., 3] and level [...] with the same leading shape, got "
+            f"{tuple(dirs.shape)} and {tuple(level.shape)}"
+        )
+
+
+@functools.lru_cache(maxsize=32)
+def _mip_layout(sizes: tuple[int, ...], device_str: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per level of a padded mip chain stored back to back: ``(stride R_l + 2 [L] int64, offset [L] int64)``."""
+    strides = [r + 2 for r in sizes]
+    offsets = [0]
+    for st in strides[:-1]:
+        offsets.append(offsets[-1] + 6 * st * st)
+    dev = torch.device(device_str)
+    return torch.tensor(strides, dtype=torch.int64, device=dev), torch.tensor(offsets, dtype=torch.int64, device=dev)
+
+
 def sample_cube_mip(levels: list[torch.Tensor], dirs: torch.Tensor, level: torch.Tensor) -> torch.Tensor:
     """Trilinear lookup in a cube-map mip chain: bilinear per level, linear between levels.
 
     Equivalent to nvdiffrast's ``texture(..., mip=levels[1:], mip_level_bias=level,
     filter_mode='linear-mipmap-linear', boundary_mode='cube')`` without uv derivatives.
+
+    Every lookup reads its two neighbouring levels ``floor(level)`` and ``floor(level) + 1`` (the last two
+    for ``level = L - 1``): the padded levels are stored back to back and the 2 x 4 bilinear taps of all
+    lookups are one gather, so the op count does not grow with the number of levels and nothing syncs with
+    the host. :func:`sample_cube_mip_reference` is the per-level twin (same values; at exactly integer
+    levels this function's derivative with respect to ``level`` is the one-sided difference towards the
+    next level, the twin's is 0).
 
     Args:
         levels: list of ``[6, R_l, R_l, C]`` cube maps, finest first.
@@ -227,20 +282,44 @@ def sample_cube_mip(levels: list[torch.Tensor], dirs: torch.Tensor, level: torch
         level: ``[...]`` fractional mip level (clamped to [0, len(levels) - 1]).
 
     Returns:
-        ``[..., C]``.
+        ``[..., C]``, differentiable with respect to the levels, ``dirs`` and ``level``.
 
     Raises:
         RenderError: bad shapes.
     """
-    if not levels:
-        raise RenderError("sample_cube_mip(levels): need at least one level")
-    for i, lv in enumerate(levels):
-        _check_cube(lv, f"sample_cube_mip(levels[{i}])")
-    if dirs.shape[-1] != 3 or level.shape != dirs.shape[:-1]:
-        raise RenderError(
-            f"sample_cube_mip: dirs must be [..., 3] and level [...] with the same leading shape, got "
-            f"{tuple(dirs.shape)} and {tuple(level.shape)}"
-        )
+    _check_mip_args(levels, dirs, level, "sample_cube_mip")
+    if len(levels) == 1:
+        return sample_cube(levels[0], dirs)
+    lead = dirs.shape[:-1]
+    dtype = levels[0].dtype
+    ch = levels[0].shape[-1]
+    face, x, y = dir_to_cube(dirs.reshape(-1, 3).to(dtype))
+    lv = torch.clamp(level.reshape(-1).to(dtype), 0.0, len(levels) - 1.0)
+    l0 = torch.clamp(torch.floor(lv.detach()), max=len(levels) - 2.0)
+    t = (lv - l0)[:, None]  # weight of the upper level, in [0, 1]
+    strides, offsets = _mip_layout(tuple(int(c.shape[1]) for c in levels), str(face.device))
+    table = torch.cat([_pad_cube(c).reshape(-1, ch) for c in levels])
+    li = torch.cat([l0.long(), l0.long() + 1])  # [2P]: lower level of every lookup, then upper
+    stride = strides[li]
+    res = (stride - 2).to(dtype)
+    face2, x2, y2 = face.repeat(2), x.repeat(2), y.repeat(2)
+    px = torch.minimum(torch.clamp((x2 + 1.0) * (0.5 * res) + 0.5, min=0.0), res + 1.0)
+    py = torch.minimum(torch.clamp((y2 + 1.0) * (0.5 * res) + 0.5, min=0.0), res + 1.0)
+    x0 = torch.minimum(torch.floor(px.detach()).long(), stride - 2)
+    y0 = torch.minimum(torch.floor(py.detach()).long(), stride - 2)
+    fx = (px - x0.to(dtype))[:, None]
+    fy = (py - y0.to(dtype))[:, None]
+    base = offsets[li] + face2 * stride * stride + y0 * stride + x0
+    idx = torch.cat([base, base + 1, base + stride, base + stride + 1])
+    c00, c01, c10, c11 = table.index_select(0, idx).chunk(4, dim=0)
+    both = (c00 * (1 - fx) + c01 * fx) * (1 - fy) + (c10 * (1 - fx) + c11 * fx) * fy  # [2P, C]
+    lo, hi = both.chunk(2, dim=0)
+    return (lo + (hi - lo) * t).reshape(*lead, ch)
+
+
+def sample_cube_mip_reference(levels: list[torch.Tensor], dirs: torch.Tensor, level: torch.Tensor) -> torch.Tensor:
+    """Per-level twin of :func:`sample_cube_mip`: each level sampled for the lookups that use it (tests)."""
+    _check_mip_args(levels, dirs, level, "sample_cube_mip_reference")
     lead = dirs.shape[:-1]
     dtype = levels[0].dtype
     face, x, y = dir_to_cube(dirs.reshape(-1, 3).to(dtype))

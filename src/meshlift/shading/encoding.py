@@ -15,7 +15,8 @@ Hash Encoding" (ACM TOG 41(4)), Sec. 3:
 :class:`HashGridEncoding` evaluates the dense levels together and the hashed levels together (one gather
 per group for all levels and corners);
 :func:`hash_grid_reference` is its naive per-level, per-corner loop twin (tests compare both, forward
-and backward).
+and backward). On CUDA the same encoding runs as two fused Triton kernels (forward, backward) of
+:mod:`meshlift.kernels.hashgrid_triton`, chosen by ``backend`` (:mod:`meshlift.kernels.shading`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 from torch import nn
 
 from meshlift.errors import ConfigError, RenderError
+from meshlift.kernels.shading import SHADING_BACKENDS, shading_backend
 
 __all__ = ["HASH_PRIMES", "HashGridEncoding", "hash_grid_reference", "MLP"]
 
@@ -46,6 +48,9 @@ class HashGridEncoding(nn.Module):
             reaches ``desired_resolution`` at the finest level: ``b = exp(ln(N_max / N_min) / (L - 1))``.
         desired_resolution: N_max used when ``per_level_scale`` is None (nvdiffrec: 4096).
         init_scale: table entries start uniform in [-init_scale, init_scale].
+        backend: ``"auto"`` (Triton kernels for float32 CUDA inputs when ``import triton`` works, this
+            module's PyTorch code otherwise), ``"torch"`` or ``"triton"``; None reads the environment variable
+            ``MESHLIFT_SHADING_BACKEND`` (default auto). See :mod:`meshlift.kernels.shading`.
 
     Attributes:
         embeddings: ``[sum_l T_l, F]`` trainable table of every level, concatenated.
@@ -66,6 +71,7 @@ class HashGridEncoding(nn.Module):
         per_level_scale: float | None = None,
         desired_resolution: int = 4096,
         init_scale: float = 1e-4,
+        backend: str | None = None,
     ) -> None:
         super().__init__()
         if not 1 <= n_input_dims <= len(HASH_PRIMES):
@@ -77,6 +83,8 @@ class HashGridEncoding(nn.Module):
             )
         if not 1 <= log2_hashmap_size <= 30:
             raise ConfigError(f"HashGridEncoding(log2_hashmap_size): must be in 1..30, got {log2_hashmap_size}")
+        if backend is not None and str(backend).strip().lower() not in SHADING_BACKENDS:
+            raise ConfigError(f"HashGridEncoding(backend): unknown {backend!r}; use one of {', '.join(SHADING_BACKENDS)}")
         if per_level_scale is None:
             per_level_scale = (
                 math.exp(math.log(desired_resolution / base_resolution) / (n_levels - 1)) if n_levels > 1 else 1.0
@@ -89,6 +97,7 @@ class HashGridEncoding(nn.Module):
         self.log2_hashmap_size = int(log2_hashmap_size)
         self.base_resolution = int(base_resolution)
         self.per_level_scale = float(per_level_scale)
+        self.backend = backend
         self.n_output_dims = self.n_levels * self.n_features_per_level
         table = 1 << self.log2_hashmap_size
         d = self.n_input_dims
@@ -112,6 +121,7 @@ class HashGridEncoding(nn.Module):
         self.register_buffer("_res", torch.tensor(self.resolutions, dtype=torch.float32), persistent=False)
         strides = torch.tensor([[(r + 1) ** i for i in range(d)] for r in self.resolutions], dtype=torch.int64)
         self.register_buffer("_strides", strides, persistent=False)  # [L, d]
+        self.register_buffer("_dense", torch.tensor(self.dense, dtype=torch.int32), persistent=False)
 
     def extra_repr(self) -> str:
         return (
@@ -136,6 +146,12 @@ class HashGridEncoding(nn.Module):
             raise RenderError(f"HashGridEncoding: expected x of shape [N, {self.n_input_dims}], got {tuple(x.shape)}")
         n = x.shape[0]
         x = torch.clamp(x.to(self.embeddings.dtype), 0.0, 1.0)
+        if shading_backend(self.backend, x.device, x.dtype) == "triton":
+            from meshlift.kernels.hashgrid_triton import hash_grid_encode_triton
+
+            return hash_grid_encode_triton(
+                x, self.embeddings, self._res, self._strides, self._offsets, self._dense, self.log2_hashmap_size
+            )
         n_dense = sum(self.dense)  # dense levels come first (resolutions grow with the level)
         parts = []
         if n_dense:

@@ -27,12 +27,12 @@ import functools
 import math
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from meshlift.errors import RenderError
+from meshlift.kernels.shading import shading_backend
 from meshlift.shading.brdf_lut import brdf_lut, lookup_brdf_lut
 from meshlift.shading.bsdf import dot, reflect, safe_normalize
 from meshlift.shading.cubemap import (
@@ -267,7 +267,11 @@ class _ApplySparse(torch.autograd.Function):
 
 
 def specular_prefilter(
-    cube: torch.Tensor, roughness: float, cutoff: float = 0.99, out_res: int | None = None
+    cube: torch.Tensor,
+    roughness: float,
+    cutoff: float = 0.99,
+    out_res: int | None = None,
+    backend: str | None = None,
 ) -> torch.Tensor:
     """GGX-prefiltered environment (split-sum "LD" term), differentiable, via a cached sparse matrix.
 
@@ -282,6 +286,9 @@ def specular_prefilter(
         cutoff: fraction of the GGX lobe kept, in (0, 1].
         out_res: output face size (default ``R_src``); may exceed ``R_src`` (a fine output gathered
             from a coarse source, as the bounded-memory mip chain does).
+        backend: how the cached matrix is applied: ``"torch"`` (sparse matmul), ``"triton"`` (the CSR kernel
+            of :mod:`meshlift.kernels.prefilter_triton`), ``"auto"`` (Triton for float32 CUDA maps when
+            ``import triton`` works); None reads ``MESHLIFT_SHADING_BACKEND`` (default auto).
 
     Returns:
         ``[6, out_res, out_res, C]``.
@@ -298,7 +305,12 @@ def specular_prefilter(
     src_res, ch = cube.shape[1], cube.shape[-1]
     out_res = src_res if out_res is None else int(out_res)
     op = _specular_operator(out_res, src_res, float(roughness), float(cutoff), cube.dtype, str(cube.device))
-    y = _ApplySparse.apply(cube.reshape(-1, ch).contiguous(), op)
+    if shading_backend(backend, cube.device, cube.dtype) == "triton":
+        from meshlift.kernels.prefilter_triton import csr_apply_triton
+
+        y = csr_apply_triton(cube.reshape(-1, ch), op.fwd, op.bwd)
+    else:
+        y = _ApplySparse.apply(cube.reshape(-1, ch).contiguous(), op)
     return y.reshape(6, out_res, out_res, ch)
 
 
@@ -459,21 +471,6 @@ class EnvironmentLight(torch.nn.Module):
             raise RenderError(f"EnvironmentLight.from_latlong(img): expected [H, W, 3], got {tuple(t.shape)}")
         return cls(latlong_to_cube(t[..., :3], int(res)), **kwargs)
 
-    @classmethod
-    def load(cls, path: str | Path, res: int = 256, scale: float = 1.0, **kwargs) -> "EnvironmentLight":
-        """Load a lat-long ``.hdr`` / ``.exr`` probe (see :func:`meshlift.io.hdr.read_hdr`) as a light.
-
-        Args:
-            path: image file.
-            res: cube face size.
-            scale: multiplies the radiance.
-            **kwargs: forwarded to the constructor (e.g. ``trainable=False`` for a fixed light).
-        """
-        from meshlift.io.hdr import read_hdr
-
-        img = read_hdr(path) * float(scale)
-        return cls.from_latlong(img, res, **kwargs)
-
     def clone(self) -> "EnvironmentLight":
         """A detached copy with the same settings (mips not built)."""
         return EnvironmentLight(
@@ -492,12 +489,6 @@ class EnvironmentLight(torch.nn.Module):
         """The base cube map as a lat-long map ``[height, 2 height, 3]`` (detached)."""
         with torch.no_grad():
             return cube_to_latlong(self.base.detach(), int(height))
-
-    def save(self, path: str | Path, height: int = 256) -> Path:
-        """Write the base map as a lat-long Radiance ``.hdr`` (or ``.exr``) probe; returns the path."""
-        from meshlift.io.hdr import write_hdr
-
-        return write_hdr(path, self.to_latlong(height).cpu().numpy())
 
     # -- training helpers ---------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Procedural HDR environment maps (lat-long, linear radiance), made in code, deterministic per seed.
 
-Used by ``meshlift demo`` and to render reference meshes when no ``.hdr`` probe is given. Each map has a
+Used by ``meshlift demo`` and to render synthetic scenes (``meshlift.data.synthetic``) when no ``.hdr`` probe is given. Each map has a
 smooth low-frequency part (sky / studio gradient, ground) that drives diffuse shading and compact bright
 emitters with sharp (but anti-aliased) edges that produce visible highlights, so that both albedo and
 roughness/metalness are constrained when materials are fitted under it.

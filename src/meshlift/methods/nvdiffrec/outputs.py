@@ -7,14 +7,13 @@ Layout of ``DIR`` (issue 4):
 - ``probe.hdr``: the environment light as a lat-long map (conventions §8), in the normalised frame's axes
   (the world frame's axes when the normalisation is a pure scale + translation);
 - ``dmtet_mesh/mesh.obj``: the pass-1 mesh (no material);
-- ``images/``: validation views ``start_XX.png`` and ``end_XX.png`` (reference | ours), previews
+- ``images/``: validation views ``start_XX.png`` and ``end_XX.png`` (target | ours), previews
   ``preview_<pass>_<iteration>.png`` and a rendered image of the asset ``asset.png``;
 - ``metrics.json``, ``config.json``, ``checkpoint.pt`` and ``loss_curve.png``.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Optional
@@ -22,20 +21,43 @@ from typing import Optional
 import numpy as np
 import torch
 
-from meshlift.methods.config import SurfaceConfig, config_to_dict
+from meshlift.methods.nvdiffrec.config import SurfaceConfig, config_to_dict
+from meshlift.methods.nvdiffrec.evaluate import render_views
 
 
 def write_config(out: Path, cfg: SurfaceConfig) -> Path:
-    """Write the effective config to ``out/config.json``."""
-    p = Path(out) / "config.json"
-    p.write_text(json.dumps(config_to_dict(cfg), indent=2) + "\n", encoding="utf-8")
-    return p
+    """Write the effective config to ``out/config.json`` (strict JSON, atomically)."""
+    from meshlift.io.jsonfile import write_json
+
+    return write_json(Path(out) / "config.json", config_to_dict(cfg))
 
 
-def _side_by_side(ref: torch.Tensor, ours: torch.Tensor) -> torch.Tensor:
-    """``[H, W, 3]`` reference | ours with a 2-pixel grey separator."""
-    sep = torch.full((ref.shape[0], 2, 3), 0.5)
-    return torch.cat([ref.cpu(), sep, ours.cpu()], dim=1)
+def _atomic_path(path: Path, write) -> Path:
+    """Run ``write(tmp_path)`` on a temporary sibling (file or folder) of ``path`` and rename it into place,
+    so an interrupted export leaves the previous file (or none), never a half-written one."""
+    import os
+    import shutil
+
+    path = Path(path)
+    tmp_root = path.parent / f".{path.name}.tmp"
+    if tmp_root.exists():
+        shutil.rmtree(tmp_root) if tmp_root.is_dir() else tmp_root.unlink()
+    tmp_root.mkdir(parents=True)
+    try:
+        result = write(tmp_root / path.name)
+        target_tmp = tmp_root / path.name
+        if path.is_dir() and target_tmp.is_dir():
+            shutil.rmtree(path)
+        os.replace(target_tmp, path)
+    finally:
+        shutil.rmtree(tmp_root, ignore_errors=True)
+    return result
+
+
+def _side_by_side(target: torch.Tensor, ours: torch.Tensor) -> torch.Tensor:
+    """``[H, W, 3]`` target | ours with a 2-pixel grey separator."""
+    sep = torch.full((target.shape[0], 2, 3), 0.5)
+    return torch.cat([target.cpu(), sep, ours.cpu()], dim=1)
 
 
 def _val_indices(n: int, k: int) -> list[int]:
@@ -46,16 +68,15 @@ def _val_indices(n: int, k: int) -> list[int]:
 
 def write_validation_images(out: Path, tag: str, mesh, data, light, material, cfg: SurfaceConfig,
                             device: torch.device) -> list[Path]:
-    """Render ``cfg.val_views`` held-out views and write ``images/<tag>_XX.png`` (reference | ours)."""
+    """Render ``cfg.val_views`` held-out views and write ``images/<tag>_XX.png`` (target | ours)."""
     from meshlift.io.images import write_image
-    from meshlift.methods.surface import render_views
 
     idx = _val_indices(len(data.test), cfg.val_views)
     if not idx:
         return []
-    ours, refs = render_views(mesh, data.test, light, material, cfg, device, indices=idx)
+    ours, targets = render_views(mesh, data.test, light, material, cfg, device, indices=idx)
     paths = []
-    for k, (o, r) in enumerate(zip(ours, refs)):
+    for k, (o, r) in enumerate(zip(ours, targets)):
         p = Path(out) / "images" / f"{tag}_{k:02d}.png"
         write_image(p, _side_by_side(r, o))
         paths.append(p)
@@ -69,15 +90,14 @@ def preview_writer(out: Optional[Path], data, cfg: SurfaceConfig, device: torch.
 
     def write(tag: str, iteration: int, mesh, light, material) -> None:
         from meshlift.io.images import write_image
-        from meshlift.methods.surface import render_views
 
         if tag == "start":
             write_validation_images(out, "start", mesh, data, light, material, cfg, device)
             return
         if len(data.test) == 0:
             return
-        ours, refs = render_views(mesh, data.test, light, material, cfg, device, indices=[0])
-        write_image(Path(out) / "images" / f"preview_{tag}_{iteration:06d}.png", _side_by_side(refs[0], ours[0]))
+        ours, targets = render_views(mesh, data.test, light, material, cfg, device, indices=[0])
+        write_image(Path(out) / "images" / f"preview_{tag}_{iteration:06d}.png", _side_by_side(targets[0], ours[0]))
 
     return write
 
@@ -121,45 +141,43 @@ def plot_loss_curve(history: list[dict], path: Path, size: tuple[int, int] = (64
     return path
 
 
-def _json_safe(x):
-    if isinstance(x, dict):
-        return {str(k): _json_safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_json_safe(v) for v in x]
-    if torch.is_tensor(x):
-        return _json_safe(x.tolist())
-    if isinstance(x, (np.floating, np.integer)):
-        return x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
+def write_outputs(out: Path, mesh_world, dmtet_world, light, metrics: dict, history: list[dict],
+                  cfg: SurfaceConfig, *, ours: Optional[torch.Tensor] = None,
+                  targets: Optional[torch.Tensor] = None) -> dict:
+    """Write every output of a finished run into ``out``; returns ``{name: path}``.
 
-
-def write_outputs(out: Path, mesh_world, dmtet_world, light, metrics: dict, history: list[dict], data,
-                  mesh_normalized, cfg: SurfaceConfig, device: torch.device, *,
-                  ours: Optional[torch.Tensor] = None, refs: Optional[torch.Tensor] = None) -> dict:
-    """Write every output of a finished run into ``out``; returns ``{name: path}``."""
+    ``ours`` / ``targets`` (``[N, H, W, 3]`` sRGB, the evaluation renders) give the end-of-run validation
+    images and ``images/asset.png`` without rendering again."""
     from meshlift.io.glb import save_glb
     from meshlift.io.hdr import write_hdr
     from meshlift.io.images import write_image
     from meshlift.io.obj import save_obj
     from meshlift.structures.mesh import Mesh
 
+    from meshlift.errors import TrainingError
+    from meshlift.io.jsonfile import write_json
+
     out = Path(out)
+    for name, m in (("mesh", mesh_world), ("pass-1 mesh", dmtet_world)):
+        if not bool(torch.isfinite(m.v_pos).all()):
+            raise TrainingError(f"the {name} has non-finite vertices (the run diverged); nothing was written to "
+                                f"{out}. Lower the learning rates (lr_pos, lr_vertex) and run again")
     files: dict = {}
     files["obj"] = out / "mesh" / "mesh.obj"
-    save_obj(files["obj"], mesh_world)
-    files["glb"] = save_glb(out / "mesh.glb", mesh_world)
+    _atomic_path(out / "mesh", lambda d: save_obj(d / "mesh.obj", mesh_world))
+    files["glb"] = out / "mesh.glb"
+    _atomic_path(files["glb"], lambda p: save_glb(p, mesh_world))
     files["dmtet_obj"] = out / "dmtet_mesh" / "mesh.obj"
-    save_obj(files["dmtet_obj"], Mesh(v_pos=dmtet_world.v_pos, t_pos_idx=dmtet_world.t_pos_idx))
+    _atomic_path(out / "dmtet_mesh", lambda d: save_obj(
+        d / "mesh.obj", Mesh(v_pos=dmtet_world.v_pos, t_pos_idx=dmtet_world.t_pos_idx)))
     files["probe"] = out / "probe.hdr"
     latlong = light.to_latlong(256) if hasattr(light, "to_latlong") else None
     if latlong is not None:
         write_hdr(files["probe"], latlong.detach().cpu())
     # end-of-run validation views: reuse the evaluation renders
-    if ours is not None and refs is not None:
+    if ours is not None and targets is not None:
         for k, i in enumerate(_val_indices(len(ours), cfg.val_views)):
-            write_image(out / "images" / f"end_{k:02d}.png", _side_by_side(refs[i], ours[i]))
+            write_image(out / "images" / f"end_{k:02d}.png", _side_by_side(targets[i], ours[i]))
         if len(ours):
             write_image(out / "images" / "asset.png", ours[0])
             files["asset_image"] = out / "images" / "asset.png"
@@ -167,7 +185,7 @@ def write_outputs(out: Path, mesh_world, dmtet_world, light, metrics: dict, hist
     files["metrics"] = out / "metrics.json"
     m = dict(metrics)
     m["outputs"] = {k: str(Path(v).relative_to(out)) for k, v in files.items() if v is not None}
-    files["metrics"].write_text(json.dumps(_json_safe(m), indent=2) + "\n", encoding="utf-8")
+    write_json(files["metrics"], m)  # written last: its presence marks a finished run
     return files
 
 

@@ -1,19 +1,22 @@
-"""Reference-mesh datasets: views of a known textured mesh rendered on the fly (nvdiffrec's ``DatasetMesh``).
+"""Synthetic datasets: views of a known textured mesh rendered on the fly (nvdiffrec's ``DatasetMesh``).
 
 nvdiffrec (Munkberg et al., CVPR 2022, Sec. 5.1 and its ``dataset/dataset_mesh.py``) evaluates its pipeline
-on synthetic views of reference meshes (spot, bob): the mesh is scaled into the unit cube, training cameras
+on synthetic views of known meshes (spot, bob): the mesh is scaled into the unit cube, training cameras
 are placed at random on a sphere around it, held-out cameras on a fixed orbit, and every image is rendered
-with the same differentiable PBR renderer (here :func:`meshlift.methods.renderer.render_mesh`) under an
-environment light. Because the ground truth geometry is known, the reconstruction can be scored with
-Chamfer distance / F-score in the mesh's own units.
+with the same differentiable PBR renderer (here :func:`meshlift.renderers.mesh_pbr.render_mesh`) under an
+environment light. Because the ground-truth ("gt") geometry is known, the reconstruction can be scored with
+Chamfer distance / F-score in the mesh's own units. (In meshlift "reference" means only the naive twin of
+a fast op, :mod:`meshlift.render.reference`; the images a method fits are its *targets*.)
 
 Frames (docs/conventions.md §1): the *world* frame is the mesh file's; rendering, cameras given to the
-optimiser (:meth:`ReferenceMeshDataset.views`) and the light live in the *normalised* frame
+optimiser (:meth:`SyntheticDataset.views`) and the light live in the *normalised* frame
 ``p_n = world_to_normalized @ p_w`` (bounding-box centre at the origin, longest side 2, i.e. inside
-[-1, 1]³). :attr:`ReferenceMeshDataset.cameras` are the same cameras expressed in the world frame, as a
-:class:`meshlift.data.Scene` stores them.
+[-1, 1]³). :attr:`SyntheticDataset.cameras` are the same cameras expressed in the world frame, as a
+:class:`meshlift.data.Scene` stores them. Cameras come from the package's one rig
+(:func:`meshlift.cameras.random_directions`, :func:`~meshlift.cameras.orbit_directions`,
+:func:`~meshlift.cameras.look_at_cameras`).
 
-Images (conventions §6): the reference is rendered over black; ``rgb_linear`` / ``images`` hold the
+Images (conventions §6): the gt mesh is rendered over black; ``rgb_linear`` / ``images`` hold the
 *straight* (un-premultiplied) linear HDR radiance ``shaded / alpha`` (0 where alpha = 0) and ``mask`` the
 antialiased coverage, so compositing ``rgb_linear·mask + bg·(1 − mask)`` reproduces a render over any
 background ``bg``. ``rgb`` is what a Scene reader returns: sRGB-encoded, clamped to [0, 1], composited on
@@ -22,7 +25,6 @@ background ``bg``. ``rgb`` is what a Scene reader returns: sRGB-encoded, clamped
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 from typing import Optional, Sequence, Union
@@ -30,6 +32,9 @@ from typing import Optional, Sequence, Union
 import torch
 
 from meshlift.errors import ConfigError, DatasetError, MeshError
+from meshlift.geometry.similarity import transform_mesh
+from meshlift.geometry.transforms import similarity_transform
+from meshlift.shading.color import BACKGROUND_COLORS
 from meshlift.structures.mesh import Mesh
 
 #: Cache all rendered views in memory when they take at most this many bytes (else render per batch).
@@ -38,7 +43,6 @@ DEFAULT_CACHE_BYTES = 1 << 30
 #: Alpha below which a pixel counts as empty when un-premultiplying the rendered colour.
 _ALPHA_EPS = 1e-4
 
-_BACKGROUNDS = {"white": (1.0, 1.0, 1.0), "black": (0.0, 0.0, 0.0)}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -69,47 +73,11 @@ def normalization_transform(mesh: Mesh) -> torch.Tensor:
     extent = float((hi - lo).max())
     if extent <= 0.0:
         raise MeshError("normalization_transform: every vertex is at the same point; the mesh has no size")
-    s = 2.0 / extent
-    T = torch.eye(4, dtype=torch.float64)
-    T[:3, :3] *= s
-    T[:3, 3] = -s * 0.5 * (lo + hi)
-    return T
+    return similarity_transform(2.0 / extent, -0.5 * (lo + hi))
 
 
-def transform_mesh(mesh: Mesh, transform: torch.Tensor) -> Mesh:
-    """Apply a similarity ``transform [4, 4]`` (rotation · uniform scale + translation) to a mesh.
-
-    Positions are transformed (computed in float64, stored as float32); normals are rotated and
-    renormalised; UVs, faces, colours, material and extras are shared with the input (not copied, never
-    modified). Mirroring transforms (negative determinant) are refused because they would flip the winding.
-
-    Args:
-        mesh: input mesh. Not modified.
-        transform: ``[4, 4]`` similarity matrix (float64 recommended).
-
-    Returns:
-        A new :class:`Mesh`.
-
-    Raises:
-        MeshError: ``transform`` is not ``[4, 4]`` or has a non-positive determinant.
-    """
-    T = torch.as_tensor(transform, dtype=torch.float64).cpu()
-    if T.shape != (4, 4):
-        raise MeshError(f"transform_mesh: transform must be [4, 4], got {tuple(T.shape)}")
-    A = T[:3, :3]
-    if float(torch.det(A)) <= 0.0:
-        raise MeshError("transform_mesh: the transform mirrors or collapses space (det <= 0); give a similarity")
-    dev = mesh.v_pos.device
-    A_d, t_d = A.to(dev), T[:3, 3].to(dev)
-    v = (mesh.v_pos.detach().double() @ A_d.T + t_d).to(mesh.v_pos.dtype)
-    v_nrm = mesh.v_nrm
-    if v_nrm is not None:
-        v_nrm = torch.nn.functional.normalize(v_nrm.double() @ A_d.T, dim=-1).to(mesh.v_nrm.dtype)
-    return dataclasses.replace(mesh, v_pos=v, v_nrm=v_nrm)
-
-
-def load_reference_mesh(path: Union[str, Path]) -> tuple[Mesh, torch.Tensor]:
-    """Read a reference mesh (OBJ + MTL with nvdiffrec ``bsdf pbr`` Ks = ORM, GLB, PLY) into the unit cube.
+def load_normalized_mesh(path: Union[str, Path]) -> tuple[Mesh, torch.Tensor]:
+    """Read a gt mesh (OBJ + MTL with nvdiffrec ``bsdf pbr`` Ks = ORM, GLB, PLY) into the unit cube.
 
     Uses :func:`meshlift.io.mesh.load_mesh` (textures, UVs, the ORM ``Ks`` of nvdiffrec MTL files, see the
     spot / bob data READMEs) and :func:`normalization_transform`.
@@ -129,7 +97,7 @@ def load_reference_mesh(path: Union[str, Path]) -> tuple[Mesh, torch.Tensor]:
 
     mesh = load_mesh(path)
     if mesh.num_faces == 0:
-        raise MeshError(f"{path}: the file has no faces; a reference mesh needs triangles to render")
+        raise MeshError(f"{path}: the file has no faces; a synthetic scene needs triangles to render")
     T = normalization_transform(mesh)
     out = transform_mesh(mesh, T)
     out.extras = {**mesh.extras, "world_to_normalized": T, "source": str(path)}
@@ -140,14 +108,14 @@ def load_reference_mesh(path: Union[str, Path]) -> tuple[Mesh, torch.Tensor]:
 # light
 
 
-def make_reference_light(
+def make_synthetic_light(
     env: Union[str, Path] = "procedural",
     env_kind: str = "studio",
     *,
     env_res: int = 128,
     device: Union[str, torch.device] = "cpu",
 ):
-    """The environment light a reference is rendered under (nvdiffrec renders spot/bob under an HDR probe).
+    """The environment light a synthetic scene is rendered under (nvdiffrec renders spot/bob under an HDR probe).
 
     Args:
         env: ``"procedural"`` (``meshlift.shading.procedural.procedural_environment``, a lat-long map of
@@ -174,7 +142,7 @@ def make_reference_light(
         p = Path(env)
         if not p.is_file():
             raise ConfigError(
-                f"reference environment {str(env)!r} is neither 'procedural' nor an existing .hdr/.exr file"
+                f"synthetic-scene environment {str(env)!r} is neither 'procedural' nor an existing .hdr/.exr file"
             )
         from meshlift.io.hdr import read_hdr
 
@@ -189,7 +157,7 @@ def make_reference_light(
             light = EnvironmentLight.from_latlong(env_map.to(device), int(env_res), trainable=False)
         else:
             raise ConfigError(
-                f"reference environment {str(env)!r} gave an array of shape {tuple(env_map.shape)}; expected a "
+                f"synthetic-scene environment {str(env)!r} gave an array of shape {tuple(env_map.shape)}; expected a "
                 "lat-long [H, 2H, 3] or cube map [6, R, R, 3]"
             )
     if hasattr(light, "to"):
@@ -203,55 +171,24 @@ def make_reference_light(
 # cameras
 
 
-def _orbit_directions(n: int, elevation: float) -> torch.Tensor:
-    az = 2.0 * math.pi * torch.arange(n, dtype=torch.float64) / n
-    c, s = math.cos(elevation), math.sin(elevation)
-    return torch.stack([c * torch.sin(az), torch.full_like(az, s), c * torch.cos(az)], -1)
-
-
-def _random_directions(n: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(int(seed))
-    d = torch.randn(n, 3, generator=g, dtype=torch.float64)
-    return d / d.norm(dim=1, keepdim=True).clamp_min(1e-12)
-
-
 def _make_cameras(dirs: torch.Tensor, radius: float, fov: float, H: int, W: int):
-    from meshlift.cameras import Cameras, focal_from_fov, intrinsics_matrix, look_at
+    """Cameras at ``radius · dirs`` looking at the origin, +Y up, full *vertical* field of view ``fov``."""
+    from meshlift.cameras import look_at_cameras
 
-    eye = radius * dirs
-    w2c = look_at(eye, torch.zeros_like(eye), torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64).expand_as(eye))
-    f = focal_from_fov(fov, H)  # fov is the full vertical field of view
-    K = intrinsics_matrix(f, f, W / 2.0, H / 2.0).expand(dirs.shape[0], 3, 3)
-    return Cameras(K=K, world_to_camera=w2c.float(), width=W, height=H, near=radius / 100.0, far=radius * 10.0)
-
-
-def _cameras_to_world(cams_n, world_to_normalized: torch.Tensor):
-    """The same cameras in the world frame: ``p_n = s (p_w − c)`` ⇒ centre_w = c + centre_n / s, same R."""
-    from meshlift.geometry.transforms import make_transform
-
-    T = world_to_normalized.double()
-    s = float(torch.det(T[:3, :3]).abs() ** (1.0 / 3.0))
-    Rn = T[:3, :3] / s  # rotation part of the normalisation (identity for normalization_transform)
-    n2w = torch.linalg.inv(T)
-    centers_n = cams_n.camera_centers().double()
-    centers_w = centers_n @ n2w[:3, :3].T + n2w[:3, 3]
-    R = cams_n.world_to_camera[:, :3, :3].double() @ Rn
-    t = -(R @ centers_w[..., None])[..., 0]
-    return dataclasses.replace(
-        cams_n, world_to_camera=make_transform(R, t).float(), near=cams_n.near / s, far=cams_n.far / s
-    )
+    return look_at_cameras(radius * dirs, (0.0, 0.0, 0.0), (0.0, 1.0, 0.0), fov, (W, H), near=radius / 100.0,
+                           far=radius * 10.0, fov_side="height")
 
 
 # ---------------------------------------------------------------------------------------------------------
 # the dataset
 
 
-class ReferenceMeshDataset:
-    """Training / held-out views of a reference mesh, rendered with meshlift's own rasterizer.
+class SyntheticDataset:
+    """Training / held-out views of a gt mesh, rendered with meshlift's own rasterizer.
 
     Duck-types the parts of :class:`meshlift.data.Scene` a training loop reads (``cameras``, ``splits``,
     ``background``, ``world_to_normalized``, ``image(i)``, ``mask(i)``, ``load_batch``, ``len``), and adds
-    :meth:`views` (all views of a split in the normalised frame, linear radiance), ``reference_mesh`` (the
+    :meth:`views` (all views of a split in the normalised frame, linear radiance), ``gt_mesh`` (the
     ground truth in world units), ``mesh_normalized`` and ``light``.
 
     Views ``0 .. n_train − 1`` are the training split: cameras at uniformly random directions on a sphere
@@ -259,7 +196,7 @@ class ReferenceMeshDataset:
     ``n_train .. n_train + n_test − 1`` are the test split: an orbit around +Y at elevation
     ``test_elevation``, evenly spaced in azimuth. Every camera looks at the origin with +Y up, full
     vertical field of view ``fov``. Images are rendered by
-    :func:`meshlift.methods.renderer.render_mesh` over black with ``spp`` supersampling, batched by
+    :func:`meshlift.renderers.mesh_pbr.render_mesh` over black with ``spp`` supersampling, batched by
     ``render_batch``; they are cached in memory (on the CPU) when all views fit in ``cache_bytes``, else
     rendered again for each request (the renderer is deterministic).
     """
@@ -290,11 +227,11 @@ class ReferenceMeshDataset:
         """Set up cameras and light; rendering happens on first use.
 
         Args:
-            mesh: the reference mesh in world units (its ``material`` textures are used, else grey).
+            mesh: the gt mesh in world units (its ``material`` textures are used, else grey).
                 Not modified.
             light: an ``EnvironmentLight`` in the normalised frame with its ``build_mips()`` done, or None
-                to build one from ``env`` / ``env_kind`` / ``env_res`` with :func:`make_reference_light`.
-            env, env_kind, env_res: see :func:`make_reference_light` (ignored when ``light`` is given).
+                to build one from ``env`` / ``env_kind`` / ``env_res`` with :func:`make_synthetic_light`.
+            env, env_kind, env_res: see :func:`make_synthetic_light` (ignored when ``light`` is given).
             n_train: number of training views (>= 1).
             n_test: number of held-out views (>= 1).
             resolution: image size, ``S`` (square) or ``(H, W)``, pixels.
@@ -303,7 +240,7 @@ class ReferenceMeshDataset:
             test_elevation: elevation of the test orbit above the XZ plane, radians.
             seed: seeds the training camera directions.
             spp: supersampling per axis of the renders (>= 1); 1 as nvdiffrec (its training ``spp``), 2 gives
-                smoother reference silhouettes at 4x the cost.
+                smoother target silhouettes at 4x the cost.
             background: what ``rgb`` / :meth:`image` are composited on: ``"white"`` or ``"black"``.
             normalize: scale the mesh into [-1, 1]³ (:func:`normalization_transform`); False keeps the world
                 frame as the normalised frame (identity).
@@ -317,26 +254,26 @@ class ReferenceMeshDataset:
             DatasetError: bad counts, sizes or background; MeshError: empty mesh.
         """
         if mesh.num_faces == 0:
-            raise MeshError("ReferenceMeshDataset: the reference mesh has no faces; nothing to render")
+            raise MeshError("SyntheticDataset: the gt mesh has no faces; nothing to render")
         if int(n_train) < 1 or int(n_test) < 1:
-            raise DatasetError(f"ReferenceMeshDataset: n_train and n_test must be >= 1, got {n_train}, {n_test}")
+            raise DatasetError(f"SyntheticDataset: n_train and n_test must be >= 1, got {n_train}, {n_test}")
         if isinstance(resolution, int):
             H = W = int(resolution)
         else:
             H, W = (int(r) for r in resolution)
         if H < 1 or W < 1:
-            raise DatasetError(f"ReferenceMeshDataset: resolution must be positive, got {resolution!r}")
+            raise DatasetError(f"SyntheticDataset: resolution must be positive, got {resolution!r}")
         if int(spp) < 1 or int(render_batch) < 1:
-            raise DatasetError(f"ReferenceMeshDataset: spp and render_batch must be >= 1, got {spp}, {render_batch}")
-        if background not in _BACKGROUNDS:
+            raise DatasetError(f"SyntheticDataset: spp and render_batch must be >= 1, got {spp}, {render_batch}")
+        if background not in BACKGROUND_COLORS:
             raise DatasetError(
-                f"ReferenceMeshDataset: background must be one of {sorted(_BACKGROUNDS)}, got {background!r}"
+                f"SyntheticDataset: background must be one of {sorted(BACKGROUND_COLORS)}, got {background!r}"
             )
         if not 0.0 < float(fov) < math.pi:
-            raise DatasetError(f"ReferenceMeshDataset: fov must be in (0, pi) radians, got {fov}")
+            raise DatasetError(f"SyntheticDataset: fov must be in (0, pi) radians, got {fov}")
         if float(radius) <= math.sqrt(3.0):
             raise DatasetError(
-                f"ReferenceMeshDataset: radius {radius} puts cameras inside the unit cube's bounding sphere "
+                f"SyntheticDataset: radius {radius} puts cameras inside the unit cube's bounding sphere "
                 "(sqrt(3)); use a radius of about 3"
             )
         self.device = torch.device(device)
@@ -354,21 +291,23 @@ class ReferenceMeshDataset:
             T = torch.eye(4, dtype=torch.float64)
         self.world_to_normalized = T
         #: The ground truth in world units (the input mesh), for Chamfer / F-score in its own units.
-        self.reference_mesh = mesh
+        self.gt_mesh = mesh
         #: The mesh in the normalised frame, as rendered.
         self.mesh_normalized = transform_mesh(mesh, T).to(self.device)
 
-        dirs = torch.cat([_random_directions(self.n_train, seed), _orbit_directions(self.n_test, test_elevation)])
+        from meshlift.cameras import orbit_directions, random_directions
+
+        dirs = torch.cat([random_directions(self.n_train, seed), orbit_directions(self.n_test, test_elevation)])
         #: Cameras in the normalised frame (what rendering and :meth:`views` use).
         self.cameras_normalized = _make_cameras(dirs, float(radius), float(fov), H, W)
         #: The same cameras in the world frame (as :class:`meshlift.data.Scene` stores them).
-        self.cameras = _cameras_to_world(self.cameras_normalized, T)
+        self.cameras = self.cameras_normalized.transform_world(torch.linalg.inv(T))
         n = self.n_train + self.n_test
         self.splits = {
             "train": torch.arange(0, self.n_train),
             "test": torch.arange(self.n_train, n),
         }
-        self.light = light if light is not None else make_reference_light(
+        self.light = light if light is not None else make_synthetic_light(
             env, env_kind, env_res=env_res, device=self.device
         )
         self._cache_ok = n * H * W * 4 * 4 <= int(cache_bytes)
@@ -399,7 +338,7 @@ class ReferenceMeshDataset:
     @torch.no_grad()
     def _render(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Straight linear colour ``[B, H, W, 3]`` and coverage ``[B, H, W, 1]`` of views ``idx`` (on the CPU)."""
-        from meshlift.methods.renderer import render_mesh
+        from meshlift.renderers.mesh_pbr import render_mesh
 
         cams = self.cameras_normalized[idx].to(self.device)
         w2c = cams.world_to_clip()
@@ -426,7 +365,7 @@ class ReferenceMeshDataset:
     def _composite_srgb(self, rgb_linear: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         from meshlift.shading.color import linear_to_srgb
 
-        bg = torch.tensor(_BACKGROUNDS[self.background], dtype=rgb_linear.dtype, device=rgb_linear.device)
+        bg = torch.tensor(BACKGROUND_COLORS[self.background], dtype=rgb_linear.dtype, device=rgb_linear.device)
         return linear_to_srgb((rgb_linear * mask + bg * (1.0 - mask)).clamp(0.0, 1.0))
 
     # -- Scene-like access ----------------------------------------------------------------------------------
@@ -473,7 +412,10 @@ class ReferenceMeshDataset:
             DatasetError: unknown split.
         """
         if split not in self.splits:
-            raise DatasetError(f"ReferenceMeshDataset.views: unknown split {split!r}; use 'train' or 'test'")
+            raise DatasetError(f"SyntheticDataset.views: unknown split {split!r}; use 'train' or 'test'")
         b = self.load_batch(self.splits[split], "cpu")
         return {"world_to_clip": b["world_to_clip"], "camera_pos": b["camera_pos"], "images": b["rgb_linear"],
                 "masks": b["mask"]}
+
+
+__all__ = ["SyntheticDataset", "load_normalized_mesh", "make_synthetic_light", "normalization_transform"]

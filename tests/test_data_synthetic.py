@@ -1,4 +1,4 @@
-"""methods.reference_data: normalisation, cameras on a sphere / orbit, on-the-fly renders of a reference mesh."""
+"""data.synthetic: normalisation, cameras on a sphere / orbit, on-the-fly renders of a gt mesh."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from meshlift.errors import ConfigError, DatasetError, MeshError
-from meshlift.methods.demo_object import make_demo_object
-from meshlift.methods.reference_data import (
-    ReferenceMeshDataset,
-    load_reference_mesh,
+from meshlift.data.demo_object import make_demo_object
+from meshlift.data.synthetic import (
+    SyntheticDataset,
+    load_normalized_mesh,
     normalization_transform,
-    transform_mesh,
 )
+from meshlift.geometry.similarity import transform_mesh
 from meshlift.structures.mesh import Mesh
 
 
@@ -29,7 +29,7 @@ def _importable(*modules: str) -> bool:
     return True
 
 
-_CAN_RENDER = _importable("meshlift.methods.renderer", "meshlift.shading.light", "meshlift.shading.normals")
+_CAN_RENDER = _importable("meshlift.renderers.mesh_pbr", "meshlift.shading.light", "meshlift.shading.normals")
 needs_render = pytest.mark.skipif(not _CAN_RENDER, reason="meshlift.shading light/normals not built yet")
 needs_procedural = pytest.mark.skipif(
     not (_CAN_RENDER and _importable("meshlift.shading.procedural")), reason="meshlift.shading.procedural not built yet"
@@ -77,9 +77,9 @@ def test_normalization_transform_unit_cube():
         normalization_transform(Mesh(torch.ones(3, 3), torch.tensor([[0, 1, 2]])))
 
 
-def test_load_reference_mesh_spot(dataset):
+def test_load_normalized_mesh_spot(dataset):
     path = dataset("spot") / "spot.obj"
-    mesh, T = load_reference_mesh(path)
+    mesh, T = load_normalized_mesh(path)
     assert mesh.num_faces == 5856 and mesh.v_tex is not None and mesh.material is not None
     lo, hi = mesh.bbox()
     assert float((hi - lo).max()) == pytest.approx(2.0, abs=1e-5)
@@ -93,7 +93,7 @@ def test_load_reference_mesh_spot(dataset):
 
 def test_cameras_train_random_test_orbit():
     mesh = _world_ring()
-    ds = ReferenceMeshDataset(mesh, light=_NoLight(), n_train=10, n_test=6, resolution=(24, 32), radius=3.0,
+    ds = SyntheticDataset(mesh, light=_NoLight(), n_train=10, n_test=6, resolution=(24, 32), radius=3.0,
                               fov=math.radians(45), test_elevation=0.4, seed=3)
     assert len(ds) == 16 and ds.resolution == (24, 32)
     assert ds.splits["train"].tolist() == list(range(10)) and ds.splits["test"].tolist() == list(range(10, 16))
@@ -114,8 +114,8 @@ def test_cameras_train_random_test_orbit():
     assert float(cn.fy[0]) == pytest.approx(24 / (2 * math.tan(math.radians(22.5))), rel=1e-5)
     assert float(cn.cx[0]) == 16.0 and float(cn.cy[0]) == 12.0
     # same seed -> same cameras, other seed -> other training cameras, same test orbit
-    again = ReferenceMeshDataset(mesh, light=_NoLight(), n_train=10, n_test=6, resolution=(24, 32), seed=3)
-    other = ReferenceMeshDataset(mesh, light=_NoLight(), n_train=10, n_test=6, resolution=(24, 32), seed=4)
+    again = SyntheticDataset(mesh, light=_NoLight(), n_train=10, n_test=6, resolution=(24, 32), seed=3)
+    other = SyntheticDataset(mesh, light=_NoLight(), n_train=10, n_test=6, resolution=(24, 32), seed=4)
     assert torch.equal(again.cameras_normalized.world_to_camera, cn.world_to_camera)
     assert not torch.allclose(other.cameras_normalized.world_to_camera[:10], cn.world_to_camera[:10])
     torch.testing.assert_close(other.cameras_normalized.world_to_camera[10:], cn.world_to_camera[10:])
@@ -123,13 +123,13 @@ def test_cameras_train_random_test_orbit():
 
 def test_world_cameras_see_world_mesh_like_normalised_cameras():
     mesh = _world_ring()
-    ds = ReferenceMeshDataset(mesh, light=_NoLight(), n_train=5, n_test=3, resolution=32)
+    ds = SyntheticDataset(mesh, light=_NoLight(), n_train=5, n_test=3, resolution=32)
     pix_w, z_w = ds.cameras.project(mesh.v_pos[::17])
     pix_n, z_n = ds.cameras_normalized.project(ds.mesh_normalized.v_pos[::17])
     torch.testing.assert_close(pix_w, pix_n, atol=2e-3, rtol=0)
     s = float(ds.world_to_normalized[0, 0])
     torch.testing.assert_close(z_w * s, z_n, atol=1e-4, rtol=0)
-    assert ds.reference_mesh is mesh
+    assert ds.gt_mesh is mesh
     # world cameras sit at radius / s from the world bounding-box centre
     lo, hi = mesh.bbox()
     dist = (ds.cameras.camera_centers() - (lo + hi) / 2).norm(dim=1)
@@ -139,14 +139,14 @@ def test_world_cameras_see_world_mesh_like_normalised_cameras():
 def test_dataset_argument_errors():
     mesh = _world_ring()
     with pytest.raises(DatasetError, match="n_train"):
-        ReferenceMeshDataset(mesh, light=_NoLight(), n_train=0)
+        SyntheticDataset(mesh, light=_NoLight(), n_train=0)
     with pytest.raises(DatasetError, match="background"):
-        ReferenceMeshDataset(mesh, light=_NoLight(), background="pink")
+        SyntheticDataset(mesh, light=_NoLight(), background="pink")
     with pytest.raises(DatasetError, match="radius"):
-        ReferenceMeshDataset(mesh, light=_NoLight(), radius=1.0)
+        SyntheticDataset(mesh, light=_NoLight(), radius=1.0)
     with pytest.raises(MeshError, match="no faces"):
-        ReferenceMeshDataset(Mesh(torch.zeros(3, 3), torch.zeros(0, 3, dtype=torch.long)), light=_NoLight())
-    ds = ReferenceMeshDataset(mesh, light=_NoLight(), n_train=2, n_test=1, resolution=8)
+        SyntheticDataset(Mesh(torch.zeros(3, 3), torch.zeros(0, 3, dtype=torch.long)), light=_NoLight())
+    ds = SyntheticDataset(mesh, light=_NoLight(), n_train=2, n_test=1, resolution=8)
     with pytest.raises(DatasetError, match="split"):
         ds.views("val")
     with pytest.raises(IndexError):
@@ -155,21 +155,21 @@ def test_dataset_argument_errors():
 
 @needs_render
 def test_missing_env_file_is_a_config_error(tmp_path):
-    from meshlift.methods.reference_data import make_reference_light
+    from meshlift.data.synthetic import make_synthetic_light
 
     with pytest.raises(ConfigError, match="hdr"):
-        make_reference_light(tmp_path / "nope.hdr")
+        make_synthetic_light(tmp_path / "nope.hdr")
 
 
 @needs_render
 def test_renders_match_renderer_and_composite_consistently():
-    from meshlift.methods.renderer import render_mesh
+    from meshlift.renderers.mesh_pbr import render_mesh
     from meshlift.shading.color import linear_to_srgb
 
     mesh = _world_ring()
     light = _light()
     light.build_mips()
-    ds = ReferenceMeshDataset(mesh, light=light, n_train=3, n_test=2, resolution=32, spp=1)
+    ds = SyntheticDataset(mesh, light=light, n_train=3, n_test=2, resolution=32, spp=1)
     assert ds.light is light
     b = ds.load_batch([0, 4])
     assert b["rgb"].shape == (2, 32, 32, 3) and b["mask"].shape == (2, 32, 32, 1)
@@ -200,15 +200,15 @@ def test_reference_renders_on_cuda_match_cpu():
         pytest.skip("needs a CUDA device")
     mesh = _world_ring()
     kw = dict(n_train=2, n_test=1, resolution=48, spp=1, env_res=16)
-    cpu = ReferenceMeshDataset(mesh, **kw).load_batch([0, 2], "cpu")
-    gpu = ReferenceMeshDataset(mesh, device="cuda", **kw).load_batch([0, 2], "cpu")
+    cpu = SyntheticDataset(mesh, **kw).load_batch([0, 2], "cpu")
+    gpu = SyntheticDataset(mesh, device="cuda", **kw).load_batch([0, 2], "cpu")
     assert float((gpu["mask"] - cpu["mask"]).abs().mean()) < 1e-3
     assert float((gpu["rgb"] - cpu["rgb"]).abs().mean()) < 5e-3
 
 
 @needs_procedural
 def test_default_procedural_light_renders():
-    ds = ReferenceMeshDataset(_world_ring(), n_train=1, n_test=1, resolution=24, spp=1, env_res=16)
+    ds = SyntheticDataset(_world_ring(), n_train=1, n_test=1, resolution=24, spp=1, env_res=16)
     assert not ds.light.base.requires_grad
     b = ds.load_batch([0, 1])
     m = b["mask"] > 0.99

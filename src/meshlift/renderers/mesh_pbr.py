@@ -1,6 +1,11 @@
-"""Deferred PBR rendering of a triangle mesh under an environment light (nvdiffrec's ``render.py`` pipeline).
+"""Mesh renderers: deferred PBR under an environment light (nvdiffrec's ``render.py`` pipeline) and unlit.
 
-One call renders a batch of views of one mesh:
+:func:`render_mesh` (PBR) is what both passes of the nvdiffrec method, the synthetic datasets and
+``meshlift render --mode pbr`` use; :func:`render_unlit` shows albedo / vertex colours as stored (or a grey
+headlight shading) for ``meshlift render --mode unlit``; :func:`render_views` renders a camera batch one
+view at a time in either mode; :func:`turntable_cameras` frames a mesh for a turntable.
+
+One :func:`render_mesh` call renders a batch of views of one mesh:
 
 1. transform the vertices to clip space and rasterize (``meshlift.render.rasterize``, conventions §3);
 2. interpolate world position, smooth normal, UV (with screen-space derivatives for mip selection) and
@@ -273,3 +278,92 @@ def render_mesh(
     if kd_grad is not None:
         out["kd_grad"] = _downsample(full(kd_grad) * maskf, spp)
     return out
+
+
+def render_unlit(mesh: Mesh, world_to_clip: torch.Tensor, forward: torch.Tensor, resolution: tuple[int, int],
+                 background: torch.Tensor, kd_mip=None) -> torch.Tensor:
+    """Unlit render of one batch: ``[B, H, W, 3]`` sRGB-encoded in [0, 1], antialiased silhouettes.
+
+    Colour: the albedo texture ``mesh.material.kd`` (trilinear mips; ``kd_mip`` from
+    ``texture_construct_mip`` may be passed to reuse it) when the mesh has UVs, else vertex colours, else a
+    grey headlight shading ``0.15 + 0.7 |n · forward|`` so the geometry reads. ``world_to_clip [B, 4, 4]``
+    (conventions §3), ``forward [B, 3]`` viewing directions, ``background [3]`` sRGB colour.
+    """
+    from meshlift import render as R
+    from meshlift.shading.color import linear_to_srgb
+
+    H, W = resolution
+    tri = mesh.t_pos_idx.to(torch.int32)
+    pos = R.transform_pos(world_to_clip.float(), mesh.v_pos.float())
+    rast, rast_db = R.rasterize(pos, tri, (H, W))
+    cov = (rast[..., 3:4] > 0).float()
+    mat = mesh.material
+    if mat is not None and mesh.v_tex is not None:
+        uv, uv_da = R.interpolate(mesh.v_tex.float(), rast, mesh.t_tex_idx.to(torch.int32), rast_db=rast_db,
+                                  diff_attrs="all")
+        if kd_mip is None:
+            kd_mip = R.texture_construct_mip(mat.kd[None, ..., :3].float().contiguous())
+        kd = R.texture(kd_mip[0], uv, uv_da, mip=kd_mip, filter_mode="linear-mipmap-linear")
+        col = linear_to_srgb(kd.clamp(0, 1))
+    elif mesh.v_color is not None:
+        c, _ = R.interpolate(mesh.v_color[:, :3].float(), rast, tri)
+        col = linear_to_srgb(c.clamp(0, 1))
+    else:
+        v = mesh.v_pos.float()
+        fn = F.normalize(torch.cross(v[tri[:, 1].long()] - v[tri[:, 0].long()],
+                                     v[tri[:, 2].long()] - v[tri[:, 0].long()], dim=-1), dim=-1)
+        n = R.render_face_normals(fn, rast)
+        facing = (n * forward[:, None, None, :]).sum(-1, keepdim=True).abs()
+        col = (0.15 + 0.7 * facing).expand(*facing.shape[:3], 3)
+    img = col * cov + background * (1.0 - cov)
+    return R.antialias(img.contiguous(), rast, pos, tri).clamp(0, 1)
+
+
+def render_views(mesh: Mesh, cams, light, background: float, mode: str, spp: int):
+    """Render every camera of ``cams`` (a :class:`meshlift.cameras.Cameras`) one view at a time.
+
+    ``mode`` is ``"pbr"`` (:func:`render_mesh` under ``light``, linear radiance encoded to sRGB) or
+    ``"unlit"`` (:func:`render_unlit`); ``background`` is a grey level (1 white, 0 black). Yields
+    ``[H, W, 3]`` sRGB images in [0, 1].
+    """
+    from meshlift.shading.color import linear_to_srgb
+
+    H, W = cams.height, cams.width
+    w2c_all = cams.world_to_clip()
+    centers = cams.camera_centers()
+    fwd = cams.forward_directions()
+    bg_t = torch.tensor([background] * 3, dtype=torch.float32)
+    kd_mip = None
+    if mode != "pbr" and mesh.material is not None and mesh.v_tex is not None:
+        from meshlift import render as R
+
+        kd_mip = R.texture_construct_mip(mesh.material.kd[None, ..., :3].float().contiguous())
+    for i in range(len(cams)):
+        if mode == "pbr":
+            out = render_mesh(mesh, w2c_all[i: i + 1].float(), centers[i: i + 1].float(), (H, W), light=light,
+                              background=torch.full((1, H, W, 3), float(background)), spp=spp)
+            yield linear_to_srgb(out["shaded"][0].clamp(0, 1))
+        else:
+            yield render_unlit(mesh, w2c_all[i: i + 1], fwd[i: i + 1].float(), (H, W), bg_t, kd_mip)[0]
+
+
+def turntable_cameras(mesh: Mesh, n: int, size: int, up: str, elevation_deg: float):
+    """``n`` square cameras (``size`` px, 40° field of view) orbiting ``mesh`` around the ``up`` axis
+    (``"y"`` or ``"z"``) at ``elevation_deg``, framing its bounding sphere (the rig of
+    :func:`meshlift.cameras.orbit_directions` + :func:`meshlift.cameras.look_at_cameras`)."""
+    import math
+
+    from meshlift.cameras import look_at_cameras, orbit_directions
+
+    lo, hi = mesh.bbox()
+    center = (lo + hi).double() / 2
+    radius = float((hi - lo).double().norm()) / 2
+    fov = math.radians(40.0)
+    dist = radius / math.sin(fov / 2) * 1.05
+    up_v = (0.0, 1.0, 0.0) if up == "y" else (0.0, 0.0, 1.0)
+    eyes = center + dist * orbit_directions(n, math.radians(elevation_deg), up_v)
+    return look_at_cameras(eyes, center, up_v, fov, size, near=max(dist - radius * 1.5, dist * 0.01),
+                           far=dist + radius * 1.5)
+
+
+__all__ = ["render_mesh", "render_unlit", "render_views", "transform_points_to_clip", "turntable_cameras"]

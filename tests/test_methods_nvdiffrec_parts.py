@@ -1,4 +1,4 @@
-"""Pieces of the surface method that do not need a full training run."""
+"""Pieces of the nvdiffrec method that do not need a full training run."""
 
 from __future__ import annotations
 
@@ -7,16 +7,11 @@ import math
 import pytest
 import torch
 
-from meshlift.methods.config import SurfaceConfig
-from meshlift.methods.surface import (
-    DMTetGeometry,
-    TrainViews,
-    ViewSampler,
-    init_sdf,
-    occupancy_to_sdf,
-    to_world,
-    visual_hull_occupancy,
-)
+from meshlift.data.views import PosedViews
+from meshlift.methods.engine import ViewSampler
+from meshlift.methods.nvdiffrec.config import SurfaceConfig
+from meshlift.methods.nvdiffrec.evaluate import to_world
+from meshlift.methods.nvdiffrec.geometry import DMTetGeometry, init_sdf, occupancy_to_sdf, visual_hull_occupancy
 from meshlift.structures.mesh import Mesh
 
 
@@ -27,7 +22,7 @@ def _icosphere(radius: float = 0.5, subdivisions: int = 3) -> Mesh:
     return Mesh(v_pos=torch.tensor(s.vertices, dtype=torch.float32), t_pos_idx=torch.tensor(s.faces, dtype=torch.int64))
 
 
-def _mask_views(mesh: Mesh, n: int = 16, res: int = 48) -> TrainViews:
+def _mask_views(mesh: Mesh, n: int = 16, res: int = 48) -> PosedViews:
     from meshlift.cameras import cameras_on_sphere
     from meshlift.render import rasterize
 
@@ -37,7 +32,7 @@ def _mask_views(mesh: Mesh, n: int = 16, res: int = 48) -> TrainViews:
     pos = torch.einsum("vj,bij->bvi", torch.cat([v, torch.ones_like(v[:, :1])], -1), w2c)
     rast, _ = rasterize(pos.contiguous(), mesh.t_pos_idx.int(), (res, res), grad_db=False)
     masks = (rast[..., 3:4] > 0).float()
-    return TrainViews(w2c, cams.camera_centers(), torch.zeros(n, res, res, 3), masks, torch.ones(3))
+    return PosedViews(w2c, cams.camera_centers(), torch.zeros(n, res, res, 3), masks, torch.ones(3))
 
 
 def test_visual_hull_of_a_sphere_contains_it_and_carves_the_far_points():
@@ -53,7 +48,7 @@ def test_visual_hull_of_a_sphere_contains_it_and_carves_the_far_points():
 def test_visual_hull_needs_masks():
     from meshlift.errors import DatasetError
 
-    views = TrainViews(torch.eye(4)[None], torch.zeros(1, 3), torch.zeros(1, 4, 4, 3), None, torch.ones(3))
+    views = PosedViews(torch.eye(4)[None], torch.zeros(1, 3), torch.zeros(1, 4, 4, 3), None, torch.ones(3))
     with pytest.raises(DatasetError, match="masks"):
         visual_hull_occupancy(torch.zeros(2, 3), views)
 
@@ -72,7 +67,7 @@ def test_occupancy_to_sdf_is_a_signed_distance():
 def test_dmtet_geometry_sphere_init_gives_a_closed_mesh_with_gradients():
     cfg = SurfaceConfig(grid_res=16, mesh_scale=2.0, sdf_init="sphere")
     geom = DMTetGeometry(cfg, torch.device("cpu"))
-    views = TrainViews(torch.eye(4)[None], torch.zeros(1, 3), torch.zeros(1, 4, 4, 3), None, torch.ones(3))
+    views = PosedViews(torch.eye(4)[None], torch.zeros(1, 3), torch.zeros(1, 4, 4, 3), None, torch.ones(3))
     init_sdf(geom, cfg, views, torch.Generator().manual_seed(0))
     mesh, _ = geom.get_mesh()
     assert mesh.num_faces > 100
@@ -88,7 +83,7 @@ def test_dmtet_geometry_sphere_init_gives_a_closed_mesh_with_gradients():
 
 def test_fixed_topology_laplacian_matches_mesh_ops():
     from meshlift.geometry.mesh_ops import laplacian_smoothness_loss
-    from meshlift.methods.surface import make_laplacian_loss
+    from meshlift.methods.nvdiffrec.losses import make_laplacian_loss
 
     mesh = _icosphere(1.0, 2)
     x = torch.randn(mesh.num_vertices, 3, requires_grad=True)
@@ -147,14 +142,13 @@ class _FakeScene:
 
 
 def test_scene_views_composite_separate_masks_and_map_cameras_to_the_normalised_frame():
-    from meshlift.methods.surface import _views_from_scene
+    from meshlift.data.views import views_from_scene
     from meshlift.shading.color import srgb_to_linear
 
-    cfg = SurfaceConfig(train_res=0)
-    v = _views_from_scene(_FakeScene(has_alpha=False), [0, 1], cfg)
+    v = views_from_scene(_FakeScene(has_alpha=False), [0, 1])
     assert torch.allclose(v.images[:, :, 4:], torch.ones(2, 8, 4, 3))  # clutter replaced by the white background
     assert torch.allclose(v.images[:, :, :4], srgb_to_linear(torch.tensor(0.5)).expand(2, 8, 4, 3))
-    v2 = _views_from_scene(_FakeScene(has_alpha=True), [0, 1], cfg)
+    v2 = views_from_scene(_FakeScene(has_alpha=True), [0, 1])
     assert torch.allclose(v2.images[:, :, 4:, 0], torch.ones(2, 8, 4))  # alpha images: the reader composited
     assert torch.allclose(v2.images[:, :, 4:, 1], torch.zeros(2, 8, 4))
     scene = _FakeScene(False)
@@ -171,7 +165,7 @@ def test_scene_views_composite_separate_masks_and_map_cameras_to_the_normalised_
 def test_make_light_learned_fixed_file_and_errors(tmp_path):
     from meshlift.errors import ConfigError
     from meshlift.io.hdr import write_hdr
-    from meshlift.methods.surface import make_light
+    from meshlift.methods.nvdiffrec.materials import make_light
 
     dev = torch.device("cpu")
     learned, trainable = make_light(SurfaceConfig(env_res=16), dev)

@@ -1,10 +1,10 @@
 """Configuration of the two-pass surface reconstruction (``meshlift reconstruct``).
 
 One flat dataclass, :class:`SurfaceConfig`, with a docstring under every field (shown by
-``meshlift reconstruct --help-config``). Presets are named instances in :mod:`meshlift.methods.presets`.
+``meshlift reconstruct --help-config``). Presets are named instances in :mod:`meshlift.methods.nvdiffrec.presets`.
 A config can be loaded from a JSON or TOML file (a flat table of field = value; unknown keys are an error)
 and overridden field by field with ``field=value`` strings; :func:`config_to_dict` gives the effective config
-that is saved with every output as ``config.json``.
+that is saved with every output as ``config.json``. The machinery is the generic :mod:`meshlift.config`.
 
 Units: lengths are in the *normalised* frame (object inside roughly [-1, 1]³, conventions §1) unless a field
 says otherwise; learning rates are Adam step sizes; iterations count optimiser steps.
@@ -12,14 +12,12 @@ says otherwise; learning rates are Adam step sizes; iterations count optimiser s
 
 from __future__ import annotations
 
-import ast
-import dataclasses
-import json
-import typing
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from meshlift import config as _config
+from meshlift.config import config_to_dict, parse_overrides
 from meshlift.errors import ConfigError
 
 
@@ -29,7 +27,8 @@ class SurfaceConfig:
 
     # ---- data ----------------------------------------------------------------------------------------------
     data: str = ""
-    """Dataset folder (anything ``meshlift.data.load_scene`` reads) or a reference mesh file (OBJ, GLB, PLY)."""
+    """Dataset folder (anything ``meshlift.data.load_scene`` reads) or a mesh file (OBJ, GLB, PLY) rendered as a
+    synthetic scene."""
     train_split: str = "train"
     """Split of the dataset used for training."""
     test_split: str = "test"
@@ -45,21 +44,21 @@ class SurfaceConfig:
     device: str = "auto"
     """Compute device: ``auto`` (CUDA when available), ``cpu`` or ``cuda[:N]``."""
 
-    # ---- reference-mesh mode (DATA is a mesh file) ---------------------------------------------------------
+    # ---- synthetic scene (DATA is a mesh file; the ``ref_`` prefix is kept for saved configs) ---------------
     ref_views: int = 64
-    """Number of training views rendered of a reference mesh (cameras on a sphere)."""
+    """Number of training views rendered of the gt mesh (cameras on a sphere)."""
     ref_test_views: int = 8
-    """Number of held-out views rendered of a reference mesh."""
+    """Number of held-out views rendered of the gt mesh."""
     ref_env: str = "procedural"
-    """Environment the reference is rendered under: ``procedural`` or a path to an ``.hdr``/``.exr`` lat-long map."""
+    """Environment the gt mesh is rendered under: ``procedural`` or a path to an ``.hdr``/``.exr`` lat-long map."""
     ref_env_kind: str = "studio"
     """Kind of procedural environment (``meshlift.shading.procedural.procedural_environment``)."""
     ref_ks: Optional[tuple] = None
-    """Override the reference material's (occlusion, roughness, metallic), e.g. ``(0, 0.2, 1)`` for the metal presets."""
+    """Override the gt mesh material's (occlusion, roughness, metallic), e.g. ``(0, 0.2, 1)`` for the metal presets."""
     ref_camera_radius: float = 3.0
-    """Distance of the reference cameras from the object centre (normalised units)."""
+    """Distance of the synthetic cameras from the object centre (normalised units)."""
     ref_fov_deg: float = 45.0
-    """Full vertical field of view of the reference cameras, degrees."""
+    """Full vertical field of view of the synthetic cameras, degrees."""
 
     # ---- geometry (pass 1) ---------------------------------------------------------------------------------
     isosurface: str = "dmtet"
@@ -70,6 +69,9 @@ class SurfaceConfig:
     """Side of the cube (centred at the origin, normalised frame) that the grid spans."""
     sdf_init: str = "sphere"
     """Initial SDF: ``random`` (nvdiffrec), ``sphere`` or ``visual_hull`` (carved from the training masks)."""
+    hull_max_fill: float = 0.5
+    """With ``sdf_init=visual_hull``: stop with an error when the hull fills more than this fraction of the grid
+    (correct captures fill a few %; cameras in the wrong convention fill most of it); 1 disables the check."""
     deform_scale: float = 1.0
     """Maximum vertex deformation in units of half a grid cell (tanh-bounded, nvdiffrec uses 1)."""
     iter_pass1: int = 5000
@@ -86,7 +88,8 @@ class SurfaceConfig:
     time_budget_s: float = 0.0
     """Wall-clock budget in seconds for the whole run (0 = none). Pass 1 stops early once 55% of it has
     passed since the start, pass 2 once 80% has; the steps actually run are recorded in metrics.json
-    (``iterations``). Learning-rate schedules still follow ``iter_pass1``/``iter_pass2``."""
+    (``iterations``). Learning-rate schedules still follow ``iter_pass1``/``iter_pass2``. The fractions are
+    ``meshlift.methods.nvdiffrec.reconstruct.BUDGET_FRACTIONS``."""
     batch: int = 8
     """Views per optimisation step."""
     spp: int = 1
@@ -146,7 +149,8 @@ class SurfaceConfig:
 
     # ---- light --------------------------------------------------------------------------------------------
     light: str = "learned"
-    """``learned`` (initialised grey, optimised), ``fixed`` (reference mesh mode: the reference environment)
+    """``learned`` (initialised grey, optimised), ``fixed`` (synthetic scenes: the environment the gt mesh was
+    rendered under)
     or a path to an ``.hdr``/``.exr`` lat-long map used as known, fixed lighting."""
     env_res: int = 128
     """Side of each face of the learned environment cube map (pixels)."""
@@ -165,147 +169,38 @@ class SurfaceConfig:
     seed: int = 0
     """Random seed of parameter initialisation, view sampling and noise."""
     preview_every: int = 0
-    """Save a preview image (reference | ours) every N iterations (0 = never)."""
+    """Save a preview image (target | ours) every N iterations (0 = never)."""
     checkpoint_every: int = 500
-    """Save a checkpoint for ``--resume`` every N iterations (and at the end of each pass)."""
+    """Save a checkpoint for ``--resume`` every N iterations (and at the end of each pass; 0 = by time only)."""
+    checkpoint_every_s: float = 60.0
+    """Also save a checkpoint once this many seconds have passed since the last one (0 = by count only), so
+    short runs are saved too."""
     val_views: int = 4
     """Validation views written to ``images/`` at start and end."""
     eval_samples: int = 200000
     """Surface samples per mesh for Chamfer / F-score."""
     fscore_threshold_frac: float = 0.01
-    """F-score threshold as a fraction of the reference mesh's bounding-box diagonal."""
+    """F-score threshold as a fraction of the gt mesh's bounding-box diagonal."""
 
 
 # -------------------------------------------------------------------------------------------------------------
-# field documentation, (de)serialisation, overrides
+# the generic machinery (meshlift.config) bound to SurfaceConfig
 
 
 def field_docs() -> dict[str, str]:
     """Map field name -> its docstring, read from the source of :class:`SurfaceConfig`."""
-    import inspect
-
-    src = inspect.getsource(SurfaceConfig)
-    tree = ast.parse(src)
-    cls = tree.body[0]
-    docs: dict[str, str] = {}
-    body = cls.body  # type: ignore[attr-defined]
-    for i, node in enumerate(body):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and i + 1 < len(body):
-            nxt = body[i + 1]
-            if isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant):
-                docs[node.target.id] = " ".join(str(nxt.value.value).split())
-    return docs
-
-
-def config_to_dict(cfg: SurfaceConfig) -> dict[str, Any]:
-    """The config as a JSON-serialisable dict (tuples become lists)."""
-    out = {}
-    for f in fields(cfg):
-        v = getattr(cfg, f.name)
-        out[f.name] = list(v) if isinstance(v, tuple) else v
-    return out
-
-
-def _field_types() -> dict[str, Any]:
-    return typing.get_type_hints(SurfaceConfig)
-
-
-def _coerce(name: str, value: Any, hint: Any) -> Any:
-    """Convert ``value`` (from JSON/TOML or a command-line string) to the field's type."""
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    optional = origin is typing.Union and type(None) in args
-    if optional:
-        if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null", "")):
-            return None
-        hint = next(a for a in args if a is not type(None))
-        origin = typing.get_origin(hint)
-    try:
-        if hint is bool:
-            if isinstance(value, bool):
-                return value
-            s = str(value).strip().lower()
-            if s in ("1", "true", "yes", "on"):
-                return True
-            if s in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(f"not a boolean: {value!r}")
-        if hint is int:
-            if isinstance(value, bool):
-                raise ValueError("boolean given")
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError("not an integer")
-            return int(float(value)) if isinstance(value, str) and "e" in value.lower() else int(value)
-        if hint is float:
-            return float(value)
-        if hint is str:
-            if not isinstance(value, str):
-                raise ValueError(f"expected a string, got {type(value).__name__}")
-            return value
-        if hint is tuple or origin is tuple:
-            if isinstance(value, str):
-                s = value.strip()
-                if not s.startswith(("(", "[")):
-                    s = f"({s},)"
-                value = ast.literal_eval(s)
-            if not isinstance(value, (list, tuple)):
-                raise ValueError("expected a list of numbers")
-            return tuple(float(x) for x in value)
-    except (ValueError, TypeError, SyntaxError):
-        kind = getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
-        kind = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
-                "tuple": "a list of numbers such as 0,0.5,1"}.get(kind, kind)
-        raise ConfigError(f"config field {name!r}: cannot use {value!r}; expected {kind}") from None
-    return value
+    return _config.field_docs(SurfaceConfig)
 
 
 def apply_dict(cfg: SurfaceConfig, values: dict[str, Any], *, source: str = "config") -> SurfaceConfig:
-    """Return a copy of ``cfg`` with ``values`` applied (types converted); unknown keys raise ConfigError."""
-    hints = _field_types()
-    known = {f.name for f in fields(cfg)}
-    changes = {}
-    for key, value in values.items():
-        if key not in known:
-            close = [k for k in known if k.startswith(key[:3])]
-            hint = f" (did you mean {', '.join(sorted(close))}?)" if close else ""
-            raise ConfigError(f"{source}: unknown config field {key!r}{hint}; see `meshlift reconstruct --help-config`")
-        changes[key] = _coerce(key, value, hints[key])
-    return validate(dataclasses.replace(cfg, **changes))
-
-
-def parse_overrides(items: list[str]) -> dict[str, str]:
-    """Parse ``["field=value", ...]`` into a dict; raises ConfigError on an item without ``=``."""
-    out: dict[str, str] = {}
-    for item in items:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r}: expected field=value (e.g. batch=4)")
-        key, value = item.split("=", 1)
-        out[key.strip().replace("-", "_")] = value.strip()
-    return out
+    """Return a validated copy of ``cfg`` with ``values`` applied (types converted); unknown keys raise ConfigError."""
+    return _config.apply_dict(cfg, values, source=source, validate=validate,
+                              help_hint="see `meshlift reconstruct --help-config`")
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a flat JSON or TOML table of config values (a ``[surface]`` TOML table is also accepted)."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file {p} not found; pass an existing .json or .toml file")
-    text = p.read_text(encoding="utf-8")
-    try:
-        if p.suffix.lower() == ".toml":
-            try:
-                import tomllib  # type: ignore[import-not-found]
-            except ModuleNotFoundError:  # Python < 3.11
-                import tomli as tomllib  # type: ignore[no-redef]
-            data = tomllib.loads(text)
-        else:
-            data = json.loads(text)
-    except Exception as exc:  # noqa: BLE001 - parser errors differ between libraries
-        raise ConfigError(f"config file {p}: cannot parse ({exc}); fix the syntax") from None
-    if isinstance(data, dict) and "surface" in data and isinstance(data["surface"], dict):
-        data = data["surface"]
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {p}: expected a table of field = value")
-    return data
+    return _config.load_config_file(path, table="surface")
 
 
 _CHOICES = {
@@ -315,8 +210,50 @@ _CHOICES = {
 }
 
 
+#: Numeric ranges ``(low, high, low_inclusive)``: every int/float field is finite and inside its range.
+#: The upper bounds stop values that would exhaust memory (a hash table of 2^30 entries, a 64k texture).
+RANGES: dict[str, tuple[float, float, bool]] = {
+    "train_res": (0, 8192, True), "max_test_views": (0, 10_000, True), "ref_views": (1, 10_000, True),
+    "ref_test_views": (0, 10_000, True), "ref_camera_radius": (0, 1e6, False), "ref_fov_deg": (0, 180, False),
+    "mesh_scale": (0, 1e6, False), "deform_scale": (0, 100, True), "iter_pass1": (0, 10_000_000, True),
+    "iter_pass2": (0, 10_000_000, True), "hidden_views": (1, 10_000, True), "hidden_res": (8, 8192, True),
+    "time_budget_s": (0, 1e9, True), "batch": (1, 1024, True), "spp": (1, 16, True),
+    "lr_pos": (0, 10, False), "lr_mat": (0, 10, False), "lr_light": (0, 10, False), "lr_vertex": (0, 10, True),
+    "lr_decay": (0, 1, True), "warmup": (0, 10_000_000, True), "mask_weight": (0, 1e6, True),
+    "sdf_reg_weight": (0, 1e6, True), "sdf_reg_final": (0, 1e6, True), "kd_smooth_weight": (0, 1e6, True),
+    "kd_smooth_jitter": (0, 1, True), "light_reg_weight": (0, 1e6, True), "laplace_weight": (0, 1e9, True),
+    "flexi_dev_weight": (0, 1e6, True), "hash_levels": (1, 32, True), "hash_log2_size": (8, 24, True),
+    "hash_max_res": (2, 1 << 16, True), "texture_res": (8, 16384, True), "env_res": (4, 2048, True),
+    "env_init": (0, 1e4, True), "unwrap_max_faces": (100, 10_000_000, True), "max_fragments": (1, 1 << 34, True),
+    "preview_every": (0, 10_000_000, True), "checkpoint_every": (0, 10_000_000, True),
+    "checkpoint_every_s": (0, 1e7, True), "hull_max_fill": (0, 1, False), "val_views": (0, 1000, True), "eval_samples": (1000, 100_000_000, True),
+    "fscore_threshold_frac": (0, 1, False),
+}
+
+#: Fields that fix the shapes of the saved parameters: they cannot change on ``--resume``.
+RESUME_FIXED = ("isosurface", "grid_res", "hash_levels", "hash_log2_size", "hash_max_res", "texture_res",
+                "env_res", "light", "kd_min", "kd_max", "ks_min", "ks_max", "mesh_scale", "data", "train_res",
+                "seed")
+
+
+def _check_ranges(cfg: SurfaceConfig) -> None:
+    import math
+
+    for name, (lo, hi, lo_incl) in RANGES.items():
+        v = getattr(cfg, name)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ConfigError(f"config field {name!r} = {v!r} must be a finite number in "
+                              f"{'[' if lo_incl else '('}{lo:g}, {hi:g}]")
+        if v > hi or v < lo or (v == lo and not lo_incl):
+            raise ConfigError(f"config field {name!r} = {v!r} is out of range: use a value in "
+                              f"{'[' if lo_incl else '('}{lo:g}, {hi:g}]")
+
+
 def validate(cfg: SurfaceConfig) -> SurfaceConfig:
     """Check ranges and choices; raises ConfigError naming the field and the fix."""
+    _check_ranges(cfg)
     for name, choices in _CHOICES.items():
         if getattr(cfg, name) not in choices:
             raise ConfigError(f"config field {name!r} = {getattr(cfg, name)!r}; choose one of {', '.join(choices)}")
@@ -329,8 +266,11 @@ def validate(cfg: SurfaceConfig) -> SurfaceConfig:
         if getattr(cfg, name) < 1:
             raise ConfigError(f"config field {name!r} must be >= 1, got {getattr(cfg, name)}")
     for name in ("kd_min", "kd_max", "ks_min", "ks_max"):
-        if len(getattr(cfg, name)) != 3:
-            raise ConfigError(f"config field {name!r} needs 3 values, got {getattr(cfg, name)!r}")
+        vals = getattr(cfg, name)
+        if len(vals) != 3:
+            raise ConfigError(f"config field {name!r} needs 3 values, got {vals!r}")
+        if not all(isinstance(v, (int, float)) and 0.0 <= v <= 1.0 for v in vals):
+            raise ConfigError(f"config field {name!r} = {vals!r}: each value must be a number in [0, 1]")
     if cfg.ref_ks is not None and len(cfg.ref_ks) != 3:
         raise ConfigError(f"config field 'ref_ks' needs 3 values (occlusion, roughness, metallic), got {cfg.ref_ks!r}")
     if cfg.max_fragments is not None and cfg.max_fragments < 1:
@@ -339,6 +279,8 @@ def validate(cfg: SurfaceConfig) -> SurfaceConfig:
 
 
 __all__ = [
+    "RANGES",
+    "RESUME_FIXED",
     "SurfaceConfig",
     "apply_dict",
     "config_to_dict",

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from meshlift.methods.config import SurfaceConfig
+from meshlift.methods.nvdiffrec.config import SurfaceConfig
 from meshlift.structures.mesh import Material, Mesh
 
 
@@ -58,10 +58,10 @@ def small_config(**kw) -> SurfaceConfig:
 
 
 def test_torus_reconstruction_reaches_fscore(tmp_path):
-    from meshlift.methods.surface import reconstruct, reference_problem
+    from meshlift.methods.nvdiffrec.reconstruct import reconstruct, synthetic_problem
 
     cfg = small_config()
-    data = reference_problem(_torus_mesh(), cfg, torch.device("cpu"), name="torus")
+    data = synthetic_problem(_torus_mesh(), cfg, torch.device("cpu"), name="torus")
     res = reconstruct(cfg, tmp_path / "out", data=data)
     m = res.metrics
     assert m["fscore"] >= 0.9, m
@@ -114,11 +114,11 @@ class _StopAt:
 
 
 def test_resume_continues_from_the_checkpoint(tmp_path):
-    from meshlift.methods.surface import reconstruct, reference_problem
+    from meshlift.methods.nvdiffrec.reconstruct import reconstruct, synthetic_problem
 
     cfg = small_config(iter_pass1=6, iter_pass2=3, checkpoint_every=2, train_res=32, grid_res=16, ref_views=6,
                        texture_res=32)
-    data = reference_problem(_torus_mesh(), cfg, torch.device("cpu"), name="torus")
+    data = synthetic_problem(_torus_mesh(), cfg, torch.device("cpu"), name="torus")
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
         reconstruct(cfg, out, data=data, monitor=_StopAt(stop_at=5))
@@ -141,17 +141,17 @@ def test_resume_continues_from_the_checkpoint(tmp_path):
 
 def test_resume_without_checkpoint_is_a_config_error(tmp_path):
     from meshlift.errors import ConfigError
-    from meshlift.methods.surface import reconstruct
+    from meshlift.methods.nvdiffrec.reconstruct import reconstruct
 
     with pytest.raises(ConfigError, match="resume"):
         reconstruct(small_config(data=str(tmp_path)), tmp_path / "none", resume=True)
 
 
 def test_flexicubes_pass_runs_and_keeps_the_shape(tmp_path):
-    from meshlift.methods.surface import reconstruct, reference_problem
+    from meshlift.methods.nvdiffrec.reconstruct import reconstruct, synthetic_problem
 
     cfg = small_config(isosurface="flexicubes", grid_res=20, iter_pass1=30, iter_pass2=2, train_res=48, ref_views=12)
-    data = reference_problem(_torus_mesh(), cfg, torch.device("cpu"), name="torus")
+    data = synthetic_problem(_torus_mesh(), cfg, torch.device("cpu"), name="torus")
     res = reconstruct(cfg, None, data=data)
     assert res.metrics["pass1_fscore"] >= 0.8, res.metrics
     assert res.mesh.num_faces > 0
@@ -159,17 +159,19 @@ def test_flexicubes_pass_runs_and_keeps_the_shape(tmp_path):
 
 def test_out_of_memory_is_reported_with_the_knobs(monkeypatch):
     from meshlift.errors import OutOfMemoryError
-    from meshlift.methods import surface
+    from meshlift.data.views import PosedViews, ProblemData
+    from meshlift.methods.engine import Monitor
+    from meshlift.methods.nvdiffrec import reconstruct as surface
 
     def boom(*args, **kwargs):
         raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
     cfg = small_config()
-    views = surface.TrainViews(torch.eye(4)[None], torch.zeros(1, 3), torch.zeros(1, 4, 4, 3), None, torch.ones(3))
-    data = surface.ProblemData(train=views, test=views, world_to_normalized=torch.eye(4, dtype=torch.float64))
+    views = PosedViews(torch.eye(4)[None], torch.zeros(1, 3), torch.zeros(1, 4, 4, 3), None, torch.ones(3))
+    data = ProblemData(train=views, test=views, world_to_normalized=torch.eye(4, dtype=torch.float64))
     monkeypatch.setattr(surface, "run_pass1", boom)
     with pytest.raises(OutOfMemoryError) as info:
-        surface.reconstruct(cfg, None, data=data, monitor=surface.Monitor())
+        surface.reconstruct(cfg, None, data=data, monitor=Monitor())
     msg = str(info.value)
     for knob in ("batch=", "train_res=", "data_device=", "max_fragments="):
         assert knob in msg
@@ -179,21 +181,21 @@ def test_out_of_memory_is_reported_with_the_knobs(monkeypatch):
 def test_torus_reconstruction_on_cuda(tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    from meshlift.methods.surface import reconstruct, reference_problem
+    from meshlift.methods.nvdiffrec.reconstruct import reconstruct, synthetic_problem
 
     cfg = small_config(device="cuda", iter_pass1=200, iter_pass2=50, train_res=128, grid_res=48, batch=4)
-    data = reference_problem(_torus_mesh(), cfg, torch.device("cuda"), name="torus")
+    data = synthetic_problem(_torus_mesh(), cfg, torch.device("cuda"), name="torus")
     res = reconstruct(cfg, tmp_path / "out", data=data)
     assert res.metrics["fscore"] >= 0.95, res.metrics
     assert res.metrics["device"].startswith("cuda")
 
 
 def test_time_budget_stops_both_passes_early():
-    from meshlift.methods.surface import reconstruct, reference_problem
+    from meshlift.methods.nvdiffrec.reconstruct import reconstruct, synthetic_problem
 
     cfg = small_config(iter_pass1=500, iter_pass2=300, ref_views=4, train_res=32, grid_res=12,
                        time_budget_s=1e-3, eval_samples=2000)
-    data = reference_problem(_torus_mesh(n=16, m=8), cfg, torch.device("cpu"), name="torus")
+    data = synthetic_problem(_torus_mesh(n=16, m=8), cfg, torch.device("cpu"), name="torus")
     res = reconstruct(cfg, None, data=data)
     assert res.metrics["iterations"] == {"pass1": 1, "pass2": 1}
     assert res.metrics["iterations_configured"] == {"pass1": 500, "pass2": 300}

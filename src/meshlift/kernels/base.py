@@ -1,8 +1,9 @@
-"""The visibility backend interface (the seam where faster GPU passes slot in).
+"""The visibility backend interface (the seam where faster GPU rasterizer passes slot in).
 
-A backend answers one discrete question — which triangle is nearest at each pixel centre — and nothing
-else; barycentrics, depth and every gradient are computed afterwards by differentiable PyTorch ops in
-:mod:`meshlift.render.rasterize`, so a backend never needs a backward pass.
+A visibility backend answers one discrete question — which triangle is nearest at each pixel centre.
+Barycentrics, depth and their gradients are then computed by differentiable PyTorch ops in
+:mod:`meshlift.render.rasterize`, so *this* interface has no backward pass. Kernels that do need one
+(splatting, hash grids) follow the differentiable-kernel contract in :mod:`meshlift.kernels`.
 """
 
 from __future__ import annotations

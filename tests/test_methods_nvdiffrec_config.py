@@ -8,7 +8,7 @@ import json
 import pytest
 
 from meshlift.errors import ConfigError
-from meshlift.methods.config import (
+from meshlift.methods.nvdiffrec.config import (
     SurfaceConfig,
     apply_dict,
     config_to_dict,
@@ -16,7 +16,7 @@ from meshlift.methods.config import (
     load_config_file,
     parse_overrides,
 )
-from meshlift.methods.presets import PRESETS, get_preset, preset_names
+from meshlift.methods.nvdiffrec.presets import PRESETS, get_preset, preset_names
 
 
 def test_every_field_has_a_docstring():

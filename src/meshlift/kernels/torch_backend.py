@@ -5,7 +5,7 @@ per chunk):
 
 1. gather the clip-space vertices; triangles wholly in front of the near plane get their pixel bounding
    box from the projected vertices; the few crossing the near plane go to a separate bucket whose box
-   comes from the clipped polygon (:func:`~meshlift.render.backends._common.screen_bbox`); boxes off
+   comes from the clipped polygon (:func:`~meshlift.kernels._common.screen_bbox`); boxes off
    screen, behind the eye or beyond the far plane are culled here;
 2. every triangle falls into one bucket by box size: ≤ 2 px a side (a 2×2 *stamp*), ≤ 4 px (4×4 stamp),
    larger (its box's 8×8 tiles, each tile a stamp of 8×8), near-plane crossing (tiles too), culled. The
@@ -32,7 +32,7 @@ forward+backward peaked at 2.2 GiB including inputs and the per-pixel barycentri
 Speed notes (H200, docs/benchmarks.md): eager PyTorch on the GPU is bound by kernel launches (~25 µs
 each there), so this backend keeps the launch count low (~130 for a forward visibility pass), uses no
 data-dependent shapes on CUDA and reads back one small tensor per chunk. Row gathers go through
-:func:`~meshlift.render.backends._common.gather_rows` (PyTorch's row-gather kernel was most of the GPU
+:func:`~meshlift.kernels._common.gather_rows` (PyTorch's row-gather kernel was most of the GPU
 time).
 """
 
@@ -42,7 +42,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from meshlift.render.backends._common import (  # noqa: I001
+from meshlift.kernels._common import (  # noqa: I001
     BBOX_SLACK_PX,
     EMPTY_DEPTH_BITS,
     INT64_MAX,

@@ -1,0 +1,513 @@
+"""What every reconstruction method shares: progress, checkpoints, train state, schedules, device/OOM, time budget.
+
+- :class:`Monitor`: the progress protocol (the CLI passes a rich progress bar; nothing under ``methods``
+  prints);
+- :class:`TrainState` and :class:`Checkpointer`: resumable runs (``checkpoint.pt``, written atomically);
+- :class:`ViewSampler`: seeded batches of view indices without replacement;
+- schedules, each a named object with ``__call__`` and ``state_dict`` (no magic numbers in training loops):
+  :class:`ExponentialLR` (nvdiffrec's learning-rate schedule), :class:`LinearSchedule` (weights that ramp),
+  :class:`TimeBudget` (per-pass deadlines);
+- :func:`resolve_device`, :func:`is_oom`: the device and memory errors;
+- :func:`end_step`: per-step bookkeeping (history, progress, previews, checkpoints, time budget).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+from meshlift.errors import ConfigError
+
+CHECKPOINT_NAME = "checkpoint.pt"
+
+__all__ = [
+    "CHECKPOINT_NAME",
+    "CheckpointCadence",
+    "Checkpointer",
+    "DivergenceGuard",
+    "FINISHED_MARKER",
+    "available_memory_bytes",
+    "check_memory",
+    "check_resume_compatible",
+    "load_checkpoint",
+    "nonfinite_tensors",
+    "prepare_output_dir",
+    "ExponentialLR",
+    "LinearSchedule",
+    "Monitor",
+    "StageClock",
+    "TimeBudget",
+    "TrainState",
+    "ViewSampler",
+    "end_step",
+    "is_oom",
+    "psnr_from_mse",
+    "resolve_device",
+]
+
+
+# ---- progress ---------------------------------------------------------------------------------------------
+
+
+class Monitor:
+    """Receives progress events; the default does nothing (the CLI supplies a rich progress bar)."""
+
+    def start_pass(self, name: str, total: int, start: int = 0) -> None:
+        """A pass of ``total`` iterations begins (at ``start`` when resuming)."""
+
+    def update(self, iteration: int, loss: float, psnr: float) -> None:
+        """Iteration ``iteration`` (1-based count done) finished with these values."""
+
+    def end_pass(self) -> None:
+        """The current pass finished."""
+
+    def log(self, message: str) -> None:
+        """A one-line status message."""
+
+
+# ---- device, memory ---------------------------------------------------------------------------------------
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` → CUDA when available else CPU; otherwise ``torch.device(name)``.
+
+    Raises:
+        ConfigError: the name is not a device, or CUDA was asked for and is not available.
+    """
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError as exc:
+        raise ConfigError(f"config field 'device' = {name!r}: {exc}; use auto, cpu or cuda") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"config field 'device' = {name!r} but CUDA is not available; use device=cpu")
+    return dev
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Whether ``exc`` is an out-of-memory error of PyTorch: CUDA (``torch.cuda.OutOfMemoryError``), the
+    host allocator (``DefaultCPUAllocator: can't allocate memory``) or Python's ``MemoryError``."""
+    if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)):
+        return True
+    msg = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("out of memory" in msg or "can't allocate memory" in msg
+                                              or "cannot allocate memory" in msg)
+
+
+def psnr_from_mse(mse: float) -> float:
+    """PSNR in dB of a mean squared error of [0, 1] images (``inf`` for 0)."""
+    return float("inf") if mse <= 0 else -10.0 * math.log10(mse)
+
+
+# ---- state, checkpoints -----------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainState:
+    """Mutable state of a run, saved in the checkpoint.
+
+    Attributes:
+        stage: the method's current stage (nvdiffrec: ``pass1``, ``pass2`` or ``done``); iteration: steps
+            done in the current stage.
+        history: per-step dicts (pass, iteration, loss, psnr) for the loss curve.
+        timings: seconds spent per stage.
+        iterations: steps actually run per stage (fewer than configured when a time budget cut it short).
+    """
+
+    stage: str = "pass1"
+    iteration: int = 0
+    history: list = field(default_factory=list)
+    timings: dict = field(default_factory=dict)
+    iterations: dict = field(default_factory=dict)
+
+    def state_dict(self) -> dict:
+        """Plain-data copy for the checkpoint."""
+        return dataclasses.asdict(self)
+
+
+class Checkpointer:
+    """Writes ``checkpoint.pt`` atomically (temp file + rename) in the output folder (nothing when None)."""
+
+    def __init__(self, out_dir: Optional[Path]) -> None:
+        self.path = None if out_dir is None else Path(out_dir) / CHECKPOINT_NAME
+
+    def save(self, payload: dict) -> bool:
+        """Write ``payload`` (tensors and plain data) with ``torch.save``; a payload holding NaN/inf is not
+        written (a good checkpoint is never replaced by a diverged one). Returns whether it was written."""
+        if self.path is None:
+            return False
+        if nonfinite_tensors(payload):
+            return False
+        tmp = self.path.with_suffix(".tmp")
+        torch.save(payload, tmp)
+        os.replace(tmp, self.path)
+        return True
+
+    def load(self) -> Optional[dict]:
+        """The saved payload on the CPU, or None when there is none (:func:`load_checkpoint`: an unreadable
+        file raises a clear ConfigError)."""
+        if self.path is None or not self.path.is_file():
+            return None
+        return load_checkpoint(self.path)
+
+
+class ViewSampler:
+    """Draws batches of view indices: random permutations without replacement, seeded (resumable)."""
+
+    def __init__(self, n: int, batch: int, seed: int) -> None:
+        self.n, self.batch = n, min(batch, n)
+        self.g = torch.Generator().manual_seed(seed)
+        self.order = torch.randperm(n, generator=self.g)
+        self.pos = 0
+
+    def next(self) -> torch.Tensor:
+        """LongTensor ``[batch]`` of view indices; a new permutation starts when one is used up."""
+        if self.pos + self.batch > self.n:
+            self.order = torch.randperm(self.n, generator=self.g)
+            self.pos = 0
+        idx = self.order[self.pos:self.pos + self.batch]
+        self.pos += self.batch
+        return idx
+
+    def state_dict(self) -> dict:
+        return {"g": self.g.get_state(), "order": self.order, "pos": self.pos}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.g.set_state(s["g"])
+        self.order, self.pos = s["order"], int(s["pos"])
+
+
+# ---- schedules --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExponentialLR:
+    """Learning-rate factor of step ``it``: linear warm-up over ``warmup`` steps, then ``10^(-decay · it)``
+    (nvdiffrec's ``lr_schedule``). Use with ``torch.optim.lr_scheduler.LambdaLR``."""
+
+    warmup: int
+    decay: float
+
+    def __call__(self, it: int) -> float:
+        warm = min(1.0, (it + 1) / self.warmup) if self.warmup > 0 else 1.0
+        return warm * (10.0 ** (-self.decay * it))
+
+    def state_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class LinearSchedule:
+    """A value ramping linearly from ``start`` to ``end`` as ``x`` goes from 0 to ``duration``, then ``end``.
+
+    ``x`` is whatever the caller measures progress in (steps, or the fraction of a pass done); the name of
+    the instance says which (e.g. ``sdf_reg`` over the first quarter of pass 1).
+    """
+
+    start: float
+    end: float
+    duration: float
+
+    def __call__(self, x: float) -> float:
+        return self.start + (self.end - self.start) * min(1.0, x / self.duration)
+
+    def state_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class TimeBudget:
+    """Wall-clock deadlines per stage: stage ``k`` must end once ``fractions[k]`` of ``total_s`` has passed
+    since :meth:`start`. ``total_s <= 0`` means no budget (every deadline is None)."""
+
+    def __init__(self, total_s: float, fractions: dict[str, float]) -> None:
+        self.total_s = float(total_s)
+        self.fractions = dict(fractions)
+        self.t_start = time.perf_counter()
+
+    def start(self, t: Optional[float] = None) -> None:
+        """Start the clock now (or at the ``time.perf_counter()`` value ``t``)."""
+        self.t_start = time.perf_counter() if t is None else t
+
+    def deadline(self, stage: str) -> Optional[float]:
+        """The ``time.perf_counter()`` value at which ``stage`` must stop, or None without a budget."""
+        if self.total_s <= 0:
+            return None
+        return self.t_start + self.fractions[stage] * self.total_s
+
+    def state_dict(self) -> dict:
+        return {"total_s": self.total_s, "fractions": dict(self.fractions)}
+
+
+# ---- per-step bookkeeping ---------------------------------------------------------------------------------
+
+
+def end_step(pass_no: int, it: int, total: int, loss: torch.Tensor, mse: torch.Tensor, *, state: TrainState,
+             monitor: Monitor, preview_every: int, cadence: "CheckpointCadence", deadline: Optional[float],
+             save: Callable[[], None], preview: Optional[Callable[[], None]],
+             guard: Optional["DivergenceGuard"] = None) -> bool:
+    """Bookkeeping after step ``it`` (0-based) of pass ``pass_no``: the divergence guard (a non-finite loss
+    rolls the state back, see :class:`DivergenceGuard`), history, progress, a preview every
+    ``preview_every`` steps, a checkpoint when ``cadence`` says so. Returns True when the ``deadline`` (a
+    ``time.perf_counter()`` value) ends the pass early."""
+    loss_value = float(loss.detach())
+    if guard is not None and guard.after_step(it + 1, loss_value):
+        monitor.log(f"pass {pass_no}: non-finite loss or parameters at step {it + 1}: rolled back to the state "
+                    f"of step {guard.snapshot_step} and halved the learning rates")
+        return False
+    psnr = psnr_from_mse(float(mse))
+    state.history.append({"pass": pass_no, "iteration": it + 1, "loss": loss_value, "psnr": psnr})
+    state.iteration = it + 1
+    monitor.update(it + 1, loss_value, psnr)
+    if preview is not None and preview_every > 0 and (it + 1) % preview_every == 0:
+        with torch.no_grad():
+            preview()
+    if cadence.due(it + 1) and it + 1 < total:
+        save()
+        cadence.saved()
+    if deadline is not None and time.perf_counter() > deadline and it + 1 < total:
+        monitor.log(f"pass {pass_no}: time budget reached after {it + 1} of {total} steps")
+        return True
+    return False
+
+
+class StageClock:
+    """Adds wall time to ``state.timings[key]`` each :meth:`flush` (so mid-pass checkpoints carry it too)."""
+
+    def __init__(self, state: TrainState, key: str) -> None:
+        self.state, self.key = state, key
+        self.t = time.perf_counter()
+
+    def flush(self) -> None:
+        now = time.perf_counter()
+        self.state.timings[self.key] = self.state.timings.get(self.key, 0.0) + now - self.t
+        self.t = now
+
+
+# ---- robustness: output folders, resume checks, finite state, memory --------------------------------------
+
+#: Files whose presence marks a finished run (``metrics.json``) or an unfinished one (the checkpoint).
+FINISHED_MARKER = "metrics.json"
+
+
+def prepare_output_dir(out: Optional[Path], *, resume: bool, overwrite: bool) -> None:
+    """Check ``out`` before anything is loaded, so a bad ``--out`` costs nothing and loses nothing.
+
+    Raises:
+        OutputError: ``out`` is an existing file; it (or the nearest existing parent) is not writable; it
+            holds a finished run (``metrics.json``) or an unfinished one (``checkpoint.pt``) and neither
+            ``resume`` nor ``overwrite`` was given.
+    """
+    from meshlift.errors import OutputError
+
+    if out is None:
+        return
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"--out {out}: is an existing file, not a folder; choose another --out")
+    probe = out
+    while not probe.exists():
+        probe = probe.parent
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise OutputError(f"--out {out}: {probe} is not writable; choose a folder you can write to")
+    if resume or overwrite or not out.is_dir():
+        return
+    if (out / FINISHED_MARKER).is_file():
+        raise OutputError(
+            f"--out {out}: holds a finished run ({FINISHED_MARKER}, mesh, checkpoint); running again would "
+            "replace it. Pass --resume to continue or re-export it, --overwrite to replace it, or choose "
+            "another --out")
+    if (out / CHECKPOINT_NAME).is_file():
+        raise OutputError(
+            f"--out {out}: holds an unfinished run ({CHECKPOINT_NAME}); pass --resume to continue it, "
+            "--overwrite to start again, or choose another --out")
+
+
+def load_checkpoint(path: Path) -> dict:
+    """Read a checkpoint written by :class:`Checkpointer`, refusing anything unreadable with one clear line.
+
+    Raises:
+        ConfigError: missing, truncated, empty, not a checkpoint, or holding objects other than tensors and
+            plain data (``weights_only`` loading).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"--resume: no {path.name} in {path.parent}; run without --resume first")
+    if path.stat().st_size == 0:
+        raise ConfigError(f"--resume: {path} is empty (a kill during the first write?); start again with "
+                          "--overwrite")
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - every unreadable file gets the same advice
+        raise ConfigError(f"--resume: {path} is truncated or not a meshlift checkpoint ({type(exc).__name__}); "
+                          "start again with --overwrite (or restore the file)") from None
+    if not isinstance(ck, dict) or "state" not in ck or "config" not in ck:
+        raise ConfigError(f"--resume: {path} is not a meshlift checkpoint (no state/config); start again with "
+                          "--overwrite")
+    return ck
+
+
+def check_resume_compatible(saved: dict, new: dict, fixed_fields: tuple[str, ...], source: str) -> None:
+    """Refuse a resume whose config changes a field that shapes the saved parameters.
+
+    Args:
+        saved: the config dict stored in the checkpoint; new: the effective config dict of this call.
+        fixed_fields: fields that may not change on resume (e.g. grid resolution, hash-table size).
+        source: the checkpoint path, for the message.
+
+    Raises:
+        ConfigError: naming every changed fixed field with both values, and what may change.
+    """
+    changed = [f"{k}: {saved.get(k)!r} -> {new.get(k)!r}" for k in fixed_fields
+               if k in saved and saved.get(k) != new.get(k)]
+    if changed:
+        raise ConfigError(
+            f"--resume from {source}: these fields change the shape of the saved parameters and cannot change "
+            f"on resume: {'; '.join(changed)}. Fields that can change: iterations, learning rates, time budget, "
+            "checkpoint/preview cadence, device. Resume without them, or start a new run with --overwrite")
+
+
+def nonfinite_tensors(tree, prefix: str = "") -> list[str]:
+    """Names of floating-point tensors in a nested dict/list ``tree`` that hold NaN or inf."""
+    bad: list[str] = []
+    if torch.is_tensor(tree):
+        if tree.is_floating_point() and tree.numel() and not bool(torch.isfinite(tree).all()):
+            bad.append(prefix or "tensor")
+    elif isinstance(tree, dict):
+        for k, v in tree.items():
+            bad += nonfinite_tensors(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(tree, (list, tuple)):
+        for i, v in enumerate(tree):
+            bad += nonfinite_tensors(v, f"{prefix}[{i}]")
+    return bad
+
+
+class CheckpointCadence:
+    """When to save mid-run: every ``every_steps`` steps (0 = never by count) **or** once ``every_s`` seconds
+    have passed since the last save (0 = never by time), so short presets are saved too."""
+
+    def __init__(self, every_steps: int, every_s: float) -> None:
+        self.every_steps, self.every_s = int(every_steps), float(every_s)
+        self.last = time.perf_counter()
+
+    def due(self, step: int) -> bool:
+        """Whether to save after ``step`` (1-based count of steps done)."""
+        by_count = self.every_steps > 0 and step % self.every_steps == 0
+        by_time = self.every_s > 0 and time.perf_counter() - self.last >= self.every_s
+        return by_count or by_time
+
+    def saved(self) -> None:
+        self.last = time.perf_counter()
+
+
+class DivergenceGuard:
+    """Non-finite loss or parameters → roll back to the last good state and halve the learning rates, once;
+    a second divergence stops the run with :class:`~meshlift.errors.TrainingError` (nothing is written).
+
+    ``capture()`` returns a snapshot (tensors are cloned by the guard), ``restore(snapshot)`` puts it back.
+    A snapshot is taken every ``snapshot_every`` steps, and only after the parameters were checked finite.
+    The step count goes on after a rollback (the steps since the snapshot are redone as later steps).
+    """
+
+    def __init__(self, name: str, capture: Callable[[], dict], restore: Callable[[dict], None],
+                 optimizers: list, lr_fields: str, snapshot_every: int = 50, max_rollbacks: int = 1,
+                 schedulers: tuple = ()) -> None:
+        self.name, self.capture, self.restore = name, capture, restore
+        self.optimizers, self.lr_fields = list(optimizers), lr_fields
+        self.schedulers = list(schedulers)
+        self.snapshot_every, self.max_rollbacks = max(1, int(snapshot_every)), int(max_rollbacks)
+        self.rollbacks = 0
+        self.snapshot: Optional[dict] = None
+        self.snapshot_step = 0
+
+    def _clone(self, tree):
+        if torch.is_tensor(tree):
+            return tree.detach().clone()
+        if isinstance(tree, dict):
+            return {k: self._clone(v) for k, v in tree.items()}
+        if isinstance(tree, (list, tuple)):
+            return type(tree)(self._clone(v) for v in tree)
+        return tree
+
+    def start(self, step: int) -> None:
+        """Take the first snapshot (call before the loop)."""
+        self.snapshot, self.snapshot_step = self._clone(self.capture()), step
+
+    def after_step(self, step: int, loss_value: float) -> bool:
+        """Call after each optimiser step with the step's loss (a float already read back).
+
+        Returns:
+            True when the state was rolled back (the caller carries on with the next step).
+
+        Raises:
+            TrainingError: the run diverged again after a rollback.
+        """
+        bad = not math.isfinite(loss_value)
+        if not bad and step % self.snapshot_every == 0:
+            state = self.capture()
+            bad_names = nonfinite_tensors(state)
+            if not bad_names:
+                self.snapshot, self.snapshot_step = self._clone(state), step
+                return False
+            bad = True
+        if not bad:
+            return False
+        from meshlift.errors import TrainingError
+
+        if self.rollbacks >= self.max_rollbacks or self.snapshot is None:
+            raise TrainingError(
+                f"{self.name}: the loss or parameters became non-finite (NaN/inf) at step {step} again after "
+                f"a rollback with halved learning rates; stopped without writing outputs. Lower the learning "
+                f"rates ({self.lr_fields}) or check the input; the last good checkpoint is kept")
+        self.restore(self._clone(self.snapshot))
+        for opt in self.optimizers:
+            for g in opt.param_groups:
+                g["lr"] = g["lr"] * 0.5
+                if "initial_lr" in g:
+                    g["initial_lr"] = g["initial_lr"] * 0.5
+        for sch in self.schedulers:  # torch LR schedulers recompute lr from base_lrs
+            sch.base_lrs = [b * 0.5 for b in sch.base_lrs]
+        self.rollbacks += 1
+        return True
+
+
+def available_memory_bytes(device: torch.device) -> Optional[int]:
+    """Free memory on ``device``: CUDA ``mem_get_info``; CPU ``MemAvailable`` of /proc/meminfo (None when
+    unknown)."""
+    if device.type == "cuda":
+        try:
+            return int(torch.cuda.mem_get_info(device)[0])
+        except Exception:  # noqa: BLE001
+            return None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_memory(estimate_bytes: int, device: torch.device, what: str, knobs: str) -> None:
+    """Refuse before allocating when ``estimate_bytes`` exceeds the free memory of ``device``.
+
+    Raises:
+        OutOfMemoryError: naming the estimate, the free memory and the knobs.
+    """
+    free = available_memory_bytes(device)
+    if free is None or estimate_bytes <= free:
+        return
+    from meshlift.errors import OutOfMemoryError
+
+    gib = 1024**3
+    raise OutOfMemoryError(
+        f"{what} needs about {estimate_bytes / gib:.1f} GiB but {device} has {free / gib:.1f} GiB free; lower "
+        f"the memory knobs: {knobs}")

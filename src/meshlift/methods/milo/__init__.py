@@ -1,0 +1,14 @@
+"""MILo: mesh-in-the-loop Gaussian splatting (Guédon et al. 2025), meshlift's own implementation.
+
+Building blocks that do not need the Gaussian renderer (issue 11):
+
+- :mod:`meshlift.methods.milo.pivots`: 9 pivots per Gaussian and the learnable pivot SDF (``PivotSDF``).
+- :mod:`meshlift.methods.milo.depth_fusion`: truncated SDF at the pivots from depth maps (initialises and
+  resets the pivot SDF's base).
+- :mod:`meshlift.methods.milo.occupancy_labels`: mesh depth/normal maps (meshlift's rasterizer), the
+  "behind the mesh in every view" occupancy labels, and the two occupancy losses.
+- :mod:`meshlift.methods.milo.mesh_losses`: the depth and normal losses between mesh and Gaussian renders.
+
+The Delaunay tetrahedralisation is :mod:`meshlift.isosurface.delaunay` and marching tetrahedra
+:func:`meshlift.isosurface.dmtet.marching_tets`. Nothing heavy is imported here.
+"""

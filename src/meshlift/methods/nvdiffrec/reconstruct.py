@@ -1,0 +1,235 @@
+"""``reconstruct``: the whole nvdiffrec run — input → views → pass 1 → pass 2 → evaluation → asset folder.
+
+Source: Munkberg et al., "Extracting Triangular 3D Models, Materials, and Lighting From Images", CVPR 2022.
+The input (``cfg.data``) is sniffed once (:func:`meshlift.data.views.sniff_input`): a mesh file becomes a
+synthetic scene rendered on the fly (:func:`synthetic_problem`), a dataset folder is read by
+:func:`meshlift.data.views.scene_problem`. Checkpoints make ``--resume`` possible; the asset folder is
+written by :mod:`meshlift.methods.nvdiffrec.outputs`. Nothing here prints: progress goes through a
+:class:`meshlift.methods.engine.Monitor`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from meshlift.data.views import ProblemData, scene_problem, sniff_input
+from meshlift.errors import ConfigError, MeshliftError, OutOfMemoryError
+from meshlift.methods.engine import (CHECKPOINT_NAME, FINISHED_MARKER, Checkpointer, Monitor, TimeBudget, TrainState,
+                                     check_memory, check_resume_compatible, is_oom, prepare_output_dir,
+                                     resolve_device)
+from meshlift.methods.nvdiffrec.config import RESUME_FIXED, SurfaceConfig, config_to_dict
+from meshlift.methods.nvdiffrec.evaluate import geometry_metrics, image_metrics, render_views, to_world
+from meshlift.methods.nvdiffrec.passes import run_pass1, run_pass2
+from meshlift.structures.mesh import Mesh
+
+__all__ = ["BUDGET_FRACTIONS", "ReconstructionResult", "load_problem", "oom_error", "reconstruct",
+           "synthetic_problem"]
+
+#: With ``time_budget_s``: pass 1 ends once this fraction of the budget has passed since the start, pass 2
+#: once ``pass2`` has (the rest is left for evaluation and export).
+BUDGET_FRACTIONS = {"pass1": 0.55, "pass2": 0.80}
+
+
+def oom_error(cfg: SurfaceConfig, where: str) -> OutOfMemoryError:
+    """The OutOfMemoryError to raise, naming the memory knobs and their current values."""
+    return OutOfMemoryError(
+        f"out of memory during {where}. Lower the memory knobs: batch={cfg.batch} (e.g. --set batch="
+        f"{max(1, cfg.batch // 2)}), train_res={cfg.train_res} (e.g. --set train_res={max(64, cfg.train_res // 2)}), "
+        f"data_device={cfg.data_device} (keep images on the CPU: --set data_device=cpu), max_fragments="
+        f"{cfg.max_fragments} (rasterizer fragment budget, e.g. --set max_fragments=4000000), "
+        f"grid_res={cfg.grid_res}, texture_res={cfg.texture_res}, spp={cfg.spp}"
+    )
+
+
+def load_problem(cfg: SurfaceConfig, device: torch.device) -> ProblemData:
+    """Read ``cfg.data`` (dataset folder or mesh file) into a :class:`ProblemData`.
+
+    Raises:
+        ConfigError: no input given. DatasetError / MeshError: unreadable input.
+    """
+    if not cfg.data:
+        raise ConfigError("no input: give DATA (a dataset folder or a mesh file)")
+    if sniff_input(cfg.data) == "mesh":
+        from meshlift.io.mesh import load_mesh
+
+        return synthetic_problem(load_mesh(cfg.data), cfg, device, name=Path(cfg.data).name)
+    data = scene_problem(cfg.data, background="black" if cfg.background == "black" else "white",
+                         train_split=cfg.train_split, test_split=cfg.test_split, max_test_views=cfg.max_test_views,
+                         train_res=cfg.train_res, data_device=cfg.data_device)
+    if data.train.masks is None:
+        from meshlift.errors import DatasetError
+
+        raise DatasetError(
+            f"{cfg.data}: the images have neither masks nor an alpha channel; the surface method (nvdiffrec) "
+            "needs the object separated from its background. For a real scene without masks use the Gaussian "
+            "method (--method gaussians), or add masks (a masks/ folder, or RGBA images)")
+    return data
+
+
+def synthetic_problem(mesh: Mesh, cfg: SurfaceConfig, device: torch.device, name: str = "mesh") -> ProblemData:
+    """Training and held-out views of a gt ``mesh`` (world units) rendered as ``cfg``'s ``ref_*`` fields say."""
+    from meshlift.data.synthetic import SyntheticDataset
+    from meshlift.data.views import synthetic_problem as views_of
+
+    if cfg.ref_ks is not None and mesh.material is not None:
+        ks = torch.tensor(cfg.ref_ks, dtype=torch.float32).expand(1, 1, 3).clone()
+        mesh = dataclasses.replace(mesh, material=dataclasses.replace(mesh.material, ks=ks, kd=mesh.material.kd))
+    ds = SyntheticDataset(
+        mesh,
+        env=cfg.ref_env,
+        env_kind=cfg.ref_env_kind,
+        env_res=max(64, cfg.env_res),
+        n_train=cfg.ref_views,
+        n_test=cfg.ref_test_views,
+        resolution=cfg.train_res,
+        fov=math.radians(cfg.ref_fov_deg),
+        radius=cfg.ref_camera_radius,
+        seed=cfg.seed,
+        background="black" if cfg.background == "black" else "white",
+        device=device,
+    )
+    return views_of(ds, background=cfg.background, data_device=cfg.data_device, name=name)
+
+
+@dataclass
+class ReconstructionResult:
+    """What :func:`reconstruct` produced.
+
+    Attributes:
+        mesh: final textured mesh in the dataset's world frame and units.
+        dmtet_mesh: pass-1 mesh in world units.
+        metrics: the dict written to ``metrics.json``.
+        out_dir: the output folder (None when not writing).
+        files: paths of the main outputs (``glb``, ``obj``, ``probe``, ``metrics``...).
+        history: per-iteration dicts (pass, iteration, loss, psnr) of both passes.
+    """
+
+    mesh: Mesh
+    dmtet_mesh: Mesh
+    metrics: dict
+    out_dir: Optional[Path]
+    files: dict
+    history: list = field(default_factory=list)
+
+
+def estimate_training_bytes(cfg: SurfaceConfig, n_views: int, height: int, width: int) -> int:
+    """A floor on the training memory: the training images (float32 RGBA) on ``data_device`` plus about 40
+    float32 buffers per rendered pixel of a batch (G-buffer, shading, their gradients) — what grows with
+    resolution × batch × views before any allocation happens."""
+    per_pixel = 40 * 4
+    batch_px = cfg.batch * cfg.spp * height * width
+    images = n_views * height * width * 4 * 4
+    return int(batch_px * per_pixel + (images if cfg.data_device != "cpu" else 0))
+
+
+def reconstruct(
+    cfg: SurfaceConfig,
+    out_dir: Optional[str | Path],
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    monitor: Optional[Monitor] = None,
+    data: Optional[ProblemData] = None,
+) -> ReconstructionResult:
+    """Run both passes on ``cfg.data`` (or on ``data`` when given) and write the asset folder ``out_dir``.
+
+    Args:
+        cfg: the effective configuration (validated).
+        out_dir: output folder (created), or None to write nothing (tests).
+        resume: continue from ``out_dir/checkpoint.pt``; a finished run is re-exported. The checkpoint is
+            read and checked (readable; no change of a :data:`~meshlift.methods.nvdiffrec.config.RESUME_FIXED`
+            field) before anything in ``out_dir`` is touched.
+        overwrite: replace a finished or unfinished run in ``out_dir`` (without it, such a folder is refused).
+        monitor: progress sink (default: silent).
+        data: pre-built :class:`ProblemData` (skips loading ``cfg.data``; used by ``meshlift demo``).
+
+    Raises:
+        ConfigError, DatasetError, MeshError: bad configuration or input; an unreadable or incompatible
+            checkpoint on resume.
+        OutputError: ``out_dir`` is a file, not writable, or holds a run (without ``resume``/``overwrite``).
+        OutOfMemoryError: memory ran out, or the estimate exceeds the free memory; the message names the knobs.
+        TrainingError: the run diverged twice (non-finite loss); nothing was written.
+    """
+    from meshlift.methods.nvdiffrec import outputs
+
+    monitor = monitor or Monitor()
+    device = resolve_device(cfg.device)
+    out = Path(out_dir) if out_dir is not None else None
+    prepare_output_dir(out, resume=resume, overwrite=overwrite)
+    checkpointer = Checkpointer(out)
+    checkpoint = checkpointer.load() if resume else None
+    if resume and checkpoint is None:
+        raise ConfigError(f"--resume: no {CHECKPOINT_NAME} in {out}; run without --resume first")
+    if checkpoint is not None:
+        check_resume_compatible(checkpoint["config"], config_to_dict(cfg), RESUME_FIXED, str(checkpointer.path))
+    torch.manual_seed(cfg.seed)
+
+    budget = TimeBudget(cfg.time_budget_s, BUDGET_FRACTIONS)
+    t_start = budget.t_start
+    where = "loading the data"
+    try:
+        if data is None:
+            monitor.log(f"loading {cfg.data}")
+            data = load_problem(cfg, device)
+        h, w = data.train.resolution
+        check_memory(estimate_training_bytes(cfg, len(data.train), h, w), device, "training",
+                     f"batch={cfg.batch}, train_res={cfg.train_res}, spp={cfg.spp}, data_device={cfg.data_device}")
+        if out is not None:  # only once the input has loaded: a bad input leaves no output folder behind
+            out.mkdir(parents=True, exist_ok=True)
+            if overwrite and not resume:  # the old run's checkpoint and metrics must not outlive it
+                for name in (CHECKPOINT_NAME, FINISHED_MARKER):
+                    (out / name).unlink(missing_ok=True)
+            outputs.write_config(out, cfg)
+        monitor.log(
+            f"{len(data.train)} training / {len(data.test)} test views at "
+            f"{data.train.resolution[1]}x{data.train.resolution[0]}, device {device}"
+        )
+        state = TrainState()
+        if checkpoint is not None:
+            state = TrainState(**checkpoint["state"])
+        preview = outputs.preview_writer(out, data, cfg, device)
+        where = "pass 1"
+        p1 = run_pass1(cfg, data, device, state=state, monitor=monitor, checkpointer=checkpointer,
+                       checkpoint=checkpoint, preview=preview, deadline=budget.deadline("pass1"))
+        where = "pass 2"
+        p2 = run_pass2(cfg, data, device, p1, state=state, monitor=monitor, checkpointer=checkpointer,
+                       checkpoint=checkpoint, preview=preview, deadline=budget.deadline("pass2"))
+        where = "evaluation"
+        monitor.log("evaluating held-out views")
+        ours, targets = render_views(p2.mesh, data.test, p2.light, None, cfg, device)
+        metrics = image_metrics(ours, targets)
+        metrics["test_views"] = len(data.test)
+        mesh_world = to_world(p2.mesh, data.world_to_normalized)
+        dmtet_world = to_world(p1.mesh, data.world_to_normalized)
+        if data.gt_mesh is not None:
+            metrics.update(geometry_metrics(mesh_world, data.gt_mesh, cfg))
+            g1 = geometry_metrics(dmtet_world, data.gt_mesh, cfg)
+            metrics["pass1_chamfer_l1"] = g1.get("chamfer_l1")
+            metrics["pass1_fscore"] = g1.get("fscore")
+        metrics["iterations"] = {"pass1": state.iterations.get("pass1", cfg.iter_pass1),
+                                 "pass2": state.iterations.get("pass2", cfg.iter_pass2)}
+        metrics["iterations_configured"] = {"pass1": cfg.iter_pass1, "pass2": cfg.iter_pass2}
+        metrics["faces"] = mesh_world.num_faces
+        metrics["vertices"] = mesh_world.num_vertices
+        metrics["device"] = str(device)
+        state.timings["total_s"] = time.perf_counter() - t_start
+        metrics["timings"] = dict(state.timings)
+        files: dict = {}
+        if out is not None:
+            where = "export"
+            files = outputs.write_outputs(out, mesh_world, dmtet_world, p2.light, metrics, state.history, cfg,
+                                          ours=ours, targets=targets)
+    except MeshliftError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - only memory errors are translated, the rest re-raised
+        if is_oom(exc):
+            raise oom_error(cfg, where) from exc
+        raise
+    return ReconstructionResult(mesh_world, dmtet_world, metrics, out, files, list(state.history))

@@ -1,0 +1,280 @@
+"""Issue 16: nothing lost, nothing silently wrong, one clear line — output folders, resume states, the NaN guard,
+config ranges, memory, masks and implausible visual hulls."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from meshlift.cli.main import main
+from meshlift.errors import OutOfMemoryError, TrainingError
+from meshlift.methods import engine
+
+TINY = ["train_res=32", "grid_res=12", "iter_pass1=3", "iter_pass2=2", "ref_views=4", "ref_test_views=1",
+        "texture_res=32", "env_res=8", "eval_samples=2000", "val_views=1", "batch=1", "device=cpu",
+        "hash_levels=4", "hash_log2_size=12"]
+
+
+@pytest.fixture(scope="module")
+def torus_obj(tmp_path_factory):
+    from meshlift.io.obj import save_obj
+    from test_methods_nvdiffrec_e2e import _torus_mesh
+
+    p = tmp_path_factory.mktemp("torus") / "torus.obj"
+    save_obj(p, _torus_mesh(n=24, m=12))
+    return p
+
+
+def _run(torus_obj, out, *extra):
+    args = ["reconstruct", str(torus_obj), "--out", str(out), "--preset", "spot", "--quick"]
+    for item in TINY:
+        args += ["--set", item]
+    return main(args + list(extra))
+
+
+@pytest.fixture(scope="module")
+def finished_run(torus_obj, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "out"
+    assert _run(torus_obj, out) == 0
+    return out
+
+
+def _snapshot(folder: Path) -> dict:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# ---- output folders -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cmd", ["reconstruct", "render", "demo"])
+def test_out_is_a_file(tmp_path, capsys, torus_obj, cmd):
+    f = tmp_path / "taken"
+    f.write_text("not a folder")
+    args = {"reconstruct": ["reconstruct", str(torus_obj), "--out", str(f)],
+            "render": ["render", str(torus_obj), "--turntable", "--out", str(f)],
+            "demo": ["demo", "--out", str(f)]}[cmd]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "is an existing file" in err and str(f) in err
+    assert f.read_text() == "not a folder"
+
+
+def test_out_not_writable(tmp_path, capsys, torus_obj, monkeypatch):
+    real = os.access
+    monkeypatch.setattr(engine.os, "access", lambda p, mode: False if Path(p) == tmp_path else real(p, mode))
+    assert main(["reconstruct", str(torus_obj), "--out", str(tmp_path / "new")]) == 2
+    assert "is not writable" in capsys.readouterr().err
+
+
+def test_finished_run_is_not_replaced_without_resume_or_overwrite(finished_run, torus_obj, capsys):
+    before = _snapshot(finished_run)
+    assert _run(torus_obj, finished_run) == 2
+    err = capsys.readouterr().err
+    assert "finished run" in err and "--overwrite" in err and "--resume" in err
+    assert _snapshot(finished_run) == before
+
+
+def test_overwrite_replaces_and_metrics_are_strict_json(finished_run, torus_obj, tmp_path):
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(finished_run, out)
+    assert _run(torus_obj, out, "--overwrite", "--set", "iter_pass2=1") == 0
+    m = json.loads((out / "metrics.json").read_text(), parse_constant=lambda c: pytest.fail(f"non-strict {c}"))
+    assert m["iterations"]["pass2"] == 1
+    assert not list(out.glob(".*.tmp")), "temporary export folders left behind"
+
+
+def test_unfinished_run_needs_resume(tmp_path, torus_obj, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "checkpoint.pt").write_bytes(b"x")
+    assert _run(torus_obj, out) == 2
+    assert "unfinished run" in capsys.readouterr().err
+
+
+# ---- resume states ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "garbage", "config_json"])
+def test_corrupt_resume_state_is_one_line_and_nothing_is_rewritten(finished_run, tmp_path, capsys, damage):
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(finished_run, out)
+    ck = out / "checkpoint.pt"
+    if damage == "truncated":
+        ck.write_bytes(ck.read_bytes()[: ck.stat().st_size // 2])
+    elif damage == "empty":
+        ck.write_bytes(b"")
+    elif damage == "garbage":
+        ck.write_bytes(os.urandom(4096))
+    else:
+        (out / "config.json").write_text("{ not json")
+    before = _snapshot(out)
+    assert main(["reconstruct", "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert ("checkpoint" in err or "config.json" in err) and ("--overwrite" in err or "restore" in err)
+    assert _snapshot(out) == before
+
+
+def test_resume_with_shape_changing_field_is_refused_before_anything_changes(finished_run, tmp_path, capsys):
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(finished_run, out)
+    before = _snapshot(out)
+    assert main(["reconstruct", "--out", str(out), "--resume", "--set", "grid_res=16"]) == 2
+    err = capsys.readouterr().err
+    assert "grid_res: 12 -> 16" in err and "cannot change on resume" in err
+    assert _snapshot(out) == before
+    assert main(["reconstruct", "--out", str(out), "--resume", "--set", "iter_pass2=3"]) == 0  # allowed change
+
+
+def test_checkpoints_by_time_carry_timings(tmp_path, torus_obj):
+    out = tmp_path / "out"
+    # checkpoint_every=0: only the time cadence saves mid-pass (every step here, 1e-6 s)
+    assert _run(torus_obj, out, "--set", "checkpoint_every=0", "--set", "checkpoint_every_s=0.000001",
+                "--set", "iter_pass1=4") == 0
+    ck = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert ck["state"]["timings"]["pass1_s"] > 0 and ck["state"]["timings"]["pass2_s"] > 0
+
+
+# ---- the NaN guard ----------------------------------------------------------------------------------------
+
+
+def _nan_loss_from(monkeypatch, first_bad: int, last_bad: int = 10**9):
+    import meshlift.methods.nvdiffrec.passes as passes
+
+    real = passes.image_loss
+    calls = {"n": 0}
+
+    def fake(out, views, cfg):
+        loss, mse = real(out, views, cfg)
+        calls["n"] += 1
+        if first_bad <= calls["n"] <= last_bad:
+            loss = loss * float("nan")
+        return loss, mse
+
+    monkeypatch.setattr(passes, "image_loss", fake)
+    return calls
+
+
+def test_one_nan_step_rolls_back_and_finishes(tmp_path, torus_obj, monkeypatch, capsys):
+    _nan_loss_from(monkeypatch, 3, 3)
+    out = tmp_path / "out"
+    assert _run(torus_obj, out, "--set", "iter_pass1=5") == 0
+    assert "rolled back" in capsys.readouterr().err
+    m = json.loads((out / "metrics.json").read_text())
+    assert all(math.isfinite(v) for v in (m["psnr"], m["fscore"]))
+    ck = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert not engine.nonfinite_tensors(ck)
+
+
+def test_divergence_stops_cleanly_and_keeps_the_good_checkpoint(tmp_path, torus_obj, monkeypatch, capsys):
+    out = tmp_path / "out"
+    assert _run(torus_obj, out, "--set", "iter_pass1=4", "--set", "checkpoint_every=2") == 0
+    good = (out / "checkpoint.pt").read_bytes()
+    (out / "metrics.json").unlink()  # pretend the run stopped mid-way: resume it with NaN losses
+    ck = torch.load(out / "checkpoint.pt", weights_only=True)
+    ck["state"]["stage"], ck["pass2"] = "pass1", None
+    ck["pass1"]["iteration"] = 2
+    torch.save(ck, out / "checkpoint.pt")
+    good = (out / "checkpoint.pt").read_bytes()
+    glb = (out / "mesh.glb").read_bytes()
+    _nan_loss_from(monkeypatch, 1)
+    assert main(["reconstruct", "--out", str(out), "--resume", "--set", "iter_pass1=8"]) == 2
+    err = capsys.readouterr().err
+    assert "non-finite" in err and "lr_pos" in err and "Traceback" not in err
+    assert (out / "checkpoint.pt").read_bytes() == good
+    assert (out / "mesh.glb").read_bytes() == glb and not (out / "metrics.json").exists()
+
+
+def test_divergence_guard_unit():
+    p = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.Adam([p], lr=0.1)
+    guard = engine.DivergenceGuard("t", lambda: {"p": p.detach()}, lambda s: p.data.copy_(s["p"]), [opt],
+                                   "lr", snapshot_every=1)
+    guard.start(0)
+    assert not guard.after_step(1, 1.0)
+    with torch.no_grad():
+        p.fill_(float("nan"))
+    assert guard.after_step(2, float("nan"))
+    assert torch.equal(p.detach(), torch.ones(3)) and opt.param_groups[0]["lr"] == pytest.approx(0.05)
+    with pytest.raises(TrainingError, match="again after a rollback"):
+        guard.after_step(3, float("inf"))
+
+
+def test_checkpointer_refuses_nonfinite_payload(tmp_path):
+    c = engine.Checkpointer(tmp_path)
+    assert c.save({"state": {}, "config": {}, "w": torch.ones(2)})
+    good = (tmp_path / "checkpoint.pt").read_bytes()
+    assert not c.save({"state": {}, "config": {}, "w": torch.tensor([1.0, float("nan")])})
+    assert (tmp_path / "checkpoint.pt").read_bytes() == good
+
+
+# ---- config ranges, memory -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("item, field", [
+    ("lr_pos=nan", "lr_pos"), ("lr_mat=-0.1", "lr_mat"), ("mesh_scale=nan", "mesh_scale"),
+    ("mesh_scale=0", "mesh_scale"), ("hash_log2_size=40", "hash_log2_size"),
+    ("checkpoint_every=-3", "checkpoint_every"), ("train_res=100000", "train_res"), ("kd_max=0,2,1", "kd_max"),
+])
+def test_out_of_range_fields(tmp_path, capsys, torus_obj, item, field):
+    assert main(["reconstruct", str(torus_obj), "--out", str(tmp_path / "o"), "--set", item]) == 2
+    err = capsys.readouterr().err
+    assert field in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_cpu_oom_is_recognised_and_estimate_refuses():
+    assert engine.is_oom(RuntimeError("[enforce fail at alloc_cpu.cpp:118] data. DefaultCPUAllocator: "
+                                      "can't allocate memory: you tried to allocate 1099511627776 bytes."))
+    assert engine.is_oom(MemoryError())
+    assert not engine.is_oom(RuntimeError("shape mismatch"))
+    with pytest.raises(OutOfMemoryError, match="batch=9"):
+        engine.check_memory(1 << 60, torch.device("cpu"), "training", "batch=9")
+
+
+def test_memory_estimate_refuses_before_allocating(tmp_path, capsys, torus_obj):
+    args = ["reconstruct", str(torus_obj), "--out", str(tmp_path / "o"), "--preset", "spot", "--quick",
+            "--set", "train_res=8192", "--set", "batch=1024", "--set", "ref_views=2", "--set", "device=cpu"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "GiB" in err and "batch=1024" in err and "train_res=8192" in err
+
+
+# ---- methods that need masks, implausible hulls ----------------------------------------------------------
+
+
+@pytest.mark.shared_data
+def test_surface_method_on_unmasked_fox_names_the_gaussian_method(dataset, tmp_path, capsys):
+    assert main(["reconstruct", str(dataset("fox")), "--out", str(tmp_path / "o"), "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert "neither masks nor an alpha" in err and "--method gaussians" in err
+
+
+@pytest.mark.shared_data
+def test_flipped_cameras_stop_at_the_visual_hull(dataset, tmp_path, capsys):
+    src = dataset("nerf_synthetic_lego_half")
+    data = tmp_path / "lego_opencv"
+    data.mkdir()
+    for split in ("train", "val", "test"):
+        js = json.loads((src / f"transforms_{split}.json").read_text())
+        for fr in js["frames"]:
+            m = torch.tensor(fr["transform_matrix"], dtype=torch.float64)
+            fr["transform_matrix"] = (m @ torch.diag(torch.tensor([1.0, -1, -1, 1], dtype=torch.float64))).tolist()
+        (data / f"transforms_{split}.json").write_text(json.dumps(js))
+        os.symlink(src / split, data / split)
+    args = ["reconstruct", str(data), "--out", str(tmp_path / "o"), "--quick", "--set", "iter_pass1=2",
+            "--set", "iter_pass2=1", "--set", "train_res=48"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "visual hull" in err and "camera-convention opencv" in err
