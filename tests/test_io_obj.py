@@ -90,7 +90,8 @@ def test_classic_mtl_and_pbr_extension(tmp_path):
     assert m.material.kd.reshape(3)[0].item() == pytest.approx(((0.5 + 0.055) / 1.055) ** 2.4, abs=1e-6)
     (tmp_path / "b.obj").write_text("mtllib a.mtl\nv 0 0 0\nv 1 0 0\nv 0 1 0\nusemtl pbr\nf 1 2 3\n")
     m = load_obj(tmp_path / "b.obj")
-    assert torch.allclose(m.material.ks.reshape(3), torch.tensor([1.0, 0.7, 0.2]))
+    # occlusion 0 = unoccluded (internal / nvdiffrec layout); 1 would render black (issue 15)
+    assert torch.allclose(m.material.ks.reshape(3), torch.tensor([0.0, 0.7, 0.2]))
 
 
 def test_negative_indices_and_ngon(tmp_path):
@@ -150,3 +151,23 @@ def test_not_an_obj_is_a_clear_error(tmp_path, content):
     with pytest.raises(MeshError, match="not an OBJ mesh"):
         load_obj(p)
     assert p.read_text() == content  # input untouched
+
+
+def test_obj_always_has_normals_and_a_material(tmp_path):
+    """Issue 15: `vn` for every mesh (smooth, hard above the crease angle) and the assumed material in the MTL."""
+    import trimesh
+
+    from meshlift.geometry.mesh_ops import smooth_vertex_normals
+
+    b = trimesh.creation.box()
+    m = Mesh(v_pos=torch.tensor(b.vertices, dtype=torch.float32), t_pos_idx=torch.tensor(b.faces))
+    save_obj(tmp_path / "b.obj", m)
+    text = (tmp_path / "b.obj").read_text()
+    assert text.count("\nvn ") == 24  # the box's 90-degree edges stay hard: 3 normals per corner
+    mtl = (tmp_path / "b.mtl").read_text()
+    assert "bsdf pbr" in mtl and "Ks 0 0.5 0" in mtl
+    r = load_obj(tmp_path / "b.obj")
+    n, ti = smooth_vertex_normals(m.v_pos, m.t_pos_idx)
+    assert torch.allclose(r.v_nrm[r.t_nrm_idx], n[ti], atol=1e-6)
+    assert torch.allclose(r.material.kd.reshape(3), torch.full((3,), 0.5), atol=1e-6)
+    assert torch.allclose(r.material.ks.reshape(3), torch.tensor([0.0, 0.5, 0.0]))

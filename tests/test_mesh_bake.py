@@ -271,3 +271,38 @@ def test_baked_textures_render_like_the_field():
     # shaded colour too, except a few pixels on UV seams (mip footprints straddle charts there)
     err_s = (a["shaded"] - b["shaded"]).abs()[m]
     assert float(err_s.mean()) < 0.01 and float(torch.quantile(err_s, 0.99)) < 0.06
+
+
+def test_bake_normal_map_inverts_perturb_normal_on_mirrored_charts():
+    """Issue 15: a baked tangent-space map, applied with the renderer's frame (tangent_frames + handedness),
+    gives back the target world normal at every texel — on xatlas charts of both orientations."""
+    import trimesh
+
+    from meshlift.geometry import mesh_ops
+    from meshlift.mesh.bake import bake_normal_map, rasterize_uv
+    from meshlift.mesh.uv import unwrap
+    from meshlift.shading.normals import perturb_normal
+
+    s = trimesh.creation.icosphere(subdivisions=2)
+    m = unwrap(Mesh(v_pos=torch.tensor(s.vertices, dtype=torch.float32), t_pos_idx=torch.tensor(s.faces)), resolution=64)
+
+    def target(x):
+        return torch.nn.functional.normalize(x + 0.3 * torch.sin(6 * x), dim=-1)
+
+    nm = bake_normal_map(m, target, 64)
+    assert nm.shape == (64, 64, 3) and torch.allclose(nm.norm(dim=-1), torch.ones(64, 64), atol=1e-5)
+    tri_id, bary = rasterize_uv(m, 64)
+    cov = tri_id >= 0
+    v_nrm, t_nrm = mesh_ops.smooth_vertex_normals(m.v_pos.double(), m.t_pos_idx)
+    tg, ti = mesh_ops.tangent_frames(m.v_pos.double(), m.t_pos_idx, m.v_tex.double(), m.t_tex_idx, v_nrm, t_nrm)
+    assert (tg[:, 3] < 0).any() and (tg[:, 3] > 0).any()  # both chart orientations are exercised
+    tid, w = tri_id[cov], bary[cov].double()[..., None]
+    p = (w * m.v_pos.double()[m.t_pos_idx[tid]]).sum(1)
+    n = (w * v_nrm[t_nrm[tid]]).sum(1)
+    t = (w * tg[ti[tid]]).sum(1)
+    got = perturb_normal(nm[cov].double(), mesh_ops.safe_normalize(n), t)
+    err = (got - target(p.float()).double()).norm(dim=-1)
+    assert float(err.max()) < 0.02, float(err.max())
+    # ignoring the handedness (the pre-issue-15 frame) would get the mirrored charts wrong
+    bad = perturb_normal(nm[cov].double(), mesh_ops.safe_normalize(n), t[:, :3])
+    assert float((bad - target(p.float()).double()).norm(dim=-1).max()) > 0.2

@@ -90,6 +90,17 @@ def test_torus_reconstruction_reaches_fscore(tmp_path):
         assert mesh.v_tex is not None
         assert mesh.num_faces == res.mesh.num_faces
     assert torch.allclose(obj.v_pos, res.mesh.v_pos, atol=1e-4)
+    # issue 15: smooth normals and the tangent frame in the GLB, and the Khronos validator is silent
+    from _gltf import validate, validator_dir
+
+    js_len = int.from_bytes((out / "mesh.glb").read_bytes()[12:16], "little")
+    js = json.loads((out / "mesh.glb").read_bytes()[20: 20 + js_len])
+    assert {"NORMAL", "TANGENT", "TEXCOORD_0"} <= set(js["meshes"][0]["primitives"][0]["attributes"])
+    assert "\nvn " in (out / "mesh" / "mesh.obj").read_text()
+    if validator_dir() is not None:
+        for glb_path in (out / "mesh.glb",):
+            rep = validate(glb_path)
+            assert rep["numErrors"] == 0 and rep["numWarnings"] == 0, rep["messages"]
 
 
 class _StopAt:

@@ -70,3 +70,28 @@ def test_matches_twin_and_gradcheck():
 def test_validation():
     with pytest.raises(RenderError, match="smooth_tng"):
         prepare_shading_normal(ORIGIN, ABOVE, None, Z, torch.zeros(1, 2), Z)
+
+
+def test_handedness_flips_the_bitangent():
+    """glTF TANGENT.w = -1 (a mirrored UV chart): B = w (N x T), so +Y of the map still points along B."""
+    p = torch.tensor([[0.0, 0.6, 0.8]], dtype=torch.float64)
+    minus_x_mirrored = torch.tensor([[-1.0, 0.0, 0.0, -1.0]], dtype=torch.float64)  # mirrored chart: T = -x, w = -1
+    plus_x = torch.tensor([[1.0, 0.0, 0.0, 1.0]], dtype=torch.float64)
+    want = torch.tensor([[0.0, 0.6, 0.8]], dtype=torch.float64)  # B = +y on both charts
+    torch.testing.assert_close(prepare_shading_normal(ORIGIN, ABOVE, p, Z, minus_x_mirrored, Z), want)
+    torch.testing.assert_close(prepare_shading_normal(ORIGIN, ABOVE, p, Z, plus_x, Z), want)
+    # without the handedness the mirrored chart would show (0, -0.6, 0.8), the bug of issue 15
+    torch.testing.assert_close(prepare_shading_normal(ORIGIN, ABOVE, p, Z, minus_x_mirrored[:, :3], Z),
+                               torch.tensor([[0.0, -0.6, 0.8]], dtype=torch.float64))
+    # 4-component tangents with w = +1 equal the 3-component form, gradients included
+    gen = torch.Generator().manual_seed(1)
+    n = torch.randn(8, 3, dtype=torch.float64, generator=gen)
+    t = torch.randn(8, 3, dtype=torch.float64, generator=gen)
+    pp = torch.randn(8, 3, dtype=torch.float64, generator=gen)
+    pp[:, 2] = pp[:, 2].abs() + 0.5
+    g = torch.nn.functional.normalize(n, dim=-1)
+    ones = torch.ones(8, 1, dtype=torch.float64)
+    torch.testing.assert_close(prepare_shading_normal(ORIGIN, ABOVE, pp, n, torch.cat([t, ones], -1), g),
+                               prepare_shading_normal(ORIGIN, ABOVE, pp, n, t, g))
+    tt = torch.cat([t, -ones], -1).requires_grad_()
+    assert torch.autograd.gradcheck(lambda x: prepare_shading_normal(ORIGIN, ABOVE, pp, n, x, g), (tt,))

@@ -1,18 +1,22 @@
 """glTF 2.0 binary (GLB) writer and glTF/GLB reader with PBR metallic-roughness materials.
 
-Written by hand against the glTF 2.0 specification (Khronos, §3.6 buffers/accessors, §3.9 materials)
-so every field is under control; output is checked by the Khronos glTF-Validator in the tests.
+Written by hand against the glTF 2.0 specification (Khronos, §3.6 buffers/accessors, §3.7.2 mesh
+attributes, §3.9 materials) so every field is under control; output is checked by the Khronos
+glTF-Validator in the tests (0 errors, 0 warnings).
 
-Conventions (docs/conventions.md §7, §9): glTF UVs have the same top-left origin as meshlift's
+Conventions (docs/conventions.md §7, §9, §13): glTF UVs have the same top-left origin as meshlift's
 internal UVs (no flip). ``baseColorTexture`` is sRGB (``kd`` is encoded on write, decoded on read);
-``baseColorFactor`` and ``COLOR_0`` are linear. ``metallicRoughnessTexture`` is the ``ks`` ORM image as
-is (glTF reads G = roughness, B = metallic; R is ignored by glTF and kept for nvdiffrec's occlusion);
-it can also be referenced as ``occlusionTexture`` (R channel) on request. Normal maps are tangent-space
-``(n + 1) / 2``; no TANGENT attribute is written, so viewers derive MikkTSpace tangents as the spec asks.
+``baseColorFactor`` and ``COLOR_0`` are linear. ``ks`` is written as a glTF ORM image (R = glTF
+occlusion = ``1 − ks.R``, G = roughness, B = metallic; :mod:`meshlift.io.materials`), referenced as
+``metallicRoughnessTexture`` and, when some texel is occluded, also as ``occlusionTexture``. Every written
+primitive has ``NORMAL`` (the mesh's normals, or :func:`meshlift.geometry.mesh_ops.smooth_vertex_normals`),
+``TANGENT`` (``tangent_frames``: xyz + handedness w = ±1) whenever a normal map is written, and a material
+(the mesh's, or the one meshlift assumed, :func:`meshlift.io.materials.assumed_material`). Materials are
+``doubleSided`` because meshlift's renderer neither culls nor lights back faces differently.
 
-glTF stores one attribute set per vertex, so UV and normal seams are handled by splitting vertices
-per unique ``(position, uv, normal)`` corner. The reader welds positions back (exact equality), keeping
-UVs/normals per corner, so a written mesh reloads with its original topology.
+glTF stores one attribute set per vertex, so UV, normal and tangent seams are handled by splitting
+vertices per unique ``(position, uv, normal, tangent)`` corner. The reader welds positions back (exact
+equality), keeping UVs/normals per corner, so a written mesh reloads with its original topology.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import torch
 
 from meshlift.errors import MeshError
 from meshlift.io import _textures as tex
+from meshlift.io import materials as mats
 from meshlift.structures.mesh import Material, Mesh
 
 _ARRAY_BUFFER = 34962
@@ -75,21 +80,30 @@ class _Builder:
         return len(self.accessors) - 1
 
 
-def split_corners(mesh: Mesh) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Split vertices per unique (position, uv, normal) corner, as glTF needs one index per vertex.
+def split_corners(
+    mesh: Mesh, v_tng: Optional[torch.Tensor] = None, t_tng_idx: Optional[torch.Tensor] = None
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Split vertices per unique (position, uv, normal, tangent) corner, as glTF needs one index per vertex.
+
+    Args:
+        mesh: the mesh (its ``t_tex_idx`` / ``t_nrm_idx`` are used when present).
+        v_tng, t_tng_idx: optional per-corner tangents ``[K, 4]`` and their indices ``[T, 3]``.
 
     Returns:
         ``faces [T, 3]`` int64 into the new vertex list, and a dict of per-new-vertex arrays:
-        ``pos [N, 3]``, optionally ``uv [N, 2]``, ``nrm [N, 3]``, ``color [N, C]``.
+        ``pos [N, 3]``, optionally ``uv [N, 2]``, ``nrm [N, 3]``, ``tng [N, 4]``, ``color [N, C]``.
     """
     T = mesh.num_faces
     keys = [mesh.t_pos_idx.cpu().numpy().reshape(-1)]
     has_uv = mesh.v_tex is not None and mesh.t_tex_idx is not None
     has_n = mesh.v_nrm is not None and mesh.t_nrm_idx is not None
+    has_t = v_tng is not None and t_tng_idx is not None
     if has_uv:
         keys.append(mesh.t_tex_idx.cpu().numpy().reshape(-1))
     if has_n:
         keys.append(mesh.t_nrm_idx.cpu().numpy().reshape(-1))
+    if has_t:
+        keys.append(t_tng_idx.cpu().numpy().reshape(-1))
     corner = np.stack(keys, axis=1)
     uniq, inverse = np.unique(corner, axis=0, return_inverse=True)
     faces = inverse.reshape(T, 3).astype(np.int64)
@@ -100,26 +114,45 @@ def split_corners(mesh: Mesh) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         col += 1
     if has_n:
         out["nrm"] = mesh.v_nrm.detach().cpu().float().numpy()[uniq[:, col]]
+        col += 1
+    if has_t:
+        out["tng"] = v_tng.detach().cpu().float().numpy()[uniq[:, col]]
     if mesh.v_color is not None:
         out["color"] = mesh.v_color.detach().cpu().float().numpy()[uniq[:, 0]]
     return faces, out
 
 
-def save_glb(path: str | Path, mesh: Mesh, *, occlusion: bool = False) -> Path:
+def _unit(n: np.ndarray, fallback: tuple[float, ...]) -> np.ndarray:
+    n = n.astype(np.float64)
+    ln = np.linalg.norm(n, axis=1, keepdims=True)
+    return np.where(ln > 1e-12, n / np.maximum(ln, 1e-12), np.array(fallback))
+
+
+def save_glb(path: str | Path, mesh: Mesh, *, occlusion: Optional[bool] = None) -> Path:
     """Write ``mesh`` as a self-contained GLB (textures embedded as PNG).
 
-    Material mapping (glTF 2.0 §3.9.2): ``kd`` → ``baseColorTexture`` (sRGB) or, for a 1×1 ``kd``,
-    ``baseColorFactor`` (linear); an alpha channel that is not all 1 sets ``alphaMode: BLEND``;
-    ``ks`` → ``metallicRoughnessTexture`` (or roughness/metallic factors for a 1×1 ``ks``; with no
-    ``ks``: roughness 0.5, metallic 0, meshlift's default); ``normal`` → ``normalTexture``; with
-    ``occlusion`` the ``ks`` image is also the ``occlusionTexture`` (its R channel). Vertex colours go
-    to ``COLOR_0`` (float VEC3/VEC4, linear). Textures need UVs: without UVs they are dropped with a
-    warning. An empty mesh writes a valid file with an empty scene.
+    Geometry: ``POSITION``; ``NORMAL`` always (the mesh's normals, else
+    :func:`meshlift.geometry.mesh_ops.smooth_vertex_normals`: area-weighted, hard above
+    ``CREASE_ANGLE_DEG``), so clients shade smoothly as meshlift does; ``TEXCOORD_0`` with UVs;
+    ``TANGENT`` (xyz + handedness w = ±1, :func:`meshlift.geometry.mesh_ops.tangent_frames`, the frame
+    meshlift shades with) whenever a normal map is written; ``COLOR_0`` (float VEC3/VEC4, linear) for vertex
+    colours.
+
+    Material mapping (glTF 2.0 §3.9.2, docs/conventions.md §7): ``kd`` → ``baseColorTexture`` (sRGB) or,
+    for a 1×1 ``kd``, ``baseColorFactor`` (linear); an alpha channel that is not all 1 sets
+    ``alphaMode: BLEND``; ``ks`` → a glTF ORM image (:func:`meshlift.io.materials.ks_to_gltf_orm`, R =
+    1 − occlusion) as ``metallicRoughnessTexture`` (or roughness/metallic factors for a 1×1 ``ks``);
+    ``normal`` → ``normalTexture``. A mesh without a material gets the one meshlift renders it with
+    (:func:`meshlift.io.materials.assumed_material`: 0.5 grey — white with vertex colours — roughness 0.5,
+    metallic 0), never glTF's default (white, metallic 1, roughness 1). Textures need UVs: without UVs they
+    are dropped with a warning. An empty mesh writes a valid file with an empty scene.
 
     Args:
         path: output ``.glb`` path; its folder is created.
         mesh: the mesh (not modified).
-        occlusion: reference the ``ks`` R channel as ambient occlusion.
+        occlusion: also reference the ORM image as ``occlusionTexture``: None (default) when some texel of
+            ``ks`` is occluded, True always, False never (the occlusion is then lost in the file). A
+            constant (1×1) occlusion cannot be stored (glTF has no occlusion factor): a warning says so.
 
     Returns:
         ``path``.
@@ -140,17 +173,28 @@ def save_glb(path: str | Path, mesh: Mesh, *, occlusion: bool = False) -> Path:
     if mesh.extras.get("up_axis_conversion"):  # recorded by meshlift.mesh.orient.to_y_up
         gltf["asset"]["extras"] = {"meshlift": {"up_axis_conversion": mesh.extras["up_axis_conversion"]}}
     if mesh.num_faces > 0:
-        faces, attr = split_corners(mesh)
+        mesh = mats.with_normals(mesh)
+        mat = mesh.material if mesh.material is not None else mats.assumed_material(mesh)
+        has_uv = mesh.v_tex is not None and mesh.t_tex_idx is not None
+        if not has_uv and _has_texture(mat):
+            warnings.warn(f"{path}: the mesh has textures but no UVs; textures dropped", stacklevel=2)
+        v_tng = t_tng = None
+        if has_uv and mat.normal is not None:
+            from meshlift.geometry.mesh_ops import tangent_frames
+
+            with torch.no_grad():
+                v_tng, t_tng = tangent_frames(mesh.v_pos.detach().double(), mesh.t_pos_idx, mesh.v_tex.double(),
+                                              mesh.t_tex_idx, mesh.v_nrm.double(), mesh.t_nrm_idx)
+        faces, attr = split_corners(mesh, v_tng, t_tng)
         prim_attr: dict[str, int] = {}
         prim_attr["POSITION"] = b.accessor(attr["pos"].astype(np.float32), "VEC3", _ARRAY_BUFFER, minmax=True)
-        if "nrm" in attr:
-            n = attr["nrm"].astype(np.float64)
-            ln = np.linalg.norm(n, axis=1, keepdims=True)
-            n = np.where(ln > 1e-12, n / np.maximum(ln, 1e-12), np.array([0.0, 0.0, 1.0]))
-            prim_attr["NORMAL"] = b.accessor(n.astype(np.float32), "VEC3", _ARRAY_BUFFER)
-        mat = mesh.material
-        if mat is not None and "uv" not in attr and _has_texture(mat):
-            warnings.warn(f"{path}: the mesh has textures but no UVs; textures dropped", stacklevel=2)
+        n = _unit(attr["nrm"], (0.0, 0.0, 1.0))
+        prim_attr["NORMAL"] = b.accessor(n.astype(np.float32), "VEC3", _ARRAY_BUFFER)
+        if "tng" in attr:
+            tg = attr["tng"].astype(np.float64)
+            xyz = _unit(tg[:, :3], (1.0, 0.0, 0.0))
+            w = np.where(tg[:, 3:4] < 0, -1.0, 1.0)
+            prim_attr["TANGENT"] = b.accessor(np.concatenate([xyz, w], 1).astype(np.float32), "VEC4", _ARRAY_BUFFER)
         if "uv" in attr:
             prim_attr["TEXCOORD_0"] = b.accessor(attr["uv"].astype(np.float32), "VEC2", _ARRAY_BUFFER)
         if "color" in attr:
@@ -159,9 +203,8 @@ def save_glb(path: str | Path, mesh: Mesh, *, occlusion: bool = False) -> Path:
         nv = attr["pos"].shape[0]
         idx = faces.reshape(-1).astype(np.uint16 if nv < 65535 else np.uint32)
         prim = {"attributes": prim_attr, "indices": b.accessor(idx, "SCALAR", _ELEMENT_ARRAY_BUFFER), "mode": 4}
-        if mat is not None:
-            gltf["materials"] = [_material_json(mat, b, gltf, textured="uv" in attr, occlusion=occlusion)]
-            prim["material"] = 0
+        gltf["materials"] = [_material_json(mat, b, gltf, textured="uv" in attr, occlusion=occlusion, path=path)]
+        prim["material"] = 0
         gltf["meshes"] = [{"primitives": [prim], "name": "mesh"}]
         gltf["nodes"] = [{"mesh": 0, "name": "mesh"}]
         gltf["scenes"][0]["nodes"] = [0]
@@ -188,7 +231,8 @@ def _has_texture(mat: Material) -> bool:
     return big(mat.kd) or big(mat.ks) or mat.normal is not None
 
 
-def _material_json(mat: Material, b: _Builder, gltf: dict, textured: bool, occlusion: bool) -> dict:
+def _material_json(mat: Material, b: _Builder, gltf: dict, textured: bool, occlusion: Optional[bool],
+                   path: Path) -> dict:
     def add_image(arr: np.ndarray, name: str) -> int:
         view = b.view(tex.encode_png(arr))
         gltf.setdefault("images", []).append({"bufferView": view, "mimeType": "image/png", "name": name})
@@ -197,7 +241,7 @@ def _material_json(mat: Material, b: _Builder, gltf: dict, textured: bool, occlu
         return len(gltf["textures"]) - 1
 
     pbr: dict = {}
-    out: dict = {"name": mat.name, "pbrMetallicRoughness": pbr, "doubleSided": False}
+    out: dict = {"name": mat.name, "pbrMetallicRoughness": pbr, "doubleSided": True}
     kd = mat.kd.detach().cpu().float()
     has_alpha = kd.shape[-1] == 4 and bool((kd[..., 3] < 1.0).any())
     if tuple(kd.shape[:2]) == (1, 1) or not textured:
@@ -210,16 +254,23 @@ def _material_json(mat: Material, b: _Builder, gltf: dict, textured: bool, occlu
         out["alphaMode"] = "BLEND"
     ks = None if mat.ks is None else mat.ks.detach().cpu().float()
     if ks is None:
-        pbr["metallicFactor"] = 0.0
-        pbr["roughnessFactor"] = 0.5
+        from meshlift.structures.mesh import DEFAULT_KS
+
+        pbr["roughnessFactor"] = float(DEFAULT_KS[1])
+        pbr["metallicFactor"] = float(DEFAULT_KS[2])
     elif tuple(ks.shape[:2]) == (1, 1) or not textured:
         m = ks.reshape(-1, ks.shape[-1]).mean(0).clamp(0, 1)
         pbr["roughnessFactor"] = float(m[1])
         pbr["metallicFactor"] = float(m[2])
+        if occlusion is not False and float(m[0]) > mats.OCCLUSION_EPS:
+            warnings.warn(f"{path}: a constant occlusion ({float(m[0]):.3g}) has no glTF equivalent without a "
+                          "texture; it is not written", stacklevel=3)
     else:
-        ti = add_image(np.clip(ks[..., :3].numpy(), 0, 1), "ks_orm")
+        ti = add_image(mats.ks_to_gltf_orm(ks), "ks_orm")
         pbr["metallicRoughnessTexture"] = {"index": ti}
-        if occlusion:
+        pbr["roughnessFactor"] = 1.0
+        pbr["metallicFactor"] = 1.0
+        if occlusion or (occlusion is None and mats.has_occlusion(ks)):
             out["occlusionTexture"] = {"index": ti}
     if mat.normal is not None and textured:
         out["normalTexture"] = {"index": add_image(tex.normal_to_file(mat.normal), "normal")}
@@ -354,17 +405,22 @@ def _material(js: dict, buffers: list[bytes], index: int, path: Path) -> Materia
             kd = kd * torch.from_numpy(f.copy())
     rough = float(pbr.get("roughnessFactor", 1.0))
     metal = float(pbr.get("metallicFactor", 1.0))
-    img = _image(js, buffers, pbr.get("metallicRoughnessTexture"), path)
-    if img is None:
-        ks = torch.tensor([1.0, rough, metal], dtype=torch.float32).reshape(1, 1, 3)
-    else:
-        ks = tex.data_from_file(img)
-        if rough != 1.0 or metal != 1.0:
-            ks = ks * torch.tensor([1.0, rough, metal])
+    mr = _image(js, buffers, pbr.get("metallicRoughnessTexture"), path)
+    occ_info = m.get("occlusionTexture")
+    occ = _image(js, buffers, occ_info, path)
+    ks = mats.ks_from_gltf(
+        None if mr is None else tex.data_from_file(mr),
+        None if occ is None else tex.data_from_file(occ),
+        rough, metal, float(occ_info.get("strength", 1.0)) if occ_info else 1.0,
+    )
     normal = None
-    img = _image(js, buffers, m.get("normalTexture"), path)
+    n_info = m.get("normalTexture")
+    img = _image(js, buffers, n_info, path)
     if img is not None:
         normal = tex.normal_from_file(img)
+        scale = float(n_info.get("scale", 1.0))
+        if scale != 1.0:  # glTF §3.9.4: the sampled x and y are multiplied by scale
+            normal = torch.nn.functional.normalize(normal * torch.tensor([scale, scale, 1.0]), dim=-1)
     return Material(kd=kd.contiguous(), ks=ks, normal=normal, name=m.get("name", f"material{index}"))
 
 
@@ -379,8 +435,9 @@ def load_glb(path: str | Path, *, weld: bool = True) -> Mesh:
     Returns:
         Mesh in the file's units; ``material`` from the first primitive that has one (several
         materials: a warning, ``extras['face_material']`` and ``extras['material_names']``). ``ks`` is
-        ``(1, roughness, metallic)`` from factors, or the metallicRoughness image (R kept as stored)
-        times the factors. Points/lines primitives are skipped.
+        the internal ``(occlusion, roughness, metallic)`` (:func:`meshlift.io.materials.ks_from_gltf`):
+        roughness/metallic from the metallicRoughness image times the factors (or the factors alone),
+        occlusion ``= 1 − occlusionTexture.R`` (0 without one). Points/lines primitives are skipped.
 
     Raises:
         MeshError: unreadable or truncated file, compressed geometry (Draco/meshopt), index past the

@@ -7,7 +7,9 @@ Conventions (docs/conventions.md §7, §9):
 * ``map_Kd`` and ``Kd`` are sRGB in files and decoded to linear ``kd`` (as nvdiffrec's ``load_mtl``
   does for both the map and the constant).
 * An MTL with ``bsdf pbr`` (nvdiffrec) stores ``Ks = (occlusion, roughness, metallic)`` and
-  ``map_Ks`` as the ORM texture (data, no transfer curve). A classic MTL (no ``bsdf`` line) stores
+  ``map_Ks`` as the ORM texture (data, no transfer curve) in nvdiffrec's documented layout, which is
+  meshlift's internal one (occlusion = amount occluded, 0 = open; glTF files store the opposite,
+  docs/conventions.md §7), so it is copied as is. A classic MTL (no ``bsdf`` line) stores
   ``Ks`` as a Phong specular colour, which has no PBR meaning: ``ks`` is left ``None`` (roughness 0.5,
   metal 0), unless the MTL has the PBR extension keys ``Pr`` / ``Pm``, which fill roughness / metallic.
 * Normal maps (``bump`` / ``map_Bump`` / ``norm``) are tangent-space ``(n + 1) / 2`` PNGs.
@@ -108,7 +110,7 @@ def _material_from_mtl(entry: dict, folder: Path, mtl_path: Path) -> Material:
     elif "pr" in entry or "pm" in entry:
         rough = entry.get("pr", [0.5])[0]
         metal = entry.get("pm", [0.0])[0]
-        ks = torch.tensor([1.0, rough, metal], dtype=torch.float32).reshape(1, 1, 3)
+        ks = torch.tensor([0.0, rough, metal], dtype=torch.float32).reshape(1, 1, 3)  # unoccluded
     normal = None
     if "bump" in entry:
         try:
@@ -389,9 +391,12 @@ def _fmt_rows(arr: np.ndarray, prefix: str, fmt: str = "%.9g") -> str:
 def save_obj(path: str | Path, mesh: Mesh, *, write_colors: bool = True) -> list[Path]:
     """Write ``mesh`` as OBJ (+ MTL + PNG textures, relative paths), nvdiffrec's layout.
 
-    Files: ``<stem>.obj``; with a material also ``<stem>.mtl`` (``bsdf pbr``, ``map_Kd``, ``map_Ks``
-    ORM, ``bump`` normal map) and the textures named by :func:`texture_names`. UVs are written with
-    ``v_file = 1 - v_internal``; ``kd`` is sRGB-encoded, ``ks`` and normals are data.
+    Files: ``<stem>.obj`` and ``<stem>.mtl`` (``bsdf pbr``, ``Kd``/``map_Kd``, ``Ks``/``map_Ks`` ORM in
+    nvdiffrec's layout, ``bump`` normal map) plus the textures named by :func:`texture_names`. A mesh
+    without a material gets the one meshlift renders it with (:func:`meshlift.io.materials.assumed_material`).
+    ``vn`` is always written: the mesh's normals, else
+    :func:`meshlift.geometry.mesh_ops.smooth_vertex_normals` (so viewers do not shade flat). UVs are
+    written with ``v_file = 1 - v_internal``; ``kd`` is sRGB-encoded, ``ks`` and normals are data.
 
     Args:
         path: output ``.obj`` path; its folder is created.
@@ -411,7 +416,17 @@ def save_obj(path: str | Path, mesh: Mesh, *, write_colors: bool = True) -> list
     path.parent.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     stem = path.stem
+    from meshlift.io import materials as mats
+
+    if mesh.num_faces:
+        mesh = mats.with_normals(mesh)
     mat = mesh.material
+    if mat is None and mesh.num_faces:
+        mat = mats.assumed_material(mesh)
+        if mesh.v_color is not None and not write_colors:  # colours not in the file: the grey default
+            from dataclasses import replace as _replace
+
+            mat = mats.assumed_material(_replace(mesh, v_color=None))
     lines = ["# written by meshlift\n"]
     if mat is not None:
         lines.append(f"mtllib {stem}.mtl\n")

@@ -23,8 +23,10 @@ from meshlift.structures.mesh import Mesh
 def save_ply(path: str | Path, mesh: Mesh, *, write_normals: bool = True) -> Path:
     """Write ``mesh`` as binary little-endian PLY.
 
-    Vertex properties: ``x y z`` float32; ``nx ny nz`` when normals are per vertex
-    (``t_nrm_idx == t_pos_idx``) and ``write_normals``; ``red green blue [alpha]`` uint8 sRGB when
+    Vertex properties: ``x y z`` float32; ``nx ny nz`` with ``write_normals`` (and faces): the mesh's
+    normals when they are per vertex (``t_nrm_idx == t_pos_idx``), else the mean of each vertex's corner
+    normals, else smooth area-weighted normals (``mesh_ops.vertex_normals``; PLY has one normal per
+    vertex, so hard edges cannot be kept — use GLB or OBJ for those); ``red green blue [alpha]`` uint8 sRGB when
     ``v_color`` is set; ``texture_u texture_v`` when UVs are per vertex. UVs with seams are written as a
     per-face ``texcoord`` list (6 floats) instead. Faces: ``vertex_indices`` as uchar-count int32 lists.
 
@@ -47,9 +49,8 @@ def save_ply(path: str | Path, mesh: Mesh, *, write_normals: bool = True) -> Pat
     vp = mesh.v_pos.detach().cpu().float().numpy()
     for i, n in enumerate("xyz"):
         vfields.append((n, "<f4", vp[:, i]))
-    if write_normals and mesh.v_nrm is not None and mesh.t_nrm_idx is not None and mesh.v_nrm.shape[0] == V \
-            and torch.equal(mesh.t_nrm_idx.cpu(), mesh.t_pos_idx.cpu()):
-        vn = mesh.v_nrm.detach().cpu().float().numpy()
+    if write_normals and T > 0:
+        vn = _per_vertex_normals(mesh)
         for i, n in enumerate(("nx", "ny", "nz")):
             vfields.append((n, "<f4", vn[:, i]))
     if mesh.v_color is not None:
@@ -93,6 +94,21 @@ def save_ply(path: str | Path, mesh: Mesh, *, write_normals: bool = True) -> Pat
         fh.write(vert.tobytes())
         fh.write(face.tobytes())
     return path
+
+
+def _per_vertex_normals(mesh: Mesh) -> np.ndarray:
+    """``[V, 3]`` float32 unit normals, one per vertex (see :func:`save_ply`)."""
+    from meshlift.geometry.mesh_ops import safe_normalize, vertex_normals
+
+    V = mesh.num_vertices
+    with torch.no_grad():
+        if mesh.v_nrm is not None and mesh.t_nrm_idx is not None:
+            if mesh.v_nrm.shape[0] == V and torch.equal(mesh.t_nrm_idx.cpu(), mesh.t_pos_idx.cpu()):
+                return mesh.v_nrm.detach().cpu().float().numpy()
+            corner = mesh.v_nrm.detach().cpu().double()[mesh.t_nrm_idx.cpu().reshape(-1)]
+            acc = torch.zeros(V, 3, dtype=torch.float64).index_add(0, mesh.t_pos_idx.cpu().reshape(-1), corner)
+            return safe_normalize(acc).float().numpy()
+        return vertex_normals(mesh.v_pos.detach().cpu().double(), mesh.t_pos_idx.cpu()).float().numpy()
 
 
 def _field(data, name):

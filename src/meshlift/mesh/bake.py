@@ -1,4 +1,5 @@
-"""Bake a volumetric field (neural material, analytic colour) into 2D textures over a mesh's UV atlas.
+"""Bake a volumetric field (neural material, analytic colour) or world-space normals into 2D textures over a
+mesh's UV atlas.
 
 nvdiffrec's pass 2 (Munkberg et al., "Extracting Triangular 3D Models, Materials, and Lighting From
 Images", CVPR 2022, Sec. 3 and its ``render/mlptexture.py`` / ``xatlas`` step) initialises the 2D
@@ -327,3 +328,96 @@ def bake_field_to_textures(
     if fill == "push_pull":
         tex = push_pull_fill(tex, m)
     return {k: t.contiguous() for k, t in zip(names, torch.split(tex, widths, dim=-1))}
+
+
+@torch.no_grad()
+def bake_normal_map(
+    mesh_with_uv: Mesh,
+    world_normal_fn: Callable[[torch.Tensor], torch.Tensor],
+    resolution: int,
+    *,
+    dilate: int = 8,
+    fill: Literal["push_pull", "none"] = "push_pull",
+    chunk: int = 1 << 16,
+    rasterizer: Literal["render", "reference"] = "render",
+) -> torch.Tensor:
+    """Bake world-space normals into a tangent-space normal map in the frame meshlift and glTF clients use.
+
+    For every texel centre covered by the UV layout (:func:`rasterize_uv`), the surface point, the smooth
+    normal ``N`` and the tangent ``(T, w)`` are interpolated from the mesh's per-corner frames — its own
+    normals, else :func:`meshlift.geometry.mesh_ops.smooth_vertex_normals` (what the writers store), and
+    :func:`meshlift.geometry.mesh_ops.tangent_frames` (glTF ``TANGENT``) — and the target normal
+    ``n = world_normal_fn(point)`` is expressed in the orthonormalised frame ``T' = normalize(T − (T·N) N)``,
+    ``B = w · normalize(N × T')``: ``(n·T', n·B, n·N)``, z clamped to ≥ 0.05 and normalised. This is the
+    inverse of :func:`meshlift.shading.normals.perturb_normal` (docs/conventions.md §7, §13), so rendering
+    the low-poly mesh with the map reproduces ``n`` (up to interpolation), mirrored charts included. Empty
+    texels are filled like :func:`bake_field_to_textures` (dilation, push-pull), then renormalised.
+
+    Args:
+        mesh_with_uv: mesh with ``v_tex`` / ``t_tex_idx`` (e.g. from :func:`meshlift.mesh.uv.unwrap`); its
+            ``v_nrm`` / ``t_nrm_idx`` when present. Not modified.
+        world_normal_fn: ``fn(x [N, 3] world positions) -> [N, 3]`` target normals (normalised here).
+        resolution: texture size ``R``.
+        dilate, fill, chunk, rasterizer: as in :func:`bake_field_to_textures`.
+
+    Returns:
+        ``[R, R, 3]`` float32 tangent-space normals in [-1, 1] (``Material.normal``).
+
+    Raises:
+        MeshError: no UVs / faces, or no texel covered. RenderError: bad arguments, or ``world_normal_fn``
+            does not return ``[n, 3]``.
+    """
+    from meshlift.geometry import mesh_ops
+
+    mesh = mesh_with_uv
+    _check_uv_mesh(mesh, "bake_normal_map")
+    R = int(resolution)
+    if R < 1 or dilate < 0 or chunk < 1 or fill not in ("push_pull", "none"):
+        raise RenderError(
+            f"bake_normal_map: need resolution >= 1, dilate >= 0, chunk >= 1 and fill in (push_pull, none); got "
+            f"{resolution}, {dilate}, {chunk}, {fill!r}"
+        )
+    v_pos = mesh.v_pos.detach().double()
+    if mesh.v_nrm is not None and mesh.t_nrm_idx is not None:
+        v_nrm, t_nrm = mesh.v_nrm.detach().double(), mesh.t_nrm_idx.long()
+    else:
+        v_nrm, t_nrm = mesh_ops.smooth_vertex_normals(v_pos, mesh.t_pos_idx)
+    v_tng, t_tng = mesh_ops.tangent_frames(v_pos, mesh.t_pos_idx, mesh.v_tex.detach().double(), mesh.t_tex_idx,
+                                           v_nrm, t_nrm)
+    tri_id, bary = rasterize_uv(mesh, R, rasterizer=rasterizer)
+    covered = tri_id >= 0
+    if not bool(covered.any()):
+        raise MeshError(f"bake_normal_map: no texel centre of the {R}x{R} texture is covered; raise the resolution")
+    flat = covered.view(-1).nonzero().squeeze(1)
+    tid = tri_id.view(-1)[flat]
+    w = bary.view(-1, 3)[flat].double()[..., None]
+
+    def interp(values: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        return (w * values[idx[tid]]).sum(1)
+
+    points = interp(v_pos, mesh.t_pos_idx.long())
+    n = mesh_ops.safe_normalize(interp(v_nrm, t_nrm))
+    tg = interp(v_tng, t_tng)
+    t = mesh_ops.safe_normalize(tg[:, :3] - (tg[:, :3] * n).sum(-1, keepdim=True) * n)
+    b = torch.where(tg[:, 3:] < 0, -1.0, 1.0).double() * mesh_ops.safe_normalize(torch.linalg.cross(n, t, dim=-1))
+    out = []
+    for i in range(0, points.shape[0], int(chunk)):
+        target = world_normal_fn(points[i: i + int(chunk)].float())
+        k = min(int(chunk), points.shape[0] - i)
+        if not torch.is_tensor(target) or tuple(target.shape) != (k, 3):
+            shape = tuple(target.shape) if torch.is_tensor(target) else type(target).__name__
+            raise RenderError(f"bake_normal_map: world_normal_fn must return [{k}, 3], got {shape}")
+        nt = mesh_ops.safe_normalize(target.detach().double().to(points.device))
+        sl = slice(i, i + k)
+        local = torch.stack([(nt * t[sl]).sum(-1), (nt * b[sl]).sum(-1), (nt * n[sl]).sum(-1).clamp(min=0.05)], -1)
+        out.append(mesh_ops.safe_normalize(local).float())
+    tex = torch.zeros(R * R, 3, dtype=torch.float32, device=mesh.v_pos.device)
+    tex[flat] = torch.cat(out).to(tex.device)
+    tex, m = dilate_texture(tex.view(R, R, 3), covered, dilate)
+    if fill == "push_pull":
+        tex = push_pull_fill(tex, m)
+    else:  # empty texels: the unperturbed normal (0, 0, 1)
+        flat_z = torch.zeros_like(tex)
+        flat_z[..., 2] = 1.0
+        tex = torch.where(m[..., None], tex, flat_z)
+    return torch.nn.functional.normalize(tex, dim=-1).contiguous()

@@ -32,14 +32,10 @@ import torch
 import torch.nn.functional as F
 
 from meshlift.errors import RenderError
-from meshlift.structures.mesh import Material, Mesh
+from meshlift.structures.mesh import DEFAULT_KD, DEFAULT_KS, Material, Mesh
 
 #: Material given as a volumetric field: ``fn(x [N, 3]) -> dict(kd [N, 3], ks [N, 3], normal [N, 3] | None)``.
 MaterialFn = Callable[[torch.Tensor], dict]
-
-#: Default material when none is given: mid grey albedo, roughness 0.5, not metallic (ORM layout).
-DEFAULT_KD = (0.5, 0.5, 0.5)
-DEFAULT_KS = (0.0, 0.5, 0.0)
 
 
 def transform_points_to_clip(v_pos: torch.Tensor, world_to_clip: torch.Tensor) -> torch.Tensor:
@@ -129,7 +125,10 @@ def render_mesh(
             ``fn(x [N, 3]) -> dict(kd [N, 3], ks [N, 3], normal [N, 3] optional)`` evaluated at the world
             positions of the covered pixels (a volumetric material field; its normal, when given, is a
             tangent-space perturbation in a frame built from the smooth normal and a fixed world axis), or None
-            (when the mesh carries a Material it is used, else grey albedo, roughness 0.5, metallic 0).
+            (when the mesh carries a Material it is used, else ``structures.mesh.DEFAULT_KD`` / ``DEFAULT_KS``:
+            grey albedo, roughness 0.5, metallic 0). Vertex colours (``v_color``, linear) multiply the albedo
+            of a Material or replace the default grey, as glTF's ``COLOR_0`` does. Normal maps use the
+            glTF/MikkTSpace tangent frame with handedness (``mesh_ops.tangent_frames``, conventions §11).
         background: ``[B, H, W, 3]`` linear radiance behind the object, or None (black).
         spp: supersampling factor per axis: renders at ``(spp·H, spp·W)`` and box-filters down.
         max_fragments: fragment budget passed to the rasterizer (bounds its memory), None = its default.
@@ -201,7 +200,16 @@ def render_mesh(
     perturbed = None
     gb_tng = None
     alpha_tex = None
-    if isinstance(material, Material):
+    const = isinstance(material, Material) and material.normal is None and all(
+        t is None or tuple(t.shape[:2]) == (1, 1) for t in (material.kd, material.ks))
+    if const and (mesh.v_tex is None or mesh.t_tex_idx is None):  # a constant material needs no UVs
+        kd_c = material.kd.reshape(-1)[: material.kd.shape[-1]].to(device=device, dtype=dtype)
+        if kd_c.shape[0] == 4:
+            alpha_tex = kd_c[3:4].expand(N, 1)
+        kd = kd_c[:3].expand(N, 3)
+        ks_c = DEFAULT_KS if material.ks is None else material.ks.reshape(-1)[:3]
+        ks = torch.as_tensor(ks_c, device=device, dtype=dtype).expand(N, 3)
+    elif isinstance(material, Material):
         if mesh.v_tex is None or mesh.t_tex_idx is None:
             raise RenderError(
                 "render_mesh: the material has textures but the mesh has no UVs (v_tex / t_tex_idx); "
@@ -219,8 +227,9 @@ def render_mesh(
             ks = torch.tensor(DEFAULT_KS, device=device, dtype=dtype).expand(N, 3)
         if material.normal is not None:
             perturbed = _sample_texture(material.normal, uv, uv_da)[mask][..., :3]
-            v_tng = mesh_ops.vertex_tangents(v_pos, mesh.t_pos_idx, mesh.v_tex.to(dtype), mesh.t_tex_idx, v_nrm, t_nrm_idx)
-            gb_tng = R.interpolate(v_tng, rast, nrm_idx)[0][mask]
+            v_tng, t_tng_idx = mesh_ops.tangent_frames(v_pos, mesh.t_pos_idx, mesh.v_tex.to(dtype), mesh.t_tex_idx,
+                                                       v_nrm, t_nrm_idx)
+            gb_tng = R.interpolate(v_tng, rast, t_tng_idx.to(torch.int32).contiguous())[0][mask]  # xyz + w
         if field_jitter > 0:
             uv_j = uv + torch.randn_like(uv) * field_jitter
             kd_j = _sample_texture(material.kd, uv_j, uv_da)[mask][..., :3]
@@ -242,6 +251,9 @@ def render_mesh(
         raise RenderError(
             f"render_mesh: material must be a Material, a callable field or None, got {type(material).__name__}"
         )
+    if mesh.v_color is not None and not callable(material):
+        col = R.interpolate(mesh.v_color[:, :3].to(dtype).contiguous(), rast, tri)[0][mask]
+        kd = col if material is None else kd * col
 
     # ---- shading -----------------------------------------------------------------------------------------
     if gb_tng is None:

@@ -2,12 +2,14 @@
 
 Semantics of nvdiffrec's ``bsdf_prepare_shading_normal`` (render/renderutils/bsdf.py):
 
-1. ``B = normalize(N × T)`` (N smooth normal, T smooth tangent, both normalised first);
+1. ``B = w · normalize(N × T)`` (N smooth normal, T smooth tangent, both normalised first; ``w = ±1`` the
+   tangent's handedness, glTF's ``TANGENT.w``, +1 when the tangent is given without it);
    shading normal ``n = normalize(p.x T + p.y B + max(p.z, 0) N)`` for a tangent-space perturbation p.
-   With ``opengl=True`` (docs/conventions.md §7: OpenGL/glTF normal maps, +Y along the bitangent) this is
-   nvdiffrec's ``T p.x - (T × N) p.y + N p.z``. For +Y to mean "towards increasing v of the OBJ-style,
-   bottom-left-origin UV" the tangent must point along increasing u and the frame (T, B, N) be right-handed
-   (``meshlift.geometry`` tangents do this). ``opengl=False`` flips the Y axis (DirectX maps).
+   With ``opengl=True`` (docs/conventions.md §7, §13: OpenGL/glTF normal maps, +Y along the bitangent)
+   and ``w = +1`` this is nvdiffrec's ``T p.x - (T × N) p.y + N p.z``. The frame is glTF's / MikkTSpace's
+   when T and w come from :func:`meshlift.geometry.mesh_ops.tangent_frames`: +Y points towards increasing
+   file-space (bottom-left origin) v on every chart, mirrored ones included (there ``w = −1``), which is
+   what three.js, Blender, Unity and Unreal show. ``opengl=False`` flips the Y axis (DirectX maps).
 2. Two-sided shading: where the view vector is behind the geometric (face) normal, both the geometric
    and the shading normals are negated, so back faces shade like front faces.
 3. Bent normals: ``lerp(geom, n, clamp((v·n) / 0.1, 0, 1))`` — a shading normal facing away from the
@@ -31,8 +33,18 @@ NORMAL_THRESHOLD = 0.1
 def perturb_normal(
     perturbed_nrm: torch.Tensor, smooth_nrm: torch.Tensor, smooth_tng: torch.Tensor, opengl: bool = True
 ) -> torch.Tensor:
-    """Apply a tangent-space normal ``[..., 3]`` to the frame (T, B = normalize(N × T), N); returns unit ``[..., 3]``."""
+    """Apply a tangent-space normal ``[..., 3]`` to the frame (T, B = w · normalize(N × T), N); unit ``[..., 3]``.
+
+    ``smooth_tng`` is ``[..., 3]`` (handedness +1) or ``[..., 4]`` with the handedness ``w`` (±1, glTF's
+    ``TANGENT.w``; only its sign is used) in the last component.
+    """
+    w = None
+    if smooth_tng.shape[-1] == 4:
+        w = torch.where(smooth_tng[..., 3:4] < 0, -1.0, 1.0).to(smooth_tng.dtype)
+        smooth_tng = smooth_tng[..., :3]
     bitang = safe_normalize(torch.cross(smooth_nrm, smooth_tng, dim=-1))
+    if w is not None:
+        bitang = bitang * w
     y = perturbed_nrm[..., 1:2] if opengl else -perturbed_nrm[..., 1:2]
     n = smooth_tng * perturbed_nrm[..., 0:1] + bitang * y + smooth_nrm * torch.clamp(perturbed_nrm[..., 2:3], min=0.0)
     return safe_normalize(n)
@@ -73,7 +85,8 @@ def prepare_shading_normal(
         perturbed_nrm: tangent-space normal perturbation (a normal-map sample in [-1, 1], or a material
             field's output), or None for the unperturbed normal (0, 0, 1).
         smooth_nrm: interpolated vertex normals (normalised here).
-        smooth_tng: interpolated vertex tangents (normalised here).
+        smooth_tng: interpolated vertex tangents ``[..., 3]``, or ``[..., 4]`` with the handedness ``w = ±1``
+            in the last component (:func:`meshlift.geometry.mesh_ops.tangent_frames`); xyz normalised here.
         geom_nrm: geometric (face) normals, unit.
         two_sided_shading: flip normals of faces seen from behind.
         opengl: OpenGL/glTF normal-map orientation (+Y along the bitangent); False for DirectX (-Y).
@@ -88,12 +101,19 @@ def prepare_shading_normal(
     """
     if two_sided is not None:
         two_sided_shading = bool(two_sided)
-    for name, t in (("pos", pos), ("view_pos", view_pos), ("smooth_nrm", smooth_nrm), ("smooth_tng", smooth_tng),
-                    ("geom_nrm", geom_nrm)):
+    for name, t in (("pos", pos), ("view_pos", view_pos), ("smooth_nrm", smooth_nrm), ("geom_nrm", geom_nrm)):
         if t.shape[-1] != 3:
             raise RenderError(f"prepare_shading_normal({name}): expected [..., 3], got {tuple(t.shape)}")
+    if smooth_tng.shape[-1] not in (3, 4):
+        raise RenderError(
+            f"prepare_shading_normal(smooth_tng): expected [..., 3] or [..., 4] (xyz + handedness), "
+            f"got {tuple(smooth_tng.shape)}"
+        )
     smooth_nrm = safe_normalize(smooth_nrm)
-    smooth_tng = safe_normalize(smooth_tng)
+    if smooth_tng.shape[-1] == 4:
+        smooth_tng = torch.cat([safe_normalize(smooth_tng[..., :3]), smooth_tng[..., 3:4]], -1)
+    else:
+        smooth_tng = safe_normalize(smooth_tng)
     view_vec = safe_normalize(view_pos - pos)
     if perturbed_nrm is None:
         shading = smooth_nrm

@@ -16,6 +16,12 @@ import torch
 
 from meshlift.errors import MeshError
 
+#: The material meshlift assumes for a mesh without one (renderer, writers): mid-grey linear albedo ...
+DEFAULT_KD = (0.5, 0.5, 0.5)
+#: ... and ``ks`` = (occlusion 0, roughness 0.5, metallic 0) in the internal ORM layout (docs/conventions.md
+#: §7). A mesh with vertex colours and no material uses the colours as albedo instead of DEFAULT_KD.
+DEFAULT_KS = (0.0, 0.5, 0.0)
+
 
 @dataclass
 class Material:
@@ -23,7 +29,9 @@ class Material:
 
     Attributes:
         kd: albedo, ``[H, W, 3]`` (or ``[H, W, 4]`` with alpha), linear RGB in [0, 1].
-        ks: ``[H, W, 3]`` = (occlusion, roughness, metallic) in [0, 1], or None (roughness 0.5, metal 0).
+        ks: ``[H, W, 3]`` = (occlusion, roughness, metallic) in [0, 1], or None (``DEFAULT_KS``:
+            unoccluded, roughness 0.5, metal 0). Occlusion here is nvdiffrec's "amount occluded" (0 = open,
+            shading is multiplied by ``1 − occlusion``); glTF files store ``1 − occlusion`` (conventions §7).
         normal: tangent-space normal map ``[H, W, 3]`` in [-1, 1], or None (flat).
         name: material name written to MTL / glTF.
     """
