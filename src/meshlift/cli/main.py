@@ -44,11 +44,12 @@ def _register_all() -> None:
         demo_cmd,
         eval_cmd,
         inspect_cmd,
+        poses_cmd,
         reconstruct_cmd,
         render_cmd,
     )
 
-    for module in (demo_cmd, reconstruct_cmd, inspect_cmd, convert_cmd, render_cmd, eval_cmd):
+    for module in (demo_cmd, reconstruct_cmd, poses_cmd, inspect_cmd, convert_cmd, render_cmd, eval_cmd):
         module.register(app)
 
 
