@@ -95,3 +95,52 @@ def render_scene(folder: Path, n: int = 16, size: int = 256, seed: int = 0) -> t
             write_image(folder / name, img[k].numpy().astype(np.float32))
             names.append(name)
     return names, cams
+
+
+_CACHE: dict[tuple, tuple[Path, list[str], object]] = {}
+
+
+def cached_scene(n: int = 16, size: int = 256) -> tuple[Path, list[str], object]:
+    """Render the scene once per test process into a temporary folder; returns (folder, names, Cameras).
+    Callers copy what they need: the folder is shared."""
+    import tempfile
+
+    key = (n, size)
+    if key not in _CACHE:
+        folder = Path(tempfile.mkdtemp(prefix="meshlift_poses_scene_"))
+        names, cams = render_scene(folder, n, size)
+        _CACHE[key] = (folder, names, cams)
+    return _CACHE[key]
+
+
+def snapshot(folder: Path) -> dict:
+    """``{relative path: (size, mtime_ns, sha1)}`` of every file under ``folder`` (to prove it is untouched)."""
+    import hashlib
+
+    out = {}
+    for p in sorted(Path(folder).rglob("*")):
+        if p.is_file():
+            st = p.stat()
+            out[str(p.relative_to(folder))] = (st.st_size, st.st_mtime_ns, hashlib.sha1(p.read_bytes()).hexdigest())
+    return out
+
+
+def write_rotated_jpeg(src_png: Path, dst_jpg: Path) -> None:
+    """Store ``src_png`` as a JPEG whose pixels are rotated 90° with EXIF orientation 6, so that a viewer
+    applying EXIF (PIL ``exif_transpose``) shows the original image again."""
+    from PIL import Image
+
+    im = Image.open(src_png).convert("RGB")
+    raw = im.transpose(Image.Transpose.ROTATE_90)  # exif_transpose of orientation 6 rotates by 270 (= -90)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    raw.save(dst_jpg, quality=95, subsampling=0, exif=exif.tobytes())
+
+
+def write_noise_image(path: Path, size: int = 256, seed: int = 1) -> None:
+    """A random-blob image unrelated to the scene (no overlap with any view)."""
+    from PIL import Image, ImageFilter
+
+    rng = np.random.default_rng(seed)
+    a = (rng.random((size // 4, size // 4, 3)) * 255).astype(np.uint8)
+    Image.fromarray(a).resize((size, size), Image.NEAREST).filter(ImageFilter.GaussianBlur(1)).save(path)

@@ -11,7 +11,7 @@
   is kept; kept frames whose sharpness is below ``blur_threshold`` x their median are dropped as blurry.
 - Sharpness is the variance of the Laplacian of the grey image scaled to a 512-pixel longest side
   (Pech-Pacheco et al., "Diatom autofocusing in brightfield microscopy: a comparative study", ICPR 2000),
-  so scores of differently sized images are comparable.
+  so scores of differently sized images are roughly comparable (within a few x).
 
 The input is only read, never written to.
 """
