@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 pytest.importorskip("pycolmap", reason="the [poses] extra (pycolmap) is not installed")
 
@@ -49,11 +51,18 @@ def posed(tmp_path_factory):
         else:
             shutil.copyfile(folder / n, src / n)
             index[n] = i
+    masks = root / "masks"  # features only left of a black band over the right 12% of each view
+    masks.mkdir()
+    for i in range(len(names)):
+        m = np.full((256, 256), 255, np.uint8)
+        m[:, int(0.88 * 256):] = 0
+        Image.fromarray(m).save(masks / f"view_{i:02d}.png")
     (src / "corrupt.jpg").write_bytes(b"\xff\xd8\xff\xe0" + b"\x00" * 64)
     write_noise_image(src / "stranger.png", size=256, seed=7)
     before = snapshot(src)
     out = root / "dataset"
-    report = run_poses(src, out, PosesOptions(single_camera=True, write_transforms=True, num_threads=2))
+    report = run_poses(src, out, PosesOptions(single_camera=True, write_transforms=True, num_threads=2,
+                                                   mask_dir=masks))
     assert snapshot(src) == before, "the input folder was modified"
     return src, out, report, cams, index
 
@@ -105,6 +114,26 @@ def test_output_is_a_dataset_every_reader_loads(posed, capsys):
     assert [p.name for p in ngp.image_paths] == [p.name for p in col.image_paths]
     assert torch.allclose(ngp.cameras.world_to_camera, col.cameras.world_to_camera, atol=1e-5)
     assert torch.allclose(ngp.cameras.K, col.cameras.K, atol=1e-3)
+
+
+def test_masks_restrict_features_and_travel_with_the_dataset(posed):
+    import pycolmap
+
+    from meshlift.data import load_scene
+
+    _, out, report, _, _ = posed
+    db = pycolmap.Database.open(str(out / "colmap" / "database.db"))
+    try:
+        for im in db.read_all_images():
+            kp = np.asarray(db.read_keypoints(im.image_id))
+            assert len(kp) > 50
+            if im.name != "stranger.png":  # no mask for it: features everywhere
+                assert float(kp[:, 0].max()) <= 0.88 * 256 + 1.0, im.name
+    finally:
+        db.close()
+    assert any("stranger.png" in w and "no mask" in w for w in report.warnings)
+    assert (out / "masks" / "view_00.png.png").is_file()
+    assert load_scene(out, format="colmap").has_masks
 
 
 def test_guards_on_the_output_folder(posed, tmp_path):

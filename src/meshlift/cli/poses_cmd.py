@@ -46,6 +46,9 @@ def make_stage_progress(console=None):
             self.task = self.progress.add_task(stage, total=total or None)
 
         def advance(self, n: int = 1) -> None:
+            n = min(n, self.total - self.done) if self.total else n  # mapping may re-register an image
+            if n <= 0:
+                return
             self.done += n
             if self.progress is not None:
                 self.progress.update(self.task, advance=n)

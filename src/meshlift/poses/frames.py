@@ -276,7 +276,6 @@ def _prepare_video(path: Path, images_dir: Path, opts: PosesOptions, progress: S
     progress.start("decoding video", total)
     best: tuple[float, int, np.ndarray] | None = None
     window = -1
-    written: list[tuple[int, float, float]] = []  # (window, sharpness, time)
     n_decoded = 0
 
     def flush() -> None:
@@ -285,7 +284,6 @@ def _prepare_video(path: Path, images_dir: Path, opts: PosesOptions, progress: S
         s, k, frame = best
         name = f"frame_{window:05d}.jpg"
         Image.fromarray(frame).save(images_dir / name, quality=95, subsampling=0)
-        written.append((window, s, k / vfps))
         res.records.append(FrameRecord(name=name, source=f"{path.name} @ {k / vfps:.2f} s", sharpness=s,
                                        size=(frame.shape[1], frame.shape[0])))
 
