@@ -161,3 +161,17 @@ def test_missing_pycolmap_gives_the_install_command(tmp_path, monkeypatch, capsy
     with pytest.raises(DependencyError, match="without camera poses.*meshlift\\[poses\\]"):
         ensure_posed(src, tmp_path / "run" / "poses")
     shutil.rmtree(src)
+
+
+def test_image_pairs_exhaustive_and_sequential():
+    from meshlift.poses.sfm import image_pairs
+
+    names = [f"f{i:02d}" for i in range(40)]
+    ex = image_pairs(names, "exhaustive")
+    assert len(ex) == 40 * 39 // 2 and len(set(ex)) == len(ex)
+    seq = image_pairs(names, "sequential", overlap=3)
+    d = sorted({int(b[1:]) - int(a[1:]) for a, b in seq})
+    assert d == [1, 2, 3, 4, 8, 16, 32]  # neighbours, then quadratic loop-closing distances
+    assert ("f00", "f01") in seq and ("f36", "f39") in seq and ("f00", "f05") not in seq
+    with pytest.raises(DatasetError):
+        image_pairs(names, "vocabtree")
