@@ -78,6 +78,7 @@ def test_compare_cameras_is_invariant_to_a_similarity_of_the_world():
     est[:, :3, :3] = ref[:, :3, :3] @ R.T
     est[:, :3, 3] = s * ref[:, :3, 3] - (est[:, :3, :3] @ t[:, None])[..., 0]
     cmp = compare_cameras(est, ref)
+    assert cmp.camera_offset_deg < 1e-6
     assert cmp.median_centre_error_pct < 1e-8 and float(cmp.rotation_errors_deg.max()) < 1e-6
     assert cmp.scale == pytest.approx(1 / s)
     assert torch.allclose(cmp.est_to_ref @ S, torch.eye(4, dtype=torch.float64), atol=1e-9)
@@ -86,3 +87,21 @@ def test_compare_cameras_is_invariant_to_a_similarity_of_the_world():
     bad[0, :3, 3] += 1.0
     cmp2 = compare_cameras(bad, ref)
     assert float(cmp2.centre_errors[0]) > 0.1 and float(cmp2.centre_errors[1:].median()) < 1e-6
+
+
+def test_compare_cameras_separates_a_constant_camera_side_rotation():
+    """A principal-point-like constant tilt of every camera shows as camera_offset_deg, not as residual."""
+    from meshlift.cameras import look_at
+
+    g = torch.Generator().manual_seed(1)
+    eye = torch.randn(15, 3, generator=g, dtype=torch.float64) * 2 + torch.tensor([0, 0, 6.0], dtype=torch.float64)
+    ref = look_at(eye, torch.zeros(15, 3, dtype=torch.float64), torch.tensor([0, 1.0, 0], dtype=torch.float64).expand(15, 3))
+    tilt = axis_angle_to_matrix(torch.tensor([0.0, math.radians(0.6), 0.0], dtype=torch.float64))
+    est = ref.clone()
+    est[:, :3, :3] = tilt @ ref[:, :3, :3]
+    est[:, :3, 3] = (tilt @ ref[:, :3, 3:])[..., 0]  # same centres, every camera turned by 0.6 deg
+    cmp = compare_cameras(est, ref)
+    assert cmp.median_centre_error_pct < 1e-8
+    assert cmp.median_rotation_error_deg == pytest.approx(0.6, abs=1e-6)
+    assert cmp.camera_offset_deg == pytest.approx(0.6, abs=1e-6)
+    assert float(cmp.rotation_errors_deg_offset_removed.max()) < 1e-6

@@ -7,7 +7,11 @@ whose centre error is at most 3x the median (so a few failed cameras do not drag
 - centre error: ``|| s R c_est + t - c_ref ||``, also as a percentage of the *extent*, the diagonal of the
   axis-aligned box of the reference camera centres;
 - rotation error: the angle of ``R_est Rᵀ R_refᵀ`` (est world-to-camera rotation brought into the
-  reference world, against the reference's), in degrees.
+  reference world, against the reference's), in degrees;
+- the constant part of that error: the mean camera-side rotation ``D = mean_i R_ref,i (R_est,i Rᵀ)ᵀ``
+  (sign-aligned quaternion mean, normalised: the chordal L2 mean, good for small spreads) and the errors
+  left once it is removed. A constant ``D`` is what a different principal point does (a shift of ``Δc``
+  pixels tilts every camera by ``atan(Δc / f)``), i.e. a calibration difference, not pose noise.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from meshlift.errors import CameraError
+from meshlift.geometry.rotations import matrix_to_quaternion, quaternion_to_matrix
 from meshlift.geometry.similarity import rotation_angle, similarity_matrix, umeyama
 
 __all__ = ["PoseComparison", "compare_cameras"]
@@ -37,6 +42,10 @@ class PoseComparison:
     est_to_ref: torch.Tensor
     """``[4, 4]`` float64 similarity from the estimated world into the reference world."""
     scale: float
+    camera_offset_deg: float = float("nan")
+    """Angle of the constant camera-side rotation ``D`` (see the module docstring), degrees."""
+    rotation_errors_deg_offset_removed: torch.Tensor | None = None
+    """``[N]`` rotation errors once ``D`` is removed, degrees."""
 
     @property
     def median_centre_error_pct(self) -> float:
@@ -56,6 +65,9 @@ class PoseComparison:
             "max_centre_error_pct_extent": 100.0 * float(ce.max()) / self.extent,
             "median_rotation_error_deg": self.median_rotation_error_deg,
             "max_rotation_error_deg": float(self.rotation_errors_deg.max()),
+            "camera_offset_deg": self.camera_offset_deg,
+            "median_rotation_error_offset_removed_deg": float(self.rotation_errors_deg_offset_removed.median())
+            if self.rotation_errors_deg_offset_removed is not None else float("nan"),
             "scale": self.scale,
         }
 
@@ -98,5 +110,14 @@ def compare_cameras(est_world_to_camera: torch.Tensor, ref_world_to_camera: torc
         err = (s * c_est @ R.T + t - c_ref).norm(dim=-1)
     R_est_in_ref = est[:, :3, :3] @ R.T
     rot = torch.rad2deg(rotation_angle(R_est_in_ref, ref[:, :3, :3]))
+    D = ref[:, :3, :3] @ R_est_in_ref.transpose(1, 2)
+    q = matrix_to_quaternion(D)
+    q = q * torch.where(q[:, :1] < 0, -1.0, 1.0)
+    q_mean = q.mean(0)
+    D_mean = quaternion_to_matrix(q_mean / q_mean.norm())
+    eye = torch.eye(3, dtype=torch.float64)
+    offset = math.degrees(float(rotation_angle(D_mean, eye)))
+    rot_rest = torch.rad2deg(rotation_angle(D_mean.T @ D, eye.expand(n, 3, 3)))
     return PoseComparison(num_cameras=n, extent=extent, centre_errors=err, rotation_errors_deg=rot,
-                          est_to_ref=similarity_matrix(s, R, t), scale=s)
+                          est_to_ref=similarity_matrix(s, R, t), scale=s, camera_offset_deg=offset,
+                          rotation_errors_deg_offset_removed=rot_rest)
