@@ -146,14 +146,23 @@ def test_guards_on_the_output_folder(posed, tmp_path):
         run_poses(src, src)
 
 
-def test_images_that_do_not_overlap_give_a_clear_error(tmp_path):
+def test_images_that_do_not_overlap_give_a_clear_error(tmp_path, capsys):
+    """Through the CLI, with every flag of the issue spelled out."""
+    from meshlift.cli.main import main
+
     src = tmp_path / "unrelated"
     src.mkdir()
     for i in range(4):
         write_noise_image(src / f"noise_{i}.png", size=160, seed=100 + i)
+    out = tmp_path / "out"
+    rc = main(["poses", str(src), "--out", str(out), "--matcher", "sequential", "--camera-model", "OPENCV",
+               "--single-camera", "--max-image-size", "160", "--fps", "2", "--max-frames", "50"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "do not overlap" in err and "noise_0.png" in err
+    saved = json.loads((out / "poses_report.json").read_text())
+    assert saved["registered"] == 0 and len(saved["unregistered"]) == 4
     with pytest.raises(DatasetError, match="do not overlap"):
-        run_poses(src, tmp_path / "out", PosesOptions(num_threads=2))
-    assert (tmp_path / "out" / "poses_report.json").is_file()
+        run_poses(src, out, PosesOptions(num_threads=2), overwrite=True)
 
 
 def test_ensure_posed_passes_datasets_through_and_reuses_a_result(posed, tmp_path):
