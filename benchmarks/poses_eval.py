@@ -12,6 +12,8 @@ Cases (``--cases``, comma-separated):
 - ``fox640``: the same with ``max_image_size=640`` (features at 2/3 of the resolution).
 - ``statue``: shared/data/statue_of_liberty_colmap/images_2 (40 internet photos, 400x600), reference =
   its COLMAP model sparse/0. One SIMPLE_RADIAL camera per image (different cameras).
+- ``statue1``: the same with one shared SIMPLE_RADIAL camera, as the dataset's own COLMAP model has (the
+  photos were cropped and resized upstream, so one focal length fits them all).
 
 ``--max-image-size 1000`` is not a separate case: both shared copies are at most 960 pixels on the long
 side, so SIFT would see exactly the default input.
@@ -49,6 +51,8 @@ def cases(shared: Path) -> dict:
                        options=dict(camera_model="OPENCV", single_camera=True, max_image_size=640)),
         "statue": dict(input=statue / "images_2", reference=dict(path=statue, format="colmap"),
                        options=dict(camera_model="SIMPLE_RADIAL", single_camera=False)),
+        "statue1": dict(input=statue / "images_2", reference=dict(path=statue, format="colmap"),
+                        options=dict(camera_model="SIMPLE_RADIAL", single_camera=True)),
     }
 
 

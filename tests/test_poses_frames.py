@@ -52,8 +52,19 @@ def test_photos_copied_upright_corrupt_skipped_input_untouched(tmp_path):
     assert diff.mean() < 4.0
     assert [r.orientation for r in res.records if r.name == "rot.jpg"] == [6]
     assert any(n == "broken.jpg" for n, _ in res.skipped)
+    assert {r.camera_key for r in res.records} == {""}  # no EXIF camera anywhere: one shared camera by default
     joined = " ".join(res.warnings)
     assert "broken.jpg" in joined and "EXIF orientation" in joined and "rot.jpg" in joined
+
+
+def test_exif_camera_key_tells_cameras_apart(tmp_path):
+    from meshlift.poses.frames import _camera_key
+
+    exif = Image.Exif()
+    exif[0x010F], exif[0x0110] = "Acme", "Phone 3"
+    Image.new("RGB", (32, 32)).save(tmp_path / "a.jpg", exif=exif.tobytes())
+    Image.new("RGB", (32, 32)).save(tmp_path / "b.jpg")
+    assert "Acme" in _camera_key(Image.open(tmp_path / "a.jpg")) and _camera_key(Image.open(tmp_path / "b.jpg")) == ""
 
 
 def test_odd_sized_images_are_skipped_and_named(tmp_path):

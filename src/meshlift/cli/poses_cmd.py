@@ -86,7 +86,8 @@ def poses(
                                      help="SIMPLE_PINHOLE, PINHOLE, SIMPLE_RADIAL, RADIAL, OPENCV, FULL_OPENCV, "
                                           "OPENCV_FISHEYE."),
     single_camera: Optional[bool] = typer.Option(None, "--single-camera/--per-image-camera",
-                                                 help="One shared camera (default for a video)."),
+                                                 help="One shared camera (default: for a video, and for photos "
+                                                      "with one EXIF camera and focal length or none)."),
     max_image_size: Optional[int] = typer.Option(None, "--max-image-size",
                                                  help="Longest side for feature extraction (default 3200)."),
     fps: float = typer.Option(2.0, "--fps", help="Video: frames sampled per second."),

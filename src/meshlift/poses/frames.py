@@ -56,6 +56,9 @@ class FrameRecord:
     """``(width, height)`` as written (upright)."""
     orientation: int = 1
     """EXIF orientation tag of the source (1 = upright; applied before writing)."""
+    camera_key: str = ""
+    """EXIF camera make, model and focal length (``""`` when the file has none): images with one key are
+    taken to share a camera."""
 
 
 @dataclass
@@ -125,18 +128,30 @@ def _orientation(im) -> int:
         return 1
 
 
+def _camera_key(im) -> str:
+    try:
+        exif = im.getexif()
+        focal = exif.get_ifd(0x8769).get(0x920A)
+        parts = [exif.get(0x010F), exif.get(0x0110), focal]
+    except Exception:  # noqa: BLE001
+        return ""
+    return "" if all(p is None for p in parts) else " ".join(str(p).strip() for p in parts)
+
+
 def _load_photo(path: Path):
-    """(PIL image upright and fully decoded, EXIF orientation); raises DatasetError if unreadable."""
+    """(PIL image upright and fully decoded, EXIF orientation, EXIF camera key); raises DatasetError if
+    unreadable."""
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     try:
         with Image.open(path) as im:
             orient = _orientation(im)
+            key = _camera_key(im)
             im.load()
             up = ImageOps.exif_transpose(im) if orient != 1 else im.copy()
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
         raise DatasetError(f"{path.name}: not a readable image ({exc})") from exc
-    return up, orient
+    return up, orient, key
 
 
 def _write_upright(im, path: Path, fmt_suffix: str) -> None:
@@ -164,12 +179,12 @@ def _prepare_photos(folder: Path, images_dir: Path, progress: StageProgress) -> 
     loaded = []
     for p in paths:
         try:
-            im, orient = _load_photo(p)
+            im, orient, key = _load_photo(p)
         except DatasetError as exc:
             res.skipped.append((p.name, str(exc).split(": ", 1)[-1]))
             progress.advance()
             continue
-        loaded.append((p, im.size, orient, sharpness(np.asarray(im.convert("L"))), im if orient != 1 else None))
+        loaded.append((p, im.size, orient, sharpness(np.asarray(im.convert("L"))), im if orient != 1 else None, key))
         progress.advance()
     progress.end()
     if res.skipped:
@@ -184,7 +199,7 @@ def _prepare_photos(folder: Path, images_dir: Path, progress: StageProgress) -> 
     for s, items in sizes.items():
         if s == main_size:
             continue
-        for p, _, orient, _, _ in items:
+        for p, _, orient, _, _, _ in items:
             why = f"size {s[0]}x{s[1]} differs from the {main_size[0]}x{main_size[1]} of most images"
             if orient != 1:
                 why += f" (EXIF orientation {orient} rotated it)"
@@ -196,7 +211,7 @@ def _prepare_photos(folder: Path, images_dir: Path, progress: StageProgress) -> 
         )
     kept = sizes[main_size]
     orients: dict[int, list[str]] = {}
-    for p, _, orient, _, _ in kept:
+    for p, _, orient, _, _, _ in kept:
         orients.setdefault(orient, []).append(p.name)
     if len(orients) > 1:
         desc = "; ".join(f"orientation {o}: {_short_list(v, 4)}" for o, v in sorted(orients.items()))
@@ -208,7 +223,7 @@ def _prepare_photos(folder: Path, images_dir: Path, progress: StageProgress) -> 
     images_dir.mkdir(parents=True, exist_ok=True)
     progress.start("writing images", len(kept))
     used: set[str] = set()
-    for p, size, orient, sharp, upright in kept:
+    for p, size, orient, sharp, upright, key in kept:
         suffix = p.suffix.lower()
         name = p.name if suffix in _COPY_SUFFIXES else p.stem + ".png"
         if name in used:  # e.g. a.tif and a.png
@@ -220,7 +235,8 @@ def _prepare_photos(folder: Path, images_dir: Path, progress: StageProgress) -> 
         else:
             im = upright if upright is not None else _load_photo(p)[0]
             _write_upright(im, dst, Path(name).suffix.lower())
-        res.records.append(FrameRecord(name=name, source=str(p), sharpness=sharp, size=size, orientation=orient))
+        res.records.append(FrameRecord(name=name, source=str(p), sharpness=sharp, size=size, orientation=orient,
+                                       camera_key=key))
         progress.advance()
     progress.end()
     return res

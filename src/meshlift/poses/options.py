@@ -28,8 +28,9 @@ class PosesOptions:
     """COLMAP camera model to estimate (one of :data:`CAMERA_MODELS`); COLMAP's default is SIMPLE_RADIAL.
     OPENCV suits phone videos with visible distortion."""
     single_camera: bool | None = None
-    """One shared camera (intrinsics) for all images. ``None``: True for a video, else COLMAP's AUTO mode
-    (one camera per image size and EXIF focal length)."""
+    """One shared camera (intrinsics) for all images. ``None``: shared for a video and for photos that all
+    carry the same EXIF camera make, model and focal length (or none at all); one camera per photo
+    otherwise."""
     max_image_size: int | None = None
     """Longest side, in pixels, at which features are extracted (keypoints are mapped back to full
     resolution). ``None``: COLMAP's default (3200)."""

@@ -171,8 +171,14 @@ def run_poses(
     for w in frames.warnings:
         progress.log(f"warning: {w}")
     names = [r.name for r in frames.records]
-    sfm = run_sfm(out / "images", names, out / "colmap", opts, is_video=frames.is_video, masks_dir=masks_dir,
-                  progress=progress)
+    keys = {r.camera_key for r in frames.records}
+    one_camera = len(keys) == 1
+    if opts.single_camera is None and not frames.is_video:
+        progress.log("one shared camera: every photo has the same EXIF camera and focal length"
+                     + (" (none)" if keys == {""} else "") if one_camera else
+                     f"one camera per photo: {len(keys)} different EXIF cameras / focal lengths")
+    sfm = run_sfm(out / "images", names, out / "colmap", opts, is_video=frames.is_video,
+                  one_camera_likely=one_camera, masks_dir=masks_dir, progress=progress)
     if sfm.reconstruction is None or sfm.reconstruction.num_reg_images() < 3:
         report = build_report(input=src, output=out, sfm=sfm, frames=frames, camera_model=opts.camera_model)
         report.save(out / "poses_report.json")

@@ -102,6 +102,7 @@ def run_sfm(
     options: PosesOptions,
     *,
     is_video: bool = False,
+    one_camera_likely: bool | None = None,
     masks_dir: Path | None = None,
     progress: StageProgress | None = None,
 ) -> SfmResult:
@@ -113,6 +114,8 @@ def run_sfm(
         work_dir: folder for ``database.db``, pair lists and the raw models (created, emptied first).
         options: matcher, camera model, single camera, feature resolution, threads, seed.
         is_video: the images are video frames (``auto`` matcher -> sequential; ``single_camera=None`` -> True).
+        one_camera_likely: with ``single_camera=None`` for photos: share one camera (all photos carry the
+            same EXIF camera and focal length, or none) or not (None: COLMAP's AUTO mode).
         masks_dir: COLMAP masks (``<image name>.png``, features only where > 0), or None.
         progress: progress sink.
 
@@ -134,7 +137,10 @@ def run_sfm(
     if matcher == "auto":
         matcher = "sequential" if is_video else "exhaustive"
     res.matcher = matcher
-    single = options.single_camera if options.single_camera is not None else is_video
+    if options.single_camera is not None:
+        single = bool(options.single_camera)
+    else:
+        single = bool(is_video or one_camera_likely)
     if matcher == "exhaustive" and len(names) > 300:
         res.warnings.append(f"exhaustive matching of {len(names)} images is {len(names) * (len(names) - 1) // 2} pairs "
                             "and slow; --matcher sequential suits ordered captures")
