@@ -161,8 +161,6 @@ def test_images_that_do_not_overlap_give_a_clear_error(tmp_path, capsys):
     assert rc == 2 and "do not overlap" in err and "noise_0.png" in err
     saved = json.loads((out / "poses_report.json").read_text())
     assert saved["registered"] == 0 and len(saved["unregistered"]) == 4
-    with pytest.raises(DatasetError, match="do not overlap"):
-        run_poses(src, out, PosesOptions(num_threads=2), overwrite=True)
 
 
 def test_ensure_posed_passes_datasets_through_and_reuses_a_result(posed, tmp_path):
@@ -197,6 +195,7 @@ def test_reconstruct_poses_an_unposed_folder_first(posed, tmp_path, monkeypatch)
     assert seen["data"] == str(run / "poses")
 
 
+@pytest.mark.slow
 def test_video_path_end_to_end(tmp_path):
     """A short synthetic clip: frames sampled (sharpest per window), a blurred window dropped, poses
     estimated with sequential matching."""
