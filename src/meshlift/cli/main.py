@@ -46,12 +46,13 @@ def _register_all() -> None:
         doctor_cmd,
         eval_cmd,
         inspect_cmd,
+        poses_cmd,
         reconstruct_cmd,
         render_cmd,
     )
 
-    for module in (demo_cmd, reconstruct_cmd, inspect_cmd, convert_cmd, render_cmd, eval_cmd, doctor_cmd,
-                   app_cmd):
+    for module in (demo_cmd, reconstruct_cmd, poses_cmd, inspect_cmd, convert_cmd, render_cmd, eval_cmd,
+                   doctor_cmd, app_cmd):
         module.register(app)
 
 

@@ -195,6 +195,11 @@ def register(app: typer.Typer) -> None:
         if data is not None and "=" in data and not Path(data).exists():
             items.insert(0, data)
             data = None
+        if data is not None:  # an unposed photo folder or a video: pose it first, kept in OUT/poses
+            from meshlift.cli.poses_cmd import make_stage_progress
+            from meshlift.poses import ensure_posed
+
+            data = str(ensure_posed(data, out / "poses", progress=make_stage_progress(), log=console.print))
         cfg = build_config(data or "", preset, quick, config, items, out=out, resume=resume)
 
         from meshlift.methods.nvdiffrec.reconstruct import reconstruct as run
