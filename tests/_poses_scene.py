@@ -16,26 +16,20 @@ import torch
 
 
 def _render_mesh():
-    try:  # the renderer is moving to meshlift.renderers (issue 8)
-        from meshlift.renderers import render_mesh  # type: ignore[attr-defined]
-    except ImportError:
-        from meshlift.methods.renderer import render_mesh
+    from meshlift.renderers.mesh_pbr import render_mesh
+
     return render_mesh
 
 
 def _reference_light():
-    try:
-        from meshlift.data.synthetic import make_reference_light  # type: ignore[import-not-found]
-    except ImportError:
-        from meshlift.methods.reference_data import make_reference_light
-    return make_reference_light("procedural", "studio", env_res=32)
+    from meshlift.data.synthetic import make_synthetic_light
+
+    return make_synthetic_light("procedural", "studio", env_res=32)
 
 
 def _demo_object():
-    try:
-        from meshlift.data.demo_object import make_demo_object  # type: ignore[import-not-found]
-    except ImportError:
-        from meshlift.methods.demo_object import make_demo_object
+    from meshlift.data.demo_object import make_demo_object
+
     return make_demo_object(resolution=96, texture_resolution=16)
 
 

@@ -174,7 +174,7 @@ def test_ensure_posed_passes_datasets_through_and_reuses_a_result(posed, tmp_pat
 
 def test_reconstruct_poses_an_unposed_folder_first(posed, tmp_path, monkeypatch):
     """`meshlift reconstruct PHOTOS --out RUN` hands RUN/poses to the method (training stubbed out)."""
-    import meshlift.methods.surface as surface
+    import meshlift.methods.nvdiffrec.reconstruct as surface
     from meshlift.cli.main import main
 
     src, out, _, _, _ = posed
@@ -185,7 +185,7 @@ def test_reconstruct_poses_an_unposed_folder_first(posed, tmp_path, monkeypatch)
     class _Stop(Exception):
         pass
 
-    def fake_reconstruct(cfg, out_dir, resume=False, monitor=None):
+    def fake_reconstruct(cfg, out_dir, resume=False, overwrite=False, monitor=None):
         seen["data"] = cfg.data
         raise _Stop
 
