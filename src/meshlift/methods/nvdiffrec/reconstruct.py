@@ -175,12 +175,17 @@ def reconstruct(
     t_start = budget.t_start
     where = "loading the data"
     try:
+        knobs = f"batch={cfg.batch}, train_res={cfg.train_res}, spp={cfg.spp}, data_device={cfg.data_device}"
         if data is None:
+            if cfg.data and sniff_input(cfg.data) == "mesh" and cfg.train_res > 0:
+                # synthetic views are rendered at train_res: refuse before rendering them
+                n_views = cfg.ref_views + cfg.ref_test_views
+                check_memory(estimate_training_bytes(cfg, n_views, cfg.train_res, cfg.train_res), device,
+                             "rendering the synthetic views and training", knobs + f", ref_views={cfg.ref_views}")
             monitor.log(f"loading {cfg.data}")
             data = load_problem(cfg, device)
         h, w = data.train.resolution
-        check_memory(estimate_training_bytes(cfg, len(data.train), h, w), device, "training",
-                     f"batch={cfg.batch}, train_res={cfg.train_res}, spp={cfg.spp}, data_device={cfg.data_device}")
+        check_memory(estimate_training_bytes(cfg, len(data.train), h, w), device, "training", knobs)
         if out is not None:  # only once the input has loaded: a bad input leaves no output folder behind
             out.mkdir(parents=True, exist_ok=True)
             if overwrite and not resume:  # the old run's checkpoint and metrics must not outlive it
