@@ -1,5 +1,6 @@
-"""Tensor containers with no algorithms inside: :class:`Mesh`, :class:`Material`."""
+"""Tensor containers with no algorithms inside: :class:`Mesh`, :class:`Material`, :class:`Gaussians`."""
 
+from meshlift.structures.gaussians import Gaussians
 from meshlift.structures.mesh import Material, Mesh
 
-__all__ = ["Mesh", "Material"]
+__all__ = ["Mesh", "Material", "Gaussians"]

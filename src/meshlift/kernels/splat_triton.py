@@ -1,0 +1,279 @@
+"""Triton kernels of Gaussian splatting (compiled at run time; no nvcc). ``triton`` is imported lazily
+(inside :func:`_k`, which loads the JIT kernels of :mod:`meshlift.kernels._splat_triton_jit`), so
+importing this module never needs it.
+
+Each differentiable stage is a private ``torch.autograd.Function`` with a hand-written backward; its
+specification is the readable twin in :mod:`meshlift.render.splat_reference` (same arguments, same
+outputs), and tests compare forward and backward against it (under ``TRITON_INTERPRET=1`` on CPU):
+
+- :func:`project_gaussians` — ``_ProjectFn``: EWA projection, one program per ``BLOCK`` (camera,
+  Gaussian) pairs; backward per pair, summed over cameras with ``torch.sum``.
+- :func:`isect_tiles` — a Triton tile-count kernel and key writer: Gaussians are argsorted by depth once,
+  each writes its tile ids in depth order, then a *stable* ``torch.sort`` of int32 tile ids (32-bit radix
+  passes instead of 64) gives per-tile lists already in depth order (notes, "Recommended Triton design").
+- :func:`composite_tiles` — ``_CompositeFn``: one program per 16×16 tile, ``BATCH`` Gaussians at a time
+  as a ``[BATCH, 256]`` block, transmittance by a log-space ``tl.cumsum``, early exit when every pixel is
+  done. Backward walks each tile's list back to front (reverse cumsums), reduces over the 256 pixels in
+  the program and issues one ``atomic_add`` per Gaussian per tile per parameter.
+- :func:`tile_statistics` — the no-grad statistics pass (Σ αT, pixels touched, largest contributor).
+
+Camera gradients (``world_to_camera``, ``K``) are not produced here; the torch backend has them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Optional, Tuple
+
+import torch
+
+from meshlift.errors import DependencyError, RenderError
+
+__all__ = ["is_available", "project_gaussians", "isect_tiles", "composite_tiles", "tile_statistics"]
+
+# Same constants as meshlift.render.splat_reference (docs/conventions.md §11); a test checks equality.
+ALPHA_THRESHOLD = 1.0 / 255.0
+T_THRESHOLD = 1e-4
+MAX_EXTEND = 3.33
+
+_BLOCK = 256  # elementwise kernels
+_BATCH = 16  # Gaussians per compositing step
+
+
+def is_available(device: torch.device) -> bool:
+    """Triton can run these kernels on ``device``: CUDA with triton installed, or CPU tensors under
+    ``TRITON_INTERPRET=1`` (the interpreter, for tests)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return torch.cuda.is_available()
+    return dev.type == "cpu" and os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@functools.lru_cache(maxsize=1)
+def _k():
+    """The jitted kernels (module :mod:`meshlift.kernels._splat_triton_jit`); imports triton on first use."""
+    try:
+        from meshlift.kernels import _splat_triton_jit
+    except ImportError as e:  # pragma: no cover - probed by is_available first
+        raise DependencyError("the triton splat backend needs the 'triton' package: pip install triton "
+                              "(or use backend='torch')") from e
+    return _splat_triton_jit
+
+
+def _grid(n: int, block: int) -> Tuple[int]:
+    return (max(1, (n + block - 1) // block),)
+
+
+def _next_pow2(x: int) -> int:
+    p = 1
+    while p < x:
+        p *= 2
+    return p
+
+
+# ------------------------------------------------------------------------------------------------
+# Projection
+# ------------------------------------------------------------------------------------------------
+
+
+class _ProjectFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, means, quats, scales, opacities, w2c, K, width, height, near, far, eps2d, antialiased,
+                radius_clip):
+        k = _k()
+        C, N = w2c.shape[0], means.shape[0]
+        dev, dt = means.device, means.dtype
+        means, quats, scales, opacities = (t.contiguous() for t in (means, quats, scales, opacities))
+        w2c, K = w2c.to(dt).contiguous(), K.to(dt).contiguous()
+        m2 = torch.empty(C, N, 2, device=dev, dtype=dt)
+        con = torch.empty(C, N, 3, device=dev, dtype=dt)
+        dep = torch.empty(C, N, device=dev, dtype=dt)
+        rad = torch.empty(C, N, 2, device=dev, dtype=torch.int32)
+        op = torch.empty(C, N, device=dev, dtype=dt)
+        comp = torch.empty(C, N, device=dev, dtype=dt)
+        if C * N:
+            k.project_fwd[_grid(C * N, _BLOCK)](means, quats, scales, opacities, w2c, K, m2, con, dep, rad, op, comp,
+                                               C, N, width, height, near, far, eps2d, radius_clip,
+                                               ANTIALIASED=bool(antialiased), BLOCK=_BLOCK)
+        ctx.save_for_backward(means, quats, scales, opacities, w2c, K, rad)
+        ctx.cfg = (width, height, near, far, eps2d, bool(antialiased))
+        ctx.mark_non_differentiable(rad)
+        return m2, con, dep, rad, op, comp
+
+    @staticmethod
+    def backward(ctx, g_m2, g_con, g_dep, g_rad, g_op, g_comp):
+        means, quats, scales, opacities, w2c, K, rad = ctx.saved_tensors
+        width, height, near, far, eps2d, aa = ctx.cfg
+        C, N = w2c.shape[0], means.shape[0]
+        dev, dt = means.device, means.dtype
+        z = lambda g, shape: torch.zeros(shape, device=dev, dtype=dt) if g is None else g.to(dt).contiguous()  # noqa: E731
+        g_m2, g_con = z(g_m2, (C, N, 2)), z(g_con, (C, N, 3))
+        g_dep, g_op = z(g_dep, (C, N)), z(g_op, (C, N))
+        if g_comp is not None and bool((g_comp != 0).any()):
+            raise RenderError("gradients through 'compensations' are not supported by the triton backend")
+        gm = torch.zeros(C, N, 3, device=dev, dtype=dt)
+        gq = torch.zeros(C, N, 4, device=dev, dtype=dt)
+        gs = torch.zeros(C, N, 3, device=dev, dtype=dt)
+        go = torch.zeros(C, N, device=dev, dtype=dt)
+        if C * N:
+            _k().project_bwd[_grid(C * N, _BLOCK)](means, quats, scales, opacities, w2c, K, rad, g_m2, g_con, g_dep,
+                                                   g_op, gm, gq, gs, go, C, N, width, height, near, far, eps2d,
+                                                   ANTIALIASED=aa, BLOCK=_BLOCK)
+        return gm.sum(0), gq.sum(0), gs.sum(0), go.sum(0), None, None, None, None, None, None, None, None, None
+
+
+def project_gaussians(means, quats, scales, opacities, world_to_camera, K, width, height, near, far,
+                      eps2d=0.3, antialiased=False, radius_clip=0.0) -> dict:
+    """Triton twin of :func:`meshlift.render.splat_reference.project_gaussians` (same arguments and
+    outputs; no gradient to the cameras)."""
+    m2, con, dep, rad, op, comp = _ProjectFn.apply(means, quats, scales, opacities, world_to_camera, K,
+                                                   int(width), int(height), float(near), float(far),
+                                                   float(eps2d), bool(antialiased), float(radius_clip))
+    return {"means2d": m2, "conics": con, "depths": dep, "opacities": op, "radii": rad, "compensations": comp}
+
+
+# ------------------------------------------------------------------------------------------------
+# Tile binning
+# ------------------------------------------------------------------------------------------------
+
+
+def isect_tiles(means2d, radii, depths, tile_size, tiles_w, tiles_h):
+    """Triton twin of :func:`meshlift.render.splat_reference.isect_tiles`: same outputs (``isect_ids``
+    are the same int64 keys, rebuilt from the sorted lists)."""
+    k = _k()
+    C, N = depths.shape
+    dev = depths.device
+    total = C * N
+    n_tiles = C * tiles_h * tiles_w
+    with torch.no_grad():
+        m2 = means2d.detach().contiguous()
+        rad = radii.contiguous()
+        cnt = torch.zeros(total, device=dev, dtype=torch.int32)
+        if total:
+            k.tile_bounds[_grid(total, _BLOCK)](m2, rad, cnt, total, tile_size, tiles_w, tiles_h, BLOCK=_BLOCK)
+        d32 = depths.detach().reshape(-1).to(torch.float32)
+        order = torch.sort(d32, stable=True)[1]
+        cnt_sorted = cnt[order].to(torch.int64)
+        ends = torch.cumsum(cnt_sorted, 0)
+        M = int(ends[-1]) if total else 0
+        starts = ends - cnt_sorted
+        tiles = torch.empty(M, device=dev, dtype=torch.int32)
+        gids = torch.empty(M, device=dev, dtype=torch.int64)
+        if M:
+            k.write_keys[_grid(total, _BLOCK)](order, starts, m2, rad, tiles, gids, total, N, tile_size, tiles_w,
+                                               tiles_h, BLOCK=_BLOCK)
+        tiles_sorted, perm = torch.sort(tiles, stable=True)
+        flatten_ids = gids[perm]
+        offsets = torch.searchsorted(tiles_sorted, torch.arange(n_tiles, device=dev, dtype=torch.int32))
+        dbits = d32.contiguous().view(torch.int32).to(torch.int64)
+        isect_ids = (tiles_sorted.to(torch.int64) << 32) | (dbits[flatten_ids] & 0xFFFFFFFF)
+    return isect_ids, flatten_ids, offsets.to(torch.int64).reshape(C, tiles_h, tiles_w)
+
+
+# ------------------------------------------------------------------------------------------------
+# Compositing
+# ------------------------------------------------------------------------------------------------
+
+
+def _offsets_ext(isect_offsets: torch.Tensor, n_isect: int) -> torch.Tensor:
+    off = isect_offsets.reshape(-1).to(torch.int64)
+    return torch.cat([off, off.new_tensor([n_isect])]).contiguous()
+
+
+class _CompositeFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, means2d, conics, opacities, features, depths, flatten_ids, isect_offsets, width, height,
+                tile_size, alpha_max, want_median):
+        k = _k()
+        C, N = opacities.shape
+        D = features.shape[-1]
+        dev, dt = means2d.device, means2d.dtype
+        tiles_h, tiles_w = isect_offsets.shape[1:]
+        n_tiles = C * tiles_h * tiles_w
+        off = _offsets_ext(isect_offsets, flatten_ids.numel())
+        fid = flatten_ids.contiguous()
+        m2, con, op, ft = (t.contiguous() for t in (means2d, conics, opacities, features))
+        out = torch.zeros(C, height, width, D, device=dev, dtype=torch.float32)
+        T = torch.ones(C, height, width, device=dev, dtype=torch.float32)
+        last = torch.full((C, height, width), -1, device=dev, dtype=torch.int32)
+        med = torch.full((C, height, width), -1, device=dev, dtype=torch.int64)
+        if n_tiles and D:
+            k.composite_fwd[(n_tiles,)](off, fid, fid.numel(), m2, con, op, ft, m2, out, T, last, med,
+                                        width, height, tiles_w, tiles_h, float(alpha_max),
+                                        D=D, DP=_next_pow2(D), TS=tile_size, B=_BATCH, WANT_MED=bool(want_median))
+        ctx.save_for_backward(m2, con, op, ft, fid, off, T, last)
+        ctx.cfg = (width, height, tile_size, tiles_w, tiles_h, float(alpha_max))
+        ctx.mark_non_differentiable(med)
+        return out.to(dt), (1.0 - T).to(dt)[..., None], med
+
+    @staticmethod
+    def backward(ctx, g_out, g_alpha, g_med):
+        m2, con, op, ft, fid, off, T, last = ctx.saved_tensors
+        width, height, ts, tiles_w, tiles_h, alpha_max = ctx.cfg
+        C, N = op.shape
+        D = ft.shape[-1]
+        dev = m2.device
+        g_out = torch.zeros(C, height, width, D, device=dev) if g_out is None else g_out.float().contiguous()
+        g_alpha = torch.zeros(C, height, width, device=dev) if g_alpha is None else g_alpha[..., 0].float().contiguous()
+        gm2 = torch.zeros(C, N, 2, device=dev, dtype=torch.float32)
+        gcon = torch.zeros(C, N, 3, device=dev, dtype=torch.float32)
+        gop = torch.zeros(C, N, device=dev, dtype=torch.float32)
+        gft = torch.zeros(C, N, D, device=dev, dtype=torch.float32)
+        n_tiles = C * tiles_h * tiles_w
+        if n_tiles and D and fid.numel():
+            _k().composite_bwd[(n_tiles,)](off, fid, m2, con, op, ft, T, last, g_out, g_alpha, gm2, gcon, gop, gft,
+                                           width, height, tiles_w, tiles_h, alpha_max,
+                                           D=D, DP=_next_pow2(D), TS=ts, B=_BATCH)
+        dt = m2.dtype
+        return gm2.to(dt), gcon.to(dt), gop.to(dt), gft.to(dt), None, None, None, None, None, None, None, None
+
+
+def composite_tiles(means2d, conics, opacities, features, depths, flatten_ids, isect_offsets, width, height,
+                    tile_size=16, alpha_max=0.99, chunk_elements=None):
+    """Triton twin of :func:`meshlift.render.splat_reference.composite_tiles` (same arguments and outputs;
+    ``chunk_elements`` is unused: a tile program holds one ``[16, 256]`` block at a time). Compositing runs
+    in float32 whatever the input dtype. The median depth is gathered in torch from the per-pixel
+    Gaussian id, so its gradient reaches ``depths``."""
+    C, N = opacities.shape
+    if tile_size * tile_size > 4096 or tile_size & (tile_size - 1):
+        raise RenderError(f"triton backend needs a power-of-two tile_size <= 64, got {tile_size}")
+    want_median = depths is not None
+    out, alpha, med = _CompositeFn.apply(means2d, conics, opacities, features, depths, flatten_ids, isect_offsets,
+                                        int(width), int(height), int(tile_size), float(alpha_max), want_median)
+    median = None
+    if want_median:
+        flat = depths.reshape(-1)
+        if flat.numel():
+            median = torch.where(med >= 0, flat[med.clamp_min(0)], torch.zeros((), dtype=flat.dtype, device=flat.device))
+        else:
+            median = torch.zeros(med.shape, dtype=depths.dtype, device=depths.device)
+        median = median[..., None]
+    return out, alpha, median
+
+
+@torch.no_grad()
+def tile_statistics(means2d, conics, opacities, flatten_ids, isect_offsets, width, height, tile_size=16,
+                    alpha_max=0.99, chunk_elements=None) -> dict:
+    """Triton twin of :func:`meshlift.render.splat_reference.tile_statistics`."""
+    k = _k()
+    C, N = opacities.shape
+    dev = means2d.device
+    tiles_h, tiles_w = isect_offsets.shape[1:]
+    n_tiles = C * tiles_h * tiles_w
+    off = _offsets_ext(isect_offsets, flatten_ids.numel())
+    acc = torch.zeros(C * N, device=dev, dtype=torch.float32)
+    cnt = torch.zeros(C * N, device=dev, dtype=torch.int32)
+    best = torch.full((C, height, width), -1, device=dev, dtype=torch.int64)
+    if n_tiles and flatten_ids.numel():
+        k.stats_fwd[(n_tiles,)](off, flatten_ids.contiguous(), means2d.contiguous(), conics.contiguous(),
+                                opacities.contiguous(), acc, cnt, best, width, height, tiles_w, tiles_h,
+                                float(alpha_max), TS=tile_size, B=_BATCH)
+    sel = best >= 0
+    area_max = torch.bincount(best[sel], minlength=C * N)
+    return {"accum_weights": acc.to(means2d.dtype).reshape(C, N), "area_proj": cnt.to(torch.int64).reshape(C, N),
+            "area_max": area_max.reshape(C, N)}
