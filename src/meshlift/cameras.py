@@ -49,6 +49,7 @@ __all__ = [
     "projection_from_K",
     "intrinsics_matrix",
     "opengl_c2w_to_world_to_camera",
+    "opencv_c2w_to_world_to_camera",
     "world_to_camera_to_opengl_c2w",
     "colmap_to_world_to_camera",
     "world_to_camera_to_colmap",
@@ -440,6 +441,18 @@ class Cameras:
 # ----------------------------------------------------------------------------------------------------
 # Convention converters
 # ----------------------------------------------------------------------------------------------------
+
+
+def opencv_c2w_to_world_to_camera(c2w) -> torch.Tensor:
+    """OpenCV camera-to-world (x right, y down, z forward) -> OpenCV ``world_to_camera`` (a general inverse).
+
+    For ``transforms.json`` files written with OpenCV axes (``camera_convention="opencv"``).
+    """
+    c2w = torch.as_tensor(c2w, dtype=torch.float64)
+    if c2w.shape[-2:] == (3, 4):
+        c2w = torch.cat([c2w, c2w.new_tensor([0, 0, 0, 1.0]).expand(c2w.shape[:-2] + (1, 4))], dim=-2)
+    _as_matrix_batch(c2w, "c2w", (4, 4))
+    return torch.linalg.inv(c2w)
 
 
 def opengl_c2w_to_world_to_camera(c2w) -> torch.Tensor:

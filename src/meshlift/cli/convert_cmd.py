@@ -24,16 +24,23 @@ def convert(
         help="Remove connected components whose bbox diagonal is below FRAC of the whole mesh's (0 keeps all).",
     ),
     no_clean: bool = typer.Option(False, "--no-clean", help="Skip cleaning (duplicates, degenerate faces, ...)."),
+    up: str = typer.Option(
+        "keep", "--up",
+        help="The input's up axis (y, z, -y, -z, x, -x): rotate so it becomes +Y, as glTF expects. "
+             "'keep' (default) writes the coordinates unchanged.",
+    ),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Clean a mesh (merge duplicate vertices, drop degenerate/duplicate faces, repair non-manifold edges,
     remove small components, drop NaN vertices), optionally decimate it, and write PLY/OBJ/GLB."""
-    import json
+    from meshlift.io.jsonfile import dumps
     import warnings
 
     from meshlift.errors import ConfigError
     from meshlift.io.mesh import load_mesh, save_mesh
+    from meshlift.geometry.transforms import UP_AXES
     from meshlift.mesh.clean import clean_mesh
+    from meshlift.mesh.orient import to_y_up
     from meshlift.mesh.simplify import simplify_mesh
     from meshlift.mesh.stats import mesh_stats
 
@@ -45,6 +52,8 @@ def convert(
         raise ConfigError(f"--keep-components must be in [0, 1], got {keep_components}")
     if simplify is not None and simplify < 1:
         raise ConfigError(f"--simplify must be a positive face count, got {simplify}")
+    if up != "keep" and up.lower().lstrip("+") not in UP_AXES:
+        raise ConfigError(f"--up {up!r}: choose keep or one of {', '.join(UP_AXES)} (the input's up axis)")
     notes: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -57,6 +66,14 @@ def convert(
         simplify_info = None
         if simplify is not None:
             mesh, simplify_info = simplify_mesh(mesh, simplify)
+        if up != "keep":
+            mesh = to_y_up(mesh, up)
+            if up.lstrip("+") != "y":
+                notes.append(f"rotated from {up} up to +Y up (glTF's convention); the rotation is recorded in "
+                             "the GLB's asset.extras.meshlift.up_axis_conversion")
+        else:
+            notes.append("coordinates kept as in the input (--up keep); glTF expects +Y up: pass --up z for a "
+                         "Z-up input (Blender, 3ds Max, most CAD)")
         after = mesh_stats(mesh)
         out = Path(out_dir) if out_dir is not None else input.resolve().parent
         name = stem or input.stem
@@ -71,7 +88,7 @@ def convert(
             written += [str(p) for p in save_mesh(t, mesh)]
     notes += [str(w.message) for w in caught]
     if json_output:
-        typer.echo(json.dumps({
+        typer.echo(dumps({
             "input": str(input), "before": before, "after": after, "clean": clean_info,
             "simplify": simplify_info, "written": written, "notes": notes,
         }))
@@ -92,8 +109,12 @@ def convert(
     table.add_column("after", justify="right")
     for key in ("vertices", "faces", "components"):
         table.add_row(key, f"{before[key]:,}", f"{after[key]:,}")
-    for key in ("watertight", "manifold"):
-        table.add_row(key, "yes" if before[key] else "no", "yes" if after[key] else "no")
+    for key in ("watertight", "manifold", "winding_consistent"):
+        table.add_row(key.replace("_", " "), "yes" if before[key] else "no", "yes" if after[key] else "no")
+    vol = lambda s: "n/a (not closed)" if s["signed_volume"] is None else (  # noqa: E731
+        f"{s['signed_volume']:.4g} ({'outward' if s['signed_volume'] > 0 else 'INSIDE OUT'})")
+    table.add_row("signed volume", vol(before), vol(after))
+    table.add_row("up axis", before["up_axis"], after["up_axis"])
     table.add_row("bbox", bbox(before), bbox(after))
     console = Console()
     console.print(table)

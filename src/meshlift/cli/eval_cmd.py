@@ -44,8 +44,7 @@ def eval_mesh(
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Chamfer L1/L2, precision, recall, F-score and normal consistency from uniform surface samples."""
-    import json
-
+    from meshlift.io.jsonfile import dumps
     from meshlift.errors import ConfigError
     from meshlift.io.mesh import load_mesh
     from meshlift.metrics.geometry import mesh_metrics
@@ -68,7 +67,7 @@ def eval_mesh(
     )
     res = {"pred": str(pred), "gt": str(gt), **res}
     if json_output:
-        typer.echo(json.dumps(res))
+        typer.echo(dumps(res))
         return
     from rich.console import Console
     from rich.table import Table
@@ -120,9 +119,9 @@ def eval_images(
     no_lpips: bool = typer.Option(False, "--no-lpips", help="Skip LPIPS (faster)."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """PSNR (mean of per-image values), SSIM (11x11 Gaussian, sigma 1.5) and LPIPS (AlexNet) of matched images."""
-    import json
-
+    """PSNR (mean of per-image values), SSIM (11x11 Gaussian, sigma 1.5) and LPIPS (AlexNet) of matched images.
+    JSON output is strict: the PSNR of identical images (infinite) is written as null."""
+    from meshlift.io.jsonfile import dumps
     from meshlift.errors import ConfigError, ImageError
     from meshlift.io.images import read_image
     from meshlift.metrics.image import psnr, ssim
@@ -159,7 +158,7 @@ def eval_images(
         "per_image": per,
     }
     if json_output:
-        typer.echo(json.dumps(res))
+        typer.echo(dumps(res))
         return
     from rich.console import Console
     from rich.table import Table

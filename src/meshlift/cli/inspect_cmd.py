@@ -17,16 +17,19 @@ def inspect(
     downscale: float = typer.Option(1.0, "--downscale", help="Inspect as loaded at 1/downscale resolution."),
     colmap_model: str = typer.Option(None, "--colmap-model", help="COLMAP model folder relative to PATH."),
     split_every: int = typer.Option(8, "--split-every", help="Every N-th image is test when the dataset has no splits."),
+    camera_convention: str = typer.Option(
+        "opengl", "--camera-convention",
+        help="Axes of transforms.json camera-to-world matrices: opengl (the format's definition) or opencv."),
 ) -> None:
     """Describe a dataset: format, images, resolution, camera model, splits, masks, bounds, warnings."""
-    import json
-
     from meshlift.data import load_scene
+    from meshlift.io.jsonfile import dumps
 
-    scene = load_scene(path, format=format, downscale=downscale, colmap_model=colmap_model, split_every=split_every)
+    scene = load_scene(path, format=format, downscale=downscale, colmap_model=colmap_model, split_every=split_every,
+                       camera_convention=camera_convention)
     info = scene.summary()
     if json_output:
-        typer.echo(json.dumps(info, indent=None))
+        typer.echo(dumps(info, indent=None))
         return
     from rich.console import Console
     from rich.table import Table
@@ -49,6 +52,8 @@ def inspect(
         ("masks", "yes" if info["has_masks"] else "no"),
         ("bounds", "[" + ", ".join(f"{v:.3g}" for v in b["min"]) + "] .. [" + ", ".join(f"{v:.3g}" for v in b["max"]) + "]"),
         ("bounds from", info["normalization"].get("method", "")),
+        ("SfM points", f"{info['sfm_points']:,}" if info["sfm_points"] else "none"),
+        ("cameras", _camera_row(scene.metadata.get("camera_check", {}))),
     ]
     for k, v in rows:
         table.add_row(k, v)
@@ -56,6 +61,17 @@ def inspect(
     console.print(table)
     for w in info["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {w}")
+
+
+def _camera_row(chk: dict) -> str:
+    if not chk:
+        return "not checked"
+    if chk.get("facing_fraction") is None:
+        return chk["verdict"]
+    txt = f"{chk['verdict']}: {chk['facing_fraction']:.0%} face the scene centre ({chk['centre_source']})"
+    if chk.get("up_spread_deg") is not None:
+        txt += f", up vectors within {chk['up_spread_deg']:.0f}° (median)"
+    return txt
 
 
 def register(app: typer.Typer) -> None:

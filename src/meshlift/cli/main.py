@@ -56,10 +56,19 @@ _register_all()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (2 for a MeshliftError)."""
+    """Run the CLI; returns the exit status (2 for a MeshliftError).
+
+    Run as the console script (``argv`` None), it first sizes torch's CPU thread pool from the free
+    cores (:mod:`meshlift._threads`; knob ``MESHLIFT_NUM_THREADS``) so a busy machine does not
+    oversubscribe; in-process callers (tests) keep their own setting.
+    """
     from meshlift.errors import MeshliftError
 
     try:
+        if argv is None:
+            from meshlift._threads import configure_cpu_threads
+
+            configure_cpu_threads()
         app(args=argv, standalone_mode=False)
     except MeshliftError as exc:
         typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)

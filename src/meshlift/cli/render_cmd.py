@@ -41,7 +41,7 @@ def render(
 ) -> None:
     """Render an asset from a dataset's cameras (PNGs + PSNR/SSIM/LPIPS where the dataset has images)
     and/or as a turntable."""
-    import json
+    from meshlift.io.jsonfile import dumps, write_json
 
     import torch
 
@@ -110,7 +110,7 @@ def render(
                     vals = [r[k] for r in scored if r.get(k) is not None]
                     result[k] = sum(vals) / len(vals) if vals else None
                 result["per_image"] = per
-                (out / "metrics.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+                write_json(out / "metrics.json", result)
         if turntable:
             import imageio.v2 as imageio
             import numpy as np
@@ -130,7 +130,7 @@ def render(
             result["turntable"] = str(out / "turntable.gif")
             result["contact_sheet"] = str(out / "contact_sheet.png")
     if json_output:
-        typer.echo(json.dumps(result))
+        typer.echo(dumps(result))
         return
     from rich.console import Console
 

@@ -75,6 +75,7 @@ def load_scene(
     images_folder: str | None = None,
     masks_folder: str | None = None,
     colmap_model: str | None = None,
+    camera_convention: str = "opengl",
 ) -> Scene:
     """Read a dataset folder into a :class:`Scene` (images decoded lazily unless ``preload``).
 
@@ -91,13 +92,17 @@ def load_scene(
         data_device: device of preloaded images (``"cpu"``: stream per batch).
         images_folder, masks_folder: override the image/mask folder (relative to the root).
         colmap_model: COLMAP model folder relative to the root (e.g. ``"sparse_alt_txt/0"``).
+        camera_convention: axes of ``transforms.json`` camera-to-world matrices, ``"opengl"`` (the
+            format's definition) or ``"opencv"``; every reader also runs
+            :func:`meshlift.data.camera_check.check_cameras` and adds its warnings to ``Scene.warnings``.
 
     Raises:
         DatasetError: unknown layout, missing or malformed files (the message names the file and the fix).
     """
     opts = LoadOptions(downscale=downscale, background=background, split_every=split_every, undistort=undistort,
                        keep_distortion=keep_distortion, preload=preload, data_device=data_device,
-                       images_folder=images_folder, masks_folder=masks_folder, colmap_model=colmap_model)
+                       images_folder=images_folder, masks_folder=masks_folder, colmap_model=colmap_model,
+                       camera_convention=camera_convention)
     p = Path(path)
     fmt = format or ("colmap" if colmap_model else detect_format(p))
     if fmt == "blender":

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from meshlift.cameras import Cameras
+from meshlift.data.camera_check import check_cameras
 from meshlift.data.scene import BACKGROUNDS, Scene, estimate_normalization, every_nth_splits
 from meshlift.errors import DatasetError, ImageError
 
@@ -37,10 +38,16 @@ class LoadOptions:
     """Mask folder relative to the dataset root, overriding the reader's choice (COLMAP / LLFF)."""
     colmap_model: str | None = None
     """COLMAP model folder relative to the root (e.g. ``"sparse_alt_txt/0"``), overriding the search."""
+    camera_convention: str = "opengl"
+    """Axes of the camera-to-world matrices in ``transforms.json`` files: ``"opengl"`` (NeRF/Blender/
+    instant-ngp: x right, y up, z back — the format's definition) or ``"opencv"`` (x right, y down,
+    z forward, as some exporters write). COLMAP and LLFF define their own and ignore this."""
 
     def __post_init__(self) -> None:
         if self.background not in BACKGROUNDS:
             raise DatasetError(f"background must be one of {BACKGROUNDS}, got {self.background!r}")
+        if self.camera_convention not in ("opengl", "opencv"):
+            raise DatasetError(f"camera_convention must be 'opengl' or 'opencv', got {self.camera_convention!r}")
         if not float(self.downscale) >= 1:
             raise DatasetError(f"downscale must be >= 1 (a shrink factor), got {self.downscale}")
 
@@ -96,6 +103,7 @@ def finish_scene(
     metadata: dict | None = None,
     warnings: list[str] | None = None,
     points: torch.Tensor | None = None,
+    points_rgb: torch.Tensor | None = None,
     aabb: torch.Tensor | None = None,
     target_size: tuple[int, int] | None = None,
 ) -> Scene:
@@ -137,6 +145,13 @@ def finish_scene(
         near = torch.minimum(near, 0.9 * cams.near)
         far = torch.maximum(far, 1.1 * cams.far)
     cams = replace(cams, near=near, far=far)
+    hint = {"blender": "OpenGL camera-to-world (transforms.json)", "instant-ngp": "OpenGL camera-to-world (transforms.json)",
+            "colmap": "COLMAP world-to-camera", "llff": "LLFF poses"}.get(format, format)
+    if format in ("blender", "instant-ngp") and options.camera_convention == "opencv":
+        hint = "OpenCV camera-to-world (camera_convention='opencv')"
+    check = check_cameras(cams, points, convention_hint=hint)
+    metadata["camera_check"] = check.as_dict()
+    warnings += check.warnings
     if source is not None:
         source = replace(source, near=near, far=far)
     scene = Scene(
@@ -154,6 +169,8 @@ def finish_scene(
         source_cameras=source,
         data_device=options.data_device,
         image_has_alpha=has_alpha(image_paths),
+        points=None if points is None else torch.as_tensor(points, dtype=torch.float32),
+        points_rgb=None if points_rgb is None else torch.as_tensor(points_rgb, dtype=torch.float32),
     )
     if options.preload:
         scene.preload()

@@ -528,6 +528,8 @@ def read_colmap(path: Path, options: LoadOptions) -> Scene:
     if d > factor:
         target_size = (max(1, round(W * factor / d)), max(1, round(H * factor / d)))
     pts = torch.from_numpy(model.points3D) if model.points3D is not None and len(model.points3D) else None
+    rgb = (torch.from_numpy(np.asarray(model.points_rgb, dtype=np.float32) / 255.0)
+           if pts is not None and model.points_rgb is not None else None)
     return finish_scene(format="colmap", root=root, cameras=cams, image_paths=paths, options=options,
-                        mask_paths=mask_paths, metadata=metadata, warnings=warnings, points=pts,
+                        mask_paths=mask_paths, metadata=metadata, warnings=warnings, points=pts, points_rgb=rgb,
                         target_size=target_size)

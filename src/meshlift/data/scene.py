@@ -66,6 +66,10 @@ class Scene:
     """Where preloaded images are kept (``"cpu"`` streams batches to the compute device)."""
     image_has_alpha: list[bool] | None = None
     """Per image: whether the file has an alpha channel (read from the header)."""
+    points: torch.Tensor | None = None
+    """``[P, 3]`` float32 SfM points in the world frame (COLMAP ``points3D``), or None."""
+    points_rgb: torch.Tensor | None = None
+    """``[P, 3]`` float32 colours of ``points`` in [0, 1] (sRGB as stored by COLMAP), or None."""
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -254,6 +258,7 @@ class Scene:
             "undistorted": self.source_cameras is not None and not self.source_cameras.is_pinhole,
             "splits": {k: int(len(self.splits.get(k, ()))) for k in ("train", "val", "test")},
             "has_masks": self.has_masks,
+            "sfm_points": 0 if self.points is None else int(len(self.points)),
             "background": self.background,
             "focal": [float(self.cameras.fx.mean()), float(self.cameras.fy.mean())],
             "bounds": {"min": b[0], "max": b[1]},

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import torch
 
-from meshlift.cameras import Cameras, focal_from_fov, intrinsics_matrix, opengl_c2w_to_world_to_camera
+from meshlift.cameras import (Cameras, focal_from_fov, intrinsics_matrix, opencv_c2w_to_world_to_camera,
+                              opengl_c2w_to_world_to_camera)
 from meshlift.data._common import LoadOptions, check_sizes, finish_scene, missing_warning
 from meshlift.data.scene import Scene
 from meshlift.errors import CameraError, DatasetError
@@ -124,7 +125,7 @@ def _read_frames(json_path: Path, data: dict, source: str, warnings: list[str]):
 
 
 def _cameras_from_frames(json_path: Path, data: dict, found, file_size, metadata: dict,
-                         warnings: list[str]) -> Cameras:
+                         warnings: list[str], convention: str = "opengl") -> Cameras:
     W, H = file_size
     fxs, fys, cxs, cys, c2ws, dists, models, scaled = [], [], [], [], [], [], set(), set()
     for k, fr, _ in found:
@@ -166,7 +167,8 @@ def _cameras_from_frames(json_path: Path, data: dict, found, file_size, metadata
         c2w[:, :3, :3] = Rn
         warnings.append(f"{json_path.name}: {int((err > 1e-3).sum())} transform_matrix rotations are not "
                         f"orthonormal (max error {float(err.max()):.3g}); replaced by the nearest rotations")
-    w2c = opengl_c2w_to_world_to_camera(c2w)
+    w2c = (opencv_c2w_to_world_to_camera(c2w) if convention == "opencv"
+           else opengl_c2w_to_world_to_camera(c2w))
     K = intrinsics_matrix(torch.tensor(fxs), torch.tensor(fys), torch.tensor(cxs), torch.tensor(cys))
     dist = torch.tensor(dists, dtype=torch.float32) if model != "PINHOLE" else None
     return Cameras(K=K, world_to_camera=w2c, width=W, height=H, model=model, distortion=dist)
@@ -236,7 +238,8 @@ def read_instant_ngp(path: Path, options: LoadOptions) -> Scene:
     for key in ("aabb_scale", "scale", "offset", "applied_transform", "camera_model"):
         if key in data:
             metadata[key] = data[key]
-    cameras = _cameras_from_frames(json_path, data, found, file_size, metadata, warnings)
+    cameras = _cameras_from_frames(json_path, data, found, file_size, metadata, warnings,
+                                   options.camera_convention)
     splits = None
     if any(f"{s}_filenames" in data for s in ("train", "val", "test")):
         names = {str(Path(str(fr["file_path"]))): i for i, (_, fr, _) in enumerate(found)}
@@ -276,7 +279,7 @@ def read_blender(path: Path, options: LoadOptions) -> Scene:
         if sizes is not None and size != sizes:
             raise DatasetError(f"{jp}: images are {size[0]}x{size[1]} but other splits' are {sizes[0]}x{sizes[1]}")
         sizes = size
-        cams.append(_cameras_from_frames(jp, data, found, size, metadata, warnings))
+        cams.append(_cameras_from_frames(jp, data, found, size, metadata, warnings, options.camera_convention))
         start = len(all_found)
         split_idx[split] = torch.arange(start, start + len(found))
         all_found += paths

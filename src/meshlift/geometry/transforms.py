@@ -9,7 +9,8 @@ import torch
 
 from meshlift.errors import CameraError
 
-__all__ = ["make_transform", "invert_rigid", "transform_points", "to_homogeneous", "similarity_transform"]
+__all__ = ["make_transform", "invert_rigid", "transform_points", "to_homogeneous", "similarity_transform",
+           "up_axis_rotation", "UP_AXES"]
 
 
 def make_transform(R: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -50,3 +51,29 @@ def similarity_transform(scale: float, translation: torch.Tensor, dtype=torch.fl
     T[:3, :3] *= scale
     T[:3, 3] = scale * torch.as_tensor(translation, dtype=dtype)
     return T
+
+
+#: Up axes ``--up`` accepts: the input's up direction; outputs are turned so it becomes glTF's +Y.
+UP_AXES = ("y", "z", "-y", "-z", "x", "-x")
+
+
+def up_axis_rotation(up: str, dtype=torch.float64) -> torch.Tensor:
+    """Proper rotation ``[3, 3]`` taking the input's up axis ``up`` to +Y (glTF 2.0 §3.4: +Y is up,
+    +Z forward, right-handed), turning about the axis that keeps the frame right-handed:
+    ``"z"`` → rotation of −90° about X (``(x, y, z) → (x, z, −y)``), the Blender/3ds Max Z-up case.
+
+    Raises:
+        CameraError: ``up`` not in :data:`UP_AXES`.
+    """
+    key = str(up).lower().lstrip("+")
+    table = {
+        "y": [[1, 0, 0], [0, 1, 0], [0, 0, 1]],
+        "z": [[1, 0, 0], [0, 0, 1], [0, -1, 0]],
+        "-y": [[1, 0, 0], [0, -1, 0], [0, 0, -1]],
+        "-z": [[1, 0, 0], [0, 0, -1], [0, 1, 0]],
+        "x": [[0, 1, 0], [-1, 0, 0], [0, 0, 1]],
+        "-x": [[0, -1, 0], [1, 0, 0], [0, 0, 1]],
+    }
+    if key not in table:
+        raise CameraError(f"--up {up!r}: choose one of {', '.join(UP_AXES)} (the input's up axis)")
+    return torch.tensor(table[key], dtype=dtype)

@@ -137,6 +137,8 @@ def save_glb(path: str | Path, mesh: Mesh, *, occlusion: bool = False) -> Path:
         "scene": 0,
         "scenes": [{}],  # nodes are added below; an empty list is invalid glTF
     }
+    if mesh.extras.get("up_axis_conversion"):  # recorded by meshlift.mesh.orient.to_y_up
+        gltf["asset"]["extras"] = {"meshlift": {"up_axis_conversion": mesh.extras["up_axis_conversion"]}}
     if mesh.num_faces > 0:
         faces, attr = split_corners(mesh)
         prim_attr: dict[str, int] = {}

@@ -152,10 +152,10 @@ def load_ply(path: str | Path) -> Mesh:
         raise MeshError(f"{path}: cannot parse PLY ({type(exc).__name__}: {exc})") from exc
     if "vertex" not in elements:
         raise MeshError(f"{path}: PLY has no 'vertex' element")
-    vd = elements["vertex"]["data"]
     V = int(elements["vertex"]["length"])
-    if V == 0:
+    if V == 0:  # an empty mesh is valid input (trimesh's ASCII parser leaves no "data" for it)
         return Mesh(v_pos=torch.zeros(0, 3), t_pos_idx=torch.zeros(0, 3, dtype=torch.int64))
+    vd = elements["vertex"]["data"]
     try:
         vp = np.stack([np.asarray(_scalar(vd, k), dtype=np.float64) for k in "xyz"], axis=1)
     except (TypeError, ValueError) as exc:

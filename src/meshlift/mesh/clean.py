@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from meshlift.errors import MeshError
+from meshlift.mesh.orient import orient_faces
 from meshlift.structures.mesh import Mesh
 
 #: Faces whose doubled area is below this fraction of the squared bbox diagonal are degenerate.
@@ -139,6 +140,9 @@ class CleanReport:
     small_component_faces: int = 0
     small_components: int = 0
     unreferenced_vertices: int = 0
+    winding_flipped_faces: int = 0
+    inverted_components: int = 0
+    nonorientable_components: int = 0
     notes: list = field(default_factory=list)
 
 
@@ -211,7 +215,8 @@ def clean_mesh(mesh: Mesh, *, keep_components: float = 0.02) -> tuple[Mesh, Clea
     exactly coincident vertices; remove degenerate faces (repeated index or area ≤
     ``DEGENERATE_AREA_REL`` × bbox diagonal²) and duplicate faces (same vertex set, either
     orientation); repair non-manifold edges by keeping the two largest faces of every edge shared by
-    more than two; remove connected components whose bbox diagonal is below ``keep_components`` ×
+    more than two; make the winding consistent across shared edges and turn closed components that are
+    inside out (negative signed volume) outward (:func:`meshlift.mesh.orient.orient_faces`); remove connected components whose bbox diagonal is below ``keep_components`` ×
     the whole mesh's; drop unreferenced vertices.
 
     Args:
@@ -241,6 +246,13 @@ def clean_mesh(mesh: Mesh, *, keep_components: float = 0.02) -> tuple[Mesh, Clea
     m = nonmanifold_face_mask(out)
     rep.nonmanifold_faces = int(m.sum())
     out = remap(out, keep_faces=~m)
+    out, orient = orient_faces(out)
+    rep.winding_flipped_faces = orient.winding_flipped_faces
+    rep.inverted_components = orient.inverted_components
+    rep.nonorientable_components = orient.nonorientable_components
+    if orient.nonorientable_components:
+        rep.notes.append(f"{orient.nonorientable_components} component(s) cannot be oriented consistently "
+                         "(e.g. a Möbius strip); their faces were left as they are")
     if keep_components > 0 and out.num_faces:
         f = out.t_pos_idx.numpy()
         vv = out.v_pos.detach().double().numpy()

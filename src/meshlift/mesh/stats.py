@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from meshlift.mesh.clean import face_components, unique_rows
+from meshlift.mesh.orient import signed_volume, winding_consistent
 from meshlift.structures.mesh import Mesh
 
 
@@ -16,7 +17,9 @@ def mesh_stats(mesh: Mesh) -> dict:
         ``boundary_edges`` (edges with one face), ``nonmanifold_edges`` (edges with > 2 faces),
         ``manifold`` (no non-manifold edge), ``watertight`` (manifold, no boundary edge, ≥ 1 face),
         ``bbox_min``/``bbox_max`` (``[3]`` lists, None when empty), ``has_uv``, ``has_color``,
-        ``has_material``.
+        ``has_material``, ``winding_consistent`` (every edge shared by two faces is traversed in
+        opposite directions), ``signed_volume`` (float; > 0 for a closed mesh facing outward, None when
+        not watertight), ``up_axis`` (``"+Y (glTF)"`` after a ``--up`` conversion, else ``"as input"``).
     """
     f = mesh.t_pos_idx.cpu().numpy()
     v = mesh.v_pos.detach().cpu().numpy()
@@ -42,4 +45,7 @@ def mesh_stats(mesh: Mesh) -> dict:
         "has_uv": mesh.v_tex is not None,
         "has_color": mesh.v_color is not None,
         "has_material": mesh.material is not None,
+        "winding_consistent": winding_consistent(mesh),
+        "signed_volume": (signed_volume(v, f) if T and nonmanifold == 0 and boundary == 0 else None),
+        "up_axis": "+Y (glTF)" if mesh.extras.get("up_axis_conversion") else "as input",
     }
