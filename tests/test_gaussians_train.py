@@ -197,3 +197,24 @@ def test_cli_reconstruct_gaussians_tiny(tmp_path):
     assert main(args + ["--resume", "steps=8"]) == 0
     assert json.loads((out / "metrics.json").read_text())["steps"] == 8
     assert main(["reconstruct", "--method", "gaussians", "--help-config"]) == 0
+
+
+def test_cli_render_and_eval_a_gaussian_ply(tmp_path):
+    """`meshlift render point_cloud.ply --data DATA` reproduces the run's own test renders (same cameras,
+    background and metric), `--turntable` frames the splats, `meshlift eval images` scores the renders."""
+    from meshlift.cli.main import main
+
+    data = write_blender_dataset(tmp_path / "scene", size=16, n_train=6, n_test=2)
+    out = tmp_path / "out"
+    assert main(["reconstruct", str(data), "--method", "gaussians", "--preset", "gaussians_tiny", "--out", str(out),
+                 "steps=8", "num_random=60", "train_res=0"]) == 0
+    run = json.loads((out / "metrics.json").read_text())
+    r = tmp_path / "render"
+    assert main(["render", str(out / "point_cloud.ply"), "--data", str(data), "--out", str(r), "--no-lpips",
+                 "--turntable", "--frames", "3", "--size", "32"]) == 0
+    m = json.loads((r / "metrics.json").read_text())
+    assert m["mode"] == "splat" and m["num_views"] == 2
+    assert m["psnr"] == pytest.approx(run["psnr"], abs=0.1)
+    assert (r / "turntable.gif").is_file() and (r / "renders" / "r_0.png").is_file()
+    assert main(["render", str(out), "--data", str(data), "--out", str(tmp_path / "r2"), "--no-lpips"]) == 0
+    assert main(["eval", "images", str(out / "renders"), str(out / "gt"), "--no-lpips", "--json"]) == 0
