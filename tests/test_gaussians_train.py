@@ -218,3 +218,22 @@ def test_cli_render_and_eval_a_gaussian_ply(tmp_path):
     assert (r / "turntable.gif").is_file() and (r / "renders" / "r_0.png").is_file()
     assert main(["render", str(out), "--data", str(data), "--out", str(tmp_path / "r2"), "--no-lpips"]) == 0
     assert main(["eval", "images", str(out / "renders"), str(out / "gt"), "--no-lpips", "--json"]) == 0
+
+
+@pytest.mark.slow
+def test_shared_scenes_load_and_train_a_few_steps(dataset):
+    """lego: random init in the scene box, extent 1.1 × the camera spread; statue: SfM init, masks as alpha,
+    undistorted pinhole cameras; a few steps stay finite on both."""
+    from meshlift.methods.gaussians.reconstruct import build_config, load_problem
+
+    for name, init in (("nerf_synthetic_lego_half", "random"), ("statue_of_liberty_colmap", "SfM")):
+        cfg = build_config(str(dataset(name)), "gaussians", True, None, ["train_res=48", "steps=3", "max_test_views=1"])
+        pb = load_problem(cfg)
+        assert pb.train.alpha is not None and max(pb.train.width, pb.train.height) <= 96  # reader's downscale
+        tr = GaussianTrainer(cfg, pb, CPU)
+        how = tr.init_params()
+        assert init in how
+        if init == "SfM":
+            assert pb.points is not None and tr.num_gaussians == min(len(pb.points), cfg.max_init_points)
+        tr.train()
+        assert tr.step == 3 and all(torch.isfinite(p).all() for p in tr.params.values())

@@ -354,8 +354,9 @@ class GaussianTrainer:
                 self.preview(0, self.params, self.sh_schedule(0))
         self.monitor.start_pass("gaussians", total, self.step)
         self._last_save = time.perf_counter()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         timed = self.state.timings.get("train_s", 0.0)
+        cpu_timed = self.state.timings.get("train_cpu_s", 0.0)
         while self.step < total:
             loss, mse = self.train_step()
             if not self._finite(loss):
@@ -364,6 +365,7 @@ class GaussianTrainer:
             s = self.step
             self.step = s + 1
             self.state.timings["train_s"] = timed + time.perf_counter() - t0
+            self.state.timings["train_cpu_s"] = cpu_timed + time.process_time() - c0
             stop = end_step(1, s, total, loss, mse, state=self.state, monitor=self.monitor,
                             preview_every=cfg.preview_every, checkpoint_every=0, deadline=deadline,
                             save=lambda: None,
@@ -377,6 +379,7 @@ class GaussianTrainer:
                 self.save_checkpoint()
         self.monitor.end_pass()
         self.state.timings["train_s"] = timed + time.perf_counter() - t0
+        self.state.timings["train_cpu_s"] = cpu_timed + time.process_time() - c0
         self.state.iterations["train"] = self.step
         self.state.stage = "done"
         self.save_checkpoint()
