@@ -204,7 +204,8 @@ class GaussianTrainer:
         """Install ``tensors`` (name -> ``[N, ...]``) as leaf parameters with fresh (or given) Adam states."""
         self.params = {k: torch.nn.Parameter(tensors[k].to(self.device, torch.float32).contiguous())
                        for k in PARAM_NAMES}
-        self.optimizers = {k: torch.optim.Adam([p], lr=self._lr(k, self.step), eps=ADAM_EPS)
+        fused = self.device.type == "cuda"  # one kernel per step and tensor on the GPU
+        self.optimizers = {k: torch.optim.Adam([p], lr=self._lr(k, self.step), eps=ADAM_EPS, fused=fused)
                            for k, p in self.params.items()}
         if optimizer_states is not None:
             for k, opt in self.optimizers.items():
