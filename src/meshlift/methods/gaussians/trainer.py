@@ -34,8 +34,8 @@ from typing import Callable, Optional
 
 import torch
 
-from meshlift.errors import ConfigError, MeshliftError
-from meshlift.methods.engine import Checkpointer, Monitor, TrainState, ViewSampler, end_step
+from meshlift.errors import ConfigError, TrainingError
+from meshlift.methods.engine import CheckpointCadence, Checkpointer, Monitor, TrainState, ViewSampler, end_step
 from meshlift.methods.gaussians.config import GaussiansConfig, config_to_dict, densify_strategy
 from meshlift.methods.gaussians.views import SplatProblem
 
@@ -48,11 +48,14 @@ PARAM_NAMES = ("means", "quats", "log_scales", "opacity_logits", "sh0", "shN")
 ADAM_EPS = 1e-15
 #: Divergences survived by rolling back (with halved learning rates) before the run stops.
 MAX_RECOVERIES = 1
+#: end_step saves nothing here: the trainer checkpoints on its own cadence (steps and seconds).
+_NO_CADENCE = CheckpointCadence(0, 0.0)
 _BACKGROUNDS = {"white": (1.0, 1.0, 1.0), "black": (0.0, 0.0, 0.0)}
 
 
-class DivergenceError(MeshliftError):
-    """Training produced a non-finite loss or parameter again after a rollback with halved learning rates."""
+#: Training produced a non-finite loss or parameter again after a rollback with halved learning rates (the
+#: package's one divergence error type).
+DivergenceError = TrainingError
 
 
 @dataclass(frozen=True)
@@ -368,7 +371,7 @@ class GaussianTrainer:
             self.state.timings["train_s"] = timed + time.perf_counter() - t0
             self.state.timings["train_cpu_s"] = cpu_timed + time.process_time() - c0
             stop = end_step(1, s, total, loss, mse, state=self.state, monitor=self.monitor,
-                            preview_every=cfg.preview_every, checkpoint_every=0, deadline=deadline,
+                            preview_every=cfg.preview_every, cadence=_NO_CADENCE, deadline=deadline,
                             save=lambda: None,
                             preview=None if self.preview is None else
                             lambda: self.preview(self.step, self.params, self.sh_schedule(s)))
