@@ -261,3 +261,20 @@ def test_flipped_cameras_stop_at_the_visual_hull(dataset, tmp_path, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "visual hull" in err and "camera-convention opencv" in err
+
+
+def test_reconstruct_up_axis_rotates_exports_only(finished_run, torus_obj, tmp_path):
+    """--up z: the GLB/OBJ are turned so world +z becomes glTF's +Y (recorded); metrics stay world-frame."""
+    from meshlift.io.mesh import load_mesh
+
+    out = tmp_path / "up"
+    assert _run(torus_obj, out, "--up", "z") == 0
+    m = json.loads((out / "metrics.json").read_text())
+    ref = json.loads((finished_run / "metrics.json").read_text())
+    assert m["up_axis_conversion"]["from"] == "+z" and m["fscore"] == pytest.approx(ref["fscore"])
+    a, b = load_mesh(finished_run / "mesh.glb"), load_mesh(out / "mesh.glb")
+    torch.testing.assert_close(b.v_pos[:, 1], a.v_pos[:, 2])
+    torch.testing.assert_close(b.v_pos[:, 2], -a.v_pos[:, 1])
+    raw = (out / "mesh.glb").read_bytes()
+    js = json.loads(raw[20:20 + int.from_bytes(raw[12:16], "little")])
+    assert js["asset"]["extras"]["meshlift"]["up_axis_conversion"]["from"] == "+z"

@@ -175,6 +175,8 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoint.pt."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Replace a finished or unfinished run in OUT."),
         help_config: bool = typer.Option(False, "--help-config", help="List every config field and exit."),
+        up: Optional[str] = typer.Option(None, "--up", help="The dataset's up axis (z, -y, ...): exported meshes "
+                                         "are rotated so it becomes glTF's +Y (nvdiffrec; same as --set up_axis=)."),
         method: str = typer.Option("nvdiffrec", "--method", "-m", help="nvdiffrec (textured mesh, default) or "
                                    "gaussians (3D Gaussian splatting: point_cloud.ply; presets gaussians, "
                                    "gaussians_tiny)."),
@@ -204,6 +206,11 @@ def register(app: typer.Typer) -> None:
 
         prepare_output_dir(out, resume=resume, overwrite=overwrite)  # before anything is loaded
         items = list(set_ or []) + list(overrides or [])
+        if up is not None:
+            if method != "nvdiffrec":
+                raise ConfigError("--up applies to mesh exports (--method nvdiffrec); a 3DGS point cloud stays in "
+                                  "the dataset's world frame")
+            items.append(f"up_axis={up}")
         if data is not None and "=" in data and not Path(data).exists():
             items.insert(0, data)
             data = None

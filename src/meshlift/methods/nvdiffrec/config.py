@@ -181,6 +181,10 @@ class SurfaceConfig:
     """Surface samples per mesh for Chamfer / F-score."""
     fscore_threshold_frac: float = 0.01
     """F-score threshold as a fraction of the gt mesh's bounding-box diagonal."""
+    up_axis: str = "keep"
+    """Up axis of the dataset's world frame for the exported meshes: ``keep`` writes world coordinates as they
+    are; ``z`` (or ``-y``, ``x``, ...) rotates the OBJ/GLB so that axis becomes glTF's +Y (recorded in the GLB,
+    docs/conventions.md §9). Metrics are computed in the world frame either way."""
 
 
 # -------------------------------------------------------------------------------------------------------------
@@ -254,6 +258,10 @@ def _check_ranges(cfg: SurfaceConfig) -> None:
 def validate(cfg: SurfaceConfig) -> SurfaceConfig:
     """Check ranges and choices; raises ConfigError naming the field and the fix."""
     _check_ranges(cfg)
+    from meshlift.geometry.transforms import UP_AXES
+
+    if cfg.up_axis != "keep" and str(cfg.up_axis).lower().lstrip("+") not in UP_AXES:
+        raise ConfigError(f"config field 'up_axis' = {cfg.up_axis!r}; choose keep or one of {', '.join(UP_AXES)}")
     for name, choices in _CHOICES.items():
         if getattr(cfg, name) not in choices:
             raise ConfigError(f"config field {name!r} = {getattr(cfg, name)!r}; choose one of {', '.join(choices)}")
