@@ -175,6 +175,9 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoint.pt."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Replace a finished or unfinished run in OUT."),
         help_config: bool = typer.Option(False, "--help-config", help="List every config field and exit."),
+        camera_convention: Optional[str] = typer.Option(
+            None, "--camera-convention", help="Axes of transforms.json camera-to-world matrices: opengl (the "
+            "format's definition, default) or opencv (same as --set camera_convention=)."),
         up: Optional[str] = typer.Option(None, "--up", help="The dataset's up axis (z, -y, ...): exported meshes "
                                          "are rotated so it becomes glTF's +Y (nvdiffrec; same as --set up_axis=)."),
         method: str = typer.Option("nvdiffrec", "--method", "-m", help="nvdiffrec (textured mesh, default) or "
@@ -206,6 +209,8 @@ def register(app: typer.Typer) -> None:
 
         prepare_output_dir(out, resume=resume, overwrite=overwrite)  # before anything is loaded
         items = list(set_ or []) + list(overrides or [])
+        if camera_convention is not None:
+            items.append(f"camera_convention={camera_convention}")
         if up is not None:
             if method != "nvdiffrec":
                 raise ConfigError("--up applies to mesh exports (--method nvdiffrec); a 3DGS point cloud stays in "

@@ -195,7 +195,7 @@ def split_indices(scene, train_split: str = "train", test_split: str = "test",
 
 def scene_problem(path: str | Path, *, background: str = "white", train_split: str = "train",
                   test_split: str = "test", max_test_views: int = 0, train_res: int = 0,
-                  data_device: str = "cpu") -> ProblemData:
+                  data_device: str = "cpu", camera_convention: str = "opengl") -> ProblemData:
     """Read a dataset folder into a :class:`ProblemData`.
 
     Args:
@@ -213,13 +213,13 @@ def scene_problem(path: str | Path, *, background: str = "white", train_split: s
     """
     from meshlift.data import load_scene
 
-    scene, downscale = load_scene(path, background=background), 1.0
+    scene, downscale = load_scene(path, background=background, camera_convention=camera_convention), 1.0
     for _ in range(3):  # a reader may load below full size already (only images_N/ on disk): refine
         longest = max(scene.height, scene.width)
         if not 0 < train_res < longest:
             break
         downscale *= longest / train_res
-        scene = load_scene(path, background=background, downscale=downscale)
+        scene = load_scene(path, background=background, downscale=downscale, camera_convention=camera_convention)
     train_idx, test_idx = split_indices(scene, train_split, test_split, max_test_views)
     what = f"dataset {path}"
     return ProblemData(

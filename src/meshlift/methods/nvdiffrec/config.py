@@ -31,6 +31,9 @@ class SurfaceConfig:
     synthetic scene."""
     train_split: str = "train"
     """Split of the dataset used for training."""
+    camera_convention: str = "opengl"
+    """Axes of ``transforms.json`` camera-to-world matrices: ``opengl`` (the format's definition) or ``opencv``
+    (exporters that write OpenCV axes); other formats ignore it. ``meshlift inspect`` says which fits."""
     test_split: str = "test"
     """Split used for held-out metrics (falls back to ``val``, then to every 8th training view)."""
     train_res: int = 512
@@ -208,6 +211,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
 
 
 _CHOICES = {
+    "camera_convention": ("opengl", "opencv"),
     "isosurface": ("dmtet", "flexicubes"),
     "sdf_init": ("random", "sphere", "visual_hull"),
     "background": ("white", "black"),

@@ -62,7 +62,8 @@ def load_problem(cfg: SurfaceConfig, device: torch.device) -> ProblemData:
         return synthetic_problem(load_mesh(cfg.data), cfg, device, name=Path(cfg.data).name)
     data = scene_problem(cfg.data, background="black" if cfg.background == "black" else "white",
                          train_split=cfg.train_split, test_split=cfg.test_split, max_test_views=cfg.max_test_views,
-                         train_res=cfg.train_res, data_device=cfg.data_device)
+                         train_res=cfg.train_res, data_device=cfg.data_device,
+                         camera_convention=cfg.camera_convention)
     if data.train.masks is None:
         from meshlift.errors import DatasetError
 
