@@ -52,8 +52,12 @@ def test_projection_forward_and_backward_match_reference_float64(antialiased):
     assert torch.equal(pr["radii"], pt["radii"])
     vis = (pr["radii"] > 0).all(-1)
     assert bool(vis[:, 1].any()) and not bool(vis[:, 0].any())
+    # 1e-9 relative: on CUDA the compiler contracts a*b+c into FMAs (one rounding instead of two) and
+    # orders sums differently from torch, and conic = adj(cov2d) / det with det = a*c - b^2 amplifies
+    # those ~1e-16 differences by the condition number of cov2d (here up to ~1e5); bit-level agreement
+    # (1e-12) holds only in the interpreter, which runs the same numpy operations as torch
     for k in ("means2d", "conics", "depths", "opacities"):
-        assert torch.allclose(pr[k][vis], pt[k][vis], rtol=1e-12, atol=1e-12), k
+        assert torch.allclose(pr[k][vis], pt[k][vis], rtol=1e-9, atol=1e-12), k
     g = torch.Generator().manual_seed(0)
     keys = ("means2d", "conics", "depths", "opacities")
     ups = {k: torch.randn(pr[k].shape, generator=g, dtype=torch.float64).to(DEV) for k in keys}

@@ -1,5 +1,6 @@
 """Triton kernels of Gaussian splatting (compiled at run time; no nvcc). ``triton`` is imported lazily
-(inside :func:`_k`, which loads the JIT kernels of :mod:`meshlift.kernels._splat_triton_jit`), so
+(inside :func:`_k`, which loads the JIT kernels of :mod:`meshlift.kernels._splat_project_jit` and
+:mod:`meshlift.kernels._splat_raster_jit`), so
 importing this module never needs it.
 
 Each differentiable stage is a private ``torch.autograd.Function`` with a hand-written backward; its
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import os
+import types
 from typing import Optional, Tuple
 
 import torch
@@ -41,8 +43,10 @@ T_THRESHOLD = 1e-4
 MAX_EXTEND = 3.33
 
 _BLOCK = 256  # elementwise kernels
-_BATCH = 16  # Gaussians per compositing step
-_WARPS = 8  # warps per tile program (256 pixels x 16 Gaussians per step)
+_BATCH = 16  # Gaussians per forward compositing step
+_WARPS = 8  # warps per forward tile program (256 pixels x 16 Gaussians per step)
+_BATCH_BWD = 16  # Gaussians per backward compositing step
+_WARPS_BWD = 8  # warps per backward tile program
 
 
 def is_available(device: torch.device) -> bool:
@@ -64,13 +68,17 @@ def is_available(device: torch.device) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _k():
-    """The jitted kernels (module :mod:`meshlift.kernels._splat_triton_jit`); imports triton on first use."""
+    """The jitted kernels (modules :mod:`meshlift.kernels._splat_project_jit` and
+    :mod:`meshlift.kernels._splat_raster_jit`, one namespace); imports triton on first use."""
     try:
-        from meshlift.kernels import _splat_triton_jit
+        from meshlift.kernels import _splat_project_jit, _splat_raster_jit
     except ImportError as e:  # pragma: no cover - probed by is_available first
         raise DependencyError("the triton splat backend needs the 'triton' package: pip install triton "
                               "(or use backend='torch')") from e
-    return _splat_triton_jit
+    names = {}
+    for mod in (_splat_project_jit, _splat_raster_jit):
+        names.update({n: getattr(mod, n) for n in dir(mod) if not n.startswith("_")})
+    return types.SimpleNamespace(**names)
 
 
 def _grid(n: int, block: int) -> Tuple[int]:
@@ -196,6 +204,23 @@ def _offsets_ext(isect_offsets: torch.Tensor, n_isect: int) -> torch.Tensor:
     return torch.cat([off, off.new_tensor([n_isect])]).contiguous()
 
 
+def _pack_records(means2d, conics, opacities) -> torch.Tensor:
+    """``[C*N, 8]`` float32 screen records (u, v, conic a, b, c, opacity, 0, 0) read by the tile programs."""
+    C, N = opacities.shape
+    pk = torch.empty(C * N, 8, device=means2d.device, dtype=torch.float32)
+    pk[:, 0:2] = means2d.detach().reshape(C * N, 2)
+    pk[:, 2:5] = conics.detach().reshape(C * N, 3)
+    pk[:, 5] = opacities.detach().reshape(C * N)
+    pk[:, 6:8] = 0.0
+    return pk
+
+
+def _channel_groups(D: int) -> Tuple[int, int]:
+    """(channels per tile program, programs per tile): at most 4 accumulators per program."""
+    nc = min(4, max(1, D))
+    return nc, (D + nc - 1) // nc
+
+
 class _CompositeFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, means2d, conics, opacities, features, depths, flatten_ids, isect_offsets, width, height,
@@ -208,28 +233,29 @@ class _CompositeFn(torch.autograd.Function):
         n_tiles = C * tiles_h * tiles_w
         off = _offsets_ext(isect_offsets, flatten_ids.numel())
         fid = flatten_ids.contiguous()
-        m2, con, op, ft = (t.contiguous() for t in (means2d, conics, opacities, features))
+        pk = _pack_records(means2d, conics, opacities)
+        ft = features.detach().to(torch.float32).contiguous()
         out = torch.zeros(C, height, width, D, device=dev, dtype=torch.float32)
         T = torch.ones(C, height, width, device=dev, dtype=torch.float32)
         last = torch.full((C, height, width), -1, device=dev, dtype=torch.int32)
-        med = torch.full((C, height, width), -1, device=dev, dtype=torch.int64)
+        med = (torch.full((C, height, width), -1, device=dev, dtype=torch.int64) if want_median
+               else torch.empty(0, device=dev, dtype=torch.int64))
         if n_tiles and D:
-            k.composite_fwd[(n_tiles,)](off, fid, fid.numel(), m2, con, op, ft, m2, out, T, last, med,
-                                        width, height, tiles_w, tiles_h, float(alpha_max),
-                                        D=D, DP=_next_pow2(D), TS=tile_size, B=_BATCH, WANT_MED=bool(want_median),
-                                        num_warps=_WARPS)
-        ctx.save_for_backward(m2, con, op, ft, fid, off, T, last)
-        ctx.cfg = (width, height, tile_size, tiles_w, tiles_h, float(alpha_max))
+            nc, ng = _channel_groups(D)
+            k.composite_fwd[(n_tiles, ng)](off, fid, pk, ft, out, T, last, med, width, height, tiles_w, tiles_h,
+                                           float(alpha_max), D, NC=nc, TS=tile_size, B=_BATCH,
+                                           WANT_MED=bool(want_median), num_warps=_WARPS)
+        ctx.save_for_backward(pk, ft, fid, off, T, last)
+        ctx.cfg = (width, height, tile_size, tiles_w, tiles_h, float(alpha_max), C, N, dt)
         ctx.mark_non_differentiable(med)
         return out.to(dt), (1.0 - T).to(dt)[..., None], med
 
     @staticmethod
     def backward(ctx, g_out, g_alpha, g_med):
-        m2, con, op, ft, fid, off, T, last = ctx.saved_tensors
-        width, height, ts, tiles_w, tiles_h, alpha_max = ctx.cfg
-        C, N = op.shape
+        pk, ft, fid, off, T, last = ctx.saved_tensors
+        width, height, ts, tiles_w, tiles_h, alpha_max, C, N, dt = ctx.cfg
         D = ft.shape[-1]
-        dev = m2.device
+        dev = pk.device
         g_out = torch.zeros(C, height, width, D, device=dev) if g_out is None else g_out.float().contiguous()
         g_alpha = torch.zeros(C, height, width, device=dev) if g_alpha is None else g_alpha[..., 0].float().contiguous()
         gm2 = torch.zeros(C, N, 2, device=dev, dtype=torch.float32)
@@ -238,10 +264,10 @@ class _CompositeFn(torch.autograd.Function):
         gft = torch.zeros(C, N, D, device=dev, dtype=torch.float32)
         n_tiles = C * tiles_h * tiles_w
         if n_tiles and D and fid.numel():
-            _k().composite_bwd[(n_tiles,)](off, fid, m2, con, op, ft, T, last, g_out, g_alpha, gm2, gcon, gop, gft,
-                                           width, height, tiles_w, tiles_h, alpha_max,
-                                           D=D, DP=_next_pow2(D), TS=ts, B=_BATCH, num_warps=_WARPS)
-        dt = m2.dtype
+            nc, ng = _channel_groups(D)
+            _k().composite_bwd[(n_tiles, ng)](off, fid, pk, ft, T, last, g_out, g_alpha, gm2, gcon, gop, gft,
+                                              width, height, tiles_w, tiles_h, alpha_max, D, NC=nc, TS=ts,
+                                              B=_BATCH_BWD, num_warps=_WARPS_BWD)
         return gm2.to(dt), gcon.to(dt), gop.to(dt), gft.to(dt), None, None, None, None, None, None, None, None
 
 
