@@ -113,18 +113,26 @@ def _assert_close(res, atol_img=2e-6, rtol_g=1e-4):
         assert (a - b).abs().max() <= rtol_g * scale, (name, (a - b).abs().max(), scale)
 
 
-def test_composite_forward_backward_match_reference_tile8():
+@pytest.fixture(params=["batch", "seq"])
+def composite_impl(request, monkeypatch):
+    """Run a test with each compositing kernel pair of the Triton backend."""
+    monkeypatch.setattr(kt, "_FWD_IMPL", request.param)
+    monkeypatch.setattr(kt, "_BWD_IMPL", request.param)
+    return request.param
+
+
+def test_composite_forward_backward_match_reference_tile8(composite_impl):
     res, _ = _composite_both(20, seed=3, W=18, H=13, ts=8, C=2)
     _assert_close(res)
 
 
-def test_composite_match_reference_tile16_long_lists():
+def test_composite_match_reference_tile16_long_lists(composite_impl):
     # 70 overlapping Gaussians per tile: several 16-wide batches, some pixels saturate (early stop)
     res, _ = _composite_both(70, seed=4, W=20, H=18, ts=16, spread=0.3, scale=(0.1, 0.4))
     _assert_close(res)
 
 
-def test_opaque_stack_early_stop_matches_reference():
+def test_opaque_stack_early_stop_matches_reference(composite_impl):
     n = 40
     W, H = 16, 16
     w2c, K = (t.to(DEV, torch.float32) for t in camera(W, H, 20.0))
@@ -298,7 +306,7 @@ def test_gpu_parity_sh3_extras_two_cameras_and_statistics():
     assert (sa["area_max"] - sb["area_max"]).abs().sum() <= 1e-3 * sa["area_max"].sum()
 
 
-def test_per_camera_features_with_five_channels_triton_vs_torch():
+def test_per_camera_features_with_five_channels_triton_vs_torch(composite_impl):
     W, H = 16, 12
     w2c, K = (t.to(DEV, torch.float32) for t in camera(W, H, 20.0, C=2))
     means, quats, scales, opac, _ = _scene(15, seed=9)

@@ -327,3 +327,167 @@ def stats_fwd(offsets, flat_ids, m2, con, opac, o_acc, o_cnt, o_best, width, hei
 
 
 
+
+
+# ------------------------------------------------------------------ compositing, one Gaussian at a time
+# Same contract as composite_fwd / composite_bwd; the tile's list is walked one Gaussian per step (unrolled
+# B at a time so the scalar loads of a batch issue together), [P] vectors only: no scans, no division in
+# the forward, and in the backward the P-reductions of one Gaussian stay inside the program's warps.
+
+
+@triton.jit
+def _load_feat4(feat, g, ok, k0, D, NC: tl.constexpr):
+    f0 = tl.load(feat + g * D + k0, mask=ok & (k0 < D), other=0.0)
+    f1 = 0.0
+    f2 = 0.0
+    f3 = 0.0
+    if NC > 1:
+        f1 = tl.load(feat + g * D + k0 + 1, mask=ok & (k0 + 1 < D), other=0.0)
+    if NC > 2:
+        f2 = tl.load(feat + g * D + k0 + 2, mask=ok & (k0 + 2 < D), other=0.0)
+    if NC > 3:
+        f3 = tl.load(feat + g * D + k0 + 3, mask=ok & (k0 + 3 < D), other=0.0)
+    return f0, f1, f2, f3
+
+
+@triton.jit
+def composite_fwd_seq(offsets, flat_ids, pk, feat, out_feat, out_T, out_last, out_med, width, height,
+                      tiles_w, tiles_h, alpha_max, D, NC: tl.constexpr, TS: tl.constexpr, B: tl.constexpr,
+                      WANT_MED: tl.constexpr):
+    tile = tl.program_id(0)
+    grp = tl.program_id(1)
+    pix, inimg, pxf, pyf = _tile_pixels(tile, tiles_w, tiles_h, width, height, TS)
+    start = tl.load(offsets + tile).to(tl.int32)
+    end = tl.load(offsets + tile + 1).to(tl.int32)
+    k0 = grp * NC
+    kP = k0 + tl.zeros([TS * TS], dtype=tl.int32)
+    T = tl.zeros([TS * TS], dtype=tl.float32) + 1.0
+    done = ~inimg
+    acc0 = tl.zeros([TS * TS], dtype=tl.float32)
+    acc1 = tl.zeros([TS * TS], dtype=tl.float32)
+    acc2 = tl.zeros([TS * TS], dtype=tl.float32)
+    acc3 = tl.zeros([TS * TS], dtype=tl.float32)
+    last = tl.zeros([TS * TS], dtype=tl.int32) - 1
+    medi = tl.zeros([TS * TS], dtype=tl.int32) - 1
+    b0 = start
+    while (b0 < end) & (tl.min(done.to(tl.int32), axis=0) == 0):
+        for kk in tl.static_range(B):
+            j = b0 + kk
+            ok = j < end
+            g = tl.load(flat_ids + j, mask=ok, other=0)
+            gx, gy, ca, cb, cc, go = _load_rec(pk, g, ok)
+            f0, f1, f2, f3 = _load_feat4(feat, g, ok, k0, D, NC)
+            dx = gx - pxf
+            dy = gy - pyf
+            sig = 0.5 * (ca * dx * dx + cc * dy * dy) + cb * dx * dy
+            raw = go * tl.exp(-sig)
+            a = tl.minimum(raw, alpha_max)
+            keep = (sig >= 0) & (raw >= 1.0 / 255.0) & ~done
+            tn = T * (1.0 - a)
+            cross = keep & (tn < 1e-4)
+            inc = keep & ~cross
+            w = tl.where(inc, a * T, 0.0)
+            acc0 += w * f0
+            if NC > 1:
+                acc1 += w * f1
+            if NC > 2:
+                acc2 += w * f2
+            if NC > 3:
+                acc3 += w * f3
+            if WANT_MED:
+                medi = tl.where(inc & (T > 0.5), j, medi)
+            last = tl.where(inc, j, last)
+            T = tl.where(inc, tn, T)
+            done = done | cross
+        b0 += B
+    tl.store(out_feat + pix * D + k0, acc0, mask=inimg & (kP < D))
+    if NC > 1:
+        tl.store(out_feat + pix * D + k0 + 1, acc1, mask=inimg & (kP + 1 < D))
+    if NC > 2:
+        tl.store(out_feat + pix * D + k0 + 2, acc2, mask=inimg & (kP + 2 < D))
+    if NC > 3:
+        tl.store(out_feat + pix * D + k0 + 3, acc3, mask=inimg & (kP + 3 < D))
+    first = inimg & (kP == 0)
+    tl.store(out_T + pix, T, mask=first)
+    tl.store(out_last + pix, last, mask=first)
+    if WANT_MED:
+        mg = tl.load(flat_ids + medi, mask=first & (medi >= 0), other=-1)
+        tl.store(out_med + pix, tl.where(medi >= 0, mg, -1), mask=first)
+
+
+@triton.jit
+def composite_bwd_seq(offsets, flat_ids, pk, feat, T_final, last_ids, g_feat, g_alpha, o_gm2, o_gcon, o_gop,
+                      o_gfeat, width, height, tiles_w, tiles_h, alpha_max, D, NC: tl.constexpr,
+                      TS: tl.constexpr, B: tl.constexpr):
+    tile = tl.program_id(0)
+    grp = tl.program_id(1)
+    pix, inimg, pxf, pyf = _tile_pixels(tile, tiles_w, tiles_h, width, height, TS)
+    start = tl.load(offsets + tile).to(tl.int32)
+    k0 = grp * NC
+    kP = k0 + tl.zeros([TS * TS], dtype=tl.int32)
+    Tf = tl.load(T_final + pix, mask=inimg, other=1.0)
+    last = tl.load(last_ids + pix, mask=inimg, other=-1)
+    gT = -tl.load(g_alpha + pix, mask=inimg, other=0.0)
+    tgT = tl.where(kP == 0, Tf * gT, 0.0)  # the alpha-map gradient is not per channel: group 0 carries it
+    z = tl.zeros([TS * TS], dtype=tl.float32)
+    gi0 = tl.load(g_feat + pix * D + k0, mask=inimg & (kP < D), other=0.0)
+    gi1 = z
+    gi2 = z
+    gi3 = z
+    if NC > 1:
+        gi1 = tl.load(g_feat + pix * D + k0 + 1, mask=inimg & (kP + 1 < D), other=0.0)
+    if NC > 2:
+        gi2 = tl.load(g_feat + pix * D + k0 + 2, mask=inimg & (kP + 2 < D), other=0.0)
+    if NC > 3:
+        gi3 = tl.load(g_feat + pix * D + k0 + 3, mask=inimg & (kP + 3 < D), other=0.0)
+    lmax = tl.max(last, axis=0)
+    T = Tf
+    S = z
+    nb = (lmax - start + B) // B
+    nb = tl.where(lmax >= start, nb, 0)
+    for kb in range(0, nb):
+        b0 = start + (nb - 1 - kb) * B
+        for kk in tl.static_range(B):
+            j = b0 + (B - 1 - kk)
+            ok = j <= lmax
+            g = tl.load(flat_ids + j, mask=ok, other=0)
+            gx, gy, ca, cb, cc, go = _load_rec(pk, g, ok)
+            f0, f1, f2, f3 = _load_feat4(feat, g, ok, k0, D, NC)
+            dx = gx - pxf
+            dy = gy - pyf
+            sig = 0.5 * (ca * dx * dx + cc * dy * dy) + cb * dx * dy
+            vis = tl.exp(-sig)
+            raw = go * vis
+            inc = ok & (sig >= 0) & (raw >= 1.0 / 255.0) & (j <= last)
+            a = tl.where(inc, tl.minimum(raw, alpha_max), 0.0)
+            ra = 1.0 / (1.0 - a)
+            T = T * ra  # transmittance in front of this Gaussian
+            fg = f0 * gi0
+            if NC > 1:
+                fg += f1 * gi1
+            if NC > 2:
+                fg += f2 * gi2
+            if NC > 3:
+                fg += f3 * gi3
+            w = a * T
+            ga = tl.where(inc & (raw < alpha_max), T * fg - (S + tgT) * ra, 0.0)
+            S += w * fg
+            gsig = -ga * raw
+            gsx = gsig * dx
+            gsy = gsig * dy
+            sx = tl.sum(gsx, axis=0)
+            sy = tl.sum(gsy, axis=0)
+            any_c = ok & (tl.max(inc.to(tl.int32), axis=0) > 0)
+            tl.atomic_add(o_gop + g, tl.sum(ga * vis, axis=0), mask=any_c)
+            tl.atomic_add(o_gm2 + g * 2, ca * sx + cb * sy, mask=any_c)
+            tl.atomic_add(o_gm2 + g * 2 + 1, cc * sy + cb * sx, mask=any_c)
+            tl.atomic_add(o_gcon + g * 3, 0.5 * tl.sum(gsx * dx, axis=0), mask=any_c)
+            tl.atomic_add(o_gcon + g * 3 + 1, tl.sum(gsx * dy, axis=0), mask=any_c)
+            tl.atomic_add(o_gcon + g * 3 + 2, 0.5 * tl.sum(gsy * dy, axis=0), mask=any_c)
+            tl.atomic_add(o_gfeat + g * D + k0, tl.sum(w * gi0, axis=0), mask=any_c & (k0 < D))
+            if NC > 1:
+                tl.atomic_add(o_gfeat + g * D + k0 + 1, tl.sum(w * gi1, axis=0), mask=any_c & (k0 + 1 < D))
+            if NC > 2:
+                tl.atomic_add(o_gfeat + g * D + k0 + 2, tl.sum(w * gi2, axis=0), mask=any_c & (k0 + 2 < D))
+            if NC > 3:
+                tl.atomic_add(o_gfeat + g * D + k0 + 3, tl.sum(w * gi3, axis=0), mask=any_c & (k0 + 3 < D))

@@ -47,6 +47,8 @@ _BATCH = 16  # Gaussians per forward compositing step
 _WARPS = 8  # warps per forward tile program (256 pixels x 16 Gaussians per step)
 _BATCH_BWD = 16  # Gaussians per backward compositing step
 _WARPS_BWD = 8  # warps per backward tile program
+_FWD_IMPL = "batch"  # "batch": [B, 256] blocks per step; "seq": one Gaussian per step (B unrolled)
+_BWD_IMPL = "batch"
 
 
 def is_available(device: torch.device) -> bool:
@@ -215,6 +217,10 @@ def _pack_records(means2d, conics, opacities) -> torch.Tensor:
     return pk
 
 
+_FWD_KERNELS = {"batch": "composite_fwd", "seq": "composite_fwd_seq"}
+_BWD_KERNELS = {"batch": "composite_bwd", "seq": "composite_bwd_seq"}
+
+
 def _channel_groups(D: int) -> Tuple[int, int]:
     """(channels per tile program, programs per tile): at most 4 accumulators per program."""
     nc = min(4, max(1, D))
@@ -242,7 +248,7 @@ class _CompositeFn(torch.autograd.Function):
                else torch.empty(0, device=dev, dtype=torch.int64))
         if n_tiles and D:
             nc, ng = _channel_groups(D)
-            k.composite_fwd[(n_tiles, ng)](off, fid, pk, ft, out, T, last, med, width, height, tiles_w, tiles_h,
+            getattr(k, _FWD_KERNELS[_FWD_IMPL])[(n_tiles, ng)](off, fid, pk, ft, out, T, last, med, width, height, tiles_w, tiles_h,
                                            float(alpha_max), D, NC=nc, TS=tile_size, B=_BATCH,
                                            WANT_MED=bool(want_median), num_warps=_WARPS)
         ctx.save_for_backward(pk, ft, fid, off, T, last)
@@ -265,7 +271,7 @@ class _CompositeFn(torch.autograd.Function):
         n_tiles = C * tiles_h * tiles_w
         if n_tiles and D and fid.numel():
             nc, ng = _channel_groups(D)
-            _k().composite_bwd[(n_tiles, ng)](off, fid, pk, ft, T, last, g_out, g_alpha, gm2, gcon, gop, gft,
+            getattr(_k(), _BWD_KERNELS[_BWD_IMPL])[(n_tiles, ng)](off, fid, pk, ft, T, last, g_out, g_alpha, gm2, gcon, gop, gft,
                                               width, height, tiles_w, tiles_h, alpha_max, D, NC=nc, TS=ts,
                                               B=_BATCH_BWD, num_warps=_WARPS_BWD)
         return gm2.to(dt), gcon.to(dt), gop.to(dt), gft.to(dt), None, None, None, None, None, None, None, None
