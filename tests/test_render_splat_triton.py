@@ -321,3 +321,20 @@ def test_per_camera_features_with_five_channels_triton_vs_torch(composite_impl):
         res.append((img.detach(), f.grad))
     assert torch.allclose(res[0][0], res[1][0], atol=2e-6)
     assert torch.allclose(res[0][1], res[1][1], atol=1e-5)
+
+
+def test_count_bad_gaussians_matches_the_torch_checks():
+    m, q, s, o, _ = _scene(50, seed=11)
+    m[3, 1] = float("nan")
+    m[4, 0] = float("inf")
+    q[5] = 0.0
+    q[6, 2] = float("-inf")
+    s[7, 0] = -0.1
+    s[8, 2] = float("nan")
+    s[9] = -1.0
+    o[10] = 1.5
+    o[11] = -0.2
+    o[12] = float("nan")
+    got = kt.count_bad_gaussians(m, q, s, o).tolist()
+    assert got == [2, 2, 3, 3]
+    assert kt.count_bad_gaussians(m[:0], q[:0], s[:0], o[:0]).tolist() == [0, 0, 0, 0]

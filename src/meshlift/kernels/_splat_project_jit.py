@@ -594,3 +594,34 @@ def sh_bwd(means, campos, coef, g_out, o_gcoef, o_gmeans, C, N, KS, DEG: tl.cons
     tl.store(o_gmeans + i * 3 + 0, (vx - dot * x) / nrm, mask=m)
     tl.store(o_gmeans + i * 3 + 1, (vy - dot * y) / nrm, mask=m)
     tl.store(o_gmeans + i * 3 + 2, (vz - dot * z) / nrm, mask=m)
+
+
+# ------------------------------------------------------------------ input checks (one pass, 4 counters)
+@triton.jit
+def _bad(x):
+    return (x - x) != 0  # NaN or +-Inf
+
+
+@triton.jit
+def count_bad_gaussians(means, quats, scales, opac, out, N, BLOCK: tl.constexpr):
+    """out[0..3] += rows of means (non-finite), quats (non-finite or zero), scales (non-finite or < 0),
+    opacities (non-finite or outside [0, 1])."""
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < N
+    bm = m & (_bad(tl.load(means + i * 3, mask=m, other=0.0)) | _bad(tl.load(means + i * 3 + 1, mask=m, other=0.0))
+              | _bad(tl.load(means + i * 3 + 2, mask=m, other=0.0)))
+    q0 = tl.load(quats + i * 4, mask=m, other=1.0)
+    q1 = tl.load(quats + i * 4 + 1, mask=m, other=0.0)
+    q2 = tl.load(quats + i * 4 + 2, mask=m, other=0.0)
+    q3 = tl.load(quats + i * 4 + 3, mask=m, other=0.0)
+    bq = m & (_bad(q0) | _bad(q1) | _bad(q2) | _bad(q3) | ((q0 == 0) & (q1 == 0) & (q2 == 0) & (q3 == 0)))
+    s0 = tl.load(scales + i * 3, mask=m, other=1.0)
+    s1 = tl.load(scales + i * 3 + 1, mask=m, other=1.0)
+    s2 = tl.load(scales + i * 3 + 2, mask=m, other=1.0)
+    bs = m & (_bad(s0) | _bad(s1) | _bad(s2) | (s0 < 0) | (s1 < 0) | (s2 < 0))
+    o = tl.load(opac + i, mask=m, other=0.5)
+    bo = m & (_bad(o) | (o < 0) | (o > 1))
+    tl.atomic_add(out, tl.sum(bm.to(tl.int32), axis=0))
+    tl.atomic_add(out + 1, tl.sum(bq.to(tl.int32), axis=0))
+    tl.atomic_add(out + 2, tl.sum(bs.to(tl.int32), axis=0))
+    tl.atomic_add(out + 3, tl.sum(bo.to(tl.int32), axis=0))

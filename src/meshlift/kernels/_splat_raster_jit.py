@@ -63,7 +63,7 @@ def write_keys(order, starts, m2, radii, out_tile, out_gid, total, N, tile_size,
         tx = x0 + k % bw
         ty = y0 + k // bw
         tile = (cam * tiles_h + ty) * tiles_w + tx
-        tl.store(out_tile + st + k, tile.to(tl.int32), mask=w)
+        tl.store(out_tile + st + k, tile.to(out_tile.dtype.element_ty), mask=w)
         tl.store(out_gid + st + k, g, mask=w)
 
 # ------------------------------------------------------------------ compositing forward
@@ -104,8 +104,8 @@ def composite_fwd(offsets, flat_ids, pk, feat, out_feat, out_T, out_last, out_me
     tile = tl.program_id(0)
     grp = tl.program_id(1)
     pix, inimg, pxf, pyf = _tile_pixels(tile, tiles_w, tiles_h, width, height, TS)
-    start = tl.load(offsets + tile)
-    end = tl.load(offsets + tile + 1)
+    start = tl.load(offsets + tile).to(tl.int32)
+    end = tl.load(offsets + tile + 1).to(tl.int32)
     k0 = grp * NC
     # channel index as vectors (the interpreter rejects scalar & vector masks)
     kB = k0 + tl.zeros([B], dtype=tl.int32)
@@ -135,7 +135,7 @@ def composite_fwd(offsets, flat_ids, pk, feat, out_feat, out_T, out_last, out_me
         # are a prefix and one cumprod gives the transmittance in front of each of them
         t_incl = T[None, :] * tl.cumprod(om, axis=0)
         inc = (t_incl >= 1e-4) & ~done[None, :]
-        t_excl = t_incl / om
+        t_excl = tl.fdiv(t_incl, om, ieee_rounding=False)
         w = tl.where(inc, a * t_excl, 0.0)
         f0 = tl.load(feat + g * D + k0, mask=bm & (kB < D), other=0.0)
         acc0 += tl.sum(w * f0[:, None], axis=0)
@@ -179,7 +179,7 @@ def composite_bwd(offsets, flat_ids, pk, feat, T_final, last_ids, g_feat, g_alph
     tile = tl.program_id(0)
     grp = tl.program_id(1)
     pix, inimg, pxf, pyf = _tile_pixels(tile, tiles_w, tiles_h, width, height, TS)
-    start = tl.load(offsets + tile)
+    start = tl.load(offsets + tile).to(tl.int32)
     k0 = grp * NC
     # channel index as vectors (the interpreter rejects scalar & vector masks)
     kB = k0 + tl.zeros([B], dtype=tl.int32)
@@ -223,8 +223,8 @@ def composite_bwd(offsets, flat_ids, pk, feat, T_final, last_ids, g_feat, g_alph
         # T is the transmittance behind this batch; in front of it T / prod(1 - a) (>= T since only
         # included Gaussians count and T >= 1e-4, so the product cannot underflow); in front of
         # Gaussian i: T_start * prod_{j < i} (1 - a_j)
-        T_start = T / tl.min(cp, axis=0)
-        t_i = T_start[None, :] * cp / om
+        T_start = tl.fdiv(T, tl.min(cp, axis=0), ieee_rounding=False)
+        t_i = tl.fdiv(T_start[None, :] * cp, om, ieee_rounding=False)
         w = a * t_i
         f0 = tl.load(feat + g * D + k0, mask=bm & (kB < D), other=0.0)
         fg = f0[:, None] * gi0[None, :]
@@ -241,7 +241,7 @@ def composite_bwd(offsets, flat_ids, pk, feat, T_final, last_ids, g_feat, g_alph
         cw = tl.cumsum(wfg, axis=0)
         totw = tl.sum(wfg, axis=0)
         S_i = S[None, :] + (totw[None, :] - cw)  # contributions behind i
-        ga = t_i * fg - (S_i + tgT[None, :]) / om
+        ga = t_i * fg - tl.fdiv(S_i + tgT[None, :], om, ieee_rounding=False)
         ga = tl.where(inc & (raw < alpha_max), ga, 0.0)
         gsig = -ga * raw
         gsx = gsig * dx
@@ -460,7 +460,7 @@ def composite_bwd_seq(offsets, flat_ids, pk, feat, T_final, last_ids, g_feat, g_
             raw = go * vis
             inc = ok & (sig >= 0) & (raw >= 1.0 / 255.0) & (j <= last)
             a = tl.where(inc, tl.minimum(raw, alpha_max), 0.0)
-            ra = 1.0 / (1.0 - a)
+            ra = tl.fdiv(tl.full(a.shape, 1.0, tl.float32), 1.0 - a, ieee_rounding=False)
             T = T * ra  # transmittance in front of this Gaussian
             fg = f0 * gi0
             if NC > 1:

@@ -35,7 +35,7 @@ import torch
 
 from meshlift.errors import DependencyError, RenderError
 
-__all__ = ["is_available", "project_gaussians", "isect_tiles", "composite_tiles", "tile_statistics"]
+__all__ = ["is_available", "count_bad_gaussians", "project_gaussians", "isect_tiles", "composite_tiles", "tile_statistics"]
 
 # Same constants as meshlift.render.splat_reference (docs/conventions.md §11); a test checks equality.
 ALPHA_THRESHOLD = 1.0 / 255.0
@@ -47,6 +47,7 @@ _BATCH = 16  # Gaussians per forward compositing step
 _WARPS = 8  # warps per forward tile program (256 pixels x 16 Gaussians per step)
 _BATCH_BWD = 16  # Gaussians per backward compositing step
 _WARPS_BWD = 8  # warps per backward tile program
+_TILE_KEY16 = True  # sort 16-bit tile ids when C * tiles < 32768
 _FWD_IMPL = "batch"  # "batch": [B, 256] blocks per step; "seq": one Gaussian per step (B unrolled)
 _BWD_IMPL = "batch"
 
@@ -94,6 +95,18 @@ def _next_pow2(x: int) -> int:
     return p
 
 
+def count_bad_gaussians(means, quats, scales, opacities) -> torch.Tensor:
+    """``int32 [4]`` on the device: rows of ``means`` with NaN/Inf, of ``quats`` with NaN/Inf or all zero, of
+    ``scales`` with NaN/Inf or a negative value, and ``opacities`` NaN/Inf or outside [0, 1]: the checks of
+    :func:`meshlift.render.splat.rasterize_gaussians` in one pass (the torch twin there takes ~20 launches)."""
+    N = means.shape[0]
+    out = torch.zeros(4, device=means.device, dtype=torch.int32)
+    if N:
+        _k().count_bad_gaussians[_grid(N, 1024)](means.contiguous(), quats.contiguous(), scales.contiguous(),
+                                                 opacities.contiguous(), out, N, BLOCK=1024)
+    return out
+
+
 # ------------------------------------------------------------------------------------------------
 # Projection
 # ------------------------------------------------------------------------------------------------
@@ -104,6 +117,7 @@ class _ProjectFn(torch.autograd.Function):
     def forward(ctx, means, quats, scales, opacities, w2c, K, width, height, near, far, eps2d, antialiased,
                 radius_clip):
         k = _k()
+        ctx.set_materialize_grads(False)
         C, N = w2c.shape[0], means.shape[0]
         dev, dt = means.device, means.dtype
         means, quats, scales, opacities = (t.contiguous() for t in (means, quats, scales, opacities))
@@ -134,15 +148,17 @@ class _ProjectFn(torch.autograd.Function):
         g_dep, g_op = z(g_dep, (C, N)), z(g_op, (C, N))
         if g_comp is not None and bool((g_comp != 0).any()):
             raise RenderError("gradients through 'compensations' are not supported by the triton backend")
-        gm = torch.zeros(C, N, 3, device=dev, dtype=dt)
-        gq = torch.zeros(C, N, 4, device=dev, dtype=dt)
-        gs = torch.zeros(C, N, 3, device=dev, dtype=dt)
-        go = torch.zeros(C, N, device=dev, dtype=dt)
+        # every element is written by the kernel (culled pairs get 0)
+        gm = torch.empty(C, N, 3, device=dev, dtype=dt)
+        gq = torch.empty(C, N, 4, device=dev, dtype=dt)
+        gs = torch.empty(C, N, 3, device=dev, dtype=dt)
+        go = torch.empty(C, N, device=dev, dtype=dt)
         if C * N:
             _k().project_bwd[_grid(C * N, _BLOCK)](means, quats, scales, opacities, w2c, K, rad, g_m2, g_con, g_dep,
                                                    g_op, gm, gq, gs, go, C, N, width, height, near, far, eps2d,
                                                    ANTIALIASED=aa, BLOCK=_BLOCK)
-        return gm.sum(0), gq.sum(0), gs.sum(0), go.sum(0), None, None, None, None, None, None, None, None, None
+        red = (lambda t: t[0]) if C == 1 else (lambda t: t.sum(0))  # noqa: E731
+        return red(gm), red(gq), red(gs), red(go), None, None, None, None, None, None, None, None, None
 
 
 def project_gaussians(means, quats, scales, opacities, world_to_camera, K, width, height, near, far,
@@ -181,14 +197,16 @@ def isect_tiles(means2d, radii, depths, tile_size, tiles_w, tiles_h, with_keys: 
         ends = torch.cumsum(cnt_sorted, 0)
         M = int(ends[-1]) if total else 0
         starts = ends - cnt_sorted
-        tiles = torch.empty(M, device=dev, dtype=torch.int32)
+        # 16-bit tile ids when they fit: the stable radix sort then makes 2 passes instead of 4
+        kdt = torch.int16 if (_TILE_KEY16 and n_tiles <= 32767) else torch.int32
+        tiles = torch.empty(M, device=dev, dtype=kdt)
         gids = torch.empty(M, device=dev, dtype=torch.int64)
         if M:
             k.write_keys[_grid(total, _BLOCK)](order, starts, m2, rad, tiles, gids, total, N, tile_size, tiles_w,
                                                tiles_h, BLOCK=_BLOCK)
         tiles_sorted, perm = torch.sort(tiles, stable=True)
         flatten_ids = gids[perm]
-        offsets = torch.searchsorted(tiles_sorted, torch.arange(n_tiles, device=dev, dtype=torch.int32))
+        offsets = torch.searchsorted(tiles_sorted, torch.arange(n_tiles, device=dev, dtype=kdt))
         isect_ids = None
         if with_keys:
             dbits = d32.contiguous().view(torch.int32).to(torch.int64)
@@ -203,7 +221,8 @@ def isect_tiles(means2d, radii, depths, tile_size, tiles_w, tiles_h, with_keys: 
 
 def _offsets_ext(isect_offsets: torch.Tensor, n_isect: int) -> torch.Tensor:
     off = isect_offsets.reshape(-1).to(torch.int64)
-    return torch.cat([off, off.new_tensor([n_isect])]).contiguous()
+    # the end marker is filled on the device (new_tensor([n]) would be a blocking host-to-device copy)
+    return torch.cat([off, torch.full((1,), n_isect, device=off.device, dtype=torch.int64)]).contiguous()
 
 
 def _pack_records(means2d, conics, opacities) -> torch.Tensor:
@@ -232,6 +251,7 @@ class _CompositeFn(torch.autograd.Function):
     def forward(ctx, means2d, conics, opacities, features, depths, flatten_ids, isect_offsets, width, height,
                 tile_size, alpha_max, want_median):
         k = _k()
+        ctx.set_materialize_grads(False)
         C, N = opacities.shape
         D = features.shape[-1]
         dev, dt = means2d.device, means2d.dtype
