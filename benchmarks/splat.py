@@ -167,13 +167,13 @@ def main(argv=None) -> int:
     ap.add_argument("--triton-warps", nargs="+", type=int, default=None,
                     help="sweep the warps per Triton tile program (default 8)")
     ap.add_argument("--triton-config", nargs=2, default=None, metavar=("FWD", "BWD"),
-                    help="compositing kernels as impl:B:warps for the forward and the backward, e.g. "
-                         "seq:16:2 seq:16:1 (benchmarks/splat_stages.py prints the fastest)")
+                    help="compositing tile programs as B:warps for the forward and the backward, e.g. "
+                         "32:2 8:2 (benchmarks/splat_stages.py prints the fastest)")
     args = ap.parse_args(argv)
     if args.triton_config:
-        (fi, fb, fw), (bi, bb, bw) = (c.split(":") for c in args.triton_config)
-        kt._FWD_IMPL, kt._BATCH, kt._WARPS = fi, int(fb), int(fw)
-        kt._BWD_IMPL, kt._BATCH_BWD, kt._WARPS_BWD = bi, int(bb), int(bw)
+        (fb, fw), (bb, bw) = (c.split(":") for c in args.triton_config)
+        kt._BATCH, kt._WARPS = int(fb), int(fw)
+        kt._BATCH_BWD, kt._WARPS_BWD = int(bb), int(bw)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("benchmarks/splat.py needs a CUDA device (or --device cpu for a smoke run)", file=sys.stderr)
         return 2

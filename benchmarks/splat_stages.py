@@ -10,8 +10,7 @@ argsort, count gather + cumsum + the one read-back of the number of intersection
 sort of the tile ids as int32 and int16, list gather, offsets), forward compositing, compositing
 backward, projection backward, and the whole ``rasterize_gaussians`` forward and forward+backward.
 gsplat (when importable): ``fully_fused_projection``, ``isect_tiles``, ``isect_offset_encode``,
-``rasterize_to_pixels`` forward and backward. The sweep times each compositing kernel family ("batch":
-[B, 256] blocks, "seq": one Gaussian per step) over Gaussians-per-step B and warps, checks that every
+``rasterize_to_pixels`` forward and backward. The sweep times the compositing kernels over Gaussians-per-step B and warps, checks that every
 variant's image and gradients agree with the default's, then reruns the end-to-end timing with the
 fastest forward and backward configuration. Scenes as benchmarks/splat.py. Not collected by pytest.
 """
@@ -208,12 +207,10 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--no-sweep", action="store_true")
     ap.add_argument("--no-gsplat", action="store_true")
-    ap.add_argument("--fwd", nargs="+", default=["batch:16:8", "batch:16:4", "batch:8:2", "seq:16:1", "seq:16:2",
-                                                 "seq:16:4", "seq:16:8", "seq:32:2", "seq:8:2"],
-                    help="forward variants impl:B:warps")
-    ap.add_argument("--bwd", nargs="+", default=["batch:16:8", "batch:16:4", "batch:8:2", "seq:16:1", "seq:16:2",
-                                                 "seq:16:4", "seq:16:8", "seq:32:1", "seq:8:1"],
-                    help="backward variants impl:B:warps")
+    ap.add_argument("--fwd", nargs="+", default=["32:2", "32:1", "64:2", "16:2", "8:2"],
+                    help="forward variants B:warps")
+    ap.add_argument("--bwd", nargs="+", default=["8:2", "8:1", "4:1", "4:2", "16:2", "16:1"],
+                    help="backward variants B:warps")
     ap.add_argument("--best", default=None, help="write the fastest 'FWD BWD' configuration of the first case here")
     ap.add_argument("--out", default=None)
     ap.add_argument("--device", default="cuda", help="cpu: smoke run under TRITON_INTERPRET=1 (not a benchmark)")
@@ -224,7 +221,7 @@ def main(argv=None) -> int:
     dev = args.device
     log(f"device {torch.cuda.get_device_name() if dev == 'cuda' else 'cpu (smoke)'}, torch {torch.__version__}, triton {triton.__version__}, "
         f"module {kt.__file__}")
-    has_impl = hasattr(kt, "_FWD_IMPL")
+    has_impl = hasattr(kt, "_BATCH_BWD")
     for case in args.cases:
         n, W, H = parse_case(case)
         scene, w2c, K = make_scene(n, W, H, 0, device=dev)
@@ -244,11 +241,11 @@ def main(argv=None) -> int:
         log(f"  rasterize_gaussians fwd {tf:.3f} ms, fwd+bwd {tfb:.3f} ms (default config)")
         if args.no_sweep or not has_impl:
             continue
-        defaults = (kt._FWD_IMPL, kt._BATCH, kt._WARPS, kt._BWD_IMPL, kt._BATCH_BWD, kt._WARPS_BWD)
+        defaults = (kt._BATCH, kt._WARPS, kt._BATCH_BWD, kt._WARPS_BWD)
         best_f, best_b = (None, 1e9), (None, 1e9)
         for spec in args.fwd:
-            impl, B, w = spec.split(":")
-            kt._FWD_IMPL, kt._BATCH, kt._WARPS = impl, int(B), int(w)
+            B, w = spec.split(":")
+            kt._BATCH, kt._WARPS = int(B), int(w)
             try:
                 m2, con, op, ft = mid["leaves"]
                 with torch.no_grad():
@@ -257,30 +254,30 @@ def main(argv=None) -> int:
                     img = kt.composite_tiles(m2, con, op, ft, None, mid["fid"], mid["off"], W, H, 16, 0.999)[0]
                 log(f"  fwd {spec:<12} {t:8.3f} ms  image max|d| vs default {float((img - img0).abs().max()):.1e}")
                 if t < best_f[1]:
-                    best_f = ((impl, int(B), int(w)), t)
+                    best_f = ((int(B), int(w)), t)
             except Exception as e:  # noqa: BLE001
                 log(f"  fwd {spec}: failed {type(e).__name__}: {str(e)[:300]}")
-        kt._FWD_IMPL, kt._BATCH, kt._WARPS = defaults[:3]
+        kt._BATCH, kt._WARPS = defaults[:2]
         for spec in args.bwd:
-            impl, B, w = spec.split(":")
-            kt._BWD_IMPL, kt._BATCH_BWD, kt._WARPS_BWD = impl, int(B), int(w)
+            B, w = spec.split(":")
+            kt._BATCH_BWD, kt._WARPS_BWD = int(B), int(w)
             try:
                 _, t, _, gr = composite_times(mid, W, H, args.repeats)
                 d = ", ".join(f"{rel(a, b):.1e}" for a, b in zip(gr, g0))
                 log(f"  bwd {spec:<12} {t:8.3f} ms  grads rel max|d| vs default (m2, con, op, feat) {d}")
                 if t < best_b[1]:
-                    best_b = ((impl, int(B), int(w)), t)
+                    best_b = ((int(B), int(w)), t)
             except Exception as e:  # noqa: BLE001
                 log(f"  bwd {spec}: failed {type(e).__name__}: {str(e)[:300]}")
         if best_f[0] and best_b[0]:
-            kt._FWD_IMPL, kt._BATCH, kt._WARPS = best_f[0]
-            kt._BWD_IMPL, kt._BATCH_BWD, kt._WARPS_BWD = best_b[0]
+            kt._BATCH, kt._WARPS = best_f[0]
+            kt._BATCH_BWD, kt._WARPS_BWD = best_b[0]
             tf, tfb = e2e(scene, w2c, K, W, H, args.repeats)
             log(f"  best fwd {best_f[0]} bwd {best_b[0]}: rasterize_gaussians fwd {tf:.3f} ms, fwd+bwd {tfb:.3f} ms")
             if args.best and not os.path.exists(args.best):
                 with open(args.best, "w") as f:
                     f.write(" ".join(":".join(map(str, c)) for c in (best_f[0], best_b[0])) + "\n")
-        kt._FWD_IMPL, kt._BATCH, kt._WARPS, kt._BWD_IMPL, kt._BATCH_BWD, kt._WARPS_BWD = defaults
+        kt._BATCH, kt._WARPS, kt._BATCH_BWD, kt._WARPS_BWD = defaults
         del mid
         if dev == "cuda":
             torch.cuda.empty_cache()

@@ -52,12 +52,13 @@ def test_projection_forward_and_backward_match_reference_float64(antialiased):
     assert torch.equal(pr["radii"], pt["radii"])
     vis = (pr["radii"] > 0).all(-1)
     assert bool(vis[:, 1].any()) and not bool(vis[:, 0].any())
-    # 1e-9 relative: on CUDA the compiler contracts a*b+c into FMAs (one rounding instead of two) and
-    # orders sums differently from torch, and conic = adj(cov2d) / det with det = a*c - b^2 amplifies
-    # those ~1e-16 differences by the condition number of cov2d (here up to ~1e5); bit-level agreement
-    # (1e-12) holds only in the interpreter, which runs the same numpy operations as torch
+    # Bit-level agreement (1e-12) holds in the interpreter, which runs numpy float64 like torch. Compiled on
+    # CUDA, Triton passes Python float arguments (eps2d, near, far) and float literals (0.3 of the frustum
+    # clamp) as float32, so in float64 arithmetic eps2d enters as 0.3 +- 1.2e-8: relative deviations of the
+    # 2D covariance up to ~4e-8 (plus FMA contraction, ~1e-16). 1e-6 bounds that with margin.
+    rtol = 1e-12 if DEV == "cpu" else 1e-6
     for k in ("means2d", "conics", "depths", "opacities"):
-        assert torch.allclose(pr[k][vis], pt[k][vis], rtol=1e-9, atol=1e-12), k
+        assert torch.allclose(pr[k][vis], pt[k][vis], rtol=rtol, atol=1e-12), (k, (pr[k][vis] - pt[k][vis]).abs().max())
     g = torch.Generator().manual_seed(0)
     keys = ("means2d", "conics", "depths", "opacities")
     ups = {k: torch.randn(pr[k].shape, generator=g, dtype=torch.float64).to(DEV) for k in keys}
@@ -66,7 +67,7 @@ def test_projection_forward_and_backward_match_reference_float64(antialiased):
     gr = torch.autograd.grad(sum((pr[k] * ups[k]).sum() for k in keys), leaves)
     gt = torch.autograd.grad(sum((pt[k] * ups[k]).sum() for k in keys), leaves)
     for a, b, name in zip(gr, gt, ("means", "quats", "scales", "opacities")):
-        assert torch.allclose(a, b, rtol=1e-9, atol=1e-10), (name, (a - b).abs().max())
+        assert torch.allclose(a, b, rtol=1e-9 if DEV == "cpu" else 1e-6, atol=1e-10), (name, (a - b).abs().max())
 
 
 def test_isect_tiles_match_reference():
@@ -113,26 +114,18 @@ def _assert_close(res, atol_img=2e-6, rtol_g=1e-4):
         assert (a - b).abs().max() <= rtol_g * scale, (name, (a - b).abs().max(), scale)
 
 
-@pytest.fixture(params=["batch", "seq"])
-def composite_impl(request, monkeypatch):
-    """Run a test with each compositing kernel pair of the Triton backend."""
-    monkeypatch.setattr(kt, "_FWD_IMPL", request.param)
-    monkeypatch.setattr(kt, "_BWD_IMPL", request.param)
-    return request.param
-
-
-def test_composite_forward_backward_match_reference_tile8(composite_impl):
+def test_composite_forward_backward_match_reference_tile8():
     res, _ = _composite_both(20, seed=3, W=18, H=13, ts=8, C=2)
     _assert_close(res)
 
 
-def test_composite_match_reference_tile16_long_lists(composite_impl):
+def test_composite_match_reference_tile16_long_lists():
     # 70 overlapping Gaussians per tile: several 16-wide batches, some pixels saturate (early stop)
     res, _ = _composite_both(70, seed=4, W=20, H=18, ts=16, spread=0.3, scale=(0.1, 0.4))
     _assert_close(res)
 
 
-def test_opaque_stack_early_stop_matches_reference(composite_impl):
+def test_opaque_stack_early_stop_matches_reference():
     n = 40
     W, H = 16, 16
     w2c, K = (t.to(DEV, torch.float32) for t in camera(W, H, 20.0))
@@ -306,7 +299,7 @@ def test_gpu_parity_sh3_extras_two_cameras_and_statistics():
     assert (sa["area_max"] - sb["area_max"]).abs().sum() <= 1e-3 * sa["area_max"].sum()
 
 
-def test_per_camera_features_with_five_channels_triton_vs_torch(composite_impl):
+def test_per_camera_features_with_five_channels_triton_vs_torch():
     W, H = 16, 12
     w2c, K = (t.to(DEV, torch.float32) for t in camera(W, H, 20.0, C=2))
     means, quats, scales, opac, _ = _scene(15, seed=9)

@@ -66,11 +66,11 @@ def write_keys(order, starts, m2, radii, out_tile, out_gid, total, N, tile_size,
         tl.store(out_tile + st + k, tile.to(out_tile.dtype.element_ty), mask=w)
         tl.store(out_gid + st + k, g, mask=w)
 
-# ------------------------------------------------------------------ compositing forward
-# Per-Gaussian screen record ``pk [C*N, 8]`` float32: (u, v, conic a, b, c, opacity, 0, 0): one 32-byte
-# sector per gather instead of three arrays. Features ``feat [C*N, D]``; a program composites the
-# channels ``grp*NC .. grp*NC+NC-1`` (``grp`` = program_id(1), NC <= 4 accumulators in registers; no 3D
-# [B, P, D] block, whose layout conversion through shared memory per step was the cost).
+# ------------------------------------------------------------------ compositing: shared helpers
+# Per-Gaussian screen record ``pk [C*N, 6]`` float32: (u, v, conic a, b, c, opacity), one gather region
+# instead of three arrays; the backward accumulates into a gradient record of the same layout. Features
+# ``feat [C*N, D]``; a program composites the channels ``grp*NC .. grp*NC+NC-1`` (``grp`` =
+# program_id(1), NC <= 4 accumulators in registers, no [B, P, D] block).
 
 
 @triton.jit
@@ -88,93 +88,21 @@ def _tile_pixels(tile, tiles_w, tiles_h, width, height, TS: tl.constexpr):
 
 @triton.jit
 def _load_rec(pk, g, bm):
-    gx = tl.load(pk + g * 8, mask=bm, other=0.0)
-    gy = tl.load(pk + g * 8 + 1, mask=bm, other=0.0)
-    ca = tl.load(pk + g * 8 + 2, mask=bm, other=0.0)
-    cb = tl.load(pk + g * 8 + 3, mask=bm, other=0.0)
-    cc = tl.load(pk + g * 8 + 4, mask=bm, other=0.0)
-    go = tl.load(pk + g * 8 + 5, mask=bm, other=0.0)
+    gx = tl.load(pk + g * 6, mask=bm, other=0.0)
+    gy = tl.load(pk + g * 6 + 1, mask=bm, other=0.0)
+    ca = tl.load(pk + g * 6 + 2, mask=bm, other=0.0)
+    cb = tl.load(pk + g * 6 + 3, mask=bm, other=0.0)
+    cc = tl.load(pk + g * 6 + 4, mask=bm, other=0.0)
+    go = tl.load(pk + g * 6 + 5, mask=bm, other=0.0)
     return gx, gy, ca, cb, cc, go
 
-
-@triton.jit
-def composite_fwd(offsets, flat_ids, pk, feat, out_feat, out_T, out_last, out_med, width, height, tiles_w,
-                  tiles_h, alpha_max, D, NC: tl.constexpr, TS: tl.constexpr, B: tl.constexpr,
-                  WANT_MED: tl.constexpr):
-    tile = tl.program_id(0)
-    grp = tl.program_id(1)
-    pix, inimg, pxf, pyf = _tile_pixels(tile, tiles_w, tiles_h, width, height, TS)
-    start = tl.load(offsets + tile).to(tl.int32)
-    end = tl.load(offsets + tile + 1).to(tl.int32)
-    k0 = grp * NC
-    # channel index as vectors (the interpreter rejects scalar & vector masks)
-    kB = k0 + tl.zeros([B], dtype=tl.int32)
-    kP = k0 + tl.zeros([TS * TS], dtype=tl.int32)
-    T = tl.zeros([TS * TS], dtype=tl.float32) + 1.0
-    done = ~inimg
-    acc0 = tl.zeros([TS * TS], dtype=tl.float32)
-    acc1 = tl.zeros([TS * TS], dtype=tl.float32)
-    acc2 = tl.zeros([TS * TS], dtype=tl.float32)
-    acc3 = tl.zeros([TS * TS], dtype=tl.float32)
-    last = tl.zeros([TS * TS], dtype=tl.int32) - 1
-    medi = tl.zeros([TS * TS], dtype=tl.int32) - 1
-    b0 = start
-    while (b0 < end) & (tl.min(done.to(tl.int32), axis=0) == 0):
-        idx = b0 + tl.arange(0, B)
-        bm = idx < end
-        g = tl.load(flat_ids + idx, mask=bm, other=0)
-        gx, gy, ca, cb, cc, go = _load_rec(pk, g, bm)
-        dx = gx[:, None] - pxf[None, :]
-        dy = gy[:, None] - pyf[None, :]
-        sig = 0.5 * (ca[:, None] * dx * dx + cc[:, None] * dy * dy) + cb[:, None] * dx * dy
-        raw = go[:, None] * tl.exp(-sig)
-        keep = bm[:, None] & (sig >= 0) & (raw >= 1.0 / 255.0)
-        a = tl.where(keep, tl.minimum(raw, alpha_max), 0.0)
-        om = 1.0 - a
-        # t_incl is non-increasing along the batch, so the Gaussians kept before the T < 1e-4 crossing
-        # are a prefix and one cumprod gives the transmittance in front of each of them
-        t_incl = T[None, :] * tl.cumprod(om, axis=0)
-        inc = (t_incl >= 1e-4) & ~done[None, :]
-        t_excl = tl.fdiv(t_incl, om, ieee_rounding=False)
-        w = tl.where(inc, a * t_excl, 0.0)
-        f0 = tl.load(feat + g * D + k0, mask=bm & (kB < D), other=0.0)
-        acc0 += tl.sum(w * f0[:, None], axis=0)
-        if NC > 1:
-            f1 = tl.load(feat + g * D + k0 + 1, mask=bm & (kB + 1 < D), other=0.0)
-            acc1 += tl.sum(w * f1[:, None], axis=0)
-        if NC > 2:
-            f2 = tl.load(feat + g * D + k0 + 2, mask=bm & (kB + 2 < D), other=0.0)
-            acc2 += tl.sum(w * f2[:, None], axis=0)
-        if NC > 3:
-            f3 = tl.load(feat + g * D + k0 + 3, mask=bm & (kB + 3 < D), other=0.0)
-            acc3 += tl.sum(w * f3[:, None], axis=0)
-        contrib = w > 0
-        last = tl.maximum(last, tl.max(tl.where(contrib, idx[:, None], -1), axis=0))
-        if WANT_MED:
-            medi = tl.maximum(medi, tl.max(tl.where(contrib & (t_excl > 0.5), idx[:, None], -1), axis=0))
-        T = tl.min(tl.where(inc, t_incl, T[None, :]), axis=0)
-        done = done | (tl.min(t_incl, axis=0) < 1e-4)
-        b0 += B
-    tl.store(out_feat + pix * D + k0, acc0, mask=inimg & (kP < D))
-    if NC > 1:
-        tl.store(out_feat + pix * D + k0 + 1, acc1, mask=inimg & (kP + 1 < D))
-    if NC > 2:
-        tl.store(out_feat + pix * D + k0 + 2, acc2, mask=inimg & (kP + 2 < D))
-    if NC > 3:
-        tl.store(out_feat + pix * D + k0 + 3, acc3, mask=inimg & (kP + 3 < D))
-    first = inimg & (kP == 0)
-    tl.store(out_T + pix, T, mask=first)
-    tl.store(out_last + pix, last, mask=first)
-    if WANT_MED:
-        mg = tl.load(flat_ids + medi, mask=first & (medi >= 0), other=-1)
-        tl.store(out_med + pix, tl.where(medi >= 0, mg, -1), mask=first)
 
 # ------------------------------------------------------------------ compositing backward
 
 
 @triton.jit
-def composite_bwd(offsets, flat_ids, pk, feat, T_final, last_ids, g_feat, g_alpha, o_gm2, o_gcon, o_gop,
-                  o_gfeat, width, height, tiles_w, tiles_h, alpha_max, D, NC: tl.constexpr, TS: tl.constexpr,
+def composite_bwd(offsets, flat_ids, pk, feat, T_final, last_ids, g_feat, g_alpha, o_grec, o_gfeat, width,
+                  height, tiles_w, tiles_h, alpha_max, D, NC: tl.constexpr, TS: tl.constexpr,
                   B: tl.constexpr):
     tile = tl.program_id(0)
     grp = tl.program_id(1)
@@ -249,12 +177,12 @@ def composite_bwd(offsets, flat_ids, pk, feat, T_final, last_ids, g_feat, g_alph
         sx = tl.sum(gsx, axis=1)
         sy = tl.sum(gsy, axis=1)
         any_c = bm & (tl.max(inc.to(tl.int32), axis=1) > 0)
-        tl.atomic_add(o_gop + g, tl.sum(ga * vis, axis=1), mask=any_c)
-        tl.atomic_add(o_gm2 + g * 2, ca * sx + cb * sy, mask=any_c)
-        tl.atomic_add(o_gm2 + g * 2 + 1, cc * sy + cb * sx, mask=any_c)
-        tl.atomic_add(o_gcon + g * 3, 0.5 * tl.sum(gsx * dx, axis=1), mask=any_c)
-        tl.atomic_add(o_gcon + g * 3 + 1, tl.sum(gsx * dy, axis=1), mask=any_c)
-        tl.atomic_add(o_gcon + g * 3 + 2, 0.5 * tl.sum(gsy * dy, axis=1), mask=any_c)
+        tl.atomic_add(o_grec + g * 6 + 5, tl.sum(ga * vis, axis=1), mask=any_c)
+        tl.atomic_add(o_grec + g * 6, ca * sx + cb * sy, mask=any_c)
+        tl.atomic_add(o_grec + g * 6 + 1, cc * sy + cb * sx, mask=any_c)
+        tl.atomic_add(o_grec + g * 6 + 2, 0.5 * tl.sum(gsx * dx, axis=1), mask=any_c)
+        tl.atomic_add(o_grec + g * 6 + 3, tl.sum(gsx * dy, axis=1), mask=any_c)
+        tl.atomic_add(o_grec + g * 6 + 4, 0.5 * tl.sum(gsy * dy, axis=1), mask=any_c)
         tl.atomic_add(o_gfeat + g * D + k0, tl.sum(w * gi0[None, :], axis=1), mask=any_c & (kB < D))
         if NC > 1:
             tl.atomic_add(o_gfeat + g * D + k0 + 1, tl.sum(w * gi1[None, :], axis=1), mask=any_c & (kB + 1 < D))
@@ -329,10 +257,9 @@ def stats_fwd(offsets, flat_ids, m2, con, opac, o_acc, o_cnt, o_best, width, hei
 
 
 
-# ------------------------------------------------------------------ compositing, one Gaussian at a time
-# Same contract as composite_fwd / composite_bwd; the tile's list is walked one Gaussian per step (unrolled
-# B at a time so the scalar loads of a batch issue together), [P] vectors only: no scans, no division in
-# the forward, and in the backward the P-reductions of one Gaussian stay inside the program's warps.
+# ------------------------------------------------------------------ compositing forward
+# The tile's list is walked one Gaussian per step, unrolled B at a time so the scalar loads of a batch
+# issue together; [P] vectors only: no scans, no division. The whole tile stops once every pixel is done.
 
 
 @triton.jit
@@ -351,14 +278,15 @@ def _load_feat4(feat, g, ok, k0, D, NC: tl.constexpr):
 
 
 @triton.jit
-def composite_fwd_seq(offsets, flat_ids, pk, feat, out_feat, out_T, out_last, out_med, width, height,
-                      tiles_w, tiles_h, alpha_max, D, NC: tl.constexpr, TS: tl.constexpr, B: tl.constexpr,
-                      WANT_MED: tl.constexpr):
+def composite_fwd(offsets, flat_ids, pk, feat, out_feat, out_T, out_last, out_med, width, height,
+                  tiles_w, tiles_h, alpha_max, D, n_tiles, n_isect, NC: tl.constexpr, TS: tl.constexpr,
+                  B: tl.constexpr, WANT_MED: tl.constexpr):
     tile = tl.program_id(0)
     grp = tl.program_id(1)
     pix, inimg, pxf, pyf = _tile_pixels(tile, tiles_w, tiles_h, width, height, TS)
     start = tl.load(offsets + tile).to(tl.int32)
-    end = tl.load(offsets + tile + 1).to(tl.int32)
+    end = tl.where(tile + 1 < n_tiles, tl.load(offsets + tile + 1, mask=tile + 1 < n_tiles, other=0), n_isect)
+    end = end.to(tl.int32)
     k0 = grp * NC
     kP = k0 + tl.zeros([TS * TS], dtype=tl.int32)
     T = tl.zeros([TS * TS], dtype=tl.float32) + 1.0
@@ -413,81 +341,3 @@ def composite_fwd_seq(offsets, flat_ids, pk, feat, out_feat, out_T, out_last, ou
     if WANT_MED:
         mg = tl.load(flat_ids + medi, mask=first & (medi >= 0), other=-1)
         tl.store(out_med + pix, tl.where(medi >= 0, mg, -1), mask=first)
-
-
-@triton.jit
-def composite_bwd_seq(offsets, flat_ids, pk, feat, T_final, last_ids, g_feat, g_alpha, o_gm2, o_gcon, o_gop,
-                      o_gfeat, width, height, tiles_w, tiles_h, alpha_max, D, NC: tl.constexpr,
-                      TS: tl.constexpr, B: tl.constexpr):
-    tile = tl.program_id(0)
-    grp = tl.program_id(1)
-    pix, inimg, pxf, pyf = _tile_pixels(tile, tiles_w, tiles_h, width, height, TS)
-    start = tl.load(offsets + tile).to(tl.int32)
-    k0 = grp * NC
-    kP = k0 + tl.zeros([TS * TS], dtype=tl.int32)
-    Tf = tl.load(T_final + pix, mask=inimg, other=1.0)
-    last = tl.load(last_ids + pix, mask=inimg, other=-1)
-    gT = -tl.load(g_alpha + pix, mask=inimg, other=0.0)
-    tgT = tl.where(kP == 0, Tf * gT, 0.0)  # the alpha-map gradient is not per channel: group 0 carries it
-    z = tl.zeros([TS * TS], dtype=tl.float32)
-    gi0 = tl.load(g_feat + pix * D + k0, mask=inimg & (kP < D), other=0.0)
-    gi1 = z
-    gi2 = z
-    gi3 = z
-    if NC > 1:
-        gi1 = tl.load(g_feat + pix * D + k0 + 1, mask=inimg & (kP + 1 < D), other=0.0)
-    if NC > 2:
-        gi2 = tl.load(g_feat + pix * D + k0 + 2, mask=inimg & (kP + 2 < D), other=0.0)
-    if NC > 3:
-        gi3 = tl.load(g_feat + pix * D + k0 + 3, mask=inimg & (kP + 3 < D), other=0.0)
-    lmax = tl.max(last, axis=0)
-    T = Tf
-    S = z
-    nb = (lmax - start + B) // B
-    nb = tl.where(lmax >= start, nb, 0)
-    for kb in range(0, nb):
-        b0 = start + (nb - 1 - kb) * B
-        for kk in tl.static_range(B):
-            j = b0 + (B - 1 - kk)
-            ok = j <= lmax
-            g = tl.load(flat_ids + j, mask=ok, other=0)
-            gx, gy, ca, cb, cc, go = _load_rec(pk, g, ok)
-            f0, f1, f2, f3 = _load_feat4(feat, g, ok, k0, D, NC)
-            dx = gx - pxf
-            dy = gy - pyf
-            sig = 0.5 * (ca * dx * dx + cc * dy * dy) + cb * dx * dy
-            vis = tl.exp(-sig)
-            raw = go * vis
-            inc = ok & (sig >= 0) & (raw >= 1.0 / 255.0) & (j <= last)
-            a = tl.where(inc, tl.minimum(raw, alpha_max), 0.0)
-            ra = tl.fdiv(tl.full(a.shape, 1.0, tl.float32), 1.0 - a, ieee_rounding=False)
-            T = T * ra  # transmittance in front of this Gaussian
-            fg = f0 * gi0
-            if NC > 1:
-                fg += f1 * gi1
-            if NC > 2:
-                fg += f2 * gi2
-            if NC > 3:
-                fg += f3 * gi3
-            w = a * T
-            ga = tl.where(inc & (raw < alpha_max), T * fg - (S + tgT) * ra, 0.0)
-            S += w * fg
-            gsig = -ga * raw
-            gsx = gsig * dx
-            gsy = gsig * dy
-            sx = tl.sum(gsx, axis=0)
-            sy = tl.sum(gsy, axis=0)
-            any_c = ok & (tl.max(inc.to(tl.int32), axis=0) > 0)
-            tl.atomic_add(o_gop + g, tl.sum(ga * vis, axis=0), mask=any_c)
-            tl.atomic_add(o_gm2 + g * 2, ca * sx + cb * sy, mask=any_c)
-            tl.atomic_add(o_gm2 + g * 2 + 1, cc * sy + cb * sx, mask=any_c)
-            tl.atomic_add(o_gcon + g * 3, 0.5 * tl.sum(gsx * dx, axis=0), mask=any_c)
-            tl.atomic_add(o_gcon + g * 3 + 1, tl.sum(gsx * dy, axis=0), mask=any_c)
-            tl.atomic_add(o_gcon + g * 3 + 2, 0.5 * tl.sum(gsy * dy, axis=0), mask=any_c)
-            tl.atomic_add(o_gfeat + g * D + k0, tl.sum(w * gi0, axis=0), mask=any_c & (k0 < D))
-            if NC > 1:
-                tl.atomic_add(o_gfeat + g * D + k0 + 1, tl.sum(w * gi1, axis=0), mask=any_c & (k0 + 1 < D))
-            if NC > 2:
-                tl.atomic_add(o_gfeat + g * D + k0 + 2, tl.sum(w * gi2, axis=0), mask=any_c & (k0 + 2 < D))
-            if NC > 3:
-                tl.atomic_add(o_gfeat + g * D + k0 + 3, tl.sum(w * gi3, axis=0), mask=any_c & (k0 + 3 < D))

@@ -12,13 +12,14 @@ outputs), and tests compare forward and backward against it (under ``TRITON_INTE
 - :func:`isect_tiles` — a Triton tile-count kernel and key writer: Gaussians are argsorted by depth once,
   each writes its tile ids in depth order, then a *stable* ``torch.sort`` of int32 tile ids (32-bit radix
   passes instead of 64) gives per-tile lists already in depth order (notes, "Recommended Triton design").
-- :func:`composite_tiles` — ``_CompositeFn``: one program per 16×16 tile, ``BATCH`` Gaussians at a time
-  as a ``[BATCH, 256]`` block, transmittance by ``tl.cumprod`` along the batch (the T < 1e-4 stop emulated
-  exactly as in the reference: a Gaussian that would cross it is not added and ends the pixel), early exit
-  when every pixel of the tile is done. Backward walks each tile's list back to front from the last
-  contributing Gaussian, recovers the transmittance by division, gets the colour "behind" each Gaussian
-  from a running sum plus an in-batch ``tl.cumsum``, reduces over the 256 pixels in the program and
-  issues one ``atomic_add`` per Gaussian per tile per parameter.
+- :func:`composite_tiles` — ``_CompositeFn``: one program per 16×16 tile (and per group of <= 4
+  feature channels), reading packed per-Gaussian screen records. Forward: the tile's depth-ordered list
+  one Gaussian per step (``_BATCH`` unrolled), [256]-pixel vectors, the T < 1e-4 stop exactly as in the
+  reference (a Gaussian that would cross it is not added and ends the pixel), early exit when every pixel
+  of the tile is done. Backward: ``_BATCH_BWD`` Gaussians at a time as a ``[B, 256]`` block, back to
+  front from the tile's last contributor, transmittance recovered by division, the colour "behind" each
+  Gaussian from a running sum plus an in-batch ``tl.cumsum``, reduced over the 256 pixels in the program,
+  then one ``atomic_add`` per Gaussian per tile per parameter.
 - :func:`tile_statistics` — the no-grad statistics pass (Σ αT, pixels touched, largest contributor).
 
 Camera gradients (``world_to_camera``, ``K``) are not produced here; the torch backend has them.
@@ -43,13 +44,15 @@ T_THRESHOLD = 1e-4
 MAX_EXTEND = 3.33
 
 _BLOCK = 256  # elementwise kernels
-_BATCH = 16  # Gaussians per forward compositing step
-_WARPS = 8  # warps per forward tile program (256 pixels x 16 Gaussians per step)
-_BATCH_BWD = 16  # Gaussians per backward compositing step
-_WARPS_BWD = 8  # warps per backward tile program
+# Tile-program shapes, measured on an H200 (benchmarks/notes_splat.md): few warps per 256-pixel tile win
+# (the backward's reductions over the tile's pixels stay within one or two warps; more tiles per SM).
+_BATCH = 32  # Gaussians per forward step (unrolled, one Gaussian at a time)
+_WARPS = 2  # warps per forward tile program
+_BATCH_BWD = 8  # Gaussians per backward step, as a [B, 256] block
+_WARPS_BWD = 2  # warps per backward tile program
+_BATCH_STATS = 16  # the statistics pass ([B, 256] blocks)
+_WARPS_STATS = 4
 _TILE_KEY16 = True  # sort 16-bit tile ids when C * tiles < 32768
-_FWD_IMPL = "batch"  # "batch": [B, 256] blocks per step; "seq": one Gaussian per step (B unrolled)
-_BWD_IMPL = "batch"
 
 
 def is_available(device: torch.device) -> bool:
@@ -226,18 +229,10 @@ def _offsets_ext(isect_offsets: torch.Tensor, n_isect: int) -> torch.Tensor:
 
 
 def _pack_records(means2d, conics, opacities) -> torch.Tensor:
-    """``[C*N, 8]`` float32 screen records (u, v, conic a, b, c, opacity, 0, 0) read by the tile programs."""
+    """``[C*N, 6]`` float32 screen records (u, v, conic a, b, c, opacity) read by the tile programs."""
     C, N = opacities.shape
-    pk = torch.empty(C * N, 8, device=means2d.device, dtype=torch.float32)
-    pk[:, 0:2] = means2d.detach().reshape(C * N, 2)
-    pk[:, 2:5] = conics.detach().reshape(C * N, 3)
-    pk[:, 5] = opacities.detach().reshape(C * N)
-    pk[:, 6:8] = 0.0
-    return pk
-
-
-_FWD_KERNELS = {"batch": "composite_fwd", "seq": "composite_fwd_seq"}
-_BWD_KERNELS = {"batch": "composite_bwd", "seq": "composite_bwd_seq"}
+    pk = torch.cat([means2d.detach(), conics.detach(), opacities.detach()[..., None]], dim=-1)
+    return pk.reshape(C * N, 6).to(torch.float32).contiguous()
 
 
 def _channel_groups(D: int) -> Tuple[int, int]:
@@ -257,20 +252,26 @@ class _CompositeFn(torch.autograd.Function):
         dev, dt = means2d.device, means2d.dtype
         tiles_h, tiles_w = isect_offsets.shape[1:]
         n_tiles = C * tiles_h * tiles_w
-        off = _offsets_ext(isect_offsets, flatten_ids.numel())
+        off = isect_offsets.reshape(-1).contiguous()
         fid = flatten_ids.contiguous()
         pk = _pack_records(means2d, conics, opacities)
         ft = features.detach().to(torch.float32).contiguous()
-        out = torch.zeros(C, height, width, D, device=dev, dtype=torch.float32)
-        T = torch.ones(C, height, width, device=dev, dtype=torch.float32)
-        last = torch.full((C, height, width), -1, device=dev, dtype=torch.int32)
-        med = (torch.full((C, height, width), -1, device=dev, dtype=torch.int64) if want_median
+        # every pixel lies in one tile and every channel in one group: the kernel writes all of them
+        out = torch.empty(C, height, width, D, device=dev, dtype=torch.float32)
+        T = torch.empty(C, height, width, device=dev, dtype=torch.float32)
+        last = torch.empty((C, height, width), device=dev, dtype=torch.int32)
+        med = (torch.empty((C, height, width), device=dev, dtype=torch.int64) if want_median
                else torch.empty(0, device=dev, dtype=torch.int64))
         if n_tiles and D:
             nc, ng = _channel_groups(D)
-            getattr(k, _FWD_KERNELS[_FWD_IMPL])[(n_tiles, ng)](off, fid, pk, ft, out, T, last, med, width, height, tiles_w, tiles_h,
-                                           float(alpha_max), D, NC=nc, TS=tile_size, B=_BATCH,
-                                           WANT_MED=bool(want_median), num_warps=_WARPS)
+            k.composite_fwd[(n_tiles, ng)](off, fid, pk, ft, out, T, last, med, width, height, tiles_w, tiles_h,
+                                           float(alpha_max), D, n_tiles, fid.numel(), NC=nc, TS=tile_size,
+                                           B=_BATCH, WANT_MED=bool(want_median), num_warps=_WARPS)
+        else:
+            out.zero_()
+            T.fill_(1.0)
+            last.fill_(-1)
+            med.fill_(-1)
         ctx.save_for_backward(pk, ft, fid, off, T, last)
         ctx.cfg = (width, height, tile_size, tiles_w, tiles_h, float(alpha_max), C, N, dt)
         ctx.mark_non_differentiable(med)
@@ -284,17 +285,17 @@ class _CompositeFn(torch.autograd.Function):
         dev = pk.device
         g_out = torch.zeros(C, height, width, D, device=dev) if g_out is None else g_out.float().contiguous()
         g_alpha = torch.zeros(C, height, width, device=dev) if g_alpha is None else g_alpha[..., 0].float().contiguous()
-        gm2 = torch.zeros(C, N, 2, device=dev, dtype=torch.float32)
-        gcon = torch.zeros(C, N, 3, device=dev, dtype=torch.float32)
-        gop = torch.zeros(C, N, device=dev, dtype=torch.float32)
+        grec = torch.zeros(C, N, 6, device=dev, dtype=torch.float32)  # (means2d, conics, opacity) like pk
         gft = torch.zeros(C, N, D, device=dev, dtype=torch.float32)
         n_tiles = C * tiles_h * tiles_w
         if n_tiles and D and fid.numel():
             nc, ng = _channel_groups(D)
-            getattr(_k(), _BWD_KERNELS[_BWD_IMPL])[(n_tiles, ng)](off, fid, pk, ft, T, last, g_out, g_alpha, gm2, gcon, gop, gft,
-                                              width, height, tiles_w, tiles_h, alpha_max, D, NC=nc, TS=ts,
-                                              B=_BATCH_BWD, num_warps=_WARPS_BWD)
-        return gm2.to(dt), gcon.to(dt), gop.to(dt), gft.to(dt), None, None, None, None, None, None, None, None
+            _k().composite_bwd[(n_tiles, ng)](off, fid, pk, ft, T, last, g_out, g_alpha, grec, gft, width, height,
+                                              tiles_w, tiles_h, alpha_max, D, NC=nc, TS=ts, B=_BATCH_BWD,
+                                              num_warps=_WARPS_BWD)
+        grec = grec.to(dt)
+        return (grec[..., 0:2], grec[..., 2:5], grec[..., 5], gft.to(dt), None, None, None, None, None, None, None,
+                None)
 
 
 def composite_tiles(means2d, conics, opacities, features, depths, flatten_ids, isect_offsets, width, height,
@@ -336,7 +337,7 @@ def tile_statistics(means2d, conics, opacities, flatten_ids, isect_offsets, widt
     if n_tiles and flatten_ids.numel():
         k.stats_fwd[(n_tiles,)](off, flatten_ids.contiguous(), means2d.contiguous(), conics.contiguous(),
                                 opacities.contiguous(), acc, cnt, best, width, height, tiles_w, tiles_h,
-                                float(alpha_max), TS=tile_size, B=_BATCH, num_warps=_WARPS)
+                                float(alpha_max), TS=tile_size, B=_BATCH_STATS, num_warps=_WARPS_STATS)
     sel = best >= 0
     area_max = torch.bincount(best[sel], minlength=C * N)
     return {"accum_weights": acc.to(means2d.dtype).reshape(C, N), "area_proj": cnt.to(torch.int64).reshape(C, N),
