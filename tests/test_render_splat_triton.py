@@ -67,7 +67,11 @@ def test_projection_forward_and_backward_match_reference_float64(antialiased):
     gr = torch.autograd.grad(sum((pr[k] * ups[k]).sum() for k in keys), leaves)
     gt = torch.autograd.grad(sum((pt[k] * ups[k]).sum() for k in keys), leaves)
     for a, b, name in zip(gr, gt, ("means", "quats", "scales", "opacities")):
-        assert torch.allclose(a, b, rtol=1e-9 if DEV == "cpu" else 1e-6, atol=1e-10), (name, (a - b).abs().max())
+        if DEV == "cpu":
+            assert torch.allclose(a, b, rtol=1e-9, atol=1e-10), (name, (a - b).abs().max())
+        else:  # the float32-rounded constants perturb every gradient by ~1e-8 of its size, entries that
+            # cancel to near zero included: compare against the largest entry (H200: quats 8.5e-8 off at |g| ~ 3)
+            assert (a - b).abs().max() <= 1e-6 * a.abs().max(), (name, (a - b).abs().max(), a.abs().max())
 
 
 def test_isect_tiles_match_reference():

@@ -46,10 +46,10 @@ MAX_EXTEND = 3.33
 _BLOCK = 256  # elementwise kernels
 # Tile-program shapes, measured on an H200 (benchmarks/notes_splat.md): few warps per 256-pixel tile win
 # (the backward's reductions over the tile's pixels stay within one or two warps; more tiles per SM).
-_BATCH = 32  # Gaussians per forward step (unrolled, one Gaussian at a time)
+_BATCH = 8  # Gaussians per forward step (unrolled, one Gaussian at a time)
 _WARPS = 2  # warps per forward tile program
-_BATCH_BWD = 8  # Gaussians per backward step, as a [B, 256] block
-_WARPS_BWD = 2  # warps per backward tile program
+_BATCH_BWD = 4  # Gaussians per backward step, as a [B, 256] block
+_WARPS_BWD = 1  # warps per backward tile program
 _BATCH_STATS = 16  # the statistics pass ([B, 256] blocks)
 _WARPS_STATS = 4
 _TILE_KEY16 = True  # sort 16-bit tile ids when C * tiles < 32768
