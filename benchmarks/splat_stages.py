@@ -10,9 +10,10 @@ argsort, count gather + cumsum + the one read-back of the number of intersection
 sort of the tile ids as int32 and int16, list gather, offsets), forward compositing, compositing
 backward, projection backward, and the whole ``rasterize_gaussians`` forward and forward+backward.
 gsplat (when importable): ``fully_fused_projection``, ``isect_tiles``, ``isect_offset_encode``,
-``rasterize_to_pixels`` forward and backward. The sweep times the compositing kernels over Gaussians-per-step B and warps, checks that every
-variant's image and gradients agree with the default's, then reruns the end-to-end timing with the
-fastest forward and backward configuration. Scenes as benchmarks/splat.py. Not collected by pytest.
+``rasterize_to_pixels`` forward and backward. The sweep times the compositing kernels over Gaussians-per-step
+B and warps, checks that every variant's image and gradients agree with the default's, then reruns the end-to-
+end timing with the fastest forward and backward configuration. Scenes as benchmarks/splat.py. Not collected
+by pytest.
 """
 
 from __future__ import annotations
@@ -110,8 +111,8 @@ def stages(scene, w2c, K, W, H, reps):
     per_tile = torch.diff(torch.cat([off.reshape(-1), off.new_tensor([fid.numel()])]))
     info = {"M": fid.numel(), "per_tile_mean": float(per_tile.float().mean()), "per_tile_max": int(per_tile.max())}
     feats = p["colors"][None].expand(C, -1, -1).contiguous()
-    leaves = [proj["means2d"].detach().clone().requires_grad_(True), proj["conics"].detach().clone().requires_grad_(True),
-              proj["opacities"].detach().clone().requires_grad_(True), feats.clone().requires_grad_(True)]
+    leaves = [t.detach().clone().requires_grad_(True) for t in (proj["means2d"], proj["conics"], proj["opacities"],
+                                                                 feats)]
     return rows, dict(proj=proj, fid=fid, off=off, leaves=leaves, info=info, tw=tw, th=th)
 
 
@@ -219,7 +220,8 @@ def main(argv=None) -> int:
     import triton
 
     dev = args.device
-    log(f"device {torch.cuda.get_device_name() if dev == 'cuda' else 'cpu (smoke)'}, torch {torch.__version__}, triton {triton.__version__}, "
+    name = torch.cuda.get_device_name() if dev == "cuda" else "cpu (smoke)"
+    log(f"device {name}, torch {torch.__version__}, triton {triton.__version__}, "
         f"module {kt.__file__}")
     has_impl = hasattr(kt, "_BATCH_BWD")
     for case in args.cases:

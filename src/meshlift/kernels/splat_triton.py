@@ -36,7 +36,8 @@ import torch
 
 from meshlift.errors import DependencyError, RenderError
 
-__all__ = ["is_available", "count_bad_gaussians", "project_gaussians", "isect_tiles", "composite_tiles", "tile_statistics"]
+__all__ = ["is_available", "count_bad_gaussians", "project_gaussians", "isect_tiles", "composite_tiles",
+           "tile_statistics"]
 
 # Same constants as meshlift.render.splat_reference (docs/conventions.md §11); a test checks equality.
 ALPHA_THRESHOLD = 1.0 / 255.0
