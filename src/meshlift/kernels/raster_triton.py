@@ -82,6 +82,7 @@ from typing import Optional, Tuple
 import torch
 
 from meshlift.errors import OutOfMemoryError, RenderError
+from meshlift.kernels._common import BBOX_SLACK_PX
 
 #: Default tile (rows, cols) of the raster kernel and its warps.
 DEFAULT_TILE = (16, 16)
@@ -90,11 +91,16 @@ DEFAULT_UNROLL = 2
 DEFAULT_STAMP = 4
 #: Key of an empty pixel (int64 max; every key ≥ backends._common.EMPTY_KEY means empty).
 _EMPTY = 2**63 - 1
-#: Pixel slack of the bounding boxes (only adds candidates; the exact per-pixel test decides).
-_SLACK_PX = 1e-2
 #: Block sizes of the per-triangle and per-pixel kernels.
 _TRI_BLOCK = 128
 _PIX_BLOCK = 256
+#: Pixel tile (rows, cols) of one backward program (rasterize and interpolate): its gradients are summed
+#: per triangle in registers before the atomics (kernels' ``_scatter_vertices``).
+_BWD_TILE = (16, 16)
+#: Most triangles pre-reduced per backward tile (env ``MESHLIFT_TRITON_BWD_IDS``; 0 = per-pixel atomics only).
+DEFAULT_BWD_IDS = 8
+#: The pre-reduction of a tile stops once a picked triangle covers fewer pixels of it than this.
+_BWD_MIN_PIX = 8
 #: Largest total of (triangle, tile) pairs one call may bin before it refuses (4 bytes each).
 MAX_PAIRS = 2**30
 
@@ -162,6 +168,21 @@ def tile_config() -> Tuple[int, int, int, int, int]:
     if warps not in (1, 2, 4, 8, 16) or unroll not in (1, 2):
         raise RenderError(f"MESHLIFT_TRITON_WARPS must be 1-16 (power of two) and MESHLIFT_TRITON_UNROLL 1 or 2, got {warps}, {unroll}")
     return th, tw, warps, unroll, stamp
+
+
+def bwd_ids() -> int:
+    """Most triangles whose gradients one backward tile sums in registers before its atomics (env
+    ``MESHLIFT_TRITON_BWD_IDS``, default :data:`DEFAULT_BWD_IDS`; 0 = one atomic per pixel and value)."""
+    env = os.environ.get("MESHLIFT_TRITON_BWD_IDS")
+    if not env:
+        return DEFAULT_BWD_IDS
+    try:
+        k = int(env)
+    except ValueError:
+        k = -1
+    if not 0 <= k <= 64:
+        raise RenderError(f"MESHLIFT_TRITON_BWD_IDS={env!r} must be an integer 0-64 (0 = no pre-reduction)")
+    return k
 
 
 def _kernels():
@@ -236,7 +257,7 @@ def _bin_and_raster(
         return rast, rast_db
     xtab, ytab = _tables(H, W, dtype, dev)
     args = (pos, tri, first, count)
-    scal = (T, V, H, W, n_tx, n_ty, W * 0.5, H * 0.5, float(max(H, W) + 2))
+    scal = (T, V, H, W, n_tx, n_ty, W * 0.5, H * 0.5, float(max(H, W) + 2), BBOX_SLACK_PX)
     bkw = dict(RANGE=rng, TILE_H=th, TILE_W=tw, STAMP=stamp, BLOCK=_TRI_BLOCK, num_warps=4, **_EXACT)
     # packed (z/w, index) key per pixel: stamped small triangles and earlier chunks meet the tiles here
     keys = torch.full((B * H * W,), _EMPTY, dtype=torch.int64, device=dev)
@@ -314,14 +335,15 @@ class _RasterizeTriton(torch.autograd.Function):
         if g_rast is not None or has_db:
             K = _kernels()
             xtab, ytab = _tables(H, W, pos.dtype, pos.device)
-            N = rast.shape[0] * H * W
             V = pos.shape[-2]
             g = g_rast.to(pos.dtype) if g_rast is not None else None
             d = g_db.to(pos.dtype) if has_db else None
-            K["raster_bwd"][(max(K["cdiv"](N, _PIX_BLOCK), 1),)](
+            bh, bw = _BWD_TILE
+            n_tx = -(-W // bw)
+            K["raster_bwd"][(n_tx * -(-H // bh), rast.shape[0])](
                 pos, tri, rast, rast if g is None else g, rast if d is None else d, xtab, ytab, _db_scale(H, W, pos.dtype, pos.device), gpos,
-                N, V, H, W, *(g.stride() if g is not None else (0, 0, 0, 0)), *(d.stride() if d is not None else (0, 0, 0, 0)),
-                RANGE=rng, HAS_G=g is not None, HAS_DB=has_db, BLOCK=_PIX_BLOCK, num_warps=4,
+                V, H, W, n_tx, *(g.stride() if g is not None else (0, 0, 0, 0)), *(d.stride() if d is not None else (0, 0, 0, 0)),
+                RANGE=rng, HAS_G=g is not None, HAS_DB=has_db, BH=bh, BW=bw, MAX_IDS=bwd_ids(), MIN_PIX=_BWD_MIN_PIX, num_warps=4,
             )
         return gpos, None, None, None, None, None, None
 
@@ -361,9 +383,11 @@ class _InterpolateTriton(torch.autograd.Function):
             grast.zero_()
         if N and C:
             g = g_out.to(attr.dtype)
-            K["interp_bwd"][(K["cdiv"](N, _PIX_BLOCK),)](
-                attr, rast, tri, g, gattr, grast, N, C, H * W, W, ctx.astride, *g.stride(),
-                NEED_ATTR=need_a, NEED_RAST=need_r, BLOCK=_PIX_BLOCK, BLOCK_C=bc, num_warps=4,
+            bh, bw = _BWD_TILE
+            n_tx = -(-W // bw)
+            K["interp_bwd"][(n_tx * -(-H // bh), B)](
+                attr, rast, tri, g, gattr, grast, C, H, W, n_tx, ctx.astride, *g.stride(),
+                NEED_ATTR=need_a, NEED_RAST=need_r, BH=bh, BW=bw, BLOCK_C=bc, MAX_IDS=bwd_ids(), MIN_PIX=_BWD_MIN_PIX, num_warps=4,
             )
         return (gattr if need_a else None), (grast if need_r else None), None, None
 
