@@ -228,8 +228,14 @@ def _measure(name, label, pos, tri, attr, res, batch, case, device, args, ctx):
         fwd_bwd()
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated() / 2**20
+    cfg = None
+    if name == "triton":
+        from meshlift.kernels.raster_triton import describe_config
+
+        cfg = describe_config(res, res, batch)
     return {
         "impl": name,
+        "cfg": cfg,
         "label": label,
         "tris": tri.shape[0],
         "res": res,
@@ -274,7 +280,10 @@ def format_table(rows, impls, device, args) -> str:
     lines = [
         f"meshlift rasterize + interpolate ({' / '.join(i for i in impls if i != 'nvdiffrast')}), {datetime.date.today()}, {dev_name}, {vers}, commit {commit}",
         f"fragment budget {args.max_fragments or os.environ.get('MESHLIFT_RASTER_MAX_FRAGMENTS', 'default')}; median of {args.repeats} after {args.warmup} warm-up; "
-        f"triton tile {os.environ.get('MESHLIFT_TRITON_TILE', 'default')}; rasterize(grad_db=False) + interpolate of 3 channels, loss = sum",
+        "rasterize(grad_db=False) + interpolate of 3 channels, loss = sum; triton configuration per row (env "
+        "MESHLIFT_TRITON_TILE / _WARPS / _UNROLL / _STAMP / _BWD_IDS: "
+        + (", ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("MESHLIFT_TRITON_")) or "none set, defaults")
+        + ")",
         "",
     ]
     if nv:
@@ -296,7 +305,8 @@ def format_table(rows, impls, device, args) -> str:
             peak = f"{r['peak']:.0f}" if r["peak"] is not None else "n/a"
             first = f"{r['first']:.2f}" if r["first"] is not None else ""
             head = f"| {r['tris']:,} | {r['res']}² | {r['batch']} | "
-            body = f"{r['impl']} | {100 * r['visible']:.1f}% | {100 * r['coverage']:.0f}% | {r['fwd']:.2f} | {r['fwdbwd']:.2f} | {peak} | "
+            impl = f"{r['impl']} ({r['cfg']})" if r.get("cfg") else r["impl"]
+            body = f"{impl} | {100 * r['visible']:.1f}% | {100 * r['coverage']:.0f}% | {r['fwd']:.2f} | {r['fwdbwd']:.2f} | {peak} | "
             if nv:
                 lines.append(
                     head + f"{DISTANCE[r['case']]} | " + body
@@ -364,7 +374,8 @@ def main():
             for r in group:
                 extra = "".join(f", {k} {v:.2f}" if isinstance(v, float) else f", {k} {v}" for k, v in r["parts"].items())
                 first = f", first call {r['first']:.2f} s" if r["first"] is not None else ""
-                print(f"# {r['impl']}: {label} tris @ {res}² x{batch} ({case}): fwd {r['fwd']:.2f} ms, fwd+bwd {r['fwdbwd']:.2f} ms{first}{extra}", file=sys.stderr)
+                cfg = f" [{r['cfg']}]" if r.get("cfg") else ""
+                print(f"# {r['impl']}{cfg}: {label} tris @ {res}² x{batch} ({case}): fwd {r['fwd']:.2f} ms, fwd+bwd {r['fwdbwd']:.2f} ms{first}{extra}", file=sys.stderr)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     text = format_table(rows, impls, device, args)

@@ -11,16 +11,24 @@ depth planes, and the same evaluation order ``(a·px + c) + b·py``, as the torc
 formula as ``meshlift.render.rasterize._uvz_lean`` (the torch path with ``grad_db=True`` uses
 ``barycentrics_at``, which multiplies by ``1/Σe`` instead of dividing: equal to rounding). The binning and raster kernels
 are compiled without multiply-add contraction (``enable_fp_fusion=False``) and divide with correct
-rounding, so every value is rounded op by op as in the PyTorch twin on the CPU: under
-``TRITON_INTERPRET=1`` the results are bit-identical to the torch backend (tested), and on a GPU they
-are expected to be too (the ``gpu`` tests check ids exactly against the CPU torch backend).
+rounding, so every edge function, ``z/w`` and box bound is rounded op by op exactly as the torch backend
+computes it (whose planes, boxes and pixel-centre tables are themselves written as separate rounded ops,
+see ``kernels._common.triangle_planes``: ``torch.linalg.cross`` and ``torch.addcmul`` are compiled with
+fused multiply-adds on the CPU and on CUDA, and CUDA's ``tensor / scalar`` multiplies by a rounded
+reciprocal, which made 0.7 % of the ids differ between the two backends on CUDA at 1M triangles, 1024²,
+and one pixel against the CPU). Under ``TRITON_INTERPRET=1`` the results are bit-identical to the torch
+backend (tested); on a GPU they should be too. One stated exception remains possible on any device: a
+pixel centre that the rounded edge test accepts although it lies outside the triangle's bounding box
+plus its 1e-3 px slack (within rounding of a vertex) is tested by whichever backend's candidate set
+(tile / stamp) happens to reach it; the ``gpu`` tests therefore check ids exactly against the CPU torch
+backend at moderate sizes and allow 1e-3 of the pixels to differ at 1M triangles.
 
 Design (all kernels below; ``triton`` is imported only here, on first use):
 
 1. **Bin count** (``_bin_kernel``, ``EMIT=False``): one lane per triangle instance (grid: triangle blocks
    × images). Gathers the three clip-space vertices, culls triangles wholly behind the near plane or
    beyond the far plane (edge-on ones, ``det = 0``, are rejected by the raster kernel), computes the pixel bounding box of the projected
-   vertices (with 1e-2 px slack; triangles reaching ``w ≤ 0`` or behind the near plane get the whole
+   vertices (with the torch backend's 1e-3 px slack and arithmetic; triangles reaching ``w ≤ 0`` or behind the near plane get the whole
    image — always conservative, the per-pixel test decides) and adds 1 to the counter of every
    ``TILE_H × TILE_W`` screen tile the box touches (atomics).
 2. ``torch.cumsum`` of the per-tile counts gives each tile's slice of one flat list; **one host sync**
@@ -39,14 +47,24 @@ Design (all kernels below; ``triton`` is imported only here, on first use):
    pixel centre and keeps the nearest (then lowest-index) one (``_depth_test``). Afterwards the
    winner's vertices are gathered per pixel and ``u, v, z/w`` (and, with ``grad_db``, the screen
    derivatives) are computed and stored as ``rast`` directly.
-5. **Backward** (``_raster_bwd_kernel``): one lane per pixel; recomputes the edge functions of the
-   pixel's triangle from its vertices and scatters ``d rast / d pos`` into the three vertices with
-   ``atomic_add`` (formula: ``meshlift.render.rasterize._Barycentrics.backward``); a gradient through
-   ``rast_db`` (mip-level selection) is the analytic derivative of ``barycentrics_at``'s screen
-   derivatives, in the same kernel (twin: autograd through ``barycentrics_at``).
+5. **Backward** (``_raster_bwd_kernel``): one program per 16 × 16 pixel tile of an image, one lane per
+   pixel; recomputes the edge functions of the pixel's triangle from its vertices and forms ``d rast / d
+   pos`` of its three vertices (formula: ``meshlift.render.rasterize._Barycentrics.backward``); a
+   gradient through ``rast_db`` (mip-level selection) is the analytic derivative of
+   ``barycentrics_at``'s screen derivatives, in the same kernel (twin: autograd through
+   ``barycentrics_at``). **Pre-reduction** (``_scatter_vertices``): large triangles put hundreds of
+   pixels' atomics on the same 12 addresses (the first H200 run: backward-bound, 3× nvdiffrast), so up
+   to ``MESHLIFT_TRITON_BWD_IDS`` (default 8) times per tile the triangle of the first remaining pixel is
+   picked, its pixels' 12 values are summed in registers (one multi-operand ``tl.reduce``) and added
+   with 12 scalar atomics; the loop stops when a picked triangle covers fewer than 8 of the tile's
+   pixels (small triangles: per-pixel atomics lose nothing) and the pixels left add their own values.
+   All atomics use ``sem="relaxed"`` (Triton's default ``acq_rel`` orders each one; nothing reads the
+   gradient in the launch). The sums are reassociated: equal to the twin to float32 rounding (tests:
+   1e-5 abs / 1e-4 rel in float32, 1e-10 / 1e-9 in float64).
 6. **Interpolate** (``_interp_fwd_kernel`` / ``_interp_bwd_kernel``): per pixel gather of the three
-   vertices' attributes weighted by ``(u, v, 1 − u − v)``; backward atomically adds into the attribute
-   gradient and writes ``d/du, d/dv`` into the gradient of ``rast``.
+   vertices' attributes weighted by ``(u, v, 1 − u − v)``; backward (16 × 16 tiles, the same per-triangle
+   pre-reduction of the ``3 · C`` attribute gradients) adds into the attribute gradient and writes
+   ``d/du, d/dv`` into the gradient of ``rast``.
 
 Forward = 7 launches + 1 sync (key buffer fill, zero counters, count, cumsum, cursor copy, emit,
 raster) within the budget, + 1 for interpolate; backward = 2 launches per op (zeroed gradient + kernel). Memory: 4 bytes per tile counter and per (triangle, tile)
@@ -55,9 +73,11 @@ pair, 8 per pixel (key buffer), plus the outputs; no per-triangle or per-fragmen
 brute-force :mod:`meshlift.render.reference`); tests/test_kernels_raster_triton.py compares them
 forward and backward.
 
-Tile size: ``TILE_H × TILE_W`` pixels per raster program (default 16 × 16, ``num_warps`` 4, unroll 2,
-stamp 4), env ``MESHLIFT_TRITON_TILE=HxW`` / ``_WARPS`` / ``_UNROLL`` / ``_STAMP`` override
-(``benchmarks/raster_triton_tune.py`` sweeps them; the defaults are a guess until that has run on a GPU).
+Tile size: ``TILE_H × TILE_W`` pixels per raster program (default by frame size, :func:`default_tile`:
+8 × 8 below 2^21 pixels per call, 16 × 16 from there (2048², 512² × 8), as the first H200 sweep found;
+``num_warps`` 4, unroll 2, stamp 4), env ``MESHLIFT_TRITON_TILE=HxW`` / ``_WARPS`` / ``_UNROLL`` /
+``_STAMP`` override (``benchmarks/raster_triton_tune.py`` sweeps them; :func:`describe_config` says what
+a call runs with).
 Small tiles bin more pairs for large triangles (100k triangles filling a 1024² frame: ~330 px each, 2-4
 tiles of 16²); large tiles test more uncovered pixels per small triangle (1M triangles: a few px each).
 Batches (instanced ``[B, V, 4]`` or range mode) are the second grid axis of every per-triangle and
@@ -82,19 +102,30 @@ from typing import Optional, Tuple
 import torch
 
 from meshlift.errors import OutOfMemoryError, RenderError
+from meshlift.kernels._common import BBOX_SLACK_PX
 
-#: Default tile (rows, cols) of the raster kernel and its warps.
+#: Default tile (rows, cols) of the raster kernel and its warps. The tile depends on the frame
+#: (:func:`default_tile`): the first H200 sweep (benchmarks/raster_triton_tune.py, 2026-12-01: tiles
+#: 8x8 / 16x16 / 8x32, stamp 0 / 4, warps 4, unroll 2) found 8x8 + stamp 4 best over the ten cases
+#: (geometric mean) but 16x16 best on the 2048² and the batch-8 cases, i.e. from 2^21 pixels per call.
 DEFAULT_TILE = (16, 16)
+SMALL_FRAME_TILE = (8, 8)
+LARGE_FRAME_PIXELS = 2**21
 DEFAULT_WARPS = 4
 DEFAULT_UNROLL = 2
 DEFAULT_STAMP = 4
 #: Key of an empty pixel (int64 max; every key ≥ backends._common.EMPTY_KEY means empty).
 _EMPTY = 2**63 - 1
-#: Pixel slack of the bounding boxes (only adds candidates; the exact per-pixel test decides).
-_SLACK_PX = 1e-2
 #: Block sizes of the per-triangle and per-pixel kernels.
 _TRI_BLOCK = 128
 _PIX_BLOCK = 256
+#: Pixel tile (rows, cols) of one backward program (rasterize and interpolate): its gradients are summed
+#: per triangle in registers before the atomics (kernels' ``_scatter_vertices``).
+_BWD_TILE = (16, 16)
+#: Most triangles pre-reduced per backward tile (env ``MESHLIFT_TRITON_BWD_IDS``; 0 = per-pixel atomics only).
+DEFAULT_BWD_IDS = 8
+#: The pre-reduction of a tile stops once a picked triangle covers fewer pixels of it than this.
+_BWD_MIN_PIX = 8
 #: Largest total of (triangle, tile) pairs one call may bin before it refuses (4 bytes each).
 MAX_PAIRS = 2**30
 
@@ -136,12 +167,22 @@ def available(device: torch.device) -> bool:
     return dev.type == "cuda" or (dev.type == "cpu" and interpreting())
 
 
-def tile_config() -> Tuple[int, int, int, int, int]:
-    """``(TILE_H, TILE_W, num_warps, unroll, stamp)`` of the raster kernels from env ``MESHLIFT_TRITON_TILE``
-    ("16x16"), ``MESHLIFT_TRITON_WARPS``, ``MESHLIFT_TRITON_UNROLL`` (1 or 2 triangles per loop step) and
+def default_tile(H: int = 0, W: int = 0, B: int = 1) -> Tuple[int, int]:
+    """The raster tile for a ``B × H × W`` call: :data:`DEFAULT_TILE` (16x16) from
+    :data:`LARGE_FRAME_PIXELS` pixels in all (2048², 512² × 8), :data:`SMALL_FRAME_TILE` (8x8) below
+    (1024² and less: the sweep's best there); 16x16 when the size is not given."""
+    if H and W and H * W * max(B, 1) < LARGE_FRAME_PIXELS:
+        return SMALL_FRAME_TILE
+    return DEFAULT_TILE
+
+
+def tile_config(H: int = 0, W: int = 0, B: int = 1) -> Tuple[int, int, int, int, int]:
+    """``(TILE_H, TILE_W, num_warps, unroll, stamp)`` of the raster kernels for a ``B × H × W`` call: the
+    tile from :func:`default_tile` unless env ``MESHLIFT_TRITON_TILE`` ("16x16") says, and env
+    ``MESHLIFT_TRITON_WARPS``, ``MESHLIFT_TRITON_UNROLL`` (1 or 2 triangles per loop step) and
     ``MESHLIFT_TRITON_STAMP`` (0, 2, 4 or 8: triangles whose box fits that many pixels a side are
     stamped per triangle instead of binned to tiles; 0 = never)."""
-    th, tw = DEFAULT_TILE
+    th, tw = default_tile(H, W, B)
     env = os.environ.get("MESHLIFT_TRITON_TILE")
     if env:
         try:
@@ -162,6 +203,28 @@ def tile_config() -> Tuple[int, int, int, int, int]:
     if warps not in (1, 2, 4, 8, 16) or unroll not in (1, 2):
         raise RenderError(f"MESHLIFT_TRITON_WARPS must be 1-16 (power of two) and MESHLIFT_TRITON_UNROLL 1 or 2, got {warps}, {unroll}")
     return th, tw, warps, unroll, stamp
+
+
+def describe_config(H: int = 0, W: int = 0, B: int = 1) -> str:
+    """What a ``B × H × W`` call runs with, e.g. ``"tile 8x8, warps 4, unroll 2, stamp 4, bwd ids 8"``
+    (printed by the benchmarks)."""
+    th, tw, warps, unroll, stamp = tile_config(H, W, B)
+    return f"tile {th}x{tw}, warps {warps}, unroll {unroll}, stamp {stamp}, bwd ids {bwd_ids()}"
+
+
+def bwd_ids() -> int:
+    """Most triangles whose gradients one backward tile sums in registers before its atomics (env
+    ``MESHLIFT_TRITON_BWD_IDS``, default :data:`DEFAULT_BWD_IDS`; 0 = one atomic per pixel and value)."""
+    env = os.environ.get("MESHLIFT_TRITON_BWD_IDS")
+    if not env:
+        return DEFAULT_BWD_IDS
+    try:
+        k = int(env)
+    except ValueError:
+        k = -1
+    if not 0 <= k <= 64:
+        raise RenderError(f"MESHLIFT_TRITON_BWD_IDS={env!r} must be an integer 0-64 (0 = no pre-reduction)")
+    return k
 
 
 def _kernels():
@@ -214,9 +277,9 @@ def _bin_and_raster(
     (above it the triangles are processed in chunks, the per-pixel winner kept in a z-buffer).
     """
     K = _kernels()
-    th, tw, warps, unroll, stamp = tile_config()
     dev, dtype = pos.device, pos.dtype
     T = tri.shape[0]
+    th, tw, warps, unroll, stamp = tile_config(H, W, pos.shape[0] if ranges is None else ranges.shape[0])
     if ranges is None:
         B, V = pos.shape[0], pos.shape[1]
         rng = False
@@ -236,7 +299,7 @@ def _bin_and_raster(
         return rast, rast_db
     xtab, ytab = _tables(H, W, dtype, dev)
     args = (pos, tri, first, count)
-    scal = (T, V, H, W, n_tx, n_ty, W * 0.5, H * 0.5, float(max(H, W) + 2))
+    scal = (T, V, H, W, n_tx, n_ty, W * 0.5, H * 0.5, float(max(H, W) + 2), BBOX_SLACK_PX)
     bkw = dict(RANGE=rng, TILE_H=th, TILE_W=tw, STAMP=stamp, BLOCK=_TRI_BLOCK, num_warps=4, **_EXACT)
     # packed (z/w, index) key per pixel: stamped small triangles and earlier chunks meet the tiles here
     keys = torch.full((B * H * W,), _EMPTY, dtype=torch.int64, device=dev)
@@ -314,14 +377,15 @@ class _RasterizeTriton(torch.autograd.Function):
         if g_rast is not None or has_db:
             K = _kernels()
             xtab, ytab = _tables(H, W, pos.dtype, pos.device)
-            N = rast.shape[0] * H * W
             V = pos.shape[-2]
             g = g_rast.to(pos.dtype) if g_rast is not None else None
             d = g_db.to(pos.dtype) if has_db else None
-            K["raster_bwd"][(max(K["cdiv"](N, _PIX_BLOCK), 1),)](
+            bh, bw = _BWD_TILE
+            n_tx = -(-W // bw)
+            K["raster_bwd"][(n_tx * -(-H // bh), rast.shape[0])](
                 pos, tri, rast, rast if g is None else g, rast if d is None else d, xtab, ytab, _db_scale(H, W, pos.dtype, pos.device), gpos,
-                N, V, H, W, *(g.stride() if g is not None else (0, 0, 0, 0)), *(d.stride() if d is not None else (0, 0, 0, 0)),
-                RANGE=rng, HAS_G=g is not None, HAS_DB=has_db, BLOCK=_PIX_BLOCK, num_warps=4,
+                V, H, W, n_tx, *(g.stride() if g is not None else (0, 0, 0, 0)), *(d.stride() if d is not None else (0, 0, 0, 0)),
+                RANGE=rng, HAS_G=g is not None, HAS_DB=has_db, BH=bh, BW=bw, MAX_IDS=bwd_ids(), MIN_PIX=_BWD_MIN_PIX, num_warps=4,
             )
         return gpos, None, None, None, None, None, None
 
@@ -361,9 +425,11 @@ class _InterpolateTriton(torch.autograd.Function):
             grast.zero_()
         if N and C:
             g = g_out.to(attr.dtype)
-            K["interp_bwd"][(K["cdiv"](N, _PIX_BLOCK),)](
-                attr, rast, tri, g, gattr, grast, N, C, H * W, W, ctx.astride, *g.stride(),
-                NEED_ATTR=need_a, NEED_RAST=need_r, BLOCK=_PIX_BLOCK, BLOCK_C=bc, num_warps=4,
+            bh, bw = _BWD_TILE
+            n_tx = -(-W // bw)
+            K["interp_bwd"][(n_tx * -(-H // bh), B)](
+                attr, rast, tri, g, gattr, grast, C, H, W, n_tx, ctx.astride, *g.stride(),
+                NEED_ATTR=need_a, NEED_RAST=need_r, BH=bh, BW=bw, BLOCK_C=bc, MAX_IDS=bwd_ids(), MIN_PIX=_BWD_MIN_PIX, num_warps=4,
             )
         return (gattr if need_a else None), (grast if need_r else None), None, None
 
@@ -425,4 +491,4 @@ class TritonBackend:
         return rasterize_triton(pos, tri, resolution, ranges, grad_db, max_fragments)
 
 
-__all__ = ["TritonBackend", "rasterize_triton", "interpolate_triton", "available", "tile_config"]
+__all__ = ["TritonBackend", "rasterize_triton", "interpolate_triton", "available", "tile_config", "describe_config", "bwd_ids"]
