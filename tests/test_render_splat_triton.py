@@ -231,6 +231,19 @@ def _frustum_scene(n, W, H, seed, device="cuda"):
     return means, quats, scales, opac, colors, torch.eye(4, device=device)[None], K
 
 
+#: A Gaussian whose alpha lands on the other side of the 1/255 cut on one backend (float32 ``exp`` rounds
+#: differently in compiled Triton and in torch) changes a pixel by at most alpha·T·colour < 1/255; the
+#: T < 1e-4 stop adds at most 1e-4. Measured on the H200 (2026-12-01): max 1.7e-3 to 3.1e-3 over a frame,
+#: typical pixels ~1e-6.
+_FLIP_BOUND = 1.0 / 255.0 + 1e-4
+
+
+def _assert_maps_match(a: torch.Tensor, b: torch.Tensor) -> None:
+    d = (a - b).abs().flatten().float()
+    assert float(d.max()) < _FLIP_BOUND, float(d.max())
+    assert float(torch.quantile(d[torch.randperm(d.numel(), device=d.device)[:1_000_000]], 0.999)) < 5e-4
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("n,W,H", [(100_000, 800, 800), (300_000, 1920, 1080)])
@@ -243,9 +256,9 @@ def test_gpu_parity_triton_vs_torch(n, W, H):
         img, alpha, info = rasterize_gaussians(*leaves, w2c, K, W, H, settings=st, backend=b)
         (img.sum() + alpha.sum()).backward()
         res.append((img.detach(), alpha.detach(), info["median_depth"].detach(), [t.grad for t in leaves]))
-    # float32: exp(cumsum(log(1 - a))) vs cumprod may flip the T < 1e-4 / T > 0.5 decisions at a few pixels
-    assert (res[0][0] - res[1][0]).abs().max() < 5e-4
-    assert (res[0][1] - res[1][1]).abs().max() < 5e-4
+    # float32: exp rounding may flip the 1/255 cut, the T < 1e-4 / T > 0.5 decisions at a few pixels
+    _assert_maps_match(res[0][0], res[1][0])
+    _assert_maps_match(res[0][1], res[1][1])
     assert ((res[0][2] - res[1][2]).abs() > 1e-4).float().mean() < 1e-3
     for a, b in zip(res[0][3], res[1][3]):
         assert (a - b).norm() <= 1e-3 * a.norm()
@@ -292,9 +305,9 @@ def test_gpu_parity_sh3_extras_two_cameras_and_statistics():
         (img[..., :3].sum() + alpha.sum() + info["normal"].sum()).backward()
         stats = gaussian_statistics(means, quats, scales, opac, w2c, K, W, H, settings=st, backend=b)
         res.append((img.detach(), alpha.detach(), info["normal"].detach(), [t.grad for t in leaves], stats))
-    assert (res[0][0][..., :3] - res[1][0][..., :3]).abs().max() < 5e-4
-    assert (res[0][1] - res[1][1]).abs().max() < 5e-4
-    assert (res[0][2] - res[1][2]).abs().max() < 5e-4
+    _assert_maps_match(res[0][0][..., :3], res[1][0][..., :3])
+    _assert_maps_match(res[0][1], res[1][1])
+    _assert_maps_match(res[0][2], res[1][2])
     for a, b in zip(res[0][3], res[1][3]):
         assert (a - b).norm() <= 1e-3 * a.norm()
     sa, sb = res[0][4], res[1][4]
