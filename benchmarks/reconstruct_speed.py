@@ -112,8 +112,11 @@ class StageClock:
 
     _null = contextlib.nullcontext()
     profiling = False
+    on_step = None
 
     def __call__(self, name: str):
+        if name == "views" and self.on_step is not None:
+            self.on_step()
         if self.profiling:  # profiled steps: label the ops of each stage (record_function ranges)
             return torch.profiler.record_function(f"stage::{name}")
         if not self.armed:
@@ -192,7 +195,12 @@ def render_stages(clock: StageClock):
 
 
 class PhaseMonitor:
-    """A ``Monitor`` that moves the benchmark through warm-up → timed → profiled steps of a pass."""
+    """Moves the benchmark through warm-up → timed → profiled steps of a pass.
+
+    Step boundaries are the loop's ``views`` stage (the first of every step, both passes), not
+    ``Monitor.update``: with deferred loss read-backs the monitor hears of steps in groups. The pass is run
+    for ``warmup + steps + profile_steps + 1`` steps; the extra step's start closes the profiled window.
+    """
 
     def __init__(self, clock: StageClock, device: torch.device, warmup: int, steps: int, profile_steps: int) -> None:
         self.clock, self.device = clock, device
@@ -204,20 +212,49 @@ class PhaseMonitor:
         self.sync_warnings = 0
         self._warn_ctx = None
         self.stacks = False
+        self.legacy = False  # a tree without the stage seam: step boundaries from Monitor.update
 
+    # -- Monitor protocol (progress is not needed here)
     def start_pass(self, name, total, start=0):
         self.n = 0
-        if self.warmup == 0:
-            self._begin_timed()
+        if self.legacy:
+            self.step_boundary()
+        else:
+            self.clock.on_step = self.step_boundary
 
+    def update(self, iteration, loss, psnr):
+        if self.legacy:  # every step is read back at once there: update(it) = step it is about to start
+            self.step_boundary()
+
+    def end_pass(self):
+        self.clock.on_step = None
+        if self.prof is not None and self.clock.profiling:
+            self._end_profile()
+
+    def log(self, message):
+        pass
+
+    # -- phases
     def _sync(self):
         if self.device.type == "cuda":
             torch.cuda.synchronize()
 
-    def _begin_timed(self):
-        self._sync()
-        self.clock.arm()
-        self.t_timed = time.perf_counter()
+    def step_boundary(self):
+        """Called when step ``self.n`` (0-based) is about to start."""
+        self.clock.end_step()
+        if self.n == self.warmup:
+            self._sync()
+            self.clock.arm()
+            self.t_timed = time.perf_counter()
+        if self.n == self.warmup + self.steps:
+            self._sync()
+            self.wall_s = time.perf_counter() - self.t_timed
+            self.clock.disarm()
+            if self.profile_steps:
+                self._begin_profile()
+        if self.profile_steps and self.n == self.warmup + self.steps + self.profile_steps:
+            self._end_profile()
+        self.n += 1
 
     def _begin_profile(self):
         from torch.profiler import ProfilerActivity, profile
@@ -239,26 +276,6 @@ class PhaseMonitor:
             self._warn_ctx.__exit__(None, None, None)
         self.prof.__exit__(None, None, None)
         self.clock.profiling = False
-
-    def update(self, iteration, loss, psnr):
-        self.clock.end_step()
-        self.n += 1
-        if self.n == self.warmup:
-            self._begin_timed()
-        elif self.n == self.warmup + self.steps:
-            self._sync()
-            self.wall_s = time.perf_counter() - self.t_timed
-            self.clock.disarm()
-            if self.profile_steps:
-                self._begin_profile()
-        elif self.profile_steps and self.n == self.warmup + self.steps + self.profile_steps:
-            self._end_profile()
-
-    def end_pass(self):
-        pass
-
-    def log(self, message):
-        pass
 
 
 def count_ops(prof, steps: int) -> dict:
@@ -337,7 +354,7 @@ def run_config(label: str, cfg, warmup: int, steps: int, profile_steps: int, log
     from meshlift.methods.nvdiffrec.reconstruct import load_problem
 
     device = resolve_device(cfg.device)
-    n_total = warmup + steps + profile_steps
+    n_total = warmup + steps + profile_steps + 1  # the last step only closes the profiled window
     cfg = dataclasses.replace(cfg, iter_pass1=n_total, iter_pass2=n_total)
     torch.manual_seed(cfg.seed)
     t = time.perf_counter()
@@ -355,7 +372,7 @@ def run_config(label: str, cfg, warmup: int, steps: int, profile_steps: int, log
     kw1 = {"stages": clock} if "stages" in sig1 else {}  # older trees (the "before" counts) have no stage seam
     with render_stages(clock):
         mon1 = PhaseMonitor(clock, device, warmup, steps, profile_steps)
-        mon1.stacks = stacks
+        mon1.stacks, mon1.legacy = stacks, not kw1
         t = time.perf_counter()
         p1 = passes.run_pass1(cfg, data, device, state=state, monitor=mon1, checkpointer=ck, **kw1)
         result["pass1_total_s"] = time.perf_counter() - t
@@ -370,7 +387,7 @@ def run_config(label: str, cfg, warmup: int, steps: int, profile_steps: int, log
         result["pass2_faces"] = int(base.num_faces)
         kw2 = {"stages": clock, "prepared": (base, tex)} if "prepared" in sig2 else {}
         mon2 = PhaseMonitor(clock, device, warmup, steps, profile_steps)
-        mon2.stacks = stacks
+        mon2.stacks, mon2.legacy = stacks, not kw2
         p2 = passes.run_pass2(cfg, data, device, p1, state=state, monitor=mon2, checkpointer=ck, **kw2)
         result["pass2"] = _pass_result(clock, mon2, steps, profile_steps)
 
