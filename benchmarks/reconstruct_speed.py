@@ -57,7 +57,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+if not os.environ.get("PYTHONPATH"):  # an explicit PYTHONPATH (e.g. another checkout, for "before" counts) wins
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 #: Ops that synchronise with the device on CUDA (their output size or value is read by the host).
 SYNC_OPS = frozenset({
@@ -347,6 +348,18 @@ def make_config(preset: str, quick: bool, device: str, overrides: list[str]):
     return apply_dict(cfg, values)
 
 
+def _commit() -> str:
+    """The commit of the meshlift that is imported (not necessarily this script's checkout)."""
+    import meshlift
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(meshlift.__file__).parent)
+        return out.stdout.strip() or "?"
+    except OSError:
+        return "?"
+
+
 def run_config(label: str, cfg, warmup: int, steps: int, profile_steps: int, log, stacks: bool = False) -> dict:
     from meshlift.methods.engine import Checkpointer, TrainState, resolve_device
     from meshlift.methods.nvdiffrec import passes
@@ -480,11 +493,7 @@ def main(argv=None) -> int:
         cfg = make_config(args.preset, c == "quick", args.device, args.overrides)
         label = f"{args.preset}{' --quick' if c == 'quick' else ''}"
         results.append(run_config(label, cfg, args.warmup, args.steps, args.profile_steps, log, args.stacks))
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).parent).stdout.strip()
-    except OSError:
-        commit = "?"
+    commit = _commit()
     dev = results[0]["device"]
     name = torch.cuda.get_device_name() if dev.startswith("cuda") else "CPU"
     header = (f"reconstruct_speed: preset {args.preset}, {datetime.date.today()}, {name}, torch {torch.__version__}, "
