@@ -55,12 +55,16 @@ class StageRates:
 
 #: Per-device rates. CPU: the shared 2-core development machine under load (``meshlift demo`` on 2026-12-01:
 #: hidden-face removal of 64 × 512² renders 89 s, unwrap + bake of 13.7k faces at 256² 9.4 s, evaluation
-#: with 2 × 50k samples 7.4 s); CUDA: the H200 runs of docs/results.md (spot, 30k faces, 2048² textures:
-#: about 5 s between the passes and 7 s of evaluation and export). xatlas runs on the host CPU in both.
+#: with 2 × 50k samples 7.4 s). CUDA: the H200 runs of docs/results.md (spot, ≤ 30k faces, 2048² textures:
+#: about 5 s between the passes and 7 s of evaluation and export) and issue 9's budgeted lego run (nerf preset,
+#: grid 96, 380 s budget: pass 2 got 31 steps of its 95 s window, so hidden-face removal + decimation of the
+#: ~10^5-face pass-1 mesh + xatlas + bake took ~90 s). Decimation and xatlas run on the host CPU on both,
+#: so the per-face rate is the one that matters most; it errs high (pass 1 a little shorter rather than
+#: pass 2 starved). Check them against ``timings`` in metrics.json.
 RATES = {
     "cpu": StageRates(hidden_s_per_pixel=4.0e-6, unwrap_s_per_face=5.0e-4, bake_s_per_texel=3.0e-6,
                       eval_s_per_pixel=3.0e-6, eval_s_per_sample=5.0e-5, export_s_per_texel=2.0e-7, fixed_s=2.0),
-    "cuda": StageRates(hidden_s_per_pixel=2.0e-8, unwrap_s_per_face=1.0e-4, bake_s_per_texel=1.0e-7,
+    "cuda": StageRates(hidden_s_per_pixel=2.0e-8, unwrap_s_per_face=4.0e-4, bake_s_per_texel=1.0e-7,
                        eval_s_per_pixel=5.0e-8, eval_s_per_sample=5.0e-6, export_s_per_texel=3.0e-7, fixed_s=1.0),
 }
 
