@@ -26,15 +26,18 @@ from meshlift.methods.engine import (CHECKPOINT_NAME, FINISHED_MARKER, Checkpoin
                                      resolve_device)
 from meshlift.methods.nvdiffrec.config import RESUME_FIXED, SurfaceConfig, config_to_dict
 from meshlift.methods.nvdiffrec.evaluate import geometry_metrics, image_metrics, render_views, to_world
-from meshlift.methods.nvdiffrec.passes import run_pass1, run_pass2
+from meshlift.methods.nvdiffrec.budget import SurfaceStageCosts
+from meshlift.methods.nvdiffrec.passes import prepare_pass2_mesh, run_pass1, run_pass2
 from meshlift.structures.mesh import Mesh
 
-__all__ = ["BUDGET_FRACTIONS", "ReconstructionResult", "load_problem", "oom_error", "reconstruct",
-           "synthetic_problem"]
+__all__ = ["ReconstructionResult", "budget_for", "load_problem", "oom_error", "reconstruct", "synthetic_problem"]
 
-#: With ``time_budget_s``: pass 1 ends once this fraction of the budget has passed since the start, pass 2
-#: once ``pass2`` has (the rest is left for evaluation and export).
-BUDGET_FRACTIONS = {"pass1": 0.55, "pass2": 0.80}
+
+def budget_for(cfg: SurfaceConfig) -> TimeBudget:
+    """The run's :class:`~meshlift.methods.engine.TimeBudget`: ``time_budget_s`` shared by the two passes as
+    ``budget_pass2_share`` says, after the estimated non-training stages (:mod:`.budget`)."""
+    share = float(cfg.budget_pass2_share)
+    return TimeBudget(cfg.time_budget_s, {"pass1": 1.0 - share, "pass2": share})
 
 
 def oom_error(cfg: SurfaceConfig, where: str) -> OutOfMemoryError:
@@ -172,7 +175,7 @@ def reconstruct(
         check_resume_compatible(checkpoint["config"], config_to_dict(cfg), RESUME_FIXED, str(checkpointer.path))
     torch.manual_seed(cfg.seed)
 
-    budget = TimeBudget(cfg.time_budget_s, BUDGET_FRACTIONS)
+    budget = budget_for(cfg)
     t_start = budget.t_start
     where = "loading the data"
     try:
@@ -201,14 +204,24 @@ def reconstruct(
         if checkpoint is not None:
             state = TrainState(**checkpoint["state"])
         preview = outputs.preview_writer(out, data, cfg, device)
+        th, tw = data.test.resolution
+        costs = SurfaceStageCosts(cfg, device.type, len(data.test) * th * tw, measured=state.timings)
         where = "pass 1"
         p1 = run_pass1(cfg, data, device, state=state, monitor=monitor, checkpointer=checkpointer,
-                       checkpoint=checkpoint, preview=preview, deadline=budget.deadline("pass1"))
+                       checkpoint=checkpoint, preview=preview, deadline=budget.deadline("pass1", costs))
+        prepared = None
+        if checkpoint is None or checkpoint.get("pass2") is None:
+            where = "UV unwrap and bake"
+            t_stage = time.perf_counter()
+            prepared = prepare_pass2_mesh(p1, cfg)
+            state.timings["unwrap_bake_s"] = time.perf_counter() - t_stage
         where = "pass 2"
         p2 = run_pass2(cfg, data, device, p1, state=state, monitor=monitor, checkpointer=checkpointer,
-                       checkpoint=checkpoint, preview=preview, deadline=budget.deadline("pass2"))
+                       checkpoint=checkpoint, preview=preview, deadline=budget.deadline("pass2", costs),
+                       prepared=prepared)
         where = "evaluation"
         monitor.log("evaluating held-out views")
+        t_stage = time.perf_counter()
         ours, targets = render_views(p2.mesh, data.test, p2.light, None, cfg, device)
         metrics = image_metrics(ours, targets)
         metrics["test_views"] = len(data.test)
@@ -225,13 +238,16 @@ def reconstruct(
         metrics["faces"] = mesh_world.num_faces
         metrics["vertices"] = mesh_world.num_vertices
         metrics["device"] = str(device)
+        state.timings["eval_s"] = time.perf_counter() - t_stage
         state.timings["total_s"] = time.perf_counter() - t_start
         metrics["timings"] = dict(state.timings)
         files: dict = {}
         if out is not None:
             where = "export"
+            t_stage = time.perf_counter()
             files = outputs.write_outputs(out, mesh_world, dmtet_world, p2.light, metrics, state.history, cfg,
                                           ours=ours, targets=targets)
+            state.timings["export_s"] = time.perf_counter() - t_stage
     except MeshliftError:
         raise
     except Exception as exc:  # noqa: BLE001 - only memory errors are translated, the rest re-raised
