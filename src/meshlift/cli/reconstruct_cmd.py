@@ -178,8 +178,6 @@ def register(app: typer.Typer) -> None:
         method: str = typer.Option("nvdiffrec", "--method", "-m", help="nvdiffrec (textured mesh, default) or "
                                    "gaussians (3D Gaussian splatting: point_cloud.ply; presets gaussians, "
                                    "gaussians_tiny)."),
-        overwrite: bool = typer.Option(False, "--overwrite", help="Replace a previous run in OUT "
-                                       "(--method gaussians; otherwise such a folder is refused)."),
     ) -> None:
         """Reconstruct a textured PBR mesh (OBJ+MTL, GLB), an HDR light probe and metrics from posed images,
         or train 3D Gaussians (--method gaussians)."""

@@ -35,7 +35,7 @@ from typing import Callable, Optional
 import torch
 
 from meshlift.errors import ConfigError, MeshliftError
-from meshlift.methods.engine import Checkpointer, Monitor, TrainState, ViewSampler, end_step
+from meshlift.methods.engine import CheckpointCadence, Checkpointer, Monitor, TrainState, ViewSampler, end_step
 from meshlift.methods.gaussians.config import GaussiansConfig, config_to_dict, densify_strategy
 from meshlift.methods.gaussians.views import SplatProblem
 
@@ -365,7 +365,7 @@ class GaussianTrainer:
             self.step = s + 1
             self.state.timings["train_s"] = timed + time.perf_counter() - t0
             stop = end_step(1, s, total, loss, mse, state=self.state, monitor=self.monitor,
-                            preview_every=cfg.preview_every, checkpoint_every=0, deadline=deadline,
+                            preview_every=cfg.preview_every, cadence=CheckpointCadence(0, 0.0), deadline=deadline,
                             save=lambda: None,
                             preview=None if self.preview is None else
                             lambda: self.preview(self.step, self.params, self.sh_schedule(s)))
