@@ -14,6 +14,8 @@ Source: Kerbl et al. 2023, "3D Gaussian Splatting for Real-Time Radiance Field R
    :class:`LogLinearLR` (× scene scale);
 5. the densification strategy's hooks (:class:`~meshlift.methods.gaussians.strategy.DefaultStrategy`, or any
    object with the same hooks);
+   then an optional :class:`Regularizer`'s hooks (extra render outputs, extra loss terms, its own optimiser
+   step and state; MILo's mesh in the loop uses them);
 6. the **guard**: the loss and every parameter must be finite. Otherwise the run rolls back to the last
    good state (the last checkpoint, or the start), halves every learning rate once and continues; a second
    divergence stops with :class:`DivergenceError` — nothing non-finite is ever checkpointed or exported.
