@@ -102,6 +102,7 @@ class Regularizer:
     1. :meth:`render_outputs` before the render: extra maps of ``rasterize_gaussians`` it needs
        (``"median_depth"``, ``"normal"``, ``"expected_depth"``; they arrive in ``info``);
     2. :meth:`loss` after the photometric loss, before ``backward``: a scalar added to the loss (or None);
+       ``info`` also holds the render's ``alpha [B, H, W, 1]``;
     3. :meth:`after_optimizer_step` after the Gaussian optimisers and the strategy's hooks (step its own
        optimisers there; gradients of its own parameters are in ``.grad``);
     4. :meth:`state_dict` / :meth:`load_state_dict` with every checkpoint and rollback (CPU tensors).
@@ -336,10 +337,11 @@ class GaussianTrainer:
         extra = self.regularizer.render_outputs(s) if self.regularizer is not None else ()
         if extra:
             settings = dataclasses.replace(settings, outputs=tuple(extra))
-        img, _, info = render_params(self.params, batch, self.sh_schedule(s), bg, self.near, settings,
-                                     cfg.splat_backend)
+        img, alpha, info = render_params(self.params, batch, self.sh_schedule(s), bg, self.near, settings,
+                                         cfg.splat_backend)
         losses = photometric_loss(img, target, cfg.ssim_lambda)
         if self.regularizer is not None:
+            info["alpha"] = alpha
             reg = self.regularizer.loss(s, self, batch, img, info)
             if reg is not None:
                 losses["loss"] = losses["loss"] + reg

@@ -47,6 +47,7 @@ def refine_occupancy(reg, params: dict, steps: int, labels_every: int, *, sample
     import dataclasses
 
     from meshlift.methods.gaussians.trainer import render_params
+    from meshlift.methods.milo.mesh_in_loop import surface_depth
 
     t0 = time.perf_counter()
     frozen = {k: v.detach() for k, v in params.items()}
@@ -64,8 +65,8 @@ def refine_occupancy(reg, params: dict, steps: int, labels_every: int, *, sample
             reg.refresh_labels(frozen)
         batch = reg.problem.train.batch(sampler.next(), reg.device)
         with torch.no_grad():
-            _, _, info = render_params(frozen, batch, 0, bg, reg.near, settings, reg.cfg.splat_backend)
-        terms = reg.mesh_losses(frozen, batch, info["median_depth"])
+            _, alpha, info = render_params(frozen, batch, 0, bg, reg.near, settings, reg.cfg.splat_backend)
+        terms = reg.mesh_losses(frozen, batch, surface_depth(info["median_depth"], alpha))
         terms.pop("mesh")
         loss = reg.weighted(terms)
         opt.zero_grad(set_to_none=True)

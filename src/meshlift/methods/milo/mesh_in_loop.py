@@ -18,7 +18,8 @@ plugs into :class:`~meshlift.methods.gaussians.trainer.GaussianTrainer` through 
   current tets with the large-edge filter (:func:`meshlift.isosurface.dmtet.marching_tets`), the mesh's
   depth and normals at the batch's views (:func:`~meshlift.methods.milo.occupancy_labels.render_mesh_maps`,
   meshlift's rasterizer, fragment budget ``max_fragments``) and four losses: depth
-  ``log(1 + |D_mesh − D_gauss| / scene_scale)`` (pixels covered by both), normal ``1 − |n_mesh · n_gauss|``
+  ``log(1 + |D_mesh − D_gauss| / scene_scale)`` (pixels covered by both; ``D_gauss`` is the median depth
+  where the Gaussians are opaque, :func:`surface_depth`, as in the fusion), normal ``1 − |n_mesh · n_gauss|``
   (``n_gauss`` from the Gaussian median depth, as MILo), occupied centres ``mean(max(0.5 − occ_centre, 0))``
   and BCE on the inside labels. Gradients reach the Gaussians (through the pivots and the Gaussian depth)
   and the occupancy shift (Adam, ``lr_occupancy``), stepped in :meth:`after_optimizer_step`.
@@ -45,7 +46,7 @@ import torch
 
 from meshlift.methods.gaussians.trainer import Regularizer
 
-__all__ = ["MeshInTheLoop", "depth_normal_loss"]
+__all__ = ["MeshInTheLoop", "depth_normal_loss", "surface_depth"]
 
 
 def depth_normal_loss(normal: torch.Tensor, median_depth: torch.Tensor, K: torch.Tensor,
@@ -65,6 +66,17 @@ def depth_normal_loss(normal: torch.Tensor, median_depth: torch.Tensor, K: torch
     err = 1.0 - (n_r * n_d).sum(-1)
     sel = err[ok]
     return sel.mean() if sel.numel() else err.sum() * 0.0
+
+
+def surface_depth(median_depth: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """The median depth where the pixel is opaque (``alpha > 0.5``: transmittance crossed 0.5), else 0 (empty).
+
+    The renderer's median depth falls back to the last contributor where T never crosses 0.5; for the
+    depth fusion and the mesh depth loss such pixels hold no surface (faint floaters would otherwise
+    become closed blobs: their far side gets no free-space vote). [our choice; MILo's rasterizer behaviour
+    there is not in the notes.] Shapes ``[B, H, W, 1]``.
+    """
+    return torch.where(alpha.detach() > 0.5, median_depth, torch.zeros_like(median_depth))
 
 
 class MeshInTheLoop(Regularizer):
@@ -120,7 +132,7 @@ class MeshInTheLoop(Regularizer):
 
     @torch.no_grad()
     def gaussian_depths(self, params: dict, sh_degree: int = 0) -> torch.Tensor:
-        """``[C, H, W]`` median depth of every training view (no grad), on the device."""
+        """``[C, H, W]`` surface depth (:func:`surface_depth`) of every training view (no grad), on the device."""
         import dataclasses
 
         from meshlift.methods.gaussians.trainer import render_params
@@ -131,8 +143,8 @@ class MeshInTheLoop(Regularizer):
         out = []
         for i in range(len(views)):
             b = views.batch(torch.tensor([i]), self.device)
-            _, _, info = render_params(params, b, 0, bg, self.near, settings, self.cfg.splat_backend)
-            out.append(info["median_depth"][..., 0])
+            _, alpha, info = render_params(params, b, 0, bg, self.near, settings, self.cfg.splat_backend)
+            out.append(surface_depth(info["median_depth"], alpha)[..., 0])
         return torch.cat(out)
 
     @torch.no_grad()
@@ -281,7 +293,8 @@ class MeshInTheLoop(Regularizer):
         if not self.active:
             self.start(step, trainer.params)
         self._maintain(step, trainer.params)
-        terms = self.mesh_losses(trainer.params, batch, info["median_depth"])
+        md = info["median_depth"] if "alpha" not in info else surface_depth(info["median_depth"], info["alpha"])
+        terms = self.mesh_losses(trainer.params, batch, md)
         verts, faces = terms.pop("mesh")
         self.mesh_size = (int(verts.shape[0]), int(faces.shape[0]))
         self.last.update({f"mesh_{k}": float(v.detach()) for k, v in terms.items()})
