@@ -226,6 +226,7 @@ class _StopAt(TrainCallbacks):
             raise _Interrupt()
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly(scene, tmp_path):
     """A run killed at step 11 (checkpoint at 10, mesh in the loop since 8) and resumed ends with the
     Gaussians, SDF and tets of an uninterrupted run (no background triangulation pending at the checkpoint)."""
