@@ -99,6 +99,9 @@ class MiloConfig(GaussiansConfig):
     """Label refresh interval during the refinement (MILo: 100)."""
     keep_components: float = 0.02
     """Cleaning: drop connected components whose bbox diagonal is below this × the mesh's (0 keeps all)."""
+    min_component_faces: float = 0.01
+    """Cleaning: also drop connected components with fewer faces than this × the largest component's
+    (the fragments floaters leave; 0 keeps all)."""
     texture_res: int = 1024
     """Side of the baked albedo texture (texels)."""
     simplify: int = 0
@@ -116,7 +119,7 @@ SHAPE_FIELDS = ("sh_degree", "data", "num_pivots", "mesh_res_scale", "ref_views"
 _CHOICES = {"imp_metric": ("indoor", "outdoor")}
 _UNIT = ("sampling_factor", "prune_cdf", "sdf_reset_blend")
 _NONNEG = ("depth_normal_weight", "mesh_depth_weight", "mesh_normal_weight", "occupied_centres_weight",
-           "occupancy_label_weight", "keep_components", "color_depth_tol", "mesh_res_scale")
+           "occupancy_label_weight", "keep_components", "min_component_faces", "color_depth_tol", "mesh_res_scale")
 _GE1 = ("num_pivots", "delaunay_every", "sdf_reset_every", "labels_every", "extract_labels_every",
         "mesh_chunk_views", "tet_chunk", "texture_res", "ref_views", "ref_test_views", "eval_samples")
 _GE0 = ("sampling_step", "prune_step", "depth_normal_start", "mesh_start", "sdf_reset_stop", "extract_steps",

@@ -9,7 +9,8 @@ After training (Guédon et al. 2025; MILo's ``mesh_extract_sdf.py`` as described
 2. :func:`final_mesh`: marching tets + the large-edge filter, MILo's frustum culling (faces with a vertex
    inside no training view's frustum are dropped, :func:`in_any_frustum`), then meshlift's export cleaning
    (:func:`meshlift.mesh.clean.clean_mesh`: non-finite vertices, duplicates, degenerate / duplicate /
-   non-manifold faces, winding, components smaller than ``keep_components``), optional decimation
+   non-manifold faces, winding, components smaller than ``keep_components``), components with fewer than
+   ``min_component_faces`` × the largest one's faces (floater fragments), optional decimation
    (``simplify``, :func:`meshlift.mesh.simplify.simplify_mesh`).
 3. Colour by **depth fusion of the training images** (:func:`fuse_colors`): a point takes the mean straight
    colour of the training views that see it — it projects inside the image, onto a covered pixel (alpha
@@ -149,7 +150,24 @@ def in_any_frustum(points: torch.Tensor, views, near: float) -> torch.Tensor:
     return ok
 
 
-def final_mesh(reg, params: dict, *, keep_components: float, simplify: int = 0):
+def drop_small_components(mesh, min_faces_frac: float):
+    """``(mesh, dropped faces)`` without the face-connected components smaller than ``min_faces_frac`` × the
+    largest one's face count (:func:`meshlift.mesh.clean.face_components`)."""
+    import numpy as np
+
+    from meshlift.mesh.clean import compact, face_components, remap
+
+    if min_faces_frac <= 0 or mesh.num_faces == 0:
+        return mesh, 0
+    n, lab = face_components(mesh.t_pos_idx.numpy(), int(mesh.v_pos.shape[0]))
+    sizes = np.bincount(lab, minlength=n)
+    keep = sizes[lab] >= min_faces_frac * sizes.max()
+    if keep.all():
+        return mesh, 0
+    return compact(remap(mesh, keep_faces=keep)), int((~keep).sum())
+
+
+def final_mesh(reg, params: dict, *, keep_components: float, simplify: int = 0, min_component_faces: float = 0.0):
     """Step 2: ``(Mesh, report)`` — marching tets + filter, cleaned (and decimated with ``simplify`` > 0).
 
     Raises:
@@ -173,6 +191,7 @@ def final_mesh(reg, params: dict, *, keep_components: float, simplify: int = 0):
                         "cameras (meshlift inspect)")
     mesh, rep = clean_mesh(Mesh(verts.float().cpu(), faces.long().cpu()), keep_components=keep_components)
     report["clean"] = {k: v for k, v in vars(rep).items() if isinstance(v, (int, float, str, list))}
+    mesh, report["small_fragment_faces"] = drop_small_components(mesh, min_component_faces)
     if simplify > 0 and mesh.num_faces > simplify:
         from meshlift.mesh.simplify import simplify_mesh
 

@@ -308,7 +308,7 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
                                           sampler=trainer.sampler, monitor=monitor, seed=cfg.seed,
                                           deadline=budget.deadline("extract"))
         mesh, mrep = extract.final_mesh(reg, trainer.params, keep_components=cfg.keep_components,
-                                        simplify=cfg.simplify)
+                                        simplify=cfg.simplify, min_component_faces=cfg.min_component_faces)
         monitor.log(f"mesh: {mrep['vertices']:,} vertices, {mrep['faces']:,} faces (raw {mrep['raw_faces']:,}); "
                     "colouring and baking the albedo texture")
         colored, textured, crep = extract.texture_mesh(
