@@ -1,5 +1,7 @@
 """`meshlift reconstruct`: two-pass surface reconstruction (DMTet/FlexiCubes + PBR materials + HDR light), or
-3D Gaussian splatting with ``--method gaussians`` (:mod:`meshlift.methods.gaussians.reconstruct`).
+3D Gaussian splatting with ``--method gaussians`` (:mod:`meshlift.methods.gaussians.reconstruct`), or MILo
+(Gaussians with the mesh in the loop → a textured mesh) with ``--method milo``
+(:mod:`meshlift.methods.milo.reconstruct`).
 
 Configuration precedence: preset (``--preset``, CPU-sized with ``--quick``) → ``--config FILE`` (JSON/TOML)
 → ``--set field=value`` / trailing ``field=value`` arguments. With ``--resume`` the base is the run's saved
@@ -180,9 +182,12 @@ def register(app: typer.Typer) -> None:
             "format's definition, default) or opencv (same as --set camera_convention=)."),
         up: Optional[str] = typer.Option(None, "--up", help="The dataset's up axis (z, -y, ...): exported meshes "
                                          "are rotated so it becomes glTF's +Y (nvdiffrec; same as --set up_axis=)."),
-        method: str = typer.Option("nvdiffrec", "--method", "-m", help="nvdiffrec (textured mesh, default) or "
+        method: str = typer.Option("nvdiffrec", "--method", "-m", help="nvdiffrec (textured mesh, default), "
                                    "gaussians (3D Gaussian splatting: point_cloud.ply; presets gaussians, "
-                                   "gaussians_tiny)."),
+                                   "gaussians_tiny) or milo (Gaussians with the mesh in the loop -> textured "
+                                   "mesh; presets verylowres, lowres, default, milo_tiny)."),
+        simplify: Optional[int] = typer.Option(None, "--simplify", help="--method milo: decimate the final mesh "
+                                               "to at most this many faces (same as --set simplify=N)."),
     ) -> None:
         """Reconstruct a textured PBR mesh (OBJ+MTL, GLB), an HDR light probe and metrics from posed images,
         or train 3D Gaussians (--method gaussians)."""
@@ -191,10 +196,16 @@ def register(app: typer.Typer) -> None:
         from meshlift.errors import ConfigError
 
         console = Console()
-        if method not in ("nvdiffrec", "gaussians"):
-            raise ConfigError(f"--method {method!r}: choose nvdiffrec or gaussians")
+        if method not in ("nvdiffrec", "gaussians", "milo"):
+            raise ConfigError(f"--method {method!r}: choose nvdiffrec, gaussians or milo")
+        if simplify is not None and method != "milo":
+            raise ConfigError("--simplify applies to --method milo only")
         if help_config:
-            if method == "gaussians":
+            if method == "milo":
+                from meshlift.methods.milo.reconstruct import help_config as milo_help
+
+                typer.echo(milo_help())
+            elif method == "gaussians":
                 from meshlift.methods.gaussians.reconstruct import help_config as gaussians_help
 
                 typer.echo(gaussians_help())
@@ -213,8 +224,8 @@ def register(app: typer.Typer) -> None:
             items.append(f"camera_convention={camera_convention}")
         if up is not None:
             if method != "nvdiffrec":
-                raise ConfigError("--up applies to mesh exports (--method nvdiffrec); a 3DGS point cloud stays in "
-                                  "the dataset's world frame")
+                raise ConfigError("--up is implemented for the surface method's exports (--method nvdiffrec); "
+                                  "gaussians and milo outputs stay in the dataset's world frame")
             items.append(f"up_axis={up}")
         if data is not None and "=" in data and not Path(data).exists():
             items.insert(0, data)
@@ -224,6 +235,18 @@ def register(app: typer.Typer) -> None:
             from meshlift.poses import ensure_posed
 
             data = str(ensure_posed(data, out / "poses", progress=make_stage_progress(), log=console.print))
+        if method == "milo":
+            from meshlift.methods.gaussians.reconstruct import check_out_dir
+            from meshlift.methods.milo import reconstruct as milo
+
+            if simplify is not None:
+                items.append(f"simplify={simplify}")
+            mcfg = milo.build_config(data or "", preset, quick, config, items, out=out, resume=resume)
+            check_out_dir(out, resume=resume, overwrite=overwrite)
+            result = milo.reconstruct(mcfg, out, resume=resume, overwrite=overwrite, monitor=make_monitor())
+            for line in milo.summary_lines(result):
+                console.print(line)
+            return
         if method == "gaussians":
             from meshlift.methods.gaussians import reconstruct as gs
 
