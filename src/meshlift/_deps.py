@@ -62,7 +62,7 @@ DEPENDENCIES: dict[str, Dependency] = {d.module: d for d in (
     Dependency("trimesh", "trimesh>=4", "core", "reading PLY/OFF/STL and mesh utilities"),
     Dependency("scipy", "scipy", "core", "distance transforms and nearest neighbours"),
     Dependency("OpenEXR", "OpenEXR", "exr", "reading/writing .exr", "or convert the file to Radiance .hdr"),
-    Dependency("pymeshlab", "pymeshlab", "gpl", "optional GPL mesh repair tools"),
+    Dependency("pymeshlab", "pymeshlab", "gpl", "GPL-licensed mesh repair tools"),
     Dependency("triton", "triton", None, "GPU kernels (meshlift.kernels; ships with CUDA builds of torch)",
                "the pure-PyTorch paths are used without it"),
     Dependency("gradio", "gradio", "app", "the web app (meshlift app)"),

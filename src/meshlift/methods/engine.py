@@ -471,7 +471,7 @@ def prepare_output_dir(out: Optional[Path], *, resume: bool, overwrite: bool) ->
         return
     if (out / FINISHED_MARKER).is_file():
         raise OutputError(
-            f"--out {out}: holds a finished run ({FINISHED_MARKER}, mesh, checkpoint); running again would "
+            f"--out {out}: holds a finished run ({FINISHED_MARKER}); running again would "
             "replace it. Pass --resume to continue or re-export it, --overwrite to replace it, or choose "
             "another --out")
     if (out / CHECKPOINT_NAME).is_file():
