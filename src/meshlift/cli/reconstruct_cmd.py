@@ -174,6 +174,8 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoint.pt."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Replace a finished or unfinished run in OUT."),
         help_config: bool = typer.Option(False, "--help-config", help="List every config field and exit."),
+        gpus: int = typer.Option(1, "--gpus", help="Train on N GPUs: relaunches this command under torchrun "
+                                 "(data parallel; `batch` is the global batch over all GPUs)."),
     ) -> None:
         """Reconstruct a textured PBR mesh (OBJ+MTL, GLB), an HDR light probe and metrics from posed images."""
         from rich.console import Console
@@ -191,6 +193,14 @@ def register(app: typer.Typer) -> None:
         from meshlift.methods.engine import prepare_output_dir
 
         prepare_output_dir(out, resume=resume, overwrite=overwrite)  # before anything is loaded
+        from meshlift.methods.distributed import env_rank, env_world_size, shutdown
+
+        if gpus != 1 and env_world_size() == 1:  # not yet a rank: start the ranks and wait for them
+            from meshlift.cli.launch import run_under_torchrun
+
+            code = run_under_torchrun(gpus, echo=lambda line: console.print(f"[dim]{line}[/dim]"))
+            raise typer.Exit(code)
+        main_rank = env_rank() == 0  # under torchrun rank 0 alone reports
         items = list(set_ or []) + list(overrides or [])
         if data is not None and "=" in data and not Path(data).exists():
             items.insert(0, data)
@@ -199,8 +209,12 @@ def register(app: typer.Typer) -> None:
 
         from meshlift.methods.nvdiffrec.reconstruct import reconstruct as run
 
-        result = run(cfg, out, resume=resume, overwrite=overwrite, monitor=make_monitor())
-        print_summary(console, result)
+        try:
+            result = run(cfg, out, resume=resume, overwrite=overwrite, monitor=make_monitor() if main_rank else None)
+        finally:
+            shutdown()
+        if main_rank:
+            print_summary(console, result)
 
 
 def print_summary(console, result) -> None:

@@ -252,11 +252,13 @@ class TimeBudget:
 def end_step(pass_no: int, it: int, total: int, loss: torch.Tensor, mse: torch.Tensor, *, state: TrainState,
              monitor: Monitor, preview_every: int, cadence: "CheckpointCadence", deadline: Optional[float],
              save: Callable[[], None], preview: Optional[Callable[[], None]],
-             guard: Optional["DivergenceGuard"] = None) -> bool:
+             guard: Optional["DivergenceGuard"] = None,
+             agree: Optional[Callable[[bool], bool]] = None) -> bool:
     """Bookkeeping after step ``it`` (0-based) of pass ``pass_no``: the divergence guard (a non-finite loss
     rolls the state back, see :class:`DivergenceGuard`), history, progress, a preview every
     ``preview_every`` steps, a checkpoint when ``cadence`` says so. Returns True when the ``deadline`` (a
-    ``time.perf_counter()`` value) ends the pass early."""
+    ``time.perf_counter()`` value) ends the pass early; with several processes ``agree`` (rank 0's decision
+    on every rank, :meth:`meshlift.methods.distributed.DistContext.agree`) makes that decision common."""
     loss_value = float(loss.detach())
     if guard is not None and guard.after_step(it + 1, loss_value):
         monitor.log(f"pass {pass_no}: non-finite loss or parameters at step {it + 1}: rolled back to the state "
@@ -272,7 +274,10 @@ def end_step(pass_no: int, it: int, total: int, loss: torch.Tensor, mse: torch.T
     if cadence.due(it + 1) and it + 1 < total:
         save()
         cadence.saved()
-    if deadline is not None and time.perf_counter() > deadline and it + 1 < total:
+    over = deadline is not None and time.perf_counter() > deadline and it + 1 < total
+    if agree is not None and deadline is not None and it + 1 < total:
+        over = agree(over)
+    if over:
         monitor.log(f"pass {pass_no}: time budget reached after {it + 1} of {total} steps")
         return True
     return False
