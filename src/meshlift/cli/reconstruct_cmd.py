@@ -1,4 +1,5 @@
-"""`meshlift reconstruct`: two-pass surface reconstruction (DMTet/FlexiCubes + PBR materials + HDR light).
+"""`meshlift reconstruct`: two-pass surface reconstruction (DMTet/FlexiCubes + PBR materials + HDR light), or
+3D Gaussian splatting with ``--method gaussians`` (:mod:`meshlift.methods.gaussians.reconstruct`).
 
 Configuration precedence: preset (``--preset``, CPU-sized with ``--quick``) → ``--config FILE`` (JSON/TOML)
 → ``--set field=value`` / trailing ``field=value`` arguments. With ``--resume`` the base is the run's saved
@@ -174,17 +175,28 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoint.pt."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Replace a finished or unfinished run in OUT."),
         help_config: bool = typer.Option(False, "--help-config", help="List every config field and exit."),
+        method: str = typer.Option("nvdiffrec", "--method", "-m", help="nvdiffrec (textured mesh, default) or "
+                                   "gaussians (3D Gaussian splatting: point_cloud.ply; presets gaussians, "
+                                   "gaussians_tiny)."),
         gpus: int = typer.Option(1, "--gpus", help="Train on N GPUs: relaunches this command under torchrun "
                                  "(data parallel; `batch` is the global batch over all GPUs)."),
     ) -> None:
-        """Reconstruct a textured PBR mesh (OBJ+MTL, GLB), an HDR light probe and metrics from posed images."""
+        """Reconstruct a textured PBR mesh (OBJ+MTL, GLB), an HDR light probe and metrics from posed images,
+        or train 3D Gaussians (--method gaussians)."""
         from rich.console import Console
 
         from meshlift.errors import ConfigError
 
         console = Console()
+        if method not in ("nvdiffrec", "gaussians"):
+            raise ConfigError(f"--method {method!r}: choose nvdiffrec or gaussians")
         if help_config:
-            typer.echo(_help_config())
+            if method == "gaussians":
+                from meshlift.methods.gaussians.reconstruct import help_config as gaussians_help
+
+                typer.echo(gaussians_help())
+            else:
+                typer.echo(_help_config())
             raise typer.Exit()
         if out is None:
             raise ConfigError("--out DIR is required (the folder the asset and metrics are written to)")
@@ -205,6 +217,20 @@ def register(app: typer.Typer) -> None:
         if data is not None and "=" in data and not Path(data).exists():
             items.insert(0, data)
             data = None
+        if method == "gaussians":
+            from meshlift.methods.gaussians import reconstruct as gs
+
+            gcfg = gs.build_config(data or "", preset, quick, config, items, out=out, resume=resume)
+            gs.check_out_dir(out, resume=resume, overwrite=overwrite)
+            try:
+                result = gs.reconstruct(gcfg, out, resume=resume, overwrite=overwrite,
+                                        monitor=make_monitor() if main_rank else None)
+            finally:
+                shutdown()
+            if main_rank:
+                for line in gs.summary_lines(result):
+                    console.print(line)
+            return
         cfg = build_config(data or "", preset, quick, config, items, out=out, resume=resume)
 
         from meshlift.methods.nvdiffrec.reconstruct import reconstruct as run

@@ -1,8 +1,12 @@
 """``meshlift render ASSET --data DATA --out DIR``: render an asset from a dataset's cameras (and metrics),
 or a turntable (GIF + contact sheet).
 
-ASSET is a mesh file (.obj/.glb/.ply/...) or a reconstruction output folder (``mesh/mesh.obj`` or
-``mesh.glb``, with ``probe.hdr``). Shading:
+ASSET is a mesh file (.obj/.glb/.ply/...), a 3D Gaussian splatting PLY (``point_cloud.ply``, the 3DGS
+layout), or a reconstruction output folder (``mesh/mesh.obj`` or ``mesh.glb``, with ``probe.hdr``; or
+``point_cloud.ply`` of ``--method gaussians``). Shading:
+
+* ``splat`` (a Gaussian PLY): :func:`meshlift.renderers.gaussians.render_gaussian_views` at the stored SH
+  degree (sRGB colours as trained), from the dataset's cameras in the PLY's world frame;
 
 * ``pbr`` (default when a light is available: ``--light`` or the folder's ``probe.hdr``): the method's
   deferred split-sum renderer (``meshlift.renderers.mesh_pbr.render_mesh``), linear radiance encoded to sRGB;
@@ -22,12 +26,14 @@ import typer
 
 
 def render(
-    asset: Path = typer.Argument(..., help="Mesh file, or a reconstruction output folder (mesh/mesh.obj, probe.hdr)."),
+    asset: Path = typer.Argument(..., help="Mesh file, a 3DGS point_cloud.ply, or a reconstruction output folder "
+                                 "(mesh/mesh.obj + probe.hdr, or point_cloud.ply)."),
     data: Path = typer.Option(None, "--data", help="Dataset whose cameras to render from (any format `meshlift inspect` reads)."),
     split: str = typer.Option("test", "--split", help="Which split's cameras: train, val or test."),
     out: Path = typer.Option(..., "--out", help="Output folder."),
     light: Path = typer.Option(None, "--light", help="Lat-long HDR probe for PBR shading (default: ASSET/probe.hdr)."),
-    mode: str = typer.Option("auto", "--mode", help="auto (pbr when a light exists), pbr or unlit."),
+    mode: str = typer.Option("auto", "--mode", help="auto (pbr when a light exists; splats for a Gaussian PLY), "
+                             "pbr or unlit."),
     background: str = typer.Option("white", "--background", help="white or black (also composites the dataset's RGBA images)."),
     downscale: float = typer.Option(1.0, "--downscale", help="Render (and compare) at 1/downscale of the dataset's resolution."),
     max_views: int = typer.Option(None, "--max-views", help="Render only the first N views of the split."),
@@ -60,23 +66,38 @@ def render(
     from meshlift.methods.engine import prepare_output_dir
 
     prepare_output_dir(Path(out), resume=False, overwrite=True)  # a file or read-only --out: before loading
-    mesh_path, probe = find_asset(asset)
-    probe = light or probe
-    mesh = load_mesh(mesh_path)
-    if mesh.num_faces == 0:
-        raise ConfigError(f"{mesh_path}: the mesh has no faces; nothing to render")
-    env = None
-    if mode == "pbr" or (mode == "auto" and probe is not None):
-        if probe is None:
-            raise ConfigError("--mode pbr needs a light: --light PROBE.hdr (or probe.hdr in the asset folder)")
-        from meshlift.io.hdr import read_light
-
-        env = read_light(probe, trainable=False)
-        env.build_mips()
-        mode = "pbr"
-    else:
-        mode = "unlit"
     bg = 1.0 if background == "white" else 0.0
+    splats = _gaussian_asset(asset)
+    env = None
+    if splats is not None:  # a 3DGS point cloud: its own (sRGB) colours, no light
+        from meshlift.io.gaussian_ply import load_gaussian_ply
+        from meshlift.renderers.gaussians import gaussian_turntable_cameras, render_gaussian_views
+        from meshlift.structures.gaussians import Gaussians
+
+        if mode == "pbr":
+            raise ConfigError(f"{splats} is a Gaussian point cloud: it carries its own colours; use --mode auto")
+        mesh_path, probe, mode = splats, None, "splat"
+        gaussians = Gaussians(**load_gaussian_ply(splats))
+        views_of = lambda cams: render_gaussian_views(gaussians, cams, bg)  # noqa: E731
+        turntable_of = lambda: gaussian_turntable_cameras(gaussians, frames, size, up, elevation_deg=20.0)  # noqa: E731
+    else:
+        mesh_path, probe = find_asset(asset)
+        probe = light or probe
+        mesh = load_mesh(mesh_path)
+        if mesh.num_faces == 0:
+            raise ConfigError(f"{mesh_path}: the mesh has no faces; nothing to render")
+        if mode == "pbr" or (mode == "auto" and probe is not None):
+            if probe is None:
+                raise ConfigError("--mode pbr needs a light: --light PROBE.hdr (or probe.hdr in the asset folder)")
+            from meshlift.io.hdr import read_light
+
+            env = read_light(probe, trainable=False)
+            env.build_mips()
+            mode = "pbr"
+        else:
+            mode = "unlit"
+        views_of = lambda cams: render_views(mesh, cams, env, bg, mode, spp)  # noqa: E731
+        turntable_of = lambda: turntable_cameras(mesh, frames, size, up, elevation_deg=20.0)  # noqa: E731
     out = Path(out)
     result: dict = {"asset": str(mesh_path), "mode": mode, "light": None if env is None else str(probe),
                     "background": background}
@@ -94,7 +115,7 @@ def render(
             if not no_lpips:
                 from meshlift.metrics.lpips import lpips as lp
             per = []
-            for i, img in zip(idx, render_views(mesh, cams, env, bg, mode, spp)):
+            for i, img in zip(idx, views_of(cams)):
                 name = Path(scene.image_paths[i]).stem
                 write_image(out / "renders" / f"{name}.png", img)
                 row = {"name": name}
@@ -116,9 +137,7 @@ def render(
         if turntable:
             from meshlift.io.images import write_turntable
 
-            cams_t = turntable_cameras(mesh, frames, size, up, elevation_deg=20.0)
-            gif, sheet = write_turntable(out, [img.numpy() for img in render_views(mesh, cams_t, env, bg, mode, spp)],
-                                         bg)
+            gif, sheet = write_turntable(out, [img.numpy() for img in views_of(turntable_of())], bg)
             result["turntable"] = str(gif)
             result["contact_sheet"] = str(sheet)
     if json_output:
@@ -136,6 +155,20 @@ def render(
                       + ("n/a" if lpv is None else f"{lpv:.4f}") + f"  -> {out / 'metrics.json'}")
     if turntable:
         console.print(f"turntable -> {result['turntable']}, contact sheet -> {result['contact_sheet']}")
+
+
+def _gaussian_asset(asset: Path):
+    """The 3DGS PLY that ``asset`` names (the file, or ``point_cloud.ply`` in a folder without a mesh), or None."""
+    from meshlift.io.gaussian_ply import is_gaussian_ply
+
+    asset = Path(asset)
+    if asset.is_file() and asset.suffix.lower() == ".ply" and is_gaussian_ply(asset):
+        return asset
+    if asset.is_dir() and not (asset / "mesh").is_dir() and not (asset / "mesh.glb").is_file():
+        p = asset / "point_cloud.ply"
+        if p.is_file() and is_gaussian_ply(p):
+            return p
+    return None
 
 
 def register(app: typer.Typer) -> None:

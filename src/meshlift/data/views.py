@@ -25,7 +25,8 @@ import torch
 from meshlift.errors import DatasetError
 from meshlift.structures.mesh import Mesh
 
-__all__ = ["PosedViews", "ProblemData", "views_from_scene", "scene_problem", "synthetic_problem", "sniff_input"]
+__all__ = ["PosedViews", "ProblemData", "views_from_scene", "scene_problem", "split_indices", "synthetic_problem",
+           "sniff_input"]
 
 
 @dataclass
@@ -172,6 +173,26 @@ def _split(scene, name: str) -> list[int]:
     return [int(i) for i in idx] if idx is not None else []
 
 
+def split_indices(scene, train_split: str = "train", test_split: str = "test",
+                  max_test_views: int = 0) -> tuple[list[int], list[int]]:
+    """Training and held-out view indices of a :class:`meshlift.data.Scene`.
+
+    The test split falls back to ``val``, then to every 8th training view (removed from training); no
+    train split means every view; at most ``max_test_views`` evenly spaced test views are kept (0 = all).
+    """
+    train_idx = _split(scene, train_split)
+    test_idx = _split(scene, test_split) or _split(scene, "val")
+    if not train_idx:
+        train_idx = list(range(len(scene.cameras)))
+    if not test_idx:
+        test_idx = train_idx[::8]
+        train_idx = [i for i in train_idx if i not in set(test_idx)] or train_idx
+    if len(test_idx) > max_test_views > 0:
+        sel = np.linspace(0, len(test_idx) - 1, max_test_views).round().astype(int)
+        test_idx = [test_idx[i] for i in sel]
+    return train_idx, test_idx
+
+
 def scene_problem(path: str | Path, *, background: str = "white", train_split: str = "train",
                   test_split: str = "test", max_test_views: int = 0, train_res: int = 0,
                   data_device: str = "cpu") -> ProblemData:
@@ -199,16 +220,7 @@ def scene_problem(path: str | Path, *, background: str = "white", train_split: s
             break
         downscale *= longest / train_res
         scene = load_scene(path, background=background, downscale=downscale)
-    train_idx = _split(scene, train_split)
-    test_idx = _split(scene, test_split) or _split(scene, "val")
-    if not train_idx:
-        train_idx = list(range(len(scene.cameras)))
-    if not test_idx:
-        test_idx = train_idx[::8]
-        train_idx = [i for i in train_idx if i not in set(test_idx)] or train_idx
-    if len(test_idx) > max_test_views > 0:
-        sel = np.linspace(0, len(test_idx) - 1, max_test_views).round().astype(int)
-        test_idx = [test_idx[i] for i in sel]
+    train_idx, test_idx = split_indices(scene, train_split, test_split, max_test_views)
     what = f"dataset {path}"
     return ProblemData(
         train=views_from_scene(scene, train_idx, data_device=data_device, what=what),

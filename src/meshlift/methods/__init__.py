@@ -4,6 +4,8 @@
   ``Checkpointer``, ``ViewSampler``, named schedules, device/OOM handling, time budget.
 - :mod:`meshlift.methods.nvdiffrec`: two-pass surface reconstruction (DMTet / FlexiCubes, then fixed topology
   with textures), its config, presets and outputs.
+- :mod:`meshlift.methods.gaussians`: 3D Gaussian splatting training (``point_cloud.ply``), config, presets,
+  trainer, outputs.
 
 A new method family gets its own package here (``methods/<family>/``: config, presets, loop, outputs).
 Nothing heavy is imported here.

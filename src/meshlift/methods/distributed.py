@@ -249,7 +249,8 @@ class DistContext:
 
     def weighted_sum(self, values: Sequence[torch.Tensor], weight: float) -> list[torch.Tensor]:
         """``Σ_ranks weight_r · v_r`` of 0-dim tensors (the global-batch mean of per-rank means, for the log
-        and the divergence guard). Returns 0-dim CPU float64 tensors (for one process: ``values`` unchanged)."""
+        and the divergence guard). Returns 0-dim float64 tensors on each value's device (for one process:
+        ``values`` unchanged)."""
         if not self.enabled:
             return list(values)
         import torch.distributed as dist
@@ -257,7 +258,7 @@ class DistContext:
         buf = torch.stack([v.detach().double().reshape(()).cpu() * weight for v in values]).to(self.comm_device)
         with self._collective("all-reduce of the loss"):
             dist.all_reduce(buf)
-        return list(buf.cpu().unbind(0))
+        return [b.to(v.device) for b, v in zip(buf.unbind(0), values)]
 
     def all_reduce_sum_(self, tensors: Sequence[torch.Tensor], op: str = "sum") -> None:
         """In-place ``sum`` (or ``max``) of same-shaped tensors over ranks (e.g. densification statistics)."""
@@ -327,6 +328,62 @@ class DistContext:
             dist.broadcast_object_list(box, src=0, device=self.comm_device)
         return box[0]
 
+    def broadcast_tree(self, tree=None):
+        """Rank 0's nested dict/list/tuple ``tree`` of tensors and plain data on every rank, tensors sent by
+        ``broadcast`` on the communication device (large parameter sets: no pickling of tensor data).
+        Received tensors live on :attr:`comm_device`. One process: ``tree``."""
+        if not self.enabled:
+            return tree
+        import torch.distributed as dist
+
+        tensors: list[torch.Tensor] = []
+
+        def strip(node):
+            if torch.is_tensor(node):
+                tensors.append(node.detach())
+                return _Slot(len(tensors) - 1, tuple(node.shape), node.dtype)
+            if isinstance(node, dict):
+                return {k: strip(v) for k, v in node.items()}
+            if isinstance(node, (list, tuple)):
+                return type(node)(strip(v) for v in node)
+            return node
+
+        skeleton = self.broadcast_object(strip(tree) if self.is_main else None)
+        slots: list[_Slot] = []
+
+        def collect(node):
+            if isinstance(node, _Slot):
+                slots.append(node)
+            elif isinstance(node, dict):
+                for v in node.values():
+                    collect(v)
+            elif isinstance(node, (list, tuple)):
+                for v in node:
+                    collect(v)
+
+        collect(skeleton)
+        received: dict[int, torch.Tensor] = {}
+        for slot in slots:
+            wire = torch.uint8 if slot.dtype == torch.bool else slot.dtype
+            if self.is_main:
+                buf = tensors[slot.index].to(self.comm_device, wire).contiguous()
+            else:
+                buf = torch.empty(slot.shape, dtype=wire, device=self.comm_device)
+            with self._collective("broadcast of rank 0's state"):
+                dist.broadcast(buf, src=0)
+            received[slot.index] = buf.to(slot.dtype)
+
+        def build(node):
+            if isinstance(node, _Slot):
+                return received[node.index]
+            if isinstance(node, dict):
+                return {k: build(v) for k, v in node.items()}
+            if isinstance(node, (list, tuple)):
+                return type(node)(build(v) for v in node)
+            return node
+
+        return build(skeleton)
+
     def from_main(self, fn: Callable[[], object]):
         """Run ``fn`` on rank 0 only and return its result on every rank (tensors arrive on the CPU).
 
@@ -357,10 +414,12 @@ class DistContext:
         return payload
 
     def decorrelate_rng(self, seed: int) -> None:
-        """Give each rank its own stream of the global torch RNG (``seed + 7919 · rank``), called once the
-        parameters are initialised and broadcast: per-step noise (jitter, random samples) then differs
-        between the ranks' views as it differs between the views of one process. No-op for one process."""
-        if self.enabled:
+        """Give each rank other than 0 its own stream of the global torch RNG (``seed + 7919 · rank``), called
+        once the parameters are initialised and broadcast: per-step noise (jitter) then differs between the
+        ranks' views as it differs between the views of one process. Rank 0 keeps its stream, which is the
+        single process's (what rank 0 alone draws, e.g. the samples of Gaussian splits, stays the same).
+        No-op for one process."""
+        if self.enabled and not self.is_main:
             torch.manual_seed(int(seed) + 7919 * self.rank)
 
     def device_for(self, device: torch.device) -> torch.device:
@@ -368,6 +427,15 @@ class DistContext:
         if self.enabled and device.type == "cuda":
             return torch.device("cuda", self.local_rank)
         return device
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """Where a tensor goes in a :meth:`DistContext.broadcast_tree` skeleton."""
+
+    index: int
+    shape: tuple
+    dtype: torch.dtype
 
 
 #: The context of a single-process run (no process group; every collective is a no-op).

@@ -112,7 +112,7 @@ def run_pass1(
         start = int(ck["iteration"])
     modules = [geom, material] + ([light] if light_trainable else [])
     dist.broadcast_modules(modules)  # every rank starts from rank 0's parameters
-    dist.decorrelate_rng(cfg.seed + start)  # each rank its own noise (jitter) from here on
+    dist.decorrelate_rng(cfg.seed + 1 + start)  # ranks > 0: their own noise (jitter) from here on
     params = [p for m in modules for p in m.parameters()]
     weight = dist.share_weight(sampler.batch)
 

@@ -1,0 +1,61 @@
+"""Photometric losses of 3D Gaussian splatting training.
+
+``L = (1 − λ) · L1 + λ · (1 − SSIM)`` with λ = 0.2 (Kerbl et al. 2023, Sec. 7, eq. 7). The training SSIM
+is the one of the 3DGS code (and of ``fused-ssim``): 11×11 Gaussian window (σ = 1.5), zero-padded
+"same" convolution so the map keeps the image size, ``C1 = 0.01²``, ``C2 = 0.03²``, mean over the map
+— float32 and differentiable. The evaluation SSIM (float64, "valid" window, the NeRF protocol) stays
+:func:`meshlift.metrics.image.ssim`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from meshlift.metrics.image import gaussian_window
+
+__all__ = ["ssim_same", "photometric_loss"]
+
+_C1 = 0.01**2
+_C2 = 0.03**2
+
+
+def ssim_same(pred: torch.Tensor, target: torch.Tensor, window: int = 11, sigma: float = 1.5) -> torch.Tensor:
+    """Mean SSIM of ``pred`` vs ``target`` ``[B, H, W, C]`` (float, [0, 1]), 'same' padding; differentiable.
+
+    Returns:
+        ``[]`` tensor (mean over batch, pixels and channels).
+    """
+    x = pred.permute(0, 3, 1, 2)
+    y = target.permute(0, 3, 1, 2)
+    c = x.shape[1]
+    g = gaussian_window(window, sigma, dtype=x.dtype).to(x.device)
+    kh = g.view(1, 1, 1, -1).repeat(c, 1, 1, 1)
+    kv = g.view(1, 1, -1, 1).repeat(c, 1, 1, 1)
+    pad = window // 2
+
+    def blur(t):
+        t = F.conv2d(F.pad(t, (pad, pad, 0, 0)), kh, groups=c)
+        return F.conv2d(F.pad(t, (0, 0, pad, pad)), kv, groups=c)
+
+    # One blur call for the five statistics (fewer launches).
+    stats = blur(torch.cat([x, y, x * x, y * y, x * y], dim=0))
+    b = x.shape[0]
+    mu_x, mu_y, xx, yy, xy = stats.split(b, dim=0)
+    sxx = xx - mu_x * mu_x
+    syy = yy - mu_y * mu_y
+    sxy = xy - mu_x * mu_y
+    num = (2 * mu_x * mu_y + _C1) * (2 * sxy + _C2)
+    den = (mu_x * mu_x + mu_y * mu_y + _C1) * (sxx + syy + _C2)
+    return (num / den).mean()
+
+
+def photometric_loss(pred: torch.Tensor, target: torch.Tensor, ssim_lambda: float = 0.2) -> dict:
+    """3DGS loss terms for ``pred``/``target`` ``[B, H, W, 3]``.
+
+    Returns:
+        ``{"loss", "l1", "ssim"}`` scalar tensors (``loss`` differentiable).
+    """
+    l1 = (pred - target).abs().mean()
+    s = ssim_same(pred, target) if ssim_lambda > 0 else torch.ones((), device=pred.device)
+    return {"loss": (1.0 - ssim_lambda) * l1 + ssim_lambda * (1.0 - s), "l1": l1, "ssim": s}

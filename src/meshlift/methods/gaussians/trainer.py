@@ -1,0 +1,417 @@
+"""The 3DGS training loop: render → loss → Adam per parameter group → density control, resumable and guarded.
+
+Source: Kerbl et al. 2023, "3D Gaussian Splatting for Real-Time Radiance Field Rendering" (Sec. 5 and 7;
+``train.py`` of the reference code) with gsplat's ordering of the strategy hooks (Ye et al. 2024,
+``examples/simple_trainer.py``: ``step_pre_backward`` after the render, the optimiser steps after
+``backward``, then ``step_post_backward``). One step of :class:`GaussianTrainer`:
+
+1. a batch of training views (:class:`~meshlift.engine.ViewSampler`), targets composited on the step's
+   background (white / black / a random colour);
+2. :func:`meshlift.render.splat.rasterize_gaussians` of the activated parameters at the active SH degree
+   (:class:`ShDegreeSchedule`: +1 every ``sh_degree_interval`` steps);
+3. ``L = (1 − λ) L1 + λ (1 − SSIM)`` (:func:`~meshlift.methods.gaussians.losses.photometric_loss`);
+4. one Adam per parameter tensor (``eps = 1e-15`` as 3DGS), the position step following
+   :class:`LogLinearLR` (× scene scale);
+5. the densification strategy's hooks (:class:`~meshlift.methods.gaussians.strategy.DefaultStrategy`, or any
+   object with the same hooks);
+6. the **guard**: the loss and every parameter must be finite. Otherwise the run rolls back to the last
+   good state (the last checkpoint, or the start), halves every learning rate once and continues; a second
+   divergence stops with :class:`DivergenceError` — nothing non-finite is ever checkpointed or exported.
+
+Checkpoints (``checkpoint.pt`` through :class:`meshlift.methods.engine.Checkpointer`) hold the parameters,
+optimiser moments, strategy state, view sampler, RNG states, step, learning-rate factor and timings; a
+resumed run continues bit for bit (on the same device and backend). Nothing here prints: progress goes
+through a :class:`meshlift.methods.engine.Monitor`.
+
+Several processes (``dist``, :mod:`meshlift.methods.distributed`): each rank renders its share of the step's
+``batch`` views (the global batch), the gradients are averaged over the global batch before the Adam step,
+the loss the guard checks is the all-reduced one, density control runs through
+:class:`~meshlift.methods.gaussians.parallel.DistributedStrategy` (statistics summed over ranks, decisions
+on rank 0, state broadcast), and checkpoint timing is rank 0's decision. One process: nothing changes.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from meshlift.errors import ConfigError, MeshliftError
+from meshlift.methods.distributed import SINGLE, DistContext
+from meshlift.methods.engine import CheckpointCadence, Checkpointer, Monitor, TrainState, ViewSampler, end_step
+from meshlift.methods.gaussians.config import GaussiansConfig, config_to_dict, densify_strategy
+from meshlift.methods.gaussians.views import SplatProblem
+
+__all__ = ["DivergenceError", "GaussianTrainer", "LogLinearLR", "PARAM_NAMES", "ShDegreeSchedule",
+           "TrainCallbacks", "background_color", "render_params"]
+
+#: The trained tensors, in the order of :class:`meshlift.structures.gaussians.Gaussians`.
+PARAM_NAMES = ("means", "quats", "log_scales", "opacity_logits", "sh0", "shN")
+#: ``end_step`` saves nothing itself: the trainer checkpoints after the step (its own cadence).
+_NO_CADENCE = CheckpointCadence(0, 0.0)
+#: Adam epsilon of 3DGS (tiny: the steps of small parameters are not damped).
+ADAM_EPS = 1e-15
+#: Divergences survived by rolling back (with halved learning rates) before the run stops.
+MAX_RECOVERIES = 1
+_BACKGROUNDS = {"white": (1.0, 1.0, 1.0), "black": (0.0, 0.0, 0.0)}
+
+
+class DivergenceError(MeshliftError):
+    """Training produced a non-finite loss or parameter again after a rollback with halved learning rates."""
+
+
+@dataclass(frozen=True)
+class LogLinearLR:
+    """``exp((1 − t) log start + t log end)`` with ``t = step / steps`` clamped to [0, 1] (3DGS's
+    ``get_expon_lr_func`` without the delay; the position learning rate)."""
+
+    start: float
+    end: float
+    steps: int
+
+    def __call__(self, step: int) -> float:
+        t = min(max(step / max(1, self.steps), 0.0), 1.0)
+        return math.exp((1.0 - t) * math.log(self.start) + t * math.log(self.end))
+
+
+@dataclass(frozen=True)
+class ShDegreeSchedule:
+    """Active SH degree of step ``s``: ``min(max_degree, s // interval)`` (3DGS ``oneupSHdegree``)."""
+
+    max_degree: int
+    interval: int
+
+    def __call__(self, step: int) -> int:
+        return min(self.max_degree, step // max(1, self.interval))
+
+
+class TrainCallbacks:
+    """Hooks into the loop (the default does nothing): for tests, fault injection and method variants."""
+
+    def after_backward(self, step: int, params: dict) -> None:
+        """Called after ``loss.backward()``, before the optimisers step (gradients are in ``p.grad``)."""
+
+    def after_step(self, step: int, trainer: "GaussianTrainer") -> None:
+        """Called after step ``step`` (0-based) passed the guard and its bookkeeping."""
+
+
+def background_color(name: str, generator: torch.Generator) -> torch.Tensor:
+    """``[3]`` sRGB background of one step: white, black, or uniform random from ``generator``."""
+    if name == "random":
+        return torch.rand(3, generator=generator)
+    return torch.tensor(_BACKGROUNDS[name])
+
+
+def render_params(params: dict, batch, sh_degree: int, background: torch.Tensor, near: float,
+                  settings, backend: str):
+    """``rasterize_gaussians`` of the stored (unconstrained) tensors ``params`` into ``batch``'s cameras.
+
+    Returns ``(image [B, H, W, 3], alpha [B, H, W, 1], info)``.
+    """
+    from meshlift.render.splat import rasterize_gaussians
+
+    B, H, W = batch.images.shape[:3]
+    sh = torch.cat([params["sh0"], params["shN"]], dim=1)
+    return rasterize_gaussians(
+        params["means"], params["quats"], torch.exp(params["log_scales"]), torch.sigmoid(params["opacity_logits"]),
+        sh, batch.world_to_camera, batch.K, W, H, near=near, sh_degree=sh_degree,
+        background=background.to(params["means"]), settings=settings, backend=backend)
+
+
+def _cpu_copy(obj):
+    """Deep copy of a (nested) state with every tensor cloned to the CPU."""
+    if torch.is_tensor(obj):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _cpu_copy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cpu_copy(v) for v in obj)
+    return copy.deepcopy(obj)
+
+
+class GaussianTrainer:
+    """Trains Gaussians on a :class:`SplatProblem` (see the module docstring for one step).
+
+    Args:
+        cfg: the validated :class:`GaussiansConfig`.
+        problem: the views, scene box and SfM points.
+        device: compute device.
+        monitor: progress sink; checkpointer: where ``checkpoint.pt`` goes (a None folder writes nothing).
+        callbacks: :class:`TrainCallbacks` (default: none).
+        preview: ``(step, params, sh_degree) -> None`` writing a preview image, or None.
+        strategy: a density-control object with the :class:`DefaultStrategy` hooks (default: built from
+            ``cfg``'s ``densify_*`` fields; None when ``cfg.densify`` is off).
+        dist: this process's place in a multi-process run (:data:`~meshlift.methods.distributed.SINGLE`).
+
+    Raises:
+        ConfigError: ``batch`` smaller than the number of ranks.
+    """
+
+    def __init__(self, cfg: GaussiansConfig, problem: SplatProblem, device: torch.device, *,
+                 monitor: Optional[Monitor] = None, checkpointer: Optional[Checkpointer] = None,
+                 callbacks: Optional[TrainCallbacks] = None,
+                 preview: Optional[Callable[[int, dict, int], None]] = None, strategy=None,
+                 dist: DistContext = SINGLE) -> None:
+        from meshlift.render.splat import SplatSettings
+
+        self.cfg, self.problem, self.device = cfg, problem, device
+        self.monitor = monitor or Monitor()
+        self.checkpointer = checkpointer or Checkpointer(None)
+        self.callbacks = callbacks or TrainCallbacks()
+        self.preview = preview
+        self.scene_scale = problem.scene_scale
+        self.near = cfg.near_frac * self.scene_scale
+        self.strategy = strategy if strategy is not None else (
+            densify_strategy(cfg, self.scene_scale) if cfg.densify else None)
+        self.dist = dist
+        if dist.enabled and self.strategy is not None:
+            from meshlift.methods.gaussians.parallel import DistributedStrategy
+
+            self.strategy = DistributedStrategy(self.strategy, dist)
+        self.settings = SplatSettings(check_inputs=False, chunk_elements=cfg.chunk_elements)
+        self.means_lr = LogLinearLR(cfg.lr_means * self.scene_scale, cfg.lr_means_final * self.scene_scale,
+                                    cfg.steps)
+        self.sh_schedule = ShDegreeSchedule(cfg.sh_degree, cfg.sh_degree_interval)
+        self.base_lr = {"quats": cfg.lr_quats, "log_scales": cfg.lr_scales, "opacity_logits": cfg.lr_opacity,
+                        "sh0": cfg.lr_sh0, "shN": cfg.lr_shN}
+        self.state = TrainState(stage="train")
+        self.step = 0
+        self.lr_factor = 1.0
+        self.recoveries = 0
+        self.sampler = ViewSampler(len(problem.train), cfg.batch, cfg.seed)
+        dist.check_batch(self.sampler.batch)
+        self.share_weight = dist.share_weight(self.sampler.batch)
+        self.bg_generator = torch.Generator().manual_seed(cfg.seed + 1)
+        self.params: dict = {}
+        self.optimizers: dict = {}
+        self.strategy_state: dict = self.strategy.initialize_state() if self.strategy is not None else {}
+        self._good: Optional[dict] = None
+        self._saved_step: Optional[int] = None
+        self._last_save = time.perf_counter()
+
+    # ---- parameters -------------------------------------------------------------------------------------
+    def init_params(self) -> str:
+        """Initial Gaussians (:func:`~meshlift.methods.gaussians.init.init_gaussians`); returns how (for the log).
+
+        Raises:
+            ConfigError: ``init=sfm`` on a dataset without SfM points.
+        """
+        from meshlift.methods.gaussians.init import init_gaussians
+
+        cfg, pb = self.cfg, self.problem
+        gen = torch.Generator().manual_seed(cfg.seed)
+        have = pb.points is not None and len(pb.points) > 0
+        if cfg.init == "sfm" and not have:
+            raise ConfigError(f"config field 'init' = 'sfm' but {pb.name or 'the dataset'} has no SfM points; "
+                              "use --set init=random (or auto)")
+        use_sfm = have and cfg.init in ("sfm", "auto")
+        pts, rgb = (pb.points, pb.points_rgb) if use_sfm else (None, None)
+        if use_sfm and 0 < cfg.max_init_points < len(pts):
+            keep = torch.randperm(len(pts), generator=gen)[:cfg.max_init_points]
+            pts, rgb = pts[keep], None if rgb is None else rgb[keep]
+        c = pb.bounds.mean(0)
+        half = 0.5 * (pb.bounds[1] - pb.bounds[0]) * cfg.random_box_scale
+        t = init_gaussians(pts, rgb, torch.stack([c - half, c + half]), num_random=cfg.num_random,
+                           sh_degree=cfg.sh_degree, init_opacity=cfg.init_opacity, init_scale=cfg.init_scale,
+                           generator=gen)
+        self.set_params(t)
+        return f"{len(pts):,} SfM points" if use_sfm else f"{cfg.num_random:,} random points in the scene box"
+
+    def set_params(self, tensors: dict, optimizer_states: Optional[dict] = None) -> None:
+        """Install ``tensors`` (name -> ``[N, ...]``) as leaf parameters with fresh (or given) Adam states."""
+        self.params = {k: torch.nn.Parameter(tensors[k].to(self.device, torch.float32).contiguous())
+                       for k in PARAM_NAMES}
+        fused = self.device.type == "cuda"  # one kernel per step and tensor on the GPU
+        self.optimizers = {k: torch.optim.Adam([p], lr=self._lr(k, self.step), eps=ADAM_EPS, fused=fused)
+                           for k, p in self.params.items()}
+        if optimizer_states is not None:
+            for k, opt in self.optimizers.items():
+                opt.load_state_dict(optimizer_states[k])
+
+    def _lr(self, name: str, step: int) -> float:
+        base = self.means_lr(step) if name == "means" else self.base_lr[name]
+        return base * self.lr_factor
+
+    @property
+    def num_gaussians(self) -> int:
+        return int(self.params["means"].shape[0]) if self.params else 0
+
+    def gaussians(self):
+        """The current parameters as a detached :class:`~meshlift.structures.gaussians.Gaussians` (CPU)."""
+        from meshlift.structures.gaussians import Gaussians
+
+        return Gaussians(**{k: p.detach().cpu() for k, p in self.params.items()})
+
+    # ---- state --------------------------------------------------------------------------------------------
+    def payload(self) -> dict:
+        """The checkpoint: CPU copies of everything that determines the rest of the run."""
+        rng = {"torch": torch.get_rng_state(), "bg": self.bg_generator.get_state()}
+        if self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        strat = None
+        if self.strategy is not None:
+            strat = {"state": self.strategy_state, "history": [list(h) for h in getattr(self.strategy, "history", [])]}
+        return _cpu_copy({
+            "method": "gaussians",
+            "config": config_to_dict(self.cfg),
+            "state": self.state.state_dict(),
+            "step": self.step,
+            "params": {k: p.detach() for k, p in self.params.items()},
+            "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
+            "strategy": strat,
+            "sampler": self.sampler.state_dict(),
+            "rng": rng,
+            "lr_factor": self.lr_factor,
+            "recoveries": self.recoveries,
+            "scene_scale": self.scene_scale,
+        })
+
+    def load_payload(self, ck: dict) -> None:
+        """Restore a :meth:`payload` (a checkpoint, or the in-memory last good state)."""
+        ck = _cpu_copy(ck)
+        self.state = TrainState(**ck["state"])
+        self.step = int(ck["step"])
+        self.lr_factor = float(ck.get("lr_factor", 1.0))
+        self.recoveries = int(ck.get("recoveries", 0))
+        self.set_params(ck["params"], ck["optimizers"])
+        if self.strategy is not None and ck.get("strategy") is not None:
+            self.strategy_state = {k: (None if v is None else v.to(self.device))
+                                   for k, v in ck["strategy"]["state"].items()}
+            if hasattr(self.strategy, "history"):
+                self.strategy.history = [tuple(h) for h in ck["strategy"]["history"]]
+        self.sampler.load_state_dict(ck["sampler"])
+        torch.set_rng_state(ck["rng"]["torch"])
+        self.bg_generator.set_state(ck["rng"]["bg"])
+        if "cuda" in ck["rng"] and self.device.type == "cuda":
+            torch.cuda.set_rng_state(ck["rng"]["cuda"], self.device)
+
+    def save_checkpoint(self) -> None:
+        """Record the current (checked) state as the last good one and write it to ``checkpoint.pt``."""
+        self._good = self.payload()
+        self.checkpointer.save(self._good)
+        if self.checkpointer.path is not None:
+            self._saved_step = self.step
+        self._last_save = time.perf_counter()
+
+    def _checkpoint_due(self) -> bool:
+        cfg = self.cfg
+        if cfg.checkpoint_every > 0 and self.step % cfg.checkpoint_every == 0:
+            return True
+        by_time = cfg.checkpoint_every_s > 0 and time.perf_counter() - self._last_save >= cfg.checkpoint_every_s
+        return self.dist.agree(by_time) if self.dist.enabled and cfg.checkpoint_every_s > 0 else by_time
+
+    # ---- the loop -----------------------------------------------------------------------------------------
+    def train_step(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimisation step at ``self.step`` (not yet guarded). Returns ``(loss, mse)`` (0-dim tensors)."""
+        from meshlift.methods.gaussians.losses import photometric_loss
+
+        cfg, s = self.cfg, self.step
+        batch = self.problem.train.batch(self.dist.share(self.sampler.next()), self.device)
+        bg = background_color(cfg.background, self.bg_generator).to(self.device)
+        target = batch.targets(bg)
+        img, _, info = render_params(self.params, batch, self.sh_schedule(s), bg, self.near, self.settings,
+                                     cfg.splat_backend)
+        losses = photometric_loss(img, target, cfg.ssim_lambda)
+        if self.strategy is not None:
+            self.strategy.step_pre_backward(info)
+        if losses["loss"].requires_grad:  # False when no Gaussian is visible in this batch: nothing to learn
+            losses["loss"].backward()
+        self.dist.all_reduce_gradients(self.params.values(), self.share_weight)
+        self.callbacks.after_backward(s, self.params)
+        for k, opt in self.optimizers.items():
+            opt.param_groups[0]["lr"] = self._lr(k, s)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        if self.strategy is not None:
+            self.strategy.step_post_backward(self.params, self.optimizers, self.strategy_state, s, info)
+        with torch.no_grad():
+            mse = ((img.detach() - target) ** 2).mean()
+        loss, mse = self.dist.weighted_sum([losses["loss"].detach(), mse], self.share_weight)
+        return loss, mse
+
+    def _finite(self, loss: torch.Tensor) -> bool:
+        with torch.no_grad():
+            flags = [torch.isfinite(loss)] + [torch.isfinite(p).all() for p in self.params.values()]
+            return bool(torch.stack(flags).all())
+
+    def _recover(self, loss: float) -> None:
+        at = self.step
+        if self.recoveries >= MAX_RECOVERIES or self._good is None:
+            where = (f"the last good checkpoint (step {self._saved_step}) is kept in {self.checkpointer.path}"
+                     if self._saved_step is not None else "no checkpoint or outputs were written")
+            raise DivergenceError(
+                f"training diverged again at step {at + 1} (loss {loss}) after rolling back and halving every "
+                f"learning rate; {where}. Lower the learning rates (e.g. --set lr_means={self.cfg.lr_means / 4:g} "
+                f"lr_opacity={self.cfg.lr_opacity / 4:g} lr_scales={self.cfg.lr_scales / 4:g}), check the "
+                "cameras (meshlift inspect), or train at a lower train_res")
+        factor = self.lr_factor * 0.5
+        recoveries = self.recoveries + 1
+        self.load_payload(self._good)
+        self.lr_factor, self.recoveries = factor, recoveries
+        self._good = self.payload()
+        self.monitor.log(f"non-finite loss or parameters at step {at + 1} (loss {loss}): rolled back to step "
+                         f"{self.step}, learning rates halved (x{self.lr_factor:g})")
+
+    def train(self, checkpoint: Optional[dict] = None, deadline: Optional[float] = None) -> None:
+        """Run (or, with ``checkpoint``, continue) the loop to ``cfg.steps`` or the ``deadline``
+        (a ``time.perf_counter()`` value). The final state is checkpointed.
+
+        Raises:
+            DivergenceError: a second divergence (see the module docstring).
+        """
+        cfg = self.cfg
+        if checkpoint is not None:
+            self.load_payload(checkpoint)
+            self._good = self.payload()
+            self._saved_step = self.step
+        else:
+            how = self.init_params()
+            self.monitor.log(f"initialised {self.num_gaussians:,} Gaussians from {how}; scene scale "
+                             f"{self.scene_scale:.3g}")
+            self._good = self.payload()
+        self.dist.broadcast_tensors(self.params.values())  # every rank starts from rank 0's parameters
+        self.dist.decorrelate_rng(cfg.seed + 1 + self.step)
+        total = cfg.steps
+        if self.step == 0 and self.preview is not None:
+            with torch.no_grad():
+                self.preview(0, self.params, self.sh_schedule(0))
+        self.monitor.start_pass("gaussians", total, self.step)
+        self._last_save = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
+        timed = self.state.timings.get("train_s", 0.0)
+        cpu_timed = self.state.timings.get("train_cpu_s", 0.0)
+        while self.step < total:
+            loss, mse = self.train_step()
+            if not self._finite(loss):
+                self._recover(float(loss))
+                continue
+            s = self.step
+            self.step = s + 1
+            self.state.timings["train_s"] = timed + time.perf_counter() - t0
+            self.state.timings["train_cpu_s"] = cpu_timed + time.process_time() - c0
+            stop = end_step(1, s, total, loss, mse, state=self.state, monitor=self.monitor,
+                            preview_every=cfg.preview_every, cadence=_NO_CADENCE, deadline=deadline,
+                            save=lambda: None, agree=self.dist.agree if self.dist.enabled else None,
+                            preview=None if self.preview is None else
+                            lambda: self.preview(self.step, self.params, self.sh_schedule(s)))
+            self.state.history[-1]["gaussians"] = self.num_gaussians
+            self.callbacks.after_step(s, self)
+            if stop:
+                break
+            if self.step < total and self._checkpoint_due():
+                self.save_checkpoint()
+        self.monitor.end_pass()
+        self.state.timings["train_s"] = timed + time.perf_counter() - t0
+        self.state.timings["train_cpu_s"] = cpu_timed + time.process_time() - c0
+        self.state.iterations["train"] = self.step
+        self.state.stage = "done"
+        self.save_checkpoint()
+
+    @property
+    def eval_sh_degree(self) -> int:
+        """The SH degree active at the last step run (what the model was fitted with)."""
+        return self.sh_schedule(max(0, self.step - 1))
