@@ -176,6 +176,30 @@ def _gaussian_worker(rank: int, world: int, port: int, out: str, tmp: str) -> No
     D.shutdown()
 
 
+def _trainer_run(dist=None):
+    """The Gaussian trainer alone (no folder, no evaluation): 8 steps, densification at step 4."""
+    from _gaussian_problem import tiny_problem
+    from meshlift.methods.distributed import SINGLE
+    from meshlift.methods.gaussians.trainer import GaussianTrainer
+
+    cfg = _gaussian_config(steps=8, densify_refine_stop=8, checkpoint_every=0, checkpoint_every_s=0.0)
+    trainer = GaussianTrainer(cfg, tiny_problem(size=12, n_train=6, n_test=1), torch.device("cpu"),
+                              dist=dist or SINGLE)
+    trainer.train()
+    return trainer
+
+
+def _trainer_worker(rank: int, world: int, port: int, tmp: str) -> None:
+    from meshlift.methods import distributed as D
+
+    _join_env(rank, world, port)
+    tr = _trainer_run(D.init_from_env(torch.device("cpu")))
+    torch.save({"history": tr.state.history, "tensors": {k: p.detach() for k, p in tr.params.items()},
+                "adam": {k: o.state_dict()["state"][0]["exp_avg_sq"] for k, o in tr.optimizers.items()},
+                "refinements": list(tr.strategy.history)}, os.path.join(tmp, f"trainer{rank}.pt"))
+    D.shutdown()
+
+
 # ---- tests ----------------------------------------------------------------------------------------------
 
 
@@ -245,6 +269,23 @@ def test_two_rank_collectives_on_gloo(tmp_path):
         assert "smaller than the 2 ranks" in r["check_batch"]
     assert torch.equal(r0["grad"], r1["grad"])
     assert "rank 0/2" in r0["dead_rank"] and "MESHLIFT_DIST_TIMEOUT_S" in r0["dead_rank"]
+
+
+def test_gaussian_trainer_two_ranks_equal_each_other_and_one_process(tmp_path):
+    """Densification with 2 ranks (statistics summed, rank 0 decides, state broadcast) keeps the ranks'
+    parameters and Adam moments identical and follows the single-process run of the same global batch."""
+    _spawn(_trainer_worker, 2, str(tmp_path))
+    r0, r1 = (torch.load(tmp_path / f"trainer{r}.pt", weights_only=False) for r in (0, 1))
+    for k in r0["tensors"]:
+        assert torch.equal(r0["tensors"][k], r1["tensors"][k]), k
+        assert torch.equal(r0["adam"][k], r1["adam"][k]), k
+    assert r0["refinements"] == r1["refinements"] and len(r0["refinements"]) == 1  # step 4: 80 split
+    one = _trainer_run()
+    assert list(one.strategy.history) == r0["refinements"]  # same clone/split/prune counts
+    for a, b in zip(one.state.history, r0["history"]):
+        assert b["loss"] == pytest.approx(a["loss"], rel=LOSS_RTOL_GAUSSIANS), (a, b)
+    for k, p in one.params.items():
+        torch.testing.assert_close(r0["tensors"][k], p.detach(), rtol=1e-4, atol=1e-5)
 
 
 @pytest.fixture(scope="module")
