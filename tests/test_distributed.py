@@ -382,3 +382,25 @@ def test_gaussians_two_ranks_match_one_process_then_resume_on_one(tmp_path):
     res = reconstruct(_gaussian_config(steps=16), out, resume=True, problem=problem)
     assert res.metrics["steps"] == 16
     assert [h["iteration"] for h in res.history][-3:] == [14, 15, 16]
+
+
+@pytest.mark.slow
+def test_cli_gpus_2_gaussians_then_resume_with_one(tmp_path):
+    """``--method gaussians --gpus 2`` on the CPU (two gloo ranks under torchrun), then ``--resume`` in one
+    process with more steps."""
+    import json
+
+    from _gaussian_problem import write_blender_dataset
+    from meshlift.cli.main import main
+
+    if torch.cuda.is_available():
+        pytest.skip("this test runs the CPU (gloo) ranks")
+    data = write_blender_dataset(tmp_path / "scene", size=16, n_train=6, n_test=2)
+    out = tmp_path / "out"
+    args = ["reconstruct", str(data), "--method", "gaussians", "--preset", "gaussians_tiny", "--out", str(out),
+            "--set", "steps=6", "--set", "num_random=60", "--set", "train_res=0", "--set", "batch=2"]
+    assert main(args + ["--gpus", "2"]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["method"] == "gaussians" and m["steps"] == 6
+    assert main(args + ["--resume", "steps=8"]) == 0
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 8
