@@ -176,26 +176,27 @@ def _gaussian_worker(rank: int, world: int, port: int, out: str, tmp: str) -> No
     D.shutdown()
 
 
-def _trainer_run(dist=None):
+def _trainer_run(dist=None, device: str = "cpu"):
     """The Gaussian trainer alone (no folder, no evaluation): 8 steps, densification at step 4."""
     from _gaussian_problem import tiny_problem
     from meshlift.methods.distributed import SINGLE
     from meshlift.methods.gaussians.trainer import GaussianTrainer
 
-    cfg = _gaussian_config(steps=8, densify_refine_stop=8, checkpoint_every=0, checkpoint_every_s=0.0)
-    trainer = GaussianTrainer(cfg, tiny_problem(size=12, n_train=6, n_test=1), torch.device("cpu"),
-                              dist=dist or SINGLE)
+    dist = dist or SINGLE
+    cfg = _gaussian_config(steps=8, densify_refine_stop=8, checkpoint_every=0, checkpoint_every_s=0.0, device=device)
+    trainer = GaussianTrainer(cfg, tiny_problem(size=12, n_train=6, n_test=1), dist.device_for(torch.device(device)),
+                              dist=dist)
     trainer.train()
     return trainer
 
 
-def _trainer_worker(rank: int, world: int, port: int, tmp: str) -> None:
+def _trainer_worker(rank: int, world: int, port: int, tmp: str, device: str = "cpu") -> None:
     from meshlift.methods import distributed as D
 
     _join_env(rank, world, port)
-    tr = _trainer_run(D.init_from_env(torch.device("cpu")))
-    torch.save({"history": tr.state.history, "tensors": {k: p.detach() for k, p in tr.params.items()},
-                "adam": {k: o.state_dict()["state"][0]["exp_avg_sq"] for k, o in tr.optimizers.items()},
+    tr = _trainer_run(D.init_from_env(torch.device(device)), device)
+    torch.save({"history": tr.state.history, "tensors": {k: p.detach().cpu() for k, p in tr.params.items()},
+                "adam": {k: o.state_dict()["state"][0]["exp_avg_sq"].cpu() for k, o in tr.optimizers.items()},
                 "refinements": list(tr.strategy.history)}, os.path.join(tmp, f"trainer{rank}.pt"))
     D.shutdown()
 
@@ -404,3 +405,22 @@ def test_cli_gpus_2_gaussians_then_resume_with_one(tmp_path):
     assert m["method"] == "gaussians" and m["steps"] == 6
     assert main(args + ["--resume", "steps=8"]) == 0
     assert json.loads((out / "metrics.json").read_text())["steps"] == 8
+
+
+@pytest.mark.gpu
+def test_gaussian_trainer_two_gpus_nccl(tmp_path):
+    """The same check on 2 CUDA ranks over NCCL (Triton splat backend): needs a machine with >= 2 GPUs."""
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 CUDA devices")
+    import torch.multiprocessing as mp
+
+    mp.start_processes(_trainer_worker, args=(2, _free_port(), str(tmp_path), "cuda"), nprocs=2, join=True,
+                       start_method="spawn")  # CUDA cannot be forked
+    r0, r1 = (torch.load(tmp_path / f"trainer{r}.pt", weights_only=False) for r in (0, 1))
+    for k in r0["tensors"]:
+        assert torch.equal(r0["tensors"][k], r1["tensors"][k]), k
+    assert r0["refinements"] == r1["refinements"] and len(r0["refinements"]) == 1
+    one = _trainer_run(device="cuda")
+    assert list(one.strategy.history) == r0["refinements"]
+    for a, b in zip(one.state.history, r0["history"]):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-3), (a, b)  # GPU float sums: looser than CPU
