@@ -5,9 +5,16 @@ Usage (from the repository root)::
     python benchmarks/raster.py --device cuda            # the issue's GPU table (H200), markdown
     python benchmarks/raster.py --device cpu             # CPU sizes (5k, 50k triangles at 256²)
     python benchmarks/raster.py --device cuda --cases "100k@1024x1" --repeats 50
+    python benchmarks/raster.py --device cuda --backend both --which ac --out raster_h200.md
+        # issue 9's ten cases: torch and triton backends and (when `import nvdiffrast.torch` works)
+        # nvdiffrast on the identical inputs, in one run, with ratios
 
 Scene: a closed bumpy UV sphere; case (a) camera at distance 1.5 (surface fills the frame, a few % of
-the triangles visible, like the nvdiffrast anchor), case (b) distance 3.5 (whole object in view). Loss =
+the triangles visible, like the nvdiffrast anchor), case (b) distance 3.5 (whole object in view), case
+(c) distance 2.2 (issue 9's second distance). ``--backend``: ``torch``, ``triton`` or ``both`` (default:
+``both`` on CUDA when triton imports, else ``torch``); nvdiffrast runs beside them unless
+``--no-nvdiffrast``. The id-agreement column compares each meshlift backend's triangle ids with
+nvdiffrast's (fraction of pixels with the same id, and the largest |Δu|, |Δv| where they agree). Loss =
 sum of the interpolated 3-channel attribute; forward+backward includes gradients to clip-space
 positions and attributes (as in /work/shared/ANCHORS.md). GPU times are CUDA-event medians after
 warm-up; CPU times are wall-clock medians. Peak memory: CUDA ``max_memory_allocated`` during one
@@ -44,7 +51,7 @@ NVDIFFRAST_H200 = {
 }
 GPU_CASES = ["100k@1024x1", "1M@1024x1", "1M@2048x1", "100k@512x8", "1M@512x8"]
 CPU_CASES = ["5k@256x1", "50k@256x1"]
-DISTANCE = {"a": 1.5, "b": 3.5}
+DISTANCE = {"a": 1.5, "b": 3.5, "c": 2.2}
 
 
 def parse_case(s: str):
@@ -78,30 +85,106 @@ def timeit(fn, device, warmup, repeats):
     return statistics.median(times), None
 
 
-def run_case(label, n_tri, res, batch, case, device, args):
-    v, tri = bumpy_sphere(n_tri, device=device)
-    mvp = camera_mvp(DISTANCE[case], batch=batch, device=device)
-    pos = transform_pos(mvp, v).contiguous()
-    attr = torch.rand(v.shape[0], 3, device=device)
-    kw = {"max_fragments": args.max_fragments}
+class _Env:
+    """Set ``MESHLIFT_RASTER_BACKEND`` while one implementation is measured (interpolate reads it)."""
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    def __enter__(self):
+        self.old = os.environ.get("MESHLIFT_RASTER_BACKEND")
+        if self.backend:
+            os.environ["MESHLIFT_RASTER_BACKEND"] = self.backend
+
+    def __exit__(self, *exc):
+        if self.old is None:
+            os.environ.pop("MESHLIFT_RASTER_BACKEND", None)
+        else:
+            os.environ["MESHLIFT_RASTER_BACKEND"] = self.old
+
+
+def _nvdiffrast():
+    """``nvdiffrast.torch`` or None."""
+    try:
+        import nvdiffrast.torch as dr  # noqa: PLC0415
+
+        return dr
+    except Exception:  # not installed / not built
+        return None
+
+
+def _impl(name, pos, tri, attr, res, args, ctx):
+    """``(fwd, fwd_bwd)`` closures of one implementation: a meshlift backend or ``"nvdiffrast"``."""
+    if name == "nvdiffrast":
+        dr = _nvdiffrast()
+
+        def rast_fn(p):
+            return dr.rasterize(ctx, p, tri, resolution=[res, res], grad_db=False)[0]  # same work as meshlift's
+
+        def interp_fn(a, r):
+            return dr.interpolate(a, r, tri)[0]
+
+    else:
+        kw = {"max_fragments": args.max_fragments, "backend": name}
+
+        def rast_fn(p):
+            return rasterize(p, tri, (res, res), grad_db=False, **kw)[0]
+
+        def interp_fn(a, r):
+            return interpolate(a, r, tri)[0]
 
     def fwd():
         with torch.no_grad():
-            rast, _ = rasterize(pos, tri, (res, res), grad_db=False, **kw)
-            out, _ = interpolate(attr, rast, tri)
+            rast = rast_fn(pos)
+            out = interp_fn(attr, rast)
         return rast, out
 
     def fwd_bwd():
         p = pos.detach().requires_grad_(True)
         a = attr.detach().requires_grad_(True)
-        rast, _ = rasterize(p, tri, (res, res), grad_db=False, **kw)
-        out, _ = interpolate(a, rast, tri)
+        out = interp_fn(a, rast_fn(p))
         out.sum().backward()
 
+    return fwd, fwd_bwd
+
+
+def run_case(label, n_tri, res, batch, case, device, args, impls=("torch",), ctx=None):
+    """Measure every implementation in ``impls`` on the same inputs; returns one row dict per implementation."""
+    v, tri = bumpy_sphere(n_tri, device=device)
+    mvp = camera_mvp(DISTANCE[case], batch=batch, device=device)
+    pos = transform_pos(mvp, v).contiguous()
+    attr = torch.rand(v.shape[0], 3, device=device)
+    rows, ref_ids = [], None
+    for name in impls:
+        with _Env(None if name == "nvdiffrast" else name):
+            rows.append(_measure(name, label, pos, tri, attr, res, batch, case, device, args, ctx))
+        if name == "nvdiffrast":
+            ref_ids = rows[-1].pop("rast")
+    for r in rows:
+        rast = r.pop("rast", None)
+        if ref_ids is not None and rast is not None:
+            same = rast[..., 3] == ref_ids[..., 3]
+            r["id_agree"] = same.float().mean().item()
+            both = same & (rast[..., 3] > 0)
+            r["uv_err"] = (rast[..., :2] - ref_ids[..., :2]).abs()[both].max().item() if both.any() else 0.0
+    return rows
+
+
+def _measure(name, label, pos, tri, attr, res, batch, case, device, args, ctx):
+    fwd, fwd_bwd = _impl(name, pos, tri, attr, res, args, ctx)
+    first = None
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fwd_bwd()  # first call: Triton JIT compile (or its on-disk cache) for the triton backend
+        torch.cuda.synchronize()
+        first = time.perf_counter() - t0
     rast, _ = fwd()
     parts = {}
-    if args.parts:
+    if args.parts and name != "nvdiffrast":
         import warnings
+
+        kw = {"max_fragments": args.max_fragments, "backend": name}
 
         def vis():
             visible_triangles(pos, tri, (res, res), **kw)
@@ -129,7 +212,7 @@ def run_case(label, n_tri, res, batch, case, device, args):
         ev = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA or e.self_device_time_total > 0]
         ev.sort(key=lambda e: -e.self_device_time_total)
         n_k = sum(e.count for e in ev) / 3
-        print(f"## profile {label}@{res}x{batch} ({case}): {n_k:.0f} kernels/iter, device {sum(e.self_device_time_total for e in ev) / 3e3:.2f} ms/iter", file=sys.stderr)
+        print(f"## profile {name} {label}@{res}x{batch} ({case}): {n_k:.0f} kernels/iter, device {sum(e.self_device_time_total for e in ev) / 3e3:.2f} ms/iter", file=sys.stderr)
         for e in ev[:14]:
             print(f"##   {e.self_device_time_total / 3e3:7.3f} ms {e.count // 3:4d}x {e.key[:90]}", file=sys.stderr)
     ids = rast[..., 3]
@@ -140,11 +223,19 @@ def run_case(label, n_tri, res, batch, case, device, args):
     peak = None
     if device.type == "cuda":
         torch.cuda.synchronize()
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         fwd_bwd()
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated() / 2**20
+    cfg = None
+    if name == "triton":
+        from meshlift.kernels.raster_triton import describe_config
+
+        cfg = describe_config(res, res, batch)
     return {
+        "impl": name,
+        "cfg": cfg,
         "label": label,
         "tris": tri.shape[0],
         "res": res,
@@ -155,17 +246,100 @@ def run_case(label, n_tri, res, batch, case, device, args):
         "cpu_fwd": c_f,
         "cpu_fwdbwd": c_fb,
         "peak": peak,
+        "first": first,
         "visible": vis,
         "coverage": cov,
         "parts": parts,
+        "rast": rast,
     }
+
+
+def _f(x, spec=".2f", suffix=""):
+    return "n/a" if x is None else f"{x:{spec}}{suffix}"
+
+
+def _ratio(x, y):
+    return "n/a" if x is None or y is None or not y else f"{x / y:.2f}×"
+
+
+def format_table(rows, impls, device, args) -> str:
+    """The markdown table: one row per meshlift backend and case, nvdiffrast's figures beside it when run."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit = "?"
+    dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    nv = "nvdiffrast" in impls
+    vers = f"torch {torch.__version__}"
+    if "triton" in impls:
+        import triton
+
+        vers += f", triton {triton.__version__}"
+    if nv:
+        vers += f", nvdiffrast {getattr(_nvdiffrast(), '__version__', '?')} (same run)"
+    lines = [
+        f"meshlift rasterize + interpolate ({' / '.join(i for i in impls if i != 'nvdiffrast')}), {datetime.date.today()}, {dev_name}, {vers}, commit {commit}",
+        f"fragment budget {args.max_fragments or os.environ.get('MESHLIFT_RASTER_MAX_FRAGMENTS', 'default')}; median of {args.repeats} after {args.warmup} warm-up; "
+        "rasterize(grad_db=False) + interpolate of 3 channels, loss = sum; triton configuration per row (env "
+        "MESHLIFT_TRITON_TILE / _WARPS / _UNROLL / _STAMP / _BWD_IDS: "
+        + (", ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("MESHLIFT_TRITON_")) or "none set, defaults")
+        + ")",
+        "",
+    ]
+    if nv:
+        lines += [
+            "| triangles | resolution | batch | distance | backend | visible tris | coverage | forward ms | fwd+bwd ms | peak MiB | "
+            "nvdiffrast fwd / fwd+bwd ms | nvdiffrast peak MiB | ratio fwd+bwd | ratio peak | ids = nvdiffrast | max Δuv | first call s |",
+            "|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+        ]
+    else:
+        lines += [
+            "| triangles | resolution | batch | case | backend | visible tris | coverage | forward ms | fwd+bwd ms | peak MiB | nvdiffrast fwd / fwd+bwd ms (a, ANCHORS.md) | ratio fwd+bwd | first call s |",
+            "|---:|---|---:|---|---|---:|---:|---:|---:|---:|---|---:|---:|",
+        ]
+    for group in rows:
+        ref = next((r for r in group if r["impl"] == "nvdiffrast"), None)
+        for r in group:
+            if r["impl"] == "nvdiffrast":
+                continue
+            peak = f"{r['peak']:.0f}" if r["peak"] is not None else "n/a"
+            first = f"{r['first']:.2f}" if r["first"] is not None else ""
+            head = f"| {r['tris']:,} | {r['res']}² | {r['batch']} | "
+            impl = f"{r['impl']} ({r['cfg']})" if r.get("cfg") else r["impl"]
+            body = f"{impl} | {100 * r['visible']:.1f}% | {100 * r['coverage']:.0f}% | {r['fwd']:.2f} | {r['fwdbwd']:.2f} | {peak} | "
+            if nv:
+                lines.append(
+                    head + f"{DISTANCE[r['case']]} | " + body
+                    + f"{ref['fwd']:.2f} / {ref['fwdbwd']:.2f} | {_f(ref['peak'], '.0f')} | {_ratio(r['fwdbwd'], ref['fwdbwd'])} | "
+                    f"{_ratio(r['peak'], ref['peak'])} | {_f(100 * r['id_agree'] if 'id_agree' in r else None, '.3f', '%')} | "
+                    f"{_f(r.get('uv_err'), '.1e')} | {first} |"
+                )
+            else:
+                anchor = NVDIFFRAST_H200.get((r["label"], r["res"], r["batch"])) if r["case"] == "a" else None
+                ref_s = f"{anchor[0]:.2f} / {anchor[1]:.2f}" if anchor else ""
+                ratio = f"{r['fwdbwd'] / anchor[1]:.1f}×" if anchor and device.type == "cuda" else ""
+                lines.append(head + f"{r['case']} | " + body + f"{ref_s} | {ratio} | {first} |")
+    if device.type == "cpu":
+        lines += [
+            "",
+            "Process CPU time (all threads; robust to other load on a shared machine):",
+            "",
+            "| triangles | resolution | case | backend | forward CPU ms | fwd+bwd CPU ms |",
+            "|---:|---|---|---|---:|---:|",
+        ]
+        lines += [
+            f"| {r['tris']:,} | {r['res']}² | {r['case']} | {r['impl']} | {r['cpu_fwd']:.1f} | {r['cpu_fwdbwd']:.1f} |" for g in rows for r in g
+        ]
+    return "\n".join(lines)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--cases", default=None, help="comma list like 100k@1024x1 (triangles@resolution x batch)")
-    ap.add_argument("--which", default="ab", help="scene cases: a (close), b (whole object) or ab")
+    ap.add_argument("--which", default=None, help="scene cases: a (distance 1.5), b (3.5), c (2.2); default ac on CUDA, ab on CPU")
+    ap.add_argument("--backend", default=None, choices=["torch", "triton", "both"], help="meshlift backend(s); default both on CUDA with triton")
+    ap.add_argument("--no-nvdiffrast", action="store_true", help="do not run nvdiffrast even if it imports")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--max-fragments", type=int, default=None)
@@ -177,50 +351,34 @@ def main():
     device = torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
+    from meshlift.kernels import available_backends
+
+    have = available_backends(device)
+    backend = args.backend or ("both" if device.type == "cuda" and "triton" in have else "torch")
+    impls = ["torch", "triton"] if backend == "both" else [backend]
+    for n in impls:
+        if n not in have:
+            raise SystemExit(f"backend {n!r} is not available on {device} (available: {have})")
+    ctx = None
+    if device.type == "cuda" and not args.no_nvdiffrast and _nvdiffrast() is not None:
+        ctx = _nvdiffrast().RasterizeCudaContext(device=device)
+        impls.append("nvdiffrast")
+    which = args.which or ("ac" if device.type == "cuda" else "ab")
     cases = args.cases.split(",") if args.cases else (GPU_CASES if device.type == "cuda" else CPU_CASES)
     rows = []
     for c in cases:
         label, n, res, batch = parse_case(c)
-        for case in args.which:
-            r = run_case(label, n, res, batch, case, device, args)
-            rows.append(r)
-            extra = "".join(f", {k} {v:.2f}" if isinstance(v, float) else f", {k} {v}" for k, v in r["parts"].items())
-            print(f"# {label} tris @ {res}² x{batch} ({case}): fwd {r['fwd']:.2f} ms, fwd+bwd {r['fwdbwd']:.2f} ms{extra}", file=sys.stderr)
+        for case in which:
+            group = run_case(label, n, res, batch, case, device, args, impls, ctx)
+            rows.append(group)
+            for r in group:
+                extra = "".join(f", {k} {v:.2f}" if isinstance(v, float) else f", {k} {v}" for k, v in r["parts"].items())
+                first = f", first call {r['first']:.2f} s" if r["first"] is not None else ""
+                cfg = f" [{r['cfg']}]" if r.get("cfg") else ""
+                print(f"# {r['impl']}{cfg}: {label} tris @ {res}² x{batch} ({case}): fwd {r['fwd']:.2f} ms, fwd+bwd {r['fwdbwd']:.2f} ms{first}{extra}", file=sys.stderr)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        commit = "?"
-    dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-    lines = [
-        f"meshlift rasterize + interpolate (torch backend), {datetime.date.today()}, {dev_name}, torch {torch.__version__}, commit {commit}",
-        f"fragment budget {args.max_fragments or os.environ.get('MESHLIFT_RASTER_MAX_FRAGMENTS', 'default')}; median of {args.repeats} after {args.warmup} warm-up",
-        "",
-        "| triangles | resolution | batch | case | visible tris | coverage | forward ms | fwd+bwd ms | peak MiB | nvdiffrast fwd / fwd+bwd ms (a) | ratio fwd+bwd |",
-        "|---:|---|---:|---|---:|---:|---:|---:|---:|---|---:|",
-    ]
-    for r in rows:
-        ref = NVDIFFRAST_H200.get((r["label"], r["res"], r["batch"])) if r["case"] == "a" else None
-        ref_s = f"{ref[0]:.2f} / {ref[1]:.2f}" if ref else ""
-        ratio = f"{r['fwdbwd'] / ref[1]:.1f}×" if ref and device.type == "cuda" else ""
-        peak = f"{r['peak']:.0f}" if r["peak"] is not None else "n/a"
-        lines.append(
-            f"| {r['tris']:,} | {r['res']}² | {r['batch']} | {r['case']} | {100 * r['visible']:.1f}% | "
-            f"{100 * r['coverage']:.0f}% | {r['fwd']:.2f} | {r['fwdbwd']:.2f} | {peak} | {ref_s} | {ratio} |"
-        )
-    if device.type == "cpu":
-        lines += [
-            "",
-            "Process CPU time (all threads; robust to other load on a shared machine):",
-            "",
-            "| triangles | resolution | case | forward CPU ms | fwd+bwd CPU ms |",
-            "|---:|---|---|---:|---:|",
-        ]
-        lines += [
-            f"| {r['tris']:,} | {r['res']}² | {r['case']} | {r['cpu_fwd']:.1f} | {r['cpu_fwdbwd']:.1f} |" for r in rows
-        ]
-    text = "\n".join(lines)
+    text = format_table(rows, impls, device, args)
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")

@@ -182,7 +182,7 @@ def bench_prefilter(device, args, rows):
 
     sizes = {"smoke": 8} if args.smoke else LIGHT_RES
     for lname, res in sizes.items():
-        # The surface method's light: min_res = max(4, min(16, env_res // 4)) (methods/surface.py make_light).
+        # The surface method's light: min_res = max(4, min(16, env_res // 4)) (methods/nvdiffrec/materials.py make_light).
         light = EnvironmentLight.random(res, min_res=max(4, min(16, res // 4))).to(device)
         levels = [light.base.detach()]
         while levels[-1].shape[1] > light.min_res:

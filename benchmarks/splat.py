@@ -166,7 +166,14 @@ def main(argv=None) -> int:
                     help="sweep the Gaussians-per-step of the Triton tile programs (powers of two; default 16)")
     ap.add_argument("--triton-warps", nargs="+", type=int, default=None,
                     help="sweep the warps per Triton tile program (default 8)")
+    ap.add_argument("--triton-config", nargs=2, default=None, metavar=("FWD", "BWD"),
+                    help="compositing tile programs as B:warps for the forward and the backward, e.g. "
+                         "32:2 8:2 (benchmarks/splat_stages.py prints the fastest)")
     args = ap.parse_args(argv)
+    if args.triton_config:
+        (fb, fw), (bb, bw) = (c.split(":") for c in args.triton_config)
+        kt._BATCH, kt._WARPS = int(fb), int(fw)
+        kt._BATCH_BWD, kt._WARPS_BWD = int(bb), int(bw)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("benchmarks/splat.py needs a CUDA device (or --device cpu for a smoke run)", file=sys.stderr)
         return 2

@@ -99,7 +99,7 @@ def meshlift_render(path: Path, camera: dict, light, width: int, height: int) ->
     linear radiance clamped to [0, 1] and sRGB-encoded); ``[H, W, 3]`` uint8."""
     from meshlift.cameras import Cameras, intrinsics_matrix, look_at
     from meshlift.io.mesh import load_mesh
-    from meshlift.methods.renderer import render_mesh
+    from meshlift.renderers.mesh_pbr import render_mesh
     from meshlift.shading.color import linear_to_srgb
 
     mesh = load_mesh(path)

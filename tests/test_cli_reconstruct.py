@@ -8,19 +8,12 @@ import pytest
 
 from meshlift.cli.main import main
 
-TINY = ["train_res=32", "grid_res=12", "iter_pass1=3", "iter_pass2=2", "ref_views=4", "ref_test_views=1",
-        "texture_res=32", "env_res=8", "eval_samples=2000", "val_views=1", "batch=1", "device=cpu",
-        "hash_levels=4", "hash_log2_size=12"]
+from _run_helpers import TINY, write_torus_obj
 
 
 @pytest.fixture(scope="module")
 def torus_obj(tmp_path_factory):
-    from meshlift.io.obj import save_obj
-    from test_methods_nvdiffrec_e2e import _torus_mesh
-
-    p = tmp_path_factory.mktemp("torus") / "torus.obj"
-    save_obj(p, _torus_mesh(n=24, m=12))
-    return p
+    return write_torus_obj(tmp_path_factory.mktemp("torus"))
 
 
 def test_help_config_lists_every_field(capsys):

@@ -10,7 +10,7 @@ rendered twice from one fixed camera under one fixed environment:
   clamped to [0, 1] and sRGB-encoded.
 
 Environment: the lat-long ``.hdr`` of ``_client_parity.linear_environment`` (L(d) = 0.5 + 0.45 d per
-channel), loaded by meshlift's ``EnvironmentLight.load`` and three's ``HDRLoader`` + ``PMREMGenerator``,
+channel), loaded by meshlift's ``io.hdr.read_light`` and three's ``HDRLoader`` + ``PMREMGenerator``,
 with three's ``environmentRotation`` set to map its equirect layout onto meshlift's (conventions §8). A
 smooth, direction-linear environment rather than a natural ``probe.hdr``: the two renderers prefilter
 differently (meshlift: exact GGX-lobe cube mips and a cosine-convolved diffuse cube; three: PMREM's blur
@@ -110,7 +110,7 @@ def _reconstruction_style(tex_res: int = 128):
     from meshlift.geometry.mesh_ops import vertex_normals
     from meshlift.mesh.bake import bake_field_to_textures, bake_normal_map
     from meshlift.mesh.uv import unwrap
-    from meshlift.methods.demo_object import make_demo_object
+    from meshlift.data.demo_object import make_demo_object
     from meshlift.structures.mesh import Material, Mesh
 
     ring = make_demo_object(resolution=32, texture_resolution=8)
@@ -150,7 +150,7 @@ def parity(tmp_path_factory):
     from meshlift.io.hdr import write_hdr
     from meshlift.io.obj import save_obj
     from meshlift.io.ply import save_ply
-    from meshlift.shading.light import EnvironmentLight
+    from meshlift.io.hdr import read_light
     from meshlift.structures.mesh import Mesh
 
     from conftest import shared_data_root
@@ -201,7 +201,7 @@ def parity(tmp_path_factory):
         log = (root / "chromium.log").read_text(errors="replace")[-3000:]
         pytest.fail(f"three.js page failed: {got.get('error', b'no result (timeout)').decode()}\nchromium log:\n{log}")
 
-    light = EnvironmentLight.load(root / "env.hdr", res=64, trainable=False)
+    light = read_light(root / "env.hdr", res=64, trainable=False)
     light.build_mips()
     art = _artifacts(root)
     out = {"files": files, "cams": cams, "three": {}, "meshlift": {}, "alpha": {}, "info": {},
@@ -311,10 +311,10 @@ def test_comparison_detects_convention_errors(parity, tmp_path):
     error put back in are compared with three.js' screenshot of the correct file."""
     from meshlift.io.glb import save_glb
     from meshlift.io.mesh import load_mesh
-    from meshlift.shading.light import EnvironmentLight
+    from meshlift.io.hdr import read_light
     from meshlift.structures.mesh import Material
 
-    light = EnvironmentLight.load(parity["files"]["no_material"].parent / "env.hdr", res=64, trainable=False)
+    light = read_light(parity["files"]["no_material"].parent / "env.hdr", res=64, trainable=False)
     light.build_mips()
 
     def broken(name, edit):

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import replace
 
 import pytest
 import torch
 
+from _run_helpers import blender_copy_with_opencv_axes
 from meshlift.cameras import look_at
 from meshlift.data import load_scene
 from meshlift.data.camera_check import check_cameras
@@ -65,13 +64,7 @@ def test_statue_flipped_is_told_apart_by_points(dataset):
 def test_transforms_json_written_with_opencv_axes(dataset, tmp_path):
     """A lego copy whose transform_matrix holds OpenCV axes: warned on load, right with the override."""
     src = dataset("nerf_synthetic_lego_half")
-    for split in ("train", "val", "test"):
-        js = json.loads((src / f"transforms_{split}.json").read_text())
-        for fr in js["frames"]:
-            m = torch.tensor(fr["transform_matrix"], dtype=torch.float64)
-            fr["transform_matrix"] = (m @ torch.diag(torch.tensor([1.0, -1.0, -1.0, 1.0], dtype=torch.float64))).tolist()
-        (tmp_path / f"transforms_{split}.json").write_text(json.dumps(js))
-        os.symlink(src / split, tmp_path / split)
+    blender_copy_with_opencv_axes(src, tmp_path)
     s = load_scene(tmp_path)
     assert s.metadata["camera_check"]["verdict"] == "outward"
     assert any("--camera-convention opencv" in w for w in s.warnings)

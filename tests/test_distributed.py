@@ -339,6 +339,17 @@ def test_gpus_option_builds_the_torchrun_command():
                                          "data", "--out", "o", "batch=8"]
 
 
+def test_cli_gpus_refused_for_milo(tmp_path, capsys):
+    """--method milo trains in one process: --gpus 2 stops before any folder is made or rank started."""
+    from meshlift.cli.main import main
+
+    out = tmp_path / "out"
+    code = main(["reconstruct", str(tmp_path), "--method", "milo", "--gpus", "2", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code != 0 and not out.exists()
+    assert "--gpus applies to --method nvdiffrec and gaussians" in " ".join((captured.out + captured.err).split())
+
+
 @pytest.mark.slow
 def test_cli_gpus_2_runs_two_cpu_ranks_under_torchrun(tmp_path, torus_obj):
     """``meshlift reconstruct --gpus 2`` on a machine without CUDA: two gloo ranks started by torchrun."""
@@ -423,3 +434,68 @@ def test_gaussian_trainer_two_gpus_nccl(tmp_path):
     assert list(one.strategy.history) == r0["refinements"]
     for a, b in zip(one.state.history, r0["history"]):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-3), (a, b)  # GPU float sums: looser than CPU
+
+
+# ---- MILo's regulariser on 2 ranks ------------------------------------------------------------------------
+
+
+def _milo_trainer_run(dist=None):
+    """The Gaussian trainer with MILo's strategy and mesh in the loop (background Delaunay, SDF resets,
+    labels) for 12 steps on a small sphere, as ``methods.milo.reconstruct`` assembles it (no folder)."""
+    import dataclasses
+
+    from _milo_scene import sphere_problem
+    from meshlift.methods.distributed import SINGLE
+    from meshlift.methods.gaussians.config import densify_strategy
+    from meshlift.methods.gaussians.trainer import GaussianTrainer
+    from meshlift.methods.milo.mesh_in_loop import MeshInTheLoop
+    from meshlift.methods.milo.presets import get_preset
+    from meshlift.methods.milo.strategy import MiloStrategy, importance_function
+
+    dist = dist or SINGLE
+    cfg = dataclasses.replace(
+        get_preset("milo_tiny"), steps=12, num_random=120, batch=2, densify_refine_start=2, densify_refine_every=2,
+        densify_refine_stop=5, sampling_step=5, prune_step=7, depth_normal_start=5, mesh_start=7, delaunay_every=2,
+        sdf_reset_every=3, sdf_reset_stop=11, labels_every=2, checkpoint_every=0, checkpoint_every_s=0.0,
+        preview_every=0, device="cpu")
+    problem, _ = sphere_problem(size=16, n_train=6, n_test=1)
+    device = dist.device_for(torch.device("cpu"))
+    base = densify_strategy(cfg, problem.scene_scale)
+    kw = {k: getattr(base, k) for k in base.__dataclass_fields__ if k != "history"}
+    strategy = MiloStrategy(**kw, sampling_step=cfg.sampling_step, sampling_factor=cfg.sampling_factor,
+                            prune_step=cfg.prune_step, prune_cdf=cfg.prune_cdf, seed=cfg.seed)
+    trainer = GaussianTrainer(cfg, problem, device, strategy=strategy, method="milo", dist=dist)
+    strategy.importance_fn = importance_function(problem.train, cfg.imp_metric, near=trainer.near, device=device,
+                                                 settings=trainer.settings, backend=cfg.splat_backend)
+    reg = MeshInTheLoop(cfg, problem, device, monitor=trainer.monitor, settings=trainer.settings, near=trainer.near)
+    trainer.regularizer = reg
+    try:
+        trainer.train()
+    finally:
+        reg.close()
+    return trainer
+
+
+def _milo_worker(rank: int, world: int, port: int, tmp: str) -> None:
+    from meshlift.methods import distributed as D
+
+    _join_env(rank, world, port, timeout_s=300.0)
+    tr = _milo_trainer_run(D.init_from_env(torch.device("cpu")))
+    torch.save({"tensors": {k: p.detach().cpu() for k, p in tr.params.items()},
+                "reg": tr.regularizer.state_dict()}, os.path.join(tmp, f"milo{rank}.pt"))
+    D.shutdown()
+
+
+@pytest.mark.slow
+def test_milo_regulariser_state_identical_on_two_ranks(tmp_path):
+    """MILo on 2 ranks: the pivot choice, the tets (background Delaunay switched at rank 0's step), the
+    labels, the pivot SDF and its Adam moments stay identical on both ranks, as do the Gaussians."""
+    _spawn(_milo_worker, 2, str(tmp_path))
+    r0, r1 = (torch.load(tmp_path / f"milo{r}.pt", weights_only=False) for r in (0, 1))
+    for k in r0["tensors"]:
+        assert torch.equal(r0["tensors"][k], r1["tensors"][k]), k
+    g0, g1 = r0["reg"], r1["reg"]
+    assert g0["active"] and g1["active"] and g0["triangulations"] == g1["triangulations"] >= 2
+    for k in ("idx", "base", "shift", "tets", "labels"):
+        assert torch.equal(g0[k], g1[k]), k
+    assert torch.equal(g0["opt"]["state"][0]["exp_avg_sq"], g1["opt"]["state"][0]["exp_avg_sq"])

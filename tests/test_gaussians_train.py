@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from _gaussian_problem import tiny_problem, write_blender_dataset
-from meshlift.errors import ConfigError
+from meshlift.errors import ConfigError, OutputError
 from meshlift.io.gaussian_ply import load_gaussian_ply
 from meshlift.methods.gaussians.config import GaussiansConfig, apply_dict, densify_strategy
 from meshlift.methods.gaussians.evaluate import image_metrics, render_views
@@ -90,7 +90,7 @@ def test_outputs_ply_round_trip_and_metrics(problem, tmp_path):
     assert math.isfinite(m["psnr"]) and m["frame"] == "dataset world frame"
     assert (tmp_path / "run" / "renders" / "v00.png").is_file() and (tmp_path / "run" / "gt" / "v01.png").is_file()
     assert (tmp_path / "run" / "loss_curve.png").is_file() and (tmp_path / "run" / "config.json").is_file()
-    with pytest.raises(ConfigError, match="already holds a run"):
+    with pytest.raises(OutputError, match="holds a finished run"):  # the shared rule (engine.prepare_output_dir)
         reconstruct(_cfg(steps=6), tmp_path / "run", problem=problem)
 
 
@@ -177,7 +177,7 @@ def test_resume_refuses_shape_changes(problem, tmp_path):
     with pytest.raises(ConfigError, match="sh_degree.*cannot change on resume"):
         reconstruct(_cfg(steps=4, sh_degree=2), tmp_path / "r", problem=problem, resume=True)
     (tmp_path / "r" / "checkpoint.pt").write_bytes(b"garbage")
-    with pytest.raises(ConfigError, match="unreadable or corrupt"):
+    with pytest.raises(ConfigError, match="truncated or not a meshlift checkpoint"):  # engine.load_checkpoint
         reconstruct(_cfg(steps=4), tmp_path / "r", problem=problem, resume=True)
 
 

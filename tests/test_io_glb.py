@@ -138,7 +138,7 @@ def _mirrored_quads():
 
 
 def test_normal_mapped_glb_has_normal_and_tangent_and_no_validator_warnings(tmp_path):
-    from meshlift.methods.demo_object import make_demo_object
+    from meshlift.data.demo_object import make_demo_object
 
     m = make_demo_object(resolution=24, texture_resolution=32)
     m.material.normal = torch.nn.functional.normalize(torch.randn(32, 32, 3) * 0.2 + torch.tensor([0, 0, 1.0]), dim=-1)
@@ -246,7 +246,7 @@ def test_render_of_a_factor_only_glb_is_not_black(tmp_path):
     """What `meshlift render` runs (load_mesh + render_mesh) on a GLB with only factors shows the object."""
     from meshlift.cameras import look_at
     from meshlift.io.mesh import load_mesh
-    from meshlift.methods.renderer import render_mesh
+    from meshlift.renderers.mesh_pbr import render_mesh
     from meshlift.shading.light import EnvironmentLight
 
     m = load_mesh(_factor_only_glb(tmp_path / "f.glb"))

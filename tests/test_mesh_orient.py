@@ -174,3 +174,14 @@ def test_eval_mesh_empty_ply(tmp_path, capsys):
     assert main(["eval", "mesh", str(e), str(tmp_path / "gt.ply"), "--samples", "2000", "--json"]) == 0
     res = _strict(capsys.readouterr().out)
     assert res["fscore"] == 0.0 and res["chamfer_l1"] is None and "empty" in res["message"]
+
+
+def test_convert_out_dir_that_is_a_file(tmp_path, capsys):
+    import trimesh
+
+    src = tmp_path / "box.obj"
+    trimesh.creation.box().export(src)
+    f = tmp_path / "taken"
+    f.write_text("x")
+    assert main(["convert", str(src), "--out-dir", str(f)]) == 2
+    assert "is an existing file" in capsys.readouterr().err and f.read_text() == "x"

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from meshlift.errors import ConfigError, DependencyError
-from meshlift.methods.engine import ExponentialLR, LinearSchedule, TimeBudget, TrainState, is_oom, resolve_device
+from meshlift.methods.engine import (ExponentialLR, LinearSchedule, StageCosts, TimeBudget, TrainState, is_oom,
+                                     resolve_device)
 
 
 def test_linear_schedule_ramps_then_holds_and_round_trips():
@@ -34,12 +35,63 @@ def test_exponential_lr_warms_up_then_decays():
     assert opt.param_groups[0]["lr"] == pytest.approx(f(1))
 
 
-def test_time_budget_deadlines():
-    b = TimeBudget(10.0, {"pass1": 0.55, "pass2": 0.8})
-    b.start(100.0)
-    assert b.deadline("pass1") == pytest.approx(105.5) and b.deadline("pass2") == pytest.approx(108.0)
-    assert TimeBudget(0.0, {"pass1": 0.5}).deadline("pass1") is None
-    assert b.state_dict() == {"total_s": 10.0, "fractions": {"pass1": 0.55, "pass2": 0.8}}
+class FakeClock:
+    """A settable clock: budgets are tested without timing anything."""
+
+    def __init__(self, t: float = 100.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_time_budget_shares_training_time_after_reserving_the_other_stages():
+    clock = FakeClock(100.0)
+    b = TimeBudget(100.0, {"pass1": 0.6, "pass2": 0.4}, clock=clock)
+    costs = StageCosts(between_s=10.0, final_s=5.0)
+    clock.t = 105.0  # data loading took 5 s
+    d1 = b.deadline("pass1", costs)
+    # time left 95 s, minus 10 + 5 reserved = 80 s of training; pass 1 gets 60% of it
+    assert d1() == pytest.approx(105.0 + 0.6 * 80.0)
+    clock.t = 152.9
+    assert not d1.reached()
+    clock.t = 153.1
+    assert d1.reached()
+    # the between-stage took 20 s instead of 10: pass 2 gets all that is left before the final 5 s
+    clock.t = 173.1
+    d2 = b.deadline("pass2", costs)
+    assert d2() == pytest.approx(200.0 - 5.0)
+    # a pass 1 that finished early leaves its time to pass 2
+    clock.t = 120.0
+    assert b.deadline("pass2", costs)() == pytest.approx(195.0)
+    assert TimeBudget(0.0, {"pass1": 0.5, "pass2": 0.5}).deadline("pass1") is None
+    assert b.state_dict() == {"total_s": 100.0, "shares": {"pass1": 0.6, "pass2": 0.4}}
+    with pytest.raises(ConfigError, match="unknown pass"):
+        b.deadline("pass3")
+    with pytest.raises(ConfigError, match="shares"):
+        TimeBudget(10.0, {"pass1": 0.0, "pass2": 0.0})
+
+
+def test_time_budget_reserve_follows_the_observed_costs_and_never_goes_negative():
+    clock = FakeClock(0.0)
+    b = TimeBudget(50.0, {"pass1": 0.5, "pass2": 0.5}, clock=clock)
+
+    class Costs:
+        faces = 0
+
+        def observe(self, faces):
+            self.faces = faces
+
+        def __call__(self):
+            return StageCosts(between_s=self.faces * 1e-3, final_s=0.0)
+
+    c = Costs()
+    d = b.deadline("pass1", c)
+    assert d() == pytest.approx(25.0)
+    d.observe(faces=20_000)  # a bigger mesh needs a longer unwrap: pass 1 ends earlier
+    assert d() == pytest.approx(0.5 * 30.0)
+    d.observe(faces=10**9)
+    assert d() == pytest.approx(0.0)  # nothing left to train: the deadline is the pass start
 
 
 def test_train_state_round_trips_and_device_errors():
@@ -64,3 +116,81 @@ def test_deps_require_names_the_package_and_the_install_line(monkeypatch):
         _deps.require("xatlas", "UV unwrapping")
     rows = {r["module"]: r for r in _deps.report()}
     assert {"xatlas", "OpenEXR", "triton"} <= set(rows) and rows["scipy"]["available"]
+
+
+# ---- deferred loss read-backs ------------------------------------------------------------------------------
+
+
+class _Recorder:
+    def __init__(self):
+        self.updates, self.logs = [], []
+
+    def start_pass(self, *a):
+        pass
+
+    def update(self, it, loss, psnr):
+        self.updates.append((it, loss))
+
+    def end_pass(self):
+        pass
+
+    def log(self, m):
+        self.logs.append(m)
+
+
+def _run_steps(losses, every, guard=None, preview_every=0, total=None):
+    from meshlift.methods import engine
+
+    state, mon = TrainState(), _Recorder()
+    rb = engine.LossReadback(every)
+    previews = []
+    total = len(losses) if total is None else total
+    for it, v in enumerate(losses):
+        engine.end_step(1, it, total, torch.tensor(v), torch.tensor(0.01), state=state, monitor=mon,
+                        preview_every=preview_every, cadence=engine.CheckpointCadence(0, 0.0), deadline=None,
+                        save=lambda: None, preview=lambda: previews.append(len(mon.updates)), guard=guard,
+                        readback=rb)
+    return state, mon, previews
+
+
+def test_readback_defers_but_records_the_same_history():
+    losses = [float(i) / 7 for i in range(1, 24)]
+    s1, m1, _ = _run_steps(losses, 1)
+    s5, m5, _ = _run_steps(losses, 5)
+    assert s1.history == s5.history and m1.updates == m5.updates and len(s5.history) == len(losses)
+    assert s5.history[3]["loss"] == float(torch.tensor(losses[3]))  # exactly float(loss)
+    # the monitor hears of step 3 only at the read-back after step 5; a preview forces one
+    _, m, previews = _run_steps(losses[:8], 5, preview_every=3)
+    assert previews == [3, 6]
+
+
+def test_readback_cadence_is_validated():
+    from meshlift.methods import engine
+
+    with pytest.raises(ConfigError, match="readback"):
+        engine.LossReadback(0)
+
+
+def test_guard_with_deferred_readback_rolls_back_to_a_snapshot_taken_at_a_readback():
+    from meshlift.methods import engine
+
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=1.0)
+    guard = engine.DivergenceGuard("t", lambda: {"p": p.detach()}, lambda s: p.data.copy_(s["p"]), [opt],
+                                   "lr", snapshot_every=4)
+    guard.start(0)
+    state, mon = TrainState(), _Recorder()
+    rb = engine.LossReadback(3)
+    losses = [1.0, 1.0, 1.0, 1.0, 1.0, float("nan"), 1.0, 1.0, 1.0]
+    for it, v in enumerate(losses):
+        with torch.no_grad():
+            p.fill_(it + 1)  # "the state after step it + 1"
+        engine.end_step(1, it, len(losses), torch.tensor(v), torch.tensor(0.01), state=state, monitor=mon,
+                        preview_every=0, cadence=engine.CheckpointCadence(0, 0.0), deadline=None, save=lambda: None,
+                        preview=None, guard=guard, readback=rb)
+        if it == 3:  # step 4 is a snapshot step: read back there (not only at the cadence of 3)
+            assert guard.snapshot_step == 4 and [u[0] for u in mon.updates] == [1, 2, 3, 4]
+    assert guard.rollbacks == 1 and any("rolled back" in m for m in mon.logs)
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.5)
+    # step 5 was recorded, the NaN step 6 was not; the state was restored from step 4, then steps 7-9 ran
+    assert [h["iteration"] for h in state.history] == [1, 2, 3, 4, 5, 7, 8, 9]

@@ -52,8 +52,13 @@ def test_projection_forward_and_backward_match_reference_float64(antialiased):
     assert torch.equal(pr["radii"], pt["radii"])
     vis = (pr["radii"] > 0).all(-1)
     assert bool(vis[:, 1].any()) and not bool(vis[:, 0].any())
+    # Bit-level agreement (1e-12) holds in the interpreter, which runs numpy float64 like torch. Compiled on
+    # CUDA, Triton passes Python float arguments (eps2d, near, far) and float literals (0.3 of the frustum
+    # clamp) as float32, so in float64 arithmetic eps2d enters as 0.3 +- 1.2e-8: relative deviations of the
+    # 2D covariance up to ~4e-8 (plus FMA contraction, ~1e-16). 1e-6 bounds that with margin.
+    rtol = 1e-12 if DEV == "cpu" else 1e-6
     for k in ("means2d", "conics", "depths", "opacities"):
-        assert torch.allclose(pr[k][vis], pt[k][vis], rtol=1e-12, atol=1e-12), k
+        assert torch.allclose(pr[k][vis], pt[k][vis], rtol=rtol, atol=1e-12), (k, (pr[k][vis] - pt[k][vis]).abs().max())
     g = torch.Generator().manual_seed(0)
     keys = ("means2d", "conics", "depths", "opacities")
     ups = {k: torch.randn(pr[k].shape, generator=g, dtype=torch.float64).to(DEV) for k in keys}
@@ -62,7 +67,11 @@ def test_projection_forward_and_backward_match_reference_float64(antialiased):
     gr = torch.autograd.grad(sum((pr[k] * ups[k]).sum() for k in keys), leaves)
     gt = torch.autograd.grad(sum((pt[k] * ups[k]).sum() for k in keys), leaves)
     for a, b, name in zip(gr, gt, ("means", "quats", "scales", "opacities")):
-        assert torch.allclose(a, b, rtol=1e-9, atol=1e-10), (name, (a - b).abs().max())
+        if DEV == "cpu":
+            assert torch.allclose(a, b, rtol=1e-9, atol=1e-10), (name, (a - b).abs().max())
+        else:  # the float32-rounded constants perturb every gradient by ~1e-8 of its size, entries that
+            # cancel to near zero included: compare against the largest entry (H200: quats 8.5e-8 off at |g| ~ 3)
+            assert (a - b).abs().max() <= 1e-6 * a.abs().max(), (name, (a - b).abs().max(), a.abs().max())
 
 
 def test_isect_tiles_match_reference():
@@ -222,6 +231,19 @@ def _frustum_scene(n, W, H, seed, device="cuda"):
     return means, quats, scales, opac, colors, torch.eye(4, device=device)[None], K
 
 
+#: A Gaussian whose alpha lands on the other side of the 1/255 cut on one backend (float32 ``exp`` rounds
+#: differently in compiled Triton and in torch) changes a pixel by at most alpha·T·colour < 1/255; the
+#: T < 1e-4 stop adds at most 1e-4. Measured on the H200 (2026-12-01): max 1.7e-3 to 3.1e-3 over a frame,
+#: typical pixels ~1e-6.
+_FLIP_BOUND = 1.0 / 255.0 + 1e-4
+
+
+def _assert_maps_match(a: torch.Tensor, b: torch.Tensor) -> None:
+    d = (a - b).abs().flatten().float()
+    assert float(d.max()) < _FLIP_BOUND, float(d.max())
+    assert float(torch.quantile(d[torch.randperm(d.numel(), device=d.device)[:1_000_000]], 0.999)) < 5e-4
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("n,W,H", [(100_000, 800, 800), (300_000, 1920, 1080)])
@@ -234,9 +256,9 @@ def test_gpu_parity_triton_vs_torch(n, W, H):
         img, alpha, info = rasterize_gaussians(*leaves, w2c, K, W, H, settings=st, backend=b)
         (img.sum() + alpha.sum()).backward()
         res.append((img.detach(), alpha.detach(), info["median_depth"].detach(), [t.grad for t in leaves]))
-    # float32: exp(cumsum(log(1 - a))) vs cumprod may flip the T < 1e-4 / T > 0.5 decisions at a few pixels
-    assert (res[0][0] - res[1][0]).abs().max() < 5e-4
-    assert (res[0][1] - res[1][1]).abs().max() < 5e-4
+    # float32: exp rounding may flip the 1/255 cut, the T < 1e-4 / T > 0.5 decisions at a few pixels
+    _assert_maps_match(res[0][0], res[1][0])
+    _assert_maps_match(res[0][1], res[1][1])
     assert ((res[0][2] - res[1][2]).abs() > 1e-4).float().mean() < 1e-3
     for a, b in zip(res[0][3], res[1][3]):
         assert (a - b).norm() <= 1e-3 * a.norm()
@@ -283,9 +305,9 @@ def test_gpu_parity_sh3_extras_two_cameras_and_statistics():
         (img[..., :3].sum() + alpha.sum() + info["normal"].sum()).backward()
         stats = gaussian_statistics(means, quats, scales, opac, w2c, K, W, H, settings=st, backend=b)
         res.append((img.detach(), alpha.detach(), info["normal"].detach(), [t.grad for t in leaves], stats))
-    assert (res[0][0][..., :3] - res[1][0][..., :3]).abs().max() < 5e-4
-    assert (res[0][1] - res[1][1]).abs().max() < 5e-4
-    assert (res[0][2] - res[1][2]).abs().max() < 5e-4
+    _assert_maps_match(res[0][0][..., :3], res[1][0][..., :3])
+    _assert_maps_match(res[0][1], res[1][1])
+    _assert_maps_match(res[0][2], res[1][2])
     for a, b in zip(res[0][3], res[1][3]):
         assert (a - b).norm() <= 1e-3 * a.norm()
     sa, sb = res[0][4], res[1][4]
@@ -309,3 +331,20 @@ def test_per_camera_features_with_five_channels_triton_vs_torch():
         res.append((img.detach(), f.grad))
     assert torch.allclose(res[0][0], res[1][0], atol=2e-6)
     assert torch.allclose(res[0][1], res[1][1], atol=1e-5)
+
+
+def test_count_bad_gaussians_matches_the_torch_checks():
+    m, q, s, o, _ = _scene(50, seed=11)
+    m[3, 1] = float("nan")
+    m[4, 0] = float("inf")
+    q[5] = 0.0
+    q[6, 2] = float("-inf")
+    s[7, 0] = -0.1
+    s[8, 2] = float("nan")
+    s[9] = -1.0
+    o[10] = 1.5
+    o[11] = -0.2
+    o[12] = float("nan")
+    got = kt.count_bad_gaussians(m, q, s, o).tolist()
+    assert got == [2, 2, 3, 3]
+    assert kt.count_bad_gaussians(m[:0], q[:0], s[:0], o[:0]).tolist() == [0, 0, 0, 0]

@@ -11,23 +11,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from _run_helpers import TINY, blender_copy_with_opencv_axes, write_torus_obj
 from meshlift.cli.main import main
 from meshlift.errors import OutOfMemoryError, TrainingError
 from meshlift.methods import engine
 
-TINY = ["train_res=32", "grid_res=12", "iter_pass1=3", "iter_pass2=2", "ref_views=4", "ref_test_views=1",
-        "texture_res=32", "env_res=8", "eval_samples=2000", "val_views=1", "batch=1", "device=cpu",
-        "hash_levels=4", "hash_log2_size=12"]
-
 
 @pytest.fixture(scope="module")
 def torus_obj(tmp_path_factory):
-    from meshlift.io.obj import save_obj
-    from test_methods_nvdiffrec_e2e import _torus_mesh
-
-    p = tmp_path_factory.mktemp("torus") / "torus.obj"
-    save_obj(p, _torus_mesh(n=24, m=12))
-    return p
+    return write_torus_obj(tmp_path_factory.mktemp("torus"))
 
 
 def _run(torus_obj, out, *extra):
@@ -263,18 +255,26 @@ def test_surface_method_on_unmasked_fox_names_the_gaussian_method(dataset, tmp_p
 
 @pytest.mark.shared_data
 def test_flipped_cameras_stop_at_the_visual_hull(dataset, tmp_path, capsys):
-    src = dataset("nerf_synthetic_lego_half")
-    data = tmp_path / "lego_opencv"
-    data.mkdir()
-    for split in ("train", "val", "test"):
-        js = json.loads((src / f"transforms_{split}.json").read_text())
-        for fr in js["frames"]:
-            m = torch.tensor(fr["transform_matrix"], dtype=torch.float64)
-            fr["transform_matrix"] = (m @ torch.diag(torch.tensor([1.0, -1, -1, 1], dtype=torch.float64))).tolist()
-        (data / f"transforms_{split}.json").write_text(json.dumps(js))
-        os.symlink(src / split, data / split)
+    data = blender_copy_with_opencv_axes(dataset("nerf_synthetic_lego_half"), tmp_path / "lego_opencv")
     args = ["reconstruct", str(data), "--out", str(tmp_path / "o"), "--quick", "--set", "iter_pass1=2",
             "--set", "iter_pass2=1", "--set", "train_res=48"]
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "visual hull" in err and "camera-convention opencv" in err
+
+
+def test_reconstruct_up_axis_rotates_exports_only(finished_run, torus_obj, tmp_path):
+    """--up z: the GLB/OBJ are turned so world +z becomes glTF's +Y (recorded); metrics stay world-frame."""
+    from meshlift.io.mesh import load_mesh
+
+    out = tmp_path / "up"
+    assert _run(torus_obj, out, "--up", "z") == 0
+    m = json.loads((out / "metrics.json").read_text())
+    ref = json.loads((finished_run / "metrics.json").read_text())
+    assert m["up_axis_conversion"]["from"] == "+z" and m["fscore"] == pytest.approx(ref["fscore"])
+    a, b = load_mesh(finished_run / "mesh.glb"), load_mesh(out / "mesh.glb")
+    torch.testing.assert_close(b.v_pos[:, 1], a.v_pos[:, 2])
+    torch.testing.assert_close(b.v_pos[:, 2], -a.v_pos[:, 1])
+    raw = (out / "mesh.glb").read_bytes()
+    js = json.loads(raw[20:20 + int.from_bytes(raw[12:16], "little")])
+    assert js["asset"]["extras"]["meshlift"]["up_axis_conversion"]["from"] == "+z"

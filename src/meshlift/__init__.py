@@ -6,8 +6,8 @@ sub-packages you need (``meshlift.cameras``, ``meshlift.data``, ``meshlift.rende
 Layers. A module may import modules of its own layer and of the layers below it, never of a higher one,
 and the package has no import cycle (``tests/test_architecture.py`` checks both, reading this table)::
 
-    8  cli                              thin: parse -> call -> print
-    7  methods                          engine.py (shared loop machinery) + one package per method family
+    8  cli app doctor                   thin: parse -> call -> print; the web app; environment diagnosis
+    7  methods poses                    engine.py (shared loop machinery) + one package per method family; SfM poses
     6  renderers data mesh metrics      scene -> images; readers, views, synthetic scenes; mesh edits; metrics
     5  io                               file formats (meshes, images, HDR probes, asset folders)
     4  render shading isosurface        differentiable ops + naive twins; materials/lights; DMTet/FlexiCubes

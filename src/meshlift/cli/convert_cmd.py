@@ -54,6 +54,10 @@ def convert(
         raise ConfigError(f"--simplify must be a positive face count, got {simplify}")
     if up != "keep" and up.lower().lstrip("+") not in UP_AXES:
         raise ConfigError(f"--up {up!r}: choose keep or one of {', '.join(UP_AXES)} (the input's up axis)")
+    if out_dir is not None:  # a file or an unwritable --out-dir: one line, before anything is loaded
+        from meshlift.methods.engine import prepare_output_dir
+
+        prepare_output_dir(Path(out_dir), resume=False, overwrite=True)
     notes: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

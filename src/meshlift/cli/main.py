@@ -40,15 +40,19 @@ def _root(
 
 def _register_all() -> None:
     from meshlift.cli import (  # noqa: PLC0415
+        app_cmd,
         convert_cmd,
         demo_cmd,
+        doctor_cmd,
         eval_cmd,
         inspect_cmd,
+        poses_cmd,
         reconstruct_cmd,
         render_cmd,
     )
 
-    for module in (demo_cmd, reconstruct_cmd, inspect_cmd, convert_cmd, render_cmd, eval_cmd):
+    for module in (demo_cmd, reconstruct_cmd, poses_cmd, inspect_cmd, convert_cmd, render_cmd, eval_cmd,
+                   doctor_cmd, app_cmd):
         module.register(app)
 
 

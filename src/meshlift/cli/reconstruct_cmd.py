@@ -1,5 +1,7 @@
 """`meshlift reconstruct`: two-pass surface reconstruction (DMTet/FlexiCubes + PBR materials + HDR light), or
-3D Gaussian splatting with ``--method gaussians`` (:mod:`meshlift.methods.gaussians.reconstruct`).
+3D Gaussian splatting with ``--method gaussians`` (:mod:`meshlift.methods.gaussians.reconstruct`), or MILo
+(Gaussians with the mesh in the loop → a textured mesh) with ``--method milo``
+(:mod:`meshlift.methods.milo.reconstruct`).
 
 Configuration precedence: preset (``--preset``, CPU-sized with ``--quick``) → ``--config FILE`` (JSON/TOML)
 → ``--set field=value`` / trailing ``field=value`` arguments. With ``--resume`` the base is the run's saved
@@ -175,11 +177,20 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoint.pt."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Replace a finished or unfinished run in OUT."),
         help_config: bool = typer.Option(False, "--help-config", help="List every config field and exit."),
-        method: str = typer.Option("nvdiffrec", "--method", "-m", help="nvdiffrec (textured mesh, default) or "
+        camera_convention: Optional[str] = typer.Option(
+            None, "--camera-convention", help="Axes of transforms.json camera-to-world matrices: opengl (the "
+            "format's definition, default) or opencv (same as --set camera_convention=)."),
+        up: Optional[str] = typer.Option(None, "--up", help="The dataset's up axis (z, -y, ...): exported meshes "
+                                         "are rotated so it becomes glTF's +Y (nvdiffrec; same as --set up_axis=)."),
+        method: str = typer.Option("nvdiffrec", "--method", "-m", help="nvdiffrec (textured mesh, default), "
                                    "gaussians (3D Gaussian splatting: point_cloud.ply; presets gaussians, "
-                                   "gaussians_tiny)."),
+                                   "gaussians_tiny) or milo (Gaussians with the mesh in the loop -> textured "
+                                   "mesh; presets verylowres, lowres, default, milo_tiny)."),
+        simplify: Optional[int] = typer.Option(None, "--simplify", help="--method milo: decimate the final mesh "
+                                               "to at most this many faces (same as --set simplify=N)."),
         gpus: int = typer.Option(1, "--gpus", help="Train on N GPUs: relaunches this command under torchrun "
-                                 "(data parallel; `batch` is the global batch over all GPUs)."),
+                                 "(data parallel; `batch` is the global batch over all GPUs; nvdiffrec and "
+                                 "gaussians)."),
     ) -> None:
         """Reconstruct a textured PBR mesh (OBJ+MTL, GLB), an HDR light probe and metrics from posed images,
         or train 3D Gaussians (--method gaussians)."""
@@ -188,10 +199,19 @@ def register(app: typer.Typer) -> None:
         from meshlift.errors import ConfigError
 
         console = Console()
-        if method not in ("nvdiffrec", "gaussians"):
-            raise ConfigError(f"--method {method!r}: choose nvdiffrec or gaussians")
+        if method not in ("nvdiffrec", "gaussians", "milo"):
+            raise ConfigError(f"--method {method!r}: choose nvdiffrec, gaussians or milo")
+        if simplify is not None and method != "milo":
+            raise ConfigError("--simplify applies to --method milo only")
+        if gpus != 1 and method == "milo":
+            raise ConfigError("--gpus applies to --method nvdiffrec and gaussians; --method milo trains in one "
+                              "process (run it without --gpus)")
         if help_config:
-            if method == "gaussians":
+            if method == "milo":
+                from meshlift.methods.milo.reconstruct import help_config as milo_help
+
+                typer.echo(milo_help())
+            elif method == "gaussians":
                 from meshlift.methods.gaussians.reconstruct import help_config as gaussians_help
 
                 typer.echo(gaussians_help())
@@ -214,9 +234,33 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(code)
         main_rank = env_rank() == 0  # under torchrun rank 0 alone reports
         items = list(set_ or []) + list(overrides or [])
+        if camera_convention is not None:
+            items.append(f"camera_convention={camera_convention}")
+        if up is not None:
+            if method != "nvdiffrec":
+                raise ConfigError("--up is implemented for the surface method's exports (--method nvdiffrec); "
+                                  "gaussians and milo outputs stay in the dataset's world frame")
+            items.append(f"up_axis={up}")
         if data is not None and "=" in data and not Path(data).exists():
             items.insert(0, data)
             data = None
+        if data is not None:  # an unposed photo folder or a video: pose it first, kept in OUT/poses
+            from meshlift.cli.poses_cmd import make_stage_progress
+            from meshlift.poses import ensure_posed
+
+            data = str(ensure_posed(data, out / "poses", progress=make_stage_progress(), log=console.print))
+        if method == "milo":
+            from meshlift.methods.gaussians.reconstruct import check_out_dir
+            from meshlift.methods.milo import reconstruct as milo
+
+            if simplify is not None:
+                items.append(f"simplify={simplify}")
+            mcfg = milo.build_config(data or "", preset, quick, config, items, out=out, resume=resume)
+            check_out_dir(out, resume=resume, overwrite=overwrite)
+            result = milo.reconstruct(mcfg, out, resume=resume, overwrite=overwrite, monitor=make_monitor())
+            for line in milo.summary_lines(result):
+                console.print(line)
+            return
         if method == "gaussians":
             from meshlift.methods.gaussians import reconstruct as gs
 

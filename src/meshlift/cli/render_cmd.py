@@ -137,7 +137,8 @@ def render(
         if turntable:
             from meshlift.io.images import write_turntable
 
-            gif, sheet = write_turntable(out, [img.numpy() for img in views_of(turntable_of())], bg)
+            cams_t = turntable_of()
+            gif, sheet = write_turntable(out, [img.numpy() for img in views_of(cams_t)], bg)
             result["turntable"] = str(gif)
             result["contact_sheet"] = str(sheet)
     if json_output:

@@ -29,6 +29,17 @@ __all__ = ["PosedViews", "ProblemData", "views_from_scene", "scene_problem", "sp
            "sniff_input"]
 
 
+def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` on ``device``; a CPU → CUDA copy goes through pinned memory and does not block the host (a copy
+    from pageable memory makes the host wait for the device). Same values as ``t.to(device)``."""
+    device = torch.device(device)
+    if t.device == device or (device.type == "cuda" and t.device.type == "cuda" and device.index is None):
+        return t
+    if t.device.type == "cpu" and device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
 @dataclass
 class PosedViews:
     """Posed images in the normalised frame (conventions §1), ready for an optimiser; also one batch of them.
@@ -61,13 +72,13 @@ class PosedViews:
 
     def batch(self, idx: torch.Tensor, device: torch.device) -> "PosedViews":
         """Views ``idx`` (LongTensor ``[B]``) on ``device``, as a :class:`PosedViews` of ``B`` views."""
-        idx_d = idx.to(self.images.device)
+        device = torch.device(device)
         return PosedViews(
-            world_to_clip=self.world_to_clip[idx.to(self.world_to_clip.device)].to(device),
-            camera_pos=self.camera_pos[idx.to(self.camera_pos.device)].to(device),
-            images=self.images[idx_d].to(device, non_blocking=True),
-            masks=None if self.masks is None else self.masks[idx_d].to(device, non_blocking=True),
-            background=self.background,
+            world_to_clip=_to_device(self.world_to_clip[_to_device(idx, self.world_to_clip.device)], device),
+            camera_pos=_to_device(self.camera_pos[_to_device(idx, self.camera_pos.device)], device),
+            images=_to_device(self.images[_to_device(idx, self.images.device)], device),
+            masks=None if self.masks is None else _to_device(self.masks[_to_device(idx, self.masks.device)], device),
+            background=_to_device(self.background, device),
             straight=self.straight,
         )
 
@@ -195,7 +206,7 @@ def split_indices(scene, train_split: str = "train", test_split: str = "test",
 
 def scene_problem(path: str | Path, *, background: str = "white", train_split: str = "train",
                   test_split: str = "test", max_test_views: int = 0, train_res: int = 0,
-                  data_device: str = "cpu") -> ProblemData:
+                  data_device: str = "cpu", camera_convention: str = "opengl") -> ProblemData:
     """Read a dataset folder into a :class:`ProblemData`.
 
     Args:
@@ -213,13 +224,13 @@ def scene_problem(path: str | Path, *, background: str = "white", train_split: s
     """
     from meshlift.data import load_scene
 
-    scene, downscale = load_scene(path, background=background), 1.0
+    scene, downscale = load_scene(path, background=background, camera_convention=camera_convention), 1.0
     for _ in range(3):  # a reader may load below full size already (only images_N/ on disk): refine
         longest = max(scene.height, scene.width)
         if not 0 < train_res < longest:
             break
         downscale *= longest / train_res
-        scene = load_scene(path, background=background, downscale=downscale)
+        scene = load_scene(path, background=background, downscale=downscale, camera_convention=camera_convention)
     train_idx, test_idx = split_indices(scene, train_split, test_split, max_test_views)
     what = f"dataset {path}"
     return ProblemData(

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from meshlift.errors import MeshError
+from meshlift.structures.index_check import index_range_ok
 
 #: Squared length below which a normal/tangent counts as degenerate.
 DEGENERATE_SQ_LENGTH = 1e-20
@@ -34,8 +35,11 @@ def _check(v_pos: torch.Tensor, t_pos_idx: torch.Tensor) -> torch.Tensor:
     if t_pos_idx.ndim != 2 or t_pos_idx.shape[1] != 3:
         raise MeshError(f"t_pos_idx must be [T, 3], got {tuple(t_pos_idx.shape)}")
     t = t_pos_idx.to(torch.int64)
-    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= v_pos.shape[-2]):
-        raise MeshError(f"t_pos_idx indexes vertex {int(t.max())} but there are {v_pos.shape[-2]} vertices")
+    n_v = v_pos.shape[-2]
+    ok, lo, hi = index_range_ok(t_pos_idx, n_v)  # read back once per face list (a host sync on CUDA)
+    if not ok:
+        lo, hi = (int(v) for v in torch.stack([t.min(), t.max()]).tolist())
+        raise MeshError(f"t_pos_idx indexes vertex {hi if hi >= n_v else lo} but there are {n_v} vertices")
     return t
 
 
@@ -314,6 +318,7 @@ def tangent_frames(
     T = t.shape[0]
     if T == 0:
         return v_pos.new_zeros(0, 4), t.new_zeros(0, 3)
+    v_tex_in = v_tex
     v_tex = v_tex.to(v_pos.dtype)
     v_nrm = v_nrm.to(v_pos.dtype)
     p = [v_pos[t[:, k]] for k in range(3)]
@@ -327,18 +332,24 @@ def tangent_frames(
     # file-space v = 1 - v flips the orientation: signed area in (u, v_file) = -den
     w_f = torch.where(den.detach() < 0, 1.0, -1.0).to(v_pos.dtype)[:, 0]  # [T]
 
-    sign = (w_f.detach() > 0).to(torch.int64).repeat_interleave(3)
-    gi = _group_ids([t.reshape(-1), tt.reshape(-1), tn.reshape(-1), sign])
-    n_groups = int(gi.max()) + 1
+    keys = (t_pos_idx, t_tex_idx, t_nrm_idx, v_tex_in)
+    grouping = _GROUPINGS.get(keys)
+    if grouping is None:
+        sign = (w_f.detach() > 0).to(torch.int64).repeat_interleave(3)
+        gi = _group_ids([t.reshape(-1), tt.reshape(-1), tn.reshape(-1), sign])
+        n_groups = int(gi.max()) + 1
+        first = torch.zeros(n_groups, dtype=torch.int64, device=v_pos.device)
+        first[gi] = torch.arange(3 * T, device=v_pos.device)
+        _GROUPINGS.put(keys, (gi, n_groups, first))
+    else:
+        gi, n_groups, first = grouping
 
     n_c = safe_normalize(v_nrm[tn.reshape(-1)])  # [3T, 3] corner normals
     t_c = tang_f[:, None, :].expand(T, 3, 3).reshape(-1, 3)
     t_c = safe_normalize(t_c - (t_c * n_c).sum(-1, keepdim=True) * n_c)
     wgt = (_corner_angles(v_pos, t) * usable.to(v_pos.dtype)).reshape(-1, 1)
     acc = torch.zeros(n_groups, 3, dtype=v_pos.dtype, device=v_pos.device).index_add(0, gi, t_c * wgt)
-    # the group's normal (all corners of a group share one normal index)
-    first = torch.zeros(n_groups, dtype=torch.int64, device=v_pos.device)
-    first[gi] = torch.arange(3 * T, device=v_pos.device)
+    # the group's normal (all corners of a group share one normal index, so any corner of it will do)
     n_g = n_c[first]
     w_g = w_f.repeat_interleave(3)[first]
     ok = (acc * acc).sum(-1, keepdim=True) > DEGENERATE_SQ_LENGTH
@@ -347,6 +358,46 @@ def tangent_frames(
     tan = safe_normalize(tan - (tan * n_g).sum(-1, keepdim=True) * n_g)
     w_g = torch.where(ok[:, 0], w_g, torch.ones_like(w_g))
     return torch.cat([tan, w_g[:, None]], -1), gi.reshape(T, 3)
+
+
+class _IdentityCache:
+    """Values computed from a tuple of tensors, valid while each is alive and unmodified (same object, same
+    in-place version). Used for the discrete corner grouping of :func:`tangent_frames`: it depends only on
+    the index lists and the UV orientation, fixed over pass 2 of a reconstruction, and computing it reads
+    sizes back from the device (host syncs) every call."""
+
+    def __init__(self, max_entries: int = 8) -> None:
+        self.max_entries = max_entries
+        self.entries: list[tuple[list, list, object]] = []
+
+    @staticmethod
+    def _sig(keys):
+        import weakref
+
+        refs = [None if k is None else weakref.ref(k) for k in keys]
+        vers = [None if k is None else k._version for k in keys]
+        return refs, vers
+
+    def get(self, keys):
+        for refs, vers, value in self.entries:
+            if all((r is None and k is None) or (r is not None and k is not None and r() is k and v == k._version)
+                   for r, v, k in zip(refs, vers, keys)):
+                return value
+        return None
+
+    def put(self, keys, value) -> None:
+        if any(k is not None and k.requires_grad for k in keys):
+            return  # a trained UV / index tensor changes every step: nothing to reuse
+        try:
+            refs, vers = self._sig(keys)
+        except TypeError:
+            return
+        self.entries = [e for e in self.entries if all(r is None or r() is not None for r in e[0])]
+        self.entries.append((refs, vers, value))
+        del self.entries[: max(0, len(self.entries) - self.max_entries)]
+
+
+_GROUPINGS = _IdentityCache()
 
 
 def _group_ids(cols: list[torch.Tensor]) -> torch.Tensor:

@@ -74,6 +74,16 @@ def _build_tables() -> tuple[torch.Tensor, torch.Tensor]:
 
 _TRI_TABLE, _NUM_TRI = _build_tables()
 _TET_EDGES_T = torch.tensor(TET_EDGES, dtype=torch.int64)
+_TABLES_ON: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+
+def _tables_on(dev: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The edge and triangle tables on ``dev``, copied once per device (a copy from pageable host memory
+    per call would make the host wait for the device on CUDA)."""
+    key = str(dev)
+    if key not in _TABLES_ON:
+        _TABLES_ON[key] = (_TET_EDGES_T.to(dev), _TRI_TABLE.to(dev), _NUM_TRI.to(dev))
+    return _TABLES_ON[key]
 
 
 def _check_inputs(verts: torch.Tensor, sdf: torch.Tensor, tets: torch.Tensor, fn: str) -> None:
@@ -118,10 +128,11 @@ def _face_edge_keys(inside: torch.Tensor, tets: torch.Tensor, n: int) -> torch.T
     if st.shape[0] == 0:
         return torch.zeros((0, 3), dtype=torch.int64, device=dev)
     code = (inside[st].to(torch.int64) << torch.arange(4, device=dev)).sum(1)  # [T]
-    e = st[:, _TET_EDGES_T.to(dev)]  # [T, 6, 2]: the 6 edges of each valid tet
+    tet_edges, tri_table, num_tri = _tables_on(dev)
+    e = st[:, tet_edges]  # [T, 6, 2]: the 6 edges of each valid tet
     key = torch.minimum(e[..., 0], e[..., 1]) * n + torch.maximum(e[..., 0], e[..., 1])  # [T, 6]
-    tri = _TRI_TABLE.to(dev)[code]  # [T, 2, 3] local edge ids (only crossing edges appear)
-    ntri = _NUM_TRI.to(dev)[code]  # [T]
+    tri = tri_table[code]  # [T, 2, 3] local edge ids (only crossing edges appear)
+    ntri = num_tri[code]  # [T]
     keep = torch.arange(2, device=dev)[None, :] < ntri[:, None]  # [T, 2]
     rows = torch.arange(st.shape[0], device=dev)[:, None, None].expand(-1, 2, 3)
     return key[rows, tri.clamp(min=0)][keep]  # [F_c, 3]
@@ -302,9 +313,9 @@ def sdf_reg_loss(sdf: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
         raise MeshError(f"sdf_reg_loss: edges must be an integer [E, 2] tensor, got {tuple(edges.shape)}")
     s = sdf[edges.to(torch.int64)]  # [E, 2]
     flip = (s[:, 0] < 0) != (s[:, 1] < 0)
-    if not bool(flip.any()):
+    s = s[flip]  # the one host sync (boolean mask); the size then says whether any edge flips
+    if s.shape[0] == 0:
         return sdf.sum() * 0.0
-    s = s[flip]
     bce = torch.nn.functional.binary_cross_entropy_with_logits
     t0 = (s[:, 0] >= 0).to(s.dtype)
     t1 = (s[:, 1] >= 0).to(s.dtype)

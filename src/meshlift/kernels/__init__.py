@@ -10,9 +10,12 @@ public ops in :mod:`meshlift.render` (and later the splat ops) call into this pa
 
 - ``"torch"``: pure PyTorch (CPU and CUDA), the portable implementation; always available (its naive twin
   is ``meshlift.render.reference.visibility_reference``).
+- ``"triton"``: Triton kernels (:mod:`meshlift.kernels.raster_triton`; CUDA, or CPU under
+  ``TRITON_INTERPRET=1``); it also provides the whole differentiable ``rasterize`` and a fused
+  ``interpolate``.
 - ``"auto"`` (default, or env ``MESHLIFT_RASTER_BACKEND``): the first available backend of ``_AUTO_ORDER``
-  for the device. A backend module registers itself with :func:`register_backend`; ``auto`` prefers a
-  faster backend on CUDA once one is registered and available.
+  for the device: ``"triton"`` on CUDA when ``import triton`` works, else ``"torch"``. Other backend
+  modules register themselves with :func:`register_backend`.
 
 **Contract for differentiable kernels** (splatting forward/backward, hash-grid encoding, ...):
 
@@ -44,8 +47,12 @@ from meshlift.kernels.torch_backend import TorchBackend
 
 _BACKENDS: Dict[str, VisibilityBackend] = {"torch": TorchBackend()}
 
-#: Order in which ``"auto"`` tries backends (first available wins).
-_AUTO_ORDER = ("torch",)
+from meshlift.kernels.raster_triton import TritonBackend  # noqa: E402  (imports triton lazily)
+
+_BACKENDS["triton"] = TritonBackend()
+
+#: Order in which ``"auto"`` tries backends (first available wins); triton only ever on CUDA.
+_AUTO_ORDER = ("triton", "torch")
 
 
 def register_backend(backend: VisibilityBackend) -> None:
@@ -75,6 +82,8 @@ def get_backend(name: Optional[str] = None, device: Optional[torch.device] = Non
         name = os.environ.get("MESHLIFT_RASTER_BACKEND", "auto")
     if name == "auto":
         for n in _AUTO_ORDER:
+            if n == "triton" and dev.type != "cuda":
+                continue
             if n in _BACKENDS and _BACKENDS[n].is_available(dev):
                 return _BACKENDS[n]
         raise RenderError(f"no visibility backend is available on device {dev}")

@@ -66,10 +66,12 @@ def pixel_centre_tables(H: int, W: int, dtype: torch.dtype, device: torch.device
     if k not in _TABLES:
         if len(_TABLES) >= 32:
             _TABLES.clear()
-        nan = torch.full((pad,), float("nan"), dtype=dtype, device=device)
-        xtab = torch.cat([(2 * torch.arange(W, device=device) + 1).to(dtype) / W - 1, nan])
-        ytab = torch.cat([(2 * torch.arange(H, device=device) + 1).to(dtype) / H - 1, nan])
-        _TABLES[k] = (xtab, ytab)
+        # built on the CPU and copied: CUDA's `tensor / python_scalar` multiplies by the rounded reciprocal
+        # (1/192 is inexact), which moved some pixel centres by an ulp against the CPU tables
+        nan = torch.full((pad,), float("nan"), dtype=dtype)
+        xtab = torch.cat([(2 * torch.arange(W) + 1).to(dtype) / W - 1, nan])
+        ytab = torch.cat([(2 * torch.arange(H) + 1).to(dtype) / H - 1, nan])
+        _TABLES[k] = (xtab.to(device), ytab.to(device))
     return _TABLES[k]
 
 
@@ -100,9 +102,18 @@ def triangle_planes(v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.
     h = v[..., (0, 1, 3)]  # [n, 3, 3]  (x, y, w)
     h1 = h.roll(-1, dims=1)
     h2 = h.roll(-2, dims=1)
-    edges = torch.linalg.cross(h1, h2, dim=-1)  # row k = v'_{k+1} x v'_{k+2}
-    zplane = (v[..., 2:3] * edges).sum(1)
-    det = (h[:, 0] * edges[:, 0]).sum(-1)
+    # row k = v'_{k+1} x v'_{k+2}, written out op by op (not torch.linalg.cross, whose CPU and CUDA kernels
+    # are compiled with multiply-add contraction: fma(a1, b2, -(a2 b1)), measured on torch 2.13 CPU, and
+    # CUDA's nvcc default): every product and difference rounded on its own, so the planes are the same on
+    # any device and CPU instruction set, equal to the Triton kernels' (compiled without contraction), and
+    # the planes of two triangles sharing an edge are exact negatives of each other (watertight).
+    x1, y1, w1 = h1.unbind(-1)
+    x2, y2, w2 = h2.unbind(-1)
+    edges = torch.stack([y1 * w2 - w1 * y2, w1 * x2 - x1 * w2, x1 * y2 - y1 * x2], -1)
+    p = v[..., 2:3] * edges  # [n, 3 (k), 3]: z_k times e_k's coefficients
+    zplane = (p[:, 0] + p[:, 1]) + p[:, 2]
+    q = h[:, 0] * edges[:, 0]
+    det = (q[:, 0] + q[:, 1]) + q[:, 2]
     return edges, zplane, det
 
 

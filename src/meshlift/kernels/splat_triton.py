@@ -1,5 +1,6 @@
 """Triton kernels of Gaussian splatting (compiled at run time; no nvcc). ``triton`` is imported lazily
-(inside :func:`_k`, which loads the JIT kernels of :mod:`meshlift.kernels._splat_triton_jit`), so
+(inside :func:`_k`, which loads the JIT kernels of :mod:`meshlift.kernels._splat_project_jit` and
+:mod:`meshlift.kernels._splat_raster_jit`), so
 importing this module never needs it.
 
 Each differentiable stage is a private ``torch.autograd.Function`` with a hand-written backward; its
@@ -11,13 +12,14 @@ outputs), and tests compare forward and backward against it (under ``TRITON_INTE
 - :func:`isect_tiles` — a Triton tile-count kernel and key writer: Gaussians are argsorted by depth once,
   each writes its tile ids in depth order, then a *stable* ``torch.sort`` of int32 tile ids (32-bit radix
   passes instead of 64) gives per-tile lists already in depth order (notes, "Recommended Triton design").
-- :func:`composite_tiles` — ``_CompositeFn``: one program per 16×16 tile, ``BATCH`` Gaussians at a time
-  as a ``[BATCH, 256]`` block, transmittance by ``tl.cumprod`` along the batch (the T < 1e-4 stop emulated
-  exactly as in the reference: a Gaussian that would cross it is not added and ends the pixel), early exit
-  when every pixel of the tile is done. Backward walks each tile's list back to front from the last
-  contributing Gaussian, recovers the transmittance by division, gets the colour "behind" each Gaussian
-  from a running sum plus an in-batch ``tl.cumsum``, reduces over the 256 pixels in the program and
-  issues one ``atomic_add`` per Gaussian per tile per parameter.
+- :func:`composite_tiles` — ``_CompositeFn``: one program per 16×16 tile (and per group of <= 4
+  feature channels), reading packed per-Gaussian screen records. Forward: the tile's depth-ordered list
+  one Gaussian per step (``_BATCH`` unrolled), [256]-pixel vectors, the T < 1e-4 stop exactly as in the
+  reference (a Gaussian that would cross it is not added and ends the pixel), early exit when every pixel
+  of the tile is done. Backward: ``_BATCH_BWD`` Gaussians at a time as a ``[B, 256]`` block, back to
+  front from the tile's last contributor, transmittance recovered by division, the colour "behind" each
+  Gaussian from a running sum plus an in-batch ``tl.cumsum``, reduced over the 256 pixels in the program,
+  then one ``atomic_add`` per Gaussian per tile per parameter.
 - :func:`tile_statistics` — the no-grad statistics pass (Σ αT, pixels touched, largest contributor).
 
 Camera gradients (``world_to_camera``, ``K``) are not produced here; the torch backend has them.
@@ -27,13 +29,15 @@ from __future__ import annotations
 
 import functools
 import os
+import types
 from typing import Optional, Tuple
 
 import torch
 
 from meshlift.errors import DependencyError, RenderError
 
-__all__ = ["is_available", "project_gaussians", "isect_tiles", "composite_tiles", "tile_statistics"]
+__all__ = ["is_available", "count_bad_gaussians", "project_gaussians", "isect_tiles", "composite_tiles",
+           "tile_statistics"]
 
 # Same constants as meshlift.render.splat_reference (docs/conventions.md §11); a test checks equality.
 ALPHA_THRESHOLD = 1.0 / 255.0
@@ -41,8 +45,15 @@ T_THRESHOLD = 1e-4
 MAX_EXTEND = 3.33
 
 _BLOCK = 256  # elementwise kernels
-_BATCH = 16  # Gaussians per compositing step
-_WARPS = 8  # warps per tile program (256 pixels x 16 Gaussians per step)
+# Tile-program shapes, measured on an H200 (benchmarks/notes_splat.md): few warps per 256-pixel tile win
+# (the backward's reductions over the tile's pixels stay within one or two warps; more tiles per SM).
+_BATCH = 8  # Gaussians per forward step (unrolled, one Gaussian at a time)
+_WARPS = 2  # warps per forward tile program
+_BATCH_BWD = 4  # Gaussians per backward step, as a [B, 256] block
+_WARPS_BWD = 1  # warps per backward tile program
+_BATCH_STATS = 16  # the statistics pass ([B, 256] blocks)
+_WARPS_STATS = 4
+_TILE_KEY16 = True  # sort 16-bit tile ids when C * tiles < 32768
 
 
 def is_available(device: torch.device) -> bool:
@@ -64,13 +75,17 @@ def is_available(device: torch.device) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _k():
-    """The jitted kernels (module :mod:`meshlift.kernels._splat_triton_jit`); imports triton on first use."""
+    """The jitted kernels (modules :mod:`meshlift.kernels._splat_project_jit` and
+    :mod:`meshlift.kernels._splat_raster_jit`, one namespace); imports triton on first use."""
     try:
-        from meshlift.kernels import _splat_triton_jit
+        from meshlift.kernels import _splat_project_jit, _splat_raster_jit
     except ImportError as e:  # pragma: no cover - probed by is_available first
         raise DependencyError("the triton splat backend needs the 'triton' package: pip install triton "
                               "(or use backend='torch')") from e
-    return _splat_triton_jit
+    names = {}
+    for mod in (_splat_project_jit, _splat_raster_jit):
+        names.update({n: getattr(mod, n) for n in dir(mod) if not n.startswith("_")})
+    return types.SimpleNamespace(**names)
 
 
 def _grid(n: int, block: int) -> Tuple[int]:
@@ -84,6 +99,18 @@ def _next_pow2(x: int) -> int:
     return p
 
 
+def count_bad_gaussians(means, quats, scales, opacities) -> torch.Tensor:
+    """``int32 [4]`` on the device: rows of ``means`` with NaN/Inf, of ``quats`` with NaN/Inf or all zero, of
+    ``scales`` with NaN/Inf or a negative value, and ``opacities`` NaN/Inf or outside [0, 1]: the checks of
+    :func:`meshlift.render.splat.rasterize_gaussians` in one pass (the torch twin there takes ~20 launches)."""
+    N = means.shape[0]
+    out = torch.zeros(4, device=means.device, dtype=torch.int32)
+    if N:
+        _k().count_bad_gaussians[_grid(N, 1024)](means.contiguous(), quats.contiguous(), scales.contiguous(),
+                                                 opacities.contiguous(), out, N, BLOCK=1024)
+    return out
+
+
 # ------------------------------------------------------------------------------------------------
 # Projection
 # ------------------------------------------------------------------------------------------------
@@ -94,6 +121,7 @@ class _ProjectFn(torch.autograd.Function):
     def forward(ctx, means, quats, scales, opacities, w2c, K, width, height, near, far, eps2d, antialiased,
                 radius_clip):
         k = _k()
+        ctx.set_materialize_grads(False)
         C, N = w2c.shape[0], means.shape[0]
         dev, dt = means.device, means.dtype
         means, quats, scales, opacities = (t.contiguous() for t in (means, quats, scales, opacities))
@@ -124,15 +152,17 @@ class _ProjectFn(torch.autograd.Function):
         g_dep, g_op = z(g_dep, (C, N)), z(g_op, (C, N))
         if g_comp is not None and bool((g_comp != 0).any()):
             raise RenderError("gradients through 'compensations' are not supported by the triton backend")
-        gm = torch.zeros(C, N, 3, device=dev, dtype=dt)
-        gq = torch.zeros(C, N, 4, device=dev, dtype=dt)
-        gs = torch.zeros(C, N, 3, device=dev, dtype=dt)
-        go = torch.zeros(C, N, device=dev, dtype=dt)
+        # every element is written by the kernel (culled pairs get 0)
+        gm = torch.empty(C, N, 3, device=dev, dtype=dt)
+        gq = torch.empty(C, N, 4, device=dev, dtype=dt)
+        gs = torch.empty(C, N, 3, device=dev, dtype=dt)
+        go = torch.empty(C, N, device=dev, dtype=dt)
         if C * N:
             _k().project_bwd[_grid(C * N, _BLOCK)](means, quats, scales, opacities, w2c, K, rad, g_m2, g_con, g_dep,
                                                    g_op, gm, gq, gs, go, C, N, width, height, near, far, eps2d,
                                                    ANTIALIASED=aa, BLOCK=_BLOCK)
-        return gm.sum(0), gq.sum(0), gs.sum(0), go.sum(0), None, None, None, None, None, None, None, None, None
+        red = (lambda t: t[0]) if C == 1 else (lambda t: t.sum(0))  # noqa: E731
+        return red(gm), red(gq), red(gs), red(go), None, None, None, None, None, None, None, None, None
 
 
 def project_gaussians(means, quats, scales, opacities, world_to_camera, K, width, height, near, far,
@@ -171,14 +201,16 @@ def isect_tiles(means2d, radii, depths, tile_size, tiles_w, tiles_h, with_keys: 
         ends = torch.cumsum(cnt_sorted, 0)
         M = int(ends[-1]) if total else 0
         starts = ends - cnt_sorted
-        tiles = torch.empty(M, device=dev, dtype=torch.int32)
+        # 16-bit tile ids when they fit: the stable radix sort then makes 2 passes instead of 4
+        kdt = torch.int16 if (_TILE_KEY16 and n_tiles <= 32767) else torch.int32
+        tiles = torch.empty(M, device=dev, dtype=kdt)
         gids = torch.empty(M, device=dev, dtype=torch.int64)
         if M:
             k.write_keys[_grid(total, _BLOCK)](order, starts, m2, rad, tiles, gids, total, N, tile_size, tiles_w,
                                                tiles_h, BLOCK=_BLOCK)
         tiles_sorted, perm = torch.sort(tiles, stable=True)
         flatten_ids = gids[perm]
-        offsets = torch.searchsorted(tiles_sorted, torch.arange(n_tiles, device=dev, dtype=torch.int32))
+        offsets = torch.searchsorted(tiles_sorted, torch.arange(n_tiles, device=dev, dtype=kdt))
         isect_ids = None
         if with_keys:
             dbits = d32.contiguous().view(torch.int32).to(torch.int64)
@@ -193,7 +225,21 @@ def isect_tiles(means2d, radii, depths, tile_size, tiles_w, tiles_h, with_keys: 
 
 def _offsets_ext(isect_offsets: torch.Tensor, n_isect: int) -> torch.Tensor:
     off = isect_offsets.reshape(-1).to(torch.int64)
-    return torch.cat([off, off.new_tensor([n_isect])]).contiguous()
+    # the end marker is filled on the device (new_tensor([n]) would be a blocking host-to-device copy)
+    return torch.cat([off, torch.full((1,), n_isect, device=off.device, dtype=torch.int64)]).contiguous()
+
+
+def _pack_records(means2d, conics, opacities) -> torch.Tensor:
+    """``[C*N, 6]`` float32 screen records (u, v, conic a, b, c, opacity) read by the tile programs."""
+    C, N = opacities.shape
+    pk = torch.cat([means2d.detach(), conics.detach(), opacities.detach()[..., None]], dim=-1)
+    return pk.reshape(C * N, 6).to(torch.float32).contiguous()
+
+
+def _channel_groups(D: int) -> Tuple[int, int]:
+    """(channels per tile program, programs per tile): at most 4 accumulators per program."""
+    nc = min(4, max(1, D))
+    return nc, (D + nc - 1) // nc
 
 
 class _CompositeFn(torch.autograd.Function):
@@ -201,48 +247,56 @@ class _CompositeFn(torch.autograd.Function):
     def forward(ctx, means2d, conics, opacities, features, depths, flatten_ids, isect_offsets, width, height,
                 tile_size, alpha_max, want_median):
         k = _k()
+        ctx.set_materialize_grads(False)
         C, N = opacities.shape
         D = features.shape[-1]
         dev, dt = means2d.device, means2d.dtype
         tiles_h, tiles_w = isect_offsets.shape[1:]
         n_tiles = C * tiles_h * tiles_w
-        off = _offsets_ext(isect_offsets, flatten_ids.numel())
+        off = isect_offsets.reshape(-1).contiguous()
         fid = flatten_ids.contiguous()
-        m2, con, op, ft = (t.contiguous() for t in (means2d, conics, opacities, features))
-        out = torch.zeros(C, height, width, D, device=dev, dtype=torch.float32)
-        T = torch.ones(C, height, width, device=dev, dtype=torch.float32)
-        last = torch.full((C, height, width), -1, device=dev, dtype=torch.int32)
-        med = torch.full((C, height, width), -1, device=dev, dtype=torch.int64)
+        pk = _pack_records(means2d, conics, opacities)
+        ft = features.detach().to(torch.float32).contiguous()
+        # every pixel lies in one tile and every channel in one group: the kernel writes all of them
+        out = torch.empty(C, height, width, D, device=dev, dtype=torch.float32)
+        T = torch.empty(C, height, width, device=dev, dtype=torch.float32)
+        last = torch.empty((C, height, width), device=dev, dtype=torch.int32)
+        med = (torch.empty((C, height, width), device=dev, dtype=torch.int64) if want_median
+               else torch.empty(0, device=dev, dtype=torch.int64))
         if n_tiles and D:
-            k.composite_fwd[(n_tiles,)](off, fid, fid.numel(), m2, con, op, ft, m2, out, T, last, med,
-                                        width, height, tiles_w, tiles_h, float(alpha_max),
-                                        D=D, DP=_next_pow2(D), TS=tile_size, B=_BATCH, WANT_MED=bool(want_median),
-                                        num_warps=_WARPS)
-        ctx.save_for_backward(m2, con, op, ft, fid, off, T, last)
-        ctx.cfg = (width, height, tile_size, tiles_w, tiles_h, float(alpha_max))
+            nc, ng = _channel_groups(D)
+            k.composite_fwd[(n_tiles, ng)](off, fid, pk, ft, out, T, last, med, width, height, tiles_w, tiles_h,
+                                           float(alpha_max), D, n_tiles, fid.numel(), NC=nc, TS=tile_size,
+                                           B=_BATCH, WANT_MED=bool(want_median), num_warps=_WARPS)
+        else:
+            out.zero_()
+            T.fill_(1.0)
+            last.fill_(-1)
+            med.fill_(-1)
+        ctx.save_for_backward(pk, ft, fid, off, T, last)
+        ctx.cfg = (width, height, tile_size, tiles_w, tiles_h, float(alpha_max), C, N, dt)
         ctx.mark_non_differentiable(med)
         return out.to(dt), (1.0 - T).to(dt)[..., None], med
 
     @staticmethod
     def backward(ctx, g_out, g_alpha, g_med):
-        m2, con, op, ft, fid, off, T, last = ctx.saved_tensors
-        width, height, ts, tiles_w, tiles_h, alpha_max = ctx.cfg
-        C, N = op.shape
+        pk, ft, fid, off, T, last = ctx.saved_tensors
+        width, height, ts, tiles_w, tiles_h, alpha_max, C, N, dt = ctx.cfg
         D = ft.shape[-1]
-        dev = m2.device
+        dev = pk.device
         g_out = torch.zeros(C, height, width, D, device=dev) if g_out is None else g_out.float().contiguous()
         g_alpha = torch.zeros(C, height, width, device=dev) if g_alpha is None else g_alpha[..., 0].float().contiguous()
-        gm2 = torch.zeros(C, N, 2, device=dev, dtype=torch.float32)
-        gcon = torch.zeros(C, N, 3, device=dev, dtype=torch.float32)
-        gop = torch.zeros(C, N, device=dev, dtype=torch.float32)
+        grec = torch.zeros(C, N, 6, device=dev, dtype=torch.float32)  # (means2d, conics, opacity) like pk
         gft = torch.zeros(C, N, D, device=dev, dtype=torch.float32)
         n_tiles = C * tiles_h * tiles_w
         if n_tiles and D and fid.numel():
-            _k().composite_bwd[(n_tiles,)](off, fid, m2, con, op, ft, T, last, g_out, g_alpha, gm2, gcon, gop, gft,
-                                           width, height, tiles_w, tiles_h, alpha_max,
-                                           D=D, DP=_next_pow2(D), TS=ts, B=_BATCH, num_warps=_WARPS)
-        dt = m2.dtype
-        return gm2.to(dt), gcon.to(dt), gop.to(dt), gft.to(dt), None, None, None, None, None, None, None, None
+            nc, ng = _channel_groups(D)
+            _k().composite_bwd[(n_tiles, ng)](off, fid, pk, ft, T, last, g_out, g_alpha, grec, gft, width, height,
+                                              tiles_w, tiles_h, alpha_max, D, NC=nc, TS=ts, B=_BATCH_BWD,
+                                              num_warps=_WARPS_BWD)
+        grec = grec.to(dt)
+        return (grec[..., 0:2], grec[..., 2:5], grec[..., 5], gft.to(dt), None, None, None, None, None, None, None,
+                None)
 
 
 def composite_tiles(means2d, conics, opacities, features, depths, flatten_ids, isect_offsets, width, height,
@@ -284,7 +338,7 @@ def tile_statistics(means2d, conics, opacities, flatten_ids, isect_offsets, widt
     if n_tiles and flatten_ids.numel():
         k.stats_fwd[(n_tiles,)](off, flatten_ids.contiguous(), means2d.contiguous(), conics.contiguous(),
                                 opacities.contiguous(), acc, cnt, best, width, height, tiles_w, tiles_h,
-                                float(alpha_max), TS=tile_size, B=_BATCH, num_warps=_WARPS)
+                                float(alpha_max), TS=tile_size, B=_BATCH_STATS, num_warps=_WARPS_STATS)
     sel = best >= 0
     area_max = torch.bincount(best[sel], minlength=C * N)
     return {"accum_weights": acc.to(means2d.dtype).reshape(C, N), "area_proj": cnt.to(torch.int64).reshape(C, N),

@@ -161,7 +161,9 @@ def _chunk(ctx: _Ctx, v: torch.Tensor, b: Optional[torch.Tensor], t: torch.Tenso
     simple = (inside & (w > torch.finfo(v.dtype).tiny)).all(1)
     culled = ~inside.any(1) | (w < z).all(1)  # wholly behind the near plane / beyond the far plane
     # pixel-centre coordinates of the projected vertices (meaningful where `simple`)
-    xy = torch.addcmul(ctx.half_m, v[..., :2] / torch.where(simple.unsqueeze(1), w, 1.0).unsqueeze(-1), ctx.half)
+    # (x/w) * half + (half - 0.5) as two rounded ops (torch.addcmul fuses them into one multiply-add on the
+    # CPU and CUDA): the same box as the Triton binning kernel's
+    xy = (v[..., :2] / torch.where(simple.unsqueeze(1), w, 1.0).unsqueeze(-1)) * ctx.half + ctx.half_m
     mn, mx = torch.aminmax(xy, dim=1)  # [n, 2] = (x, y)
     big = float(max(H, W) + 2)
     lo = torch.ceil((mn - BBOX_SLACK_PX).clamp(-1, big)).to(torch.int64).clamp(min=0)

@@ -6,13 +6,17 @@
 - :class:`ViewSampler`: seeded batches of view indices without replacement;
 - schedules, each a named object with ``__call__`` and ``state_dict`` (no magic numbers in training loops):
   :class:`ExponentialLR` (nvdiffrec's learning-rate schedule), :class:`LinearSchedule` (weights that ramp),
-  :class:`TimeBudget` (per-pass deadlines);
+  :class:`TimeBudget` (per-pass deadlines from the cost of the stages around the passes, :class:`StageCosts`);
 - :func:`resolve_device`, :func:`is_oom`: the device and memory errors;
-- :func:`end_step`: per-step bookkeeping (history, progress, previews, checkpoints, time budget).
+- :func:`end_step`: per-step bookkeeping (history, progress, previews, checkpoints, time budget), reading the
+  loss back from the device in batches (:class:`LossReadback`: no host sync in most steps);
+- :data:`NO_STAGES`: the do-nothing stage timer of a training step (``benchmarks/reconstruct_speed.py`` passes a
+  timing one).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -32,6 +36,8 @@ __all__ = [
     "CheckpointCadence",
     "Checkpointer",
     "DivergenceGuard",
+    "LossReadback",
+    "NO_STAGES",
     "FINISHED_MARKER",
     "available_memory_bytes",
     "check_memory",
@@ -39,10 +45,12 @@ __all__ = [
     "load_checkpoint",
     "nonfinite_tensors",
     "prepare_output_dir",
+    "PassDeadline",
     "ExponentialLR",
     "LinearSchedule",
     "Monitor",
     "StageClock",
+    "StageCosts",
     "TimeBudget",
     "TrainState",
     "ViewSampler",
@@ -223,62 +231,208 @@ class LinearSchedule:
         return dataclasses.asdict(self)
 
 
-class TimeBudget:
-    """Wall-clock deadlines per stage: stage ``k`` must end once ``fractions[k]`` of ``total_s`` has passed
-    since :meth:`start`. ``total_s <= 0`` means no budget (every deadline is None)."""
+@dataclass(frozen=True)
+class StageCosts:
+    """Estimated seconds of the stages that are not training passes: ``between_s`` after each pass but the
+    last (nvdiffrec: hidden-face removal, UV unwrap, bake) and ``final_s`` after the last one (evaluation,
+    export). Estimates only; :class:`TimeBudget` re-plans with what actually elapsed at each pass start."""
 
-    def __init__(self, total_s: float, fractions: dict[str, float]) -> None:
+    between_s: float = 0.0
+    final_s: float = 0.0
+
+
+class TimeBudget:
+    """Shares a wall-clock budget between training passes by the cost of the stages around them.
+
+    The run has training passes in ``shares`` order (name → share of the *training* time, e.g. ``{"pass1":
+    0.6, "pass2": 0.4}``), a stage of ``between_s`` seconds after every pass but the last and one of
+    ``final_s`` after the last (:class:`StageCosts`, estimated by the method). When a pass starts at time
+    ``now`` (the budget started at ``t_start``), the time left, ``t_start + total_s - now``, minus the
+    estimated cost of every non-training stage still to come, is the training time left; the pass gets its
+    share of it relative to the passes still to come. So a pass that ended early (all its iterations done)
+    or a between-stage that was faster than estimated leaves its time to the next pass, and the last pass
+    runs until ``final_s`` before the end. ``total_s <= 0`` means no budget (every deadline is None).
+
+    The deadline of a pass is a :class:`PassDeadline`; its reserve may be re-estimated while the pass runs
+    (``costs`` is called at each check, e.g. with the current mesh size). ``clock`` is injectable (tests).
+    """
+
+    def __init__(self, total_s: float, shares: dict[str, float],
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        if any(not v >= 0 for v in shares.values()) or not sum(shares.values()) > 0:
+            raise ConfigError(f"time budget: pass shares must be >= 0 and not all 0, got {shares}")
         self.total_s = float(total_s)
-        self.fractions = dict(fractions)
-        self.t_start = time.perf_counter()
+        self.shares = dict(shares)
+        self.clock = clock
+        self.t_start = clock()
 
     def start(self, t: Optional[float] = None) -> None:
-        """Start the clock now (or at the ``time.perf_counter()`` value ``t``)."""
-        self.t_start = time.perf_counter() if t is None else t
+        """Start the clock now (or at the clock value ``t``)."""
+        self.t_start = self.clock() if t is None else t
 
-    def deadline(self, stage: str) -> Optional[float]:
-        """The ``time.perf_counter()`` value at which ``stage`` must stop, or None without a budget."""
+    def deadline(self, stage: str, costs: Callable[[], StageCosts] | StageCosts = StageCosts(),
+                 now: Optional[float] = None) -> Optional["PassDeadline"]:
+        """The deadline of training pass ``stage`` starting ``now`` (default: the clock), or None without a
+        budget. ``costs``: the estimated non-training stages (a value, or a callable re-evaluated at every
+        check)."""
         if self.total_s <= 0:
             return None
-        return self.t_start + self.fractions[stage] * self.total_s
+        names = list(self.shares)
+        if stage not in self.shares:
+            raise ConfigError(f"time budget: unknown pass {stage!r}; passes are {', '.join(names)}")
+        k = names.index(stage)
+        later = names[k:]
+        rest = sum(self.shares[n] for n in later)
+        frac = self.shares[stage] / rest if rest > 0 else 1.0
+        n_between = len(later) - 1
+        return PassDeadline(self.clock() if now is None else now, self.t_start + self.total_s, frac, n_between,
+                            costs, self.clock)
 
     def state_dict(self) -> dict:
-        return {"total_s": self.total_s, "fractions": dict(self.fractions)}
+        return {"total_s": self.total_s, "shares": dict(self.shares)}
+
+
+class PassDeadline:
+    """When a training pass must stop: ``t0 + frac · (t_end − t0 − reserve)``, with ``reserve = n_between ·
+    between_s + final_s`` of the current :class:`StageCosts` (see :class:`TimeBudget`). Callable: returns
+    the deadline as a clock value; :meth:`reached` compares with the clock."""
+
+    def __init__(self, t0: float, t_end: float, frac: float, n_between: int,
+                 costs: Callable[[], StageCosts] | StageCosts, clock: Callable[[], float]) -> None:
+        self.t0, self.t_end, self.frac, self.n_between = t0, t_end, frac, n_between
+        self.costs, self.clock = costs, clock
+
+    def __call__(self) -> float:
+        c = self.costs() if callable(self.costs) else self.costs
+        reserve = self.n_between * max(0.0, c.between_s) + max(0.0, c.final_s)
+        return self.t0 + self.frac * max(0.0, self.t_end - self.t0 - reserve)
+
+    def reached(self) -> bool:
+        """Whether the clock has passed the deadline."""
+        return self.clock() > self()
+
+    def observe(self, **facts) -> None:
+        """Pass facts about the run (e.g. ``faces=``) to ``costs.observe`` when it has one."""
+        fn = getattr(self.costs, "observe", None)
+        if fn is not None:
+            fn(**facts)
 
 
 # ---- per-step bookkeeping ---------------------------------------------------------------------------------
 
 
-def end_step(pass_no: int, it: int, total: int, loss: torch.Tensor, mse: torch.Tensor, *, state: TrainState,
-             monitor: Monitor, preview_every: int, cadence: "CheckpointCadence", deadline: Optional[float],
-             save: Callable[[], None], preview: Optional[Callable[[], None]],
-             guard: Optional["DivergenceGuard"] = None,
-             agree: Optional[Callable[[bool], bool]] = None) -> bool:
-    """Bookkeeping after step ``it`` (0-based) of pass ``pass_no``: the divergence guard (a non-finite loss
-    rolls the state back, see :class:`DivergenceGuard`), history, progress, a preview every
-    ``preview_every`` steps, a checkpoint when ``cadence`` says so. Returns True when the ``deadline`` (a
-    ``time.perf_counter()`` value) ends the pass early; with several processes ``agree`` (rank 0's decision
-    on every rank, :meth:`meshlift.methods.distributed.DistContext.agree`) makes that decision common."""
-    loss_value = float(loss.detach())
-    if guard is not None and guard.after_step(it + 1, loss_value):
-        monitor.log(f"pass {pass_no}: non-finite loss or parameters at step {it + 1}: rolled back to the state "
-                    f"of step {guard.snapshot_step} and halved the learning rates")
+class _NoStages:
+    """The stage timer of a normal run: every stage is a no-op context."""
+
+    _ctx = contextlib.nullcontext()
+
+    def __call__(self, name: str):
+        return self._ctx
+
+
+#: Do-nothing stage timer: ``with stages("backward"): ...`` costs one call. A timing one (CUDA events) is in
+#: ``benchmarks/reconstruct_speed.py``; any callable ``name -> context manager`` works.
+NO_STAGES = _NoStages()
+
+
+class LossReadback:
+    """Keeps each step's loss and MSE on the device and reads them back together every ``every`` steps.
+
+    ``float(loss)`` every step is a host sync: on CUDA the host waits for the step's kernels before it may
+    queue the next step's. :meth:`push` stores the detached scalars (no sync); :meth:`drain` stacks what is
+    pending and copies it to the host in one transfer (one sync per ``every`` steps). The values are the
+    same floats ``float(loss)`` gives (a float32 copied to the host).
+    """
+
+    def __init__(self, every: int = 1) -> None:
+        if int(every) < 1:
+            raise ConfigError(f"readback cadence must be >= 1 step, got {every}")
+        self.every = int(every)
+        self.pending: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+
+    def push(self, it: int, loss: torch.Tensor, mse: torch.Tensor) -> None:
+        """Store step ``it``'s (0-based) scalars."""
+        self.pending.append((it, loss.detach().reshape(()), mse.detach().reshape(()).to(loss.dtype)))
+
+    def due(self, step: int) -> bool:
+        """Whether the cadence asks for a read-back after ``step`` (1-based count of steps done)."""
+        return step % self.every == 0
+
+    def drain(self) -> list[tuple[int, float, float]]:
+        """``[(it, loss, mse)]`` of the pending steps as Python floats (one device → host copy)."""
+        if not self.pending:
+            return []
+        vals = torch.stack([x for _, l, m in self.pending for x in (l, m)]).cpu().tolist()
+        out = [(it, float(vals[2 * k]), float(vals[2 * k + 1])) for k, (it, _, _) in enumerate(self.pending)]
+        self.pending = []
+        return out
+
+    def clear(self) -> None:
+        self.pending = []
+
+
+def _deadline_reached(deadline) -> bool:
+    if deadline is None:
         return False
-    psnr = psnr_from_mse(float(mse))
-    state.history.append({"pass": pass_no, "iteration": it + 1, "loss": loss_value, "psnr": psnr})
-    state.iteration = it + 1
-    monitor.update(it + 1, loss_value, psnr)
-    if preview is not None and preview_every > 0 and (it + 1) % preview_every == 0:
+    if hasattr(deadline, "reached"):
+        return bool(deadline.reached())
+    return time.perf_counter() > (deadline() if callable(deadline) else deadline)
+
+
+def end_step(pass_no: int, it: int, total: int, loss: torch.Tensor, mse: torch.Tensor, *, state: TrainState,
+             monitor: Monitor, preview_every: int, cadence: "CheckpointCadence", deadline,
+             save: Callable[[], None], preview: Optional[Callable[[], None]],
+             guard: Optional["DivergenceGuard"] = None, readback: Optional[LossReadback] = None,
+             agree: Optional[Callable[[bool], bool]] = None) -> bool:
+    """Bookkeeping after step ``it`` (0-based) of pass ``pass_no``: the loss read-back, the divergence guard
+    (a non-finite loss rolls the state back, see :class:`DivergenceGuard`), history, progress, a preview
+    every ``preview_every`` steps, a checkpoint when ``cadence`` says so. Returns True when the ``deadline``
+    (a ``time.perf_counter()`` value, or a callable returning one, e.g. :class:`PassDeadline`) ends the
+    pass early.
+
+    With ``readback`` (a :class:`LossReadback`), the step's loss stays on the device until the read-back
+    cadence, a preview, a checkpoint, a guard snapshot, the deadline or the last step asks for the values;
+    then the pending steps are checked by the guard in order, recorded and reported (``monitor.update`` once
+    per step, late by at most ``readback.every - 1`` steps). A non-finite loss found in a read-back rolls
+    back to the guard's snapshot, which is never newer than the last read-back (snapshots are taken only at
+    read-backs); the steps run since the bad one are dropped. Without ``readback`` every step is read back
+    at once (the same as ``LossReadback(1)``).
+
+    With several processes ``agree`` (rank 0's decision on every rank,
+    :meth:`meshlift.methods.distributed.DistContext.agree`) makes the deadline decision common: each rank
+    observes its own clock (and a cost-based :class:`PassDeadline` its own step costs), so without it the
+    ranks could stop at different steps, or read back at different steps, and their collectives would no
+    longer match. It is asked every step before the read-back gate (the gate then opens on all ranks alike).
+    """
+    readback = readback if readback is not None else LossReadback(1)
+    step = it + 1
+    readback.push(it, loss, mse)
+    preview_due = preview is not None and preview_every > 0 and step % preview_every == 0
+    save_due = cadence.due(step) and step < total
+    over = step < total and _deadline_reached(deadline)
+    if agree is not None and deadline is not None and step < total:
+        over = agree(over)
+    snapshot_due = guard is not None and guard.due(step)
+    if not (readback.due(step) or preview_due or save_due or over or snapshot_due or step >= total):
+        return False
+    for i, loss_value, mse_value in readback.drain():
+        if guard is not None and guard.after_step(i + 1, loss_value):
+            readback.clear()
+            monitor.log(f"pass {pass_no}: non-finite loss or parameters at step {i + 1}: rolled back to the state "
+                        f"of step {guard.snapshot_step} and halved the learning rates")
+            return False
+        psnr = psnr_from_mse(mse_value)
+        state.history.append({"pass": pass_no, "iteration": i + 1, "loss": loss_value, "psnr": psnr})
+        state.iteration = i + 1
+        monitor.update(i + 1, loss_value, psnr)
+    if preview_due:
         with torch.no_grad():
             preview()
-    if cadence.due(it + 1) and it + 1 < total:
+    if save_due:
         save()
         cadence.saved()
-    over = deadline is not None and time.perf_counter() > deadline and it + 1 < total
-    if agree is not None and deadline is not None and it + 1 < total:
-        over = agree(over)
     if over:
-        monitor.log(f"pass {pass_no}: time budget reached after {it + 1} of {total} steps")
+        monitor.log(f"pass {pass_no}: time budget reached after {step} of {total} steps")
         return True
     return False
 
@@ -326,7 +480,7 @@ def prepare_output_dir(out: Optional[Path], *, resume: bool, overwrite: bool) ->
         return
     if (out / FINISHED_MARKER).is_file():
         raise OutputError(
-            f"--out {out}: holds a finished run ({FINISHED_MARKER}, mesh, checkpoint); running again would "
+            f"--out {out}: holds a finished run ({FINISHED_MARKER}); running again would "
             "replace it. Pass --resume to continue or re-export it, --overwrite to replace it, or choose "
             "another --out")
     if (out / CHECKPOINT_NAME).is_file():
@@ -441,6 +595,11 @@ class DivergenceGuard:
             return type(tree)(self._clone(v) for v in tree)
         return tree
 
+    def due(self, step: int) -> bool:
+        """Whether :meth:`after_step` of ``step`` takes a snapshot (the state must then be that of ``step``:
+        with deferred read-backs, :func:`end_step` reads back at every such step)."""
+        return step % self.snapshot_every == 0
+
     def start(self, step: int) -> None:
         """Take the first snapshot (call before the loop)."""
         self.snapshot, self.snapshot_step = self._clone(self.capture()), step
@@ -455,7 +614,7 @@ class DivergenceGuard:
             TrainingError: the run diverged again after a rollback.
         """
         bad = not math.isfinite(loss_value)
-        if not bad and step % self.snapshot_every == 0:
+        if not bad and self.due(step):
             state = self.capture()
             bad_names = nonfinite_tensors(state)
             if not bad_names:

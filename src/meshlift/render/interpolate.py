@@ -2,7 +2,9 @@
 
 nvdiffrast semantics (Laine et al. 2020, Sec. 3.2): ``out = u·a_0 + v·a_1 + (1 − u − v)·a_2`` for the
 triangle in ``rast``, 0 where empty; screen derivatives by the chain rule through ``rast_db``.
-Differentiable w.r.t. ``attr`` and ``rast`` (hence ``pos``).
+Differentiable w.r.t. ``attr`` and ``rast`` (hence ``pos``). Without ``diff_attrs``, on CUDA with Triton
+(the rasterizer backend resolving to ``"triton"``), one fused kernel forward and one backward
+(:func:`meshlift.kernels.raster_triton.interpolate_triton`); else the PyTorch ops below (its twin).
 """
 
 from __future__ import annotations
@@ -13,7 +15,15 @@ import torch
 
 from meshlift.errors import RenderError
 from meshlift.render._checks import check_float, check_rast, check_tri
+from meshlift.kernels import get_backend
 from meshlift.kernels._common import gather_rows
+from meshlift.kernels.raster_triton import interpolate_triton
+
+
+def _fused(device: torch.device) -> bool:
+    """Whether the fused Triton kernel runs: the rasterizer backend (env ``MESHLIFT_RASTER_BACKEND`` or
+    auto) resolves to ``"triton"`` on this device."""
+    return get_backend(None, device).name == "triton"
 
 
 def _triangle_index(rast: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -58,8 +68,10 @@ def interpolate(
     V, C = attr.shape[-2], attr.shape[-1]
     if attr.ndim == 3 and attr.shape[0] not in (1, B):
         raise RenderError(f"attr has batch {attr.shape[0]} but rast has batch {B}; use [V, C] or [{B}, V, C]")
-    tid, covered = _triangle_index(rast)
     tri64 = check_tri(tri, V, rast.device, what="attr")
+    if diff_attrs is None and _fused(rast.device):
+        return interpolate_triton(attr, rast, tri), None
+    tid, covered = _triangle_index(rast)
     vidx = gather_rows(tri64, tid)  # [N, 3]
     if attr.ndim == 3 and attr.shape[0] == B and B > 1:
         bidx = torch.arange(B, device=rast.device).repeat_interleave(H * W)

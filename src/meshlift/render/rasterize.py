@@ -64,6 +64,21 @@ def _check_pos_ranges(pos: torch.Tensor, ranges: Optional[torch.Tensor]) -> Opti
     return ranges.to(torch.int64)
 
 
+def _validate(pos, tri, resolution, ranges, max_fragments, backend):
+    """Checked ``(ranges int64 on pos.device or None, H, W, tri int64, budget, backend)``."""
+    ranges = _check_pos_ranges(pos, ranges)
+    H, W = check_resolution(resolution)
+    tri = check_tri(tri, pos.shape[-2], pos.device)
+    if tri.shape[0] > MAX_TRIANGLES:
+        raise RenderError(f"at most {MAX_TRIANGLES} triangles are supported, got {tri.shape[0]}")
+    if ranges is not None:
+        r = ranges
+        if r.numel() and (int(r.min()) < 0 or int((r[:, 0] + r[:, 1]).max()) > tri.shape[0]):
+            raise RenderError(f"ranges point past the {tri.shape[0]} triangles of tri; fix ranges")
+        ranges = r.to(pos.device)
+    return ranges, H, W, tri, resolve_max_fragments(max_fragments), get_backend(backend, pos.device)
+
+
 def visible_triangles(
     pos: torch.Tensor,
     tri: torch.Tensor,
@@ -76,18 +91,7 @@ def visible_triangles(
 
     Same arguments as :func:`rasterize`. No gradient.
     """
-    ranges = _check_pos_ranges(pos, ranges)
-    H, W = check_resolution(resolution)
-    tri = check_tri(tri, pos.shape[-2], pos.device)
-    if tri.shape[0] > MAX_TRIANGLES:
-        raise RenderError(f"at most {MAX_TRIANGLES} triangles are supported, got {tri.shape[0]}")
-    if ranges is not None:
-        r = ranges
-        if r.numel() and (int(r.min()) < 0 or int((r[:, 0] + r[:, 1]).max()) > tri.shape[0]):
-            raise RenderError(f"ranges point past the {tri.shape[0]} triangles of tri; fix ranges")
-        ranges = r.to(pos.device)
-    budget = resolve_max_fragments(max_fragments)
-    be = get_backend(backend, pos.device)
+    ranges, H, W, tri, budget, be = _validate(pos, tri, resolution, ranges, max_fragments, backend)
     p = pos.detach()
     if p.dtype in (torch.float16, torch.bfloat16):
         p = p.float()
@@ -239,7 +243,8 @@ def rasterize(
             ``MESHLIFT_RASTER_MAX_FRAGMENTS`` or 2^24; peak memory ≤ ~170 bytes each). The barycentric
             pass after it holds ~250 bytes per pixel (``B·H·W``) for the backward on a GPU, where it
             runs over every pixel without a host sync (on the CPU over the covered pixels only).
-        backend: visibility backend (None → env ``MESHLIFT_RASTER_BACKEND`` or ``"auto"``).
+        backend: visibility backend (None → env ``MESHLIFT_RASTER_BACKEND`` or ``"auto"``: Triton
+            kernels on CUDA when ``import triton`` works, :mod:`meshlift.kernels.raster_triton`).
 
     Returns:
         ``rast [B, H, W, 4]`` = ``(u, v, z/w, triangle_id + 1)``, all 0 where no triangle covers the pixel
@@ -259,6 +264,15 @@ def rasterize(
         RenderError: bad shapes, dtypes, devices or indices.
         OutOfMemoryError: the visibility pass ran out of memory (message names the knobs).
     """
+    ranges_c, H, W, tri_c, budget, be = _validate(pos, tri, resolution, ranges, max_fragments, backend)
+    if hasattr(be, "rasterize"):  # a backend with its own differentiable rasterize (triton)
+        try:
+            return be.rasterize(pos, tri, (H, W), ranges_c, grad_db, budget)
+        except torch.OutOfMemoryError as e:  # pragma: no cover - depends on the machine
+            raise OutOfMemoryError(
+                f"rasterize ran out of memory at {H}x{W}, {tri.shape[0]} triangles (backend {be.name}): "
+                "lower the batch size or the resolution, or use backend='torch' with a smaller max_fragments"
+            ) from e
     tri_ids = visible_triangles(pos, tri, resolution, ranges, max_fragments, backend)
     if pos.dtype in (torch.float16, torch.bfloat16):
         pos = pos.float()  # half precision cannot resolve sub-pixel barycentrics

@@ -136,15 +136,21 @@ def _check_inputs(means, quats, scales, opacities, colors, world_to_camera, K, w
         raise RenderError(f"all tensors must be on one device, got {sorted(map(str, devs))}")
     if not settings.check_inputs or N == 0:
         return
-    # One host sync for all value checks.
+    # One host sync for all value checks; on CUDA with triton the Gaussian checks are one kernel.
     with torch.no_grad():
-        flags = torch.stack([
-            (~torch.isfinite(means)).any(-1).sum(),
-            (~torch.isfinite(quats)).any(-1).sum() + (quats.norm(dim=-1) == 0).sum(),
-            (~torch.isfinite(scales)).any(-1).sum() + (scales < 0).any(-1).sum(),
-            (~torch.isfinite(opacities)).sum() + ((opacities < 0) | (opacities > 1)).sum(),
-            (~torch.isfinite(colors)).reshape(colors.shape[0], -1).any(-1).sum(),
-        ]).tolist()
+        if means.is_cuda and _triton_available(means.device):
+            from meshlift.kernels import splat_triton
+
+            g4 = splat_triton.count_bad_gaussians(means, quats, scales, opacities).to(torch.int64)
+        else:
+            g4 = torch.stack([
+                (~torch.isfinite(means)).any(-1).sum(),
+                ((~torch.isfinite(quats)).any(-1) | (quats == 0).all(-1)).sum(),
+                ((~torch.isfinite(scales)).any(-1) | (scales < 0).any(-1)).sum(),
+                ((~torch.isfinite(opacities)) | (opacities < 0) | (opacities > 1)).sum(),
+            ])
+        bad_colors = (~torch.isfinite(colors)).reshape(colors.shape[0], -1).any(-1).sum()
+        flags = torch.cat([g4, bad_colors[None]]).tolist()
     what = [("means", "NaN/Inf rows", "drop or fix those Gaussians"),
             ("quats", "NaN/Inf or zero-length rows", "use any non-zero quaternion (w, x, y, z)"),
             ("scales", "NaN/Inf or negative values", "pass activated scales, e.g. exp(log_scales)"),

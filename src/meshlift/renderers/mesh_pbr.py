@@ -170,29 +170,36 @@ def render_mesh(
     maskf = mask[..., None].to(dtype)
 
     # Per-pixel work (material, normals, shading) runs on the covered pixels only, gathered into [N, C]
-    # rows (mask order), and is scattered back into [B, Hs, Ws, C] images afterwards.
+    # rows (mask order), and is scattered back into [B, Hs, Ws, C] images afterwards. The flat indices of the
+    # covered pixels are found once: the one host sync of this function (N is data-dependent); every gather
+    # and scatter below reuses them (boolean-mask indexing would sync once per use). Same values, same order.
+    pix = torch.nonzero(mask.reshape(-1)).squeeze(1)  # [N] int64, row-major = boolean-mask order
+
+    def gather(img: torch.Tensor) -> torch.Tensor:
+        return img.reshape(-1, img.shape[-1]).index_select(0, pix)
+
     def full(x: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
-        img = torch.full((B, Hs, Ws, x.shape[-1]), fill, device=device, dtype=x.dtype)
-        return img.index_put((mask,), x)
+        img = torch.full((B * Hs * Ws, x.shape[-1]), fill, device=device, dtype=x.dtype)
+        return img.index_put((pix,), x).view(B, Hs, Ws, x.shape[-1])
 
     # ---- G-buffer: position, smooth / geometric normal, depth ---------------------------------------------
     gb_pos_img, _ = R.interpolate(v_pos, rast, tri)  # [B, Hs, Ws, 3]
-    gb_pos = gb_pos_img[mask]  # [N, 3]
+    gb_pos = gather(gb_pos_img)  # [N, 3]
     depth, _ = R.interpolate(pos_clip[..., 3:4].contiguous(), rast, tri)
     depth = depth * maskf
 
     from meshlift.geometry import mesh_ops
 
     face_n = mesh_ops.face_normals(v_pos, mesh.t_pos_idx)  # [T, 3] unit
-    tri_id = rast[..., 3][mask].long() - 1  # [N]
+    tri_id = gather(rast)[:, 3].long() - 1  # [N]
     gb_geom_n = face_n[tri_id]  # [N, 3]
     if mesh.v_nrm is not None and mesh.t_nrm_idx is not None:
         v_nrm, t_nrm_idx = mesh.v_nrm.to(dtype), mesh.t_nrm_idx
     else:
         v_nrm, t_nrm_idx = mesh_ops.vertex_normals(v_pos, mesh.t_pos_idx), mesh.t_pos_idx
     nrm_idx = t_nrm_idx.to(torch.int32).contiguous()
-    gb_n = R.interpolate(v_nrm, rast, nrm_idx)[0][mask]  # [N, 3]
-    view_pos = camera_pos.to(device=device, dtype=dtype)[:, None, None, :].expand(B, Hs, Ws, 3)[mask]
+    gb_n = gather(R.interpolate(v_nrm, rast, nrm_idx)[0])  # [N, 3]
+    view_pos = camera_pos.to(device=device, dtype=dtype).index_select(0, pix // (Hs * Ws))  # [N, 3]
     N = gb_pos.shape[0]
 
     # ---- material ----------------------------------------------------------------------------------------
@@ -217,22 +224,22 @@ def render_mesh(
             )
         tex_idx = mesh.t_tex_idx.to(torch.int32).contiguous()
         uv, uv_da = R.interpolate(mesh.v_tex.to(dtype), rast, tex_idx, rast_db=rast_db, diff_attrs="all")
-        kd_full = _sample_texture(material.kd, uv, uv_da)[mask]
+        kd_full = gather(_sample_texture(material.kd, uv, uv_da))
         if kd_full.shape[-1] == 4:
             alpha_tex = kd_full[..., 3:4]
         kd = kd_full[..., :3]
         if material.ks is not None:
-            ks = _sample_texture(material.ks, uv, uv_da)[mask][..., :3]
+            ks = gather(_sample_texture(material.ks, uv, uv_da))[..., :3]
         else:
             ks = torch.tensor(DEFAULT_KS, device=device, dtype=dtype).expand(N, 3)
         if material.normal is not None:
-            perturbed = _sample_texture(material.normal, uv, uv_da)[mask][..., :3]
+            perturbed = gather(_sample_texture(material.normal, uv, uv_da))[..., :3]
             v_tng, t_tng_idx = mesh_ops.tangent_frames(v_pos, mesh.t_pos_idx, mesh.v_tex.to(dtype), mesh.t_tex_idx,
                                                        v_nrm, t_nrm_idx)
-            gb_tng = R.interpolate(v_tng, rast, t_tng_idx.to(torch.int32).contiguous())[0][mask]  # xyz + w
+            gb_tng = gather(R.interpolate(v_tng, rast, t_tng_idx.to(torch.int32).contiguous())[0])  # xyz + w
         if field_jitter > 0:
             uv_j = uv + torch.randn_like(uv) * field_jitter
-            kd_j = _sample_texture(material.kd, uv_j, uv_da)[mask][..., :3]
+            kd_j = gather(_sample_texture(material.kd, uv_j, uv_da))[..., :3]
             kd_grad = (kd_j - kd).abs().sum(-1, keepdim=True) / 3.0
     elif callable(material):
         out = material(gb_pos)
@@ -252,7 +259,7 @@ def render_mesh(
             f"render_mesh: material must be a Material, a callable field or None, got {type(material).__name__}"
         )
     if mesh.v_color is not None and not callable(material):
-        col = R.interpolate(mesh.v_color[:, :3].to(dtype).contiguous(), rast, tri)[0][mask]
+        col = gather(R.interpolate(mesh.v_color[:, :3].to(dtype).contiguous(), rast, tri)[0])
         kd = col if material is None else kd * col
 
     # ---- shading -----------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from meshlift.errors import ConfigError, RenderError
+from meshlift.kernels.shading import shading_backend
 from meshlift.shading.encoding import MLP, HashGridEncoding
 
 __all__ = ["MaterialField", "NVDIFFREC_KS_RANGE", "NVDIFFREC_NRM_RANGE"]
@@ -54,8 +55,9 @@ class MaterialField(nn.Module):
         n_levels, n_features_per_level, log2_hashmap_size, base_resolution, desired_resolution: the
             hash-grid encoding (nvdiffrec's defaults).
         hidden, layers: the MLP.
-        chunk_size: points per chunk in :meth:`sample` (bounds the peak memory of one call:
-            about ``chunk_size * n_levels * 8 * (8 + 4 F)`` bytes of gather temporaries).
+        chunk_size: points per chunk in :meth:`sample` on the PyTorch encoding (bounds the peak memory of
+            one call: about ``chunk_size * n_levels * 8 * (8 + 4 F)`` bytes of gather temporaries); the
+            Triton encoding has no such temporaries and takes all points in one call.
 
     Raises:
         ConfigError: bad ``aabb`` or ranges.
@@ -126,7 +128,10 @@ class MaterialField(nn.Module):
             raise RenderError(f"MaterialField.sample(x): expected [..., 3], got {tuple(x.shape)}")
         lead = x.shape[:-1]
         flat = x.reshape(-1, 3).to(self.aabb.dtype)
-        if flat.shape[0] <= self.chunk_size:
+        # Chunks bound the gather temporaries of the PyTorch encoding; the fused Triton encoding has none
+        # (it writes [N, L·F] directly), so there one call takes every point (fewer, larger launches).
+        fused = shading_backend(self.encoder.backend, flat.device, flat.dtype) == "triton"
+        if fused or flat.shape[0] <= self.chunk_size:
             out = self._raw(flat)
         else:
             out = torch.cat([self._raw(flat[s : s + self.chunk_size]) for s in range(0, flat.shape[0], self.chunk_size)])

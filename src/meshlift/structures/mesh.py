@@ -15,6 +15,7 @@ from typing import Optional
 import torch
 
 from meshlift.errors import MeshError
+from meshlift.structures.index_check import index_range_ok
 
 #: The material meshlift assumes for a mesh without one (renderer, writers): mid-grey linear albedo ...
 DEFAULT_KD = (0.5, 0.5, 0.5)
@@ -77,9 +78,7 @@ class Mesh:
             raise MeshError(f"Mesh.v_pos must be [V, 3], got {tuple(self.v_pos.shape)}")
         if self.t_pos_idx.ndim != 2 or self.t_pos_idx.shape[-1] != 3:
             raise MeshError(f"Mesh.t_pos_idx must be [T, 3], got {tuple(self.t_pos_idx.shape)}")
-        if self.t_pos_idx.numel() and (
-            int(self.t_pos_idx.min()) < 0 or int(self.t_pos_idx.max()) >= self.v_pos.shape[0]
-        ):
+        if not index_range_ok(self.t_pos_idx, self.v_pos.shape[0])[0]:  # one read-back per face list
             raise MeshError(
                 f"Mesh.t_pos_idx indexes vertex {int(self.t_pos_idx.max())} but there are only "
                 f"{self.v_pos.shape[0]} vertices; fix the face list or drop the bad faces"

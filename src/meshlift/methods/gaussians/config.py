@@ -39,6 +39,9 @@ class GaussiansConfig:
     """Dataset folder (anything ``meshlift.data.load_scene`` reads: Blender/NeRF, instant-ngp, COLMAP, LLFF)."""
     train_split: str = "train"
     """Split of the dataset used for training."""
+    camera_convention: str = "opengl"
+    """Axes of ``transforms.json`` camera-to-world matrices: ``opengl`` (the format's definition) or ``opencv``;
+    other formats ignore it."""
     test_split: str = "test"
     """Split used for held-out metrics (falls back to ``val``, then to every 8th training view)."""
     train_res: int = 0
@@ -159,6 +162,7 @@ class GaussiansConfig:
 SHAPE_FIELDS = ("sh_degree", "data")
 
 _CHOICES = {
+    "camera_convention": ("opengl", "opencv"),
     "background": ("white", "black", "random"),
     "init": ("auto", "sfm", "random"),
     "splat_backend": ("auto", "torch", "triton"),

@@ -18,7 +18,8 @@ import torch
 
 from meshlift.errors import ConfigError, MeshliftError, OutOfMemoryError
 from meshlift.methods.distributed import DistContext, init_from_env, make_checkpointer
-from meshlift.methods.engine import CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, is_oom, resolve_device
+from meshlift.methods.engine import (CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, is_oom, prepare_output_dir,
+                                     resolve_device)
 from meshlift.methods.gaussians.config import SHAPE_FIELDS, GaussiansConfig, apply_dict, config_to_dict
 from meshlift.methods.gaussians.views import SplatProblem
 
@@ -84,29 +85,25 @@ def help_config() -> str:
 
 
 def check_out_dir(out: Optional[Path], *, resume: bool, overwrite: bool) -> None:
-    """Refuse an output path that is a file, or a finished/started run's folder without ``resume`` /
-    ``overwrite`` (issue 16: nothing is silently replaced). Raises ConfigError."""
-    if out is None:
-        return
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} is an existing file; give a folder")
-    if resume or overwrite or not out.is_dir():
-        return
-    for name in ("metrics.json", CHECKPOINT_NAME, "point_cloud.ply"):
-        if (out / name).exists():
-            raise ConfigError(f"--out {out} already holds a run ({name}); pass --resume to continue it, "
-                              "--overwrite to replace it, or choose another folder")
+    """Refuse an output path that is a file, not writable, or a finished/started run's folder without
+    ``resume`` / ``overwrite`` (issue 16: nothing is silently replaced): the shared rule of
+    :func:`meshlift.methods.engine.prepare_output_dir`, plus this method's ``point_cloud.ply``.
+
+    Raises:
+        OutputError: as above.
+    """
+    from meshlift.errors import OutputError
+
+    prepare_output_dir(out, resume=resume, overwrite=overwrite)
+    if out is not None and not (resume or overwrite) and (Path(out) / "point_cloud.ply").exists():
+        raise OutputError(f"--out {out} already holds a run (point_cloud.ply); pass --resume to continue it, "
+                          "--overwrite to replace it, or choose another folder")
 
 
 def _load_checkpoint(checkpointer: Checkpointer, cfg: GaussiansConfig) -> dict:
     """The checkpoint of ``--resume``, validated against ``cfg`` before anything is written."""
     path = checkpointer.path
-    try:
-        ck = checkpointer.load()
-    except Exception as exc:  # noqa: BLE001 - torch.load raises many types on corrupt files
-        raise ConfigError(f"--resume: {path} is unreadable or corrupt ({type(exc).__name__}); start again "
-                          "without --resume (use --overwrite) or restore the file") from None
+    ck = checkpointer.load()  # engine.load_checkpoint: an unreadable file is one clear ConfigError
     if ck is None:
         raise ConfigError(f"--resume: no {CHECKPOINT_NAME} in {path.parent if path else None}; run without "
                           "--resume first")
@@ -127,7 +124,8 @@ def load_problem(cfg: GaussiansConfig) -> SplatProblem:
 
     return load_splat_problem(cfg.data, train_split=cfg.train_split, test_split=cfg.test_split,
                               max_test_views=cfg.max_test_views, train_res=cfg.train_res,
-                              downscale=cfg.downscale, use_masks=cfg.use_masks, data_device=cfg.data_device)
+                              downscale=cfg.downscale, use_masks=cfg.use_masks, data_device=cfg.data_device,
+                              camera_convention=cfg.camera_convention)
 
 
 def oom_error(cfg: GaussiansConfig, where: str, n: int) -> OutOfMemoryError:

@@ -14,7 +14,7 @@ The training loop owns nothing of this: it calls
 - :meth:`DefaultStrategy.initialize_state` once,
 - :meth:`DefaultStrategy.step_pre_backward` after the render, before ``loss.backward()`` (keeps the
   gradient of the projected means ``info["means2d"]``),
-- :meth:`DefaultStrategy.step_post_backward` after ``loss.backward()``, before the optimiser step,
+- :meth:`DefaultStrategy.step_post_backward` after ``loss.backward()`` and the optimiser step (gsplat's order),
 
 and the strategy edits ``params`` (a dict of ``torch.nn.Parameter``) and their Adam states in place
 through :func:`edit_params` (the one remap primitive: every per-Gaussian tensor and optimiser moment
@@ -149,7 +149,8 @@ class DefaultStrategy:
     @torch.no_grad()
     def step_post_backward(self, params: Params, optimizers: Optimizers, state: dict, step: int,
                            info: dict) -> dict:
-        """Accumulate statistics; at the scheduled steps clone/split/prune and reset opacities.
+        """Accumulate statistics (call after backward and the optimiser step); at the scheduled steps
+        clone/split/prune and reset opacities.
 
         Returns:
             ``{"cloned", "split", "pruned", "reset"}`` counts of this call (zeros off-schedule).

@@ -14,6 +14,8 @@ Source: Kerbl et al. 2023, "3D Gaussian Splatting for Real-Time Radiance Field R
    :class:`LogLinearLR` (× scene scale);
 5. the densification strategy's hooks (:class:`~meshlift.methods.gaussians.strategy.DefaultStrategy`, or any
    object with the same hooks);
+   then an optional :class:`Regularizer`'s hooks (extra render outputs, extra loss terms, its own optimiser
+   step and state; MILo's mesh in the loop uses them);
 6. the **guard**: the loss and every parameter must be finite. Otherwise the run rolls back to the last
    good state (the last checkpoint, or the start), halves every learning rate once and continues; a second
    divergence stops with :class:`DivergenceError` — nothing non-finite is ever checkpointed or exported.
@@ -33,6 +35,7 @@ on rank 0, state broadcast), and checkpoint timing is rank 0's decision. One pro
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -40,28 +43,29 @@ from typing import Callable, Optional
 
 import torch
 
-from meshlift.errors import ConfigError, MeshliftError
+from meshlift.errors import ConfigError, TrainingError
 from meshlift.methods.distributed import SINGLE, DistContext
 from meshlift.methods.engine import CheckpointCadence, Checkpointer, Monitor, TrainState, ViewSampler, end_step
 from meshlift.methods.gaussians.config import GaussiansConfig, config_to_dict, densify_strategy
 from meshlift.methods.gaussians.views import SplatProblem
 
-__all__ = ["DivergenceError", "GaussianTrainer", "LogLinearLR", "PARAM_NAMES", "ShDegreeSchedule",
+__all__ = ["DivergenceError", "GaussianTrainer", "LogLinearLR", "PARAM_NAMES", "Regularizer", "ShDegreeSchedule",
            "TrainCallbacks", "background_color", "render_params"]
 
 #: The trained tensors, in the order of :class:`meshlift.structures.gaussians.Gaussians`.
 PARAM_NAMES = ("means", "quats", "log_scales", "opacity_logits", "sh0", "shN")
-#: ``end_step`` saves nothing itself: the trainer checkpoints after the step (its own cadence).
-_NO_CADENCE = CheckpointCadence(0, 0.0)
 #: Adam epsilon of 3DGS (tiny: the steps of small parameters are not damped).
 ADAM_EPS = 1e-15
 #: Divergences survived by rolling back (with halved learning rates) before the run stops.
 MAX_RECOVERIES = 1
+#: end_step saves nothing here: the trainer checkpoints on its own cadence (steps and seconds).
+_NO_CADENCE = CheckpointCadence(0, 0.0)
 _BACKGROUNDS = {"white": (1.0, 1.0, 1.0), "black": (0.0, 0.0, 0.0)}
 
 
-class DivergenceError(MeshliftError):
-    """Training produced a non-finite loss or parameter again after a rollback with halved learning rates."""
+#: Training produced a non-finite loss or parameter again after a rollback with halved learning rates (the
+#: package's one divergence error type).
+DivergenceError = TrainingError
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,37 @@ class TrainCallbacks:
 
     def after_step(self, step: int, trainer: "GaussianTrainer") -> None:
         """Called after step ``step`` (0-based) passed the guard and its bookkeeping."""
+
+
+class Regularizer:
+    """Extra loss terms with their own state, plugged into the loop (the default adds nothing).
+
+    A method built on this trainer (MILo's mesh in the loop, :mod:`meshlift.methods.milo.mesh_in_loop`)
+    subclasses it; the trainer calls, per step ``s`` (0-based):
+
+    1. :meth:`render_outputs` before the render: extra maps of ``rasterize_gaussians`` it needs
+       (``"median_depth"``, ``"normal"``, ``"expected_depth"``; they arrive in ``info``);
+    2. :meth:`loss` after the photometric loss, before ``backward``: a scalar added to the loss (or None);
+       ``info`` also holds the render's ``alpha [B, H, W, 1]``;
+    3. :meth:`after_optimizer_step` after the Gaussian optimisers and the strategy's hooks (step its own
+       optimisers there; gradients of its own parameters are in ``.grad``);
+    4. :meth:`state_dict` / :meth:`load_state_dict` with every checkpoint and rollback (CPU tensors).
+    """
+
+    def render_outputs(self, step: int) -> tuple:
+        return ()
+
+    def loss(self, step: int, trainer: "GaussianTrainer", batch, image: torch.Tensor, info: dict):
+        return None
+
+    def after_optimizer_step(self, step: int, trainer: "GaussianTrainer") -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
 
 
 def background_color(name: str, generator: torch.Generator) -> torch.Tensor:
@@ -145,6 +180,8 @@ class GaussianTrainer:
         preview: ``(step, params, sh_degree) -> None`` writing a preview image, or None.
         strategy: a density-control object with the :class:`DefaultStrategy` hooks (default: built from
             ``cfg``'s ``densify_*`` fields; None when ``cfg.densify`` is off).
+        regularizer: a :class:`Regularizer` (extra losses with state), or None.
+        method: the ``method`` name written into checkpoints (``gaussians``; MILo writes ``milo``).
         dist: this process's place in a multi-process run (:data:`~meshlift.methods.distributed.SINGLE`).
 
     Raises:
@@ -155,6 +192,7 @@ class GaussianTrainer:
                  monitor: Optional[Monitor] = None, checkpointer: Optional[Checkpointer] = None,
                  callbacks: Optional[TrainCallbacks] = None,
                  preview: Optional[Callable[[int, dict, int], None]] = None, strategy=None,
+                 regularizer: Optional[Regularizer] = None, method: str = "gaussians",
                  dist: DistContext = SINGLE) -> None:
         from meshlift.render.splat import SplatSettings
 
@@ -163,6 +201,8 @@ class GaussianTrainer:
         self.checkpointer = checkpointer or Checkpointer(None)
         self.callbacks = callbacks or TrainCallbacks()
         self.preview = preview
+        self.regularizer = regularizer
+        self.method = method
         self.scene_scale = problem.scene_scale
         self.near = cfg.near_frac * self.scene_scale
         self.strategy = strategy if strategy is not None else (
@@ -256,7 +296,7 @@ class GaussianTrainer:
         if self.strategy is not None:
             strat = {"state": self.strategy_state, "history": [list(h) for h in getattr(self.strategy, "history", [])]}
         return _cpu_copy({
-            "method": "gaussians",
+            "method": self.method,
             "config": config_to_dict(self.cfg),
             "state": self.state.state_dict(),
             "step": self.step,
@@ -268,6 +308,7 @@ class GaussianTrainer:
             "lr_factor": self.lr_factor,
             "recoveries": self.recoveries,
             "scene_scale": self.scene_scale,
+            "regularizer": None if self.regularizer is None else self.regularizer.state_dict(),
         })
 
     def load_payload(self, ck: dict) -> None:
@@ -284,6 +325,8 @@ class GaussianTrainer:
             if hasattr(self.strategy, "history"):
                 self.strategy.history = [tuple(h) for h in ck["strategy"]["history"]]
         self.sampler.load_state_dict(ck["sampler"])
+        if self.regularizer is not None and ck.get("regularizer") is not None:
+            self.regularizer.load_state_dict(ck["regularizer"])
         torch.set_rng_state(ck["rng"]["torch"])
         self.bg_generator.set_state(ck["rng"]["bg"])
         if "cuda" in ck["rng"] and self.device.type == "cuda":
@@ -313,9 +356,18 @@ class GaussianTrainer:
         batch = self.problem.train.batch(self.dist.share(self.sampler.next()), self.device)
         bg = background_color(cfg.background, self.bg_generator).to(self.device)
         target = batch.targets(bg)
-        img, _, info = render_params(self.params, batch, self.sh_schedule(s), bg, self.near, self.settings,
-                                     cfg.splat_backend)
+        settings = self.settings
+        extra = self.regularizer.render_outputs(s) if self.regularizer is not None else ()
+        if extra:
+            settings = dataclasses.replace(settings, outputs=tuple(extra))
+        img, alpha, info = render_params(self.params, batch, self.sh_schedule(s), bg, self.near, settings,
+                                         cfg.splat_backend)
         losses = photometric_loss(img, target, cfg.ssim_lambda)
+        if self.regularizer is not None:
+            info["alpha"] = alpha
+            reg = self.regularizer.loss(s, self, batch, img, info)
+            if reg is not None:
+                losses["loss"] = losses["loss"] + reg
         if self.strategy is not None:
             self.strategy.step_pre_backward(info)
         if losses["loss"].requires_grad:  # False when no Gaussian is visible in this batch: nothing to learn
@@ -328,6 +380,8 @@ class GaussianTrainer:
             opt.zero_grad(set_to_none=True)
         if self.strategy is not None:
             self.strategy.step_post_backward(self.params, self.optimizers, self.strategy_state, s, info)
+        if self.regularizer is not None:
+            self.regularizer.after_optimizer_step(s, self)
         with torch.no_grad():
             mse = ((img.detach() - target) ** 2).mean()
         loss, mse = self.dist.weighted_sum([losses["loss"].detach(), mse], self.share_weight)
@@ -379,7 +433,7 @@ class GaussianTrainer:
         if self.step == 0 and self.preview is not None:
             with torch.no_grad():
                 self.preview(0, self.params, self.sh_schedule(0))
-        self.monitor.start_pass("gaussians", total, self.step)
+        self.monitor.start_pass(self.method, total, self.step)
         self._last_save = time.perf_counter()
         t0, c0 = time.perf_counter(), time.process_time()
         timed = self.state.timings.get("train_s", 0.0)

@@ -10,5 +10,12 @@ Building blocks that do not need the Gaussian renderer (issue 11):
 - :mod:`meshlift.methods.milo.mesh_losses`: the depth and normal losses between mesh and Gaussian renders.
 
 The Delaunay tetrahedralisation is :mod:`meshlift.isosurface.delaunay` and marching tetrahedra
-:func:`meshlift.isosurface.dmtet.marching_tets`. Nothing heavy is imported here.
+:func:`meshlift.isosurface.dmtet.marching_tets`.
+
+The method (``meshlift reconstruct --method milo``, docs/usage/milo.md), built on the Gaussian trainer of
+:mod:`meshlift.methods.gaussians`: :mod:`~meshlift.methods.milo.config` / :mod:`~meshlift.methods.milo.presets`
+(verylowres, lowres, default, milo_tiny), :mod:`~meshlift.methods.milo.strategy` (importance sampling and
+cdf pruning), :mod:`~meshlift.methods.milo.mesh_in_loop` (the mesh-in-the-loop regulariser),
+:mod:`~meshlift.methods.milo.extract` (final mesh, colours, texture) and
+:mod:`~meshlift.methods.milo.reconstruct` (the run). Nothing heavy is imported here.
 """

@@ -31,6 +31,9 @@ class SurfaceConfig:
     synthetic scene."""
     train_split: str = "train"
     """Split of the dataset used for training."""
+    camera_convention: str = "opengl"
+    """Axes of ``transforms.json`` camera-to-world matrices: ``opengl`` (the format's definition) or ``opencv``
+    (exporters that write OpenCV axes); other formats ignore it. ``meshlift inspect`` says which fits."""
     test_split: str = "test"
     """Split used for held-out metrics (falls back to ``val``, then to every 8th training view)."""
     train_res: int = 512
@@ -86,10 +89,16 @@ class SurfaceConfig:
     hidden_res: int = 512
     """Image size (pixels) of each ``remove_hidden`` view; raise it for meshes with many tiny faces."""
     time_budget_s: float = 0.0
-    """Wall-clock budget in seconds for the whole run (0 = none). Pass 1 stops early once 55% of it has
-    passed since the start, pass 2 once 80% has; the steps actually run are recorded in metrics.json
-    (``iterations``). Learning-rate schedules still follow ``iter_pass1``/``iter_pass2``. The fractions are
-    ``meshlift.methods.nvdiffrec.reconstruct.BUDGET_FRACTIONS``."""
+    """Wall-clock budget in seconds for the whole run (0 = none). The time left when a pass starts, minus the
+    estimated cost of the stages still to come (after pass 1: hidden-face removal, UV unwrap and bake; after
+    pass 2: evaluation and export; ``meshlift.methods.nvdiffrec.budget``), is the training time left; pass 1
+    gets ``1 - budget_pass2_share`` of it, pass 2 all that is left when it starts. The steps actually run
+    are recorded in metrics.json (``iterations``), the measured stage times in ``timings``. Learning-rate
+    schedules still follow ``iter_pass1``/``iter_pass2``."""
+    budget_pass2_share: float = 0.4
+    """With ``time_budget_s``: the share of the training time that pass 2 gets (0 to 1; the default 0.4 is
+    the cost share of equal step counts on an H200, 0.15 s vs 0.22 s per step at the full presets). A pass
+    that finishes its iterations early leaves its time to the next stage."""
     batch: int = 8
     """Views per optimisation step."""
     spp: int = 1
@@ -177,10 +186,19 @@ class SurfaceConfig:
     short runs are saved too."""
     val_views: int = 4
     """Validation views written to ``images/`` at start and end."""
+    readback_every: int = 0
+    """Steps between reading the loss back from the device (each read-back is a host sync); progress, the
+    loss history and the NaN guard see the values at that cadence (and at previews, checkpoints, the end).
+    0 = every step on the CPU (no cost there), every 10 steps on a GPU. The recorded values do not depend
+    on it."""
     eval_samples: int = 200000
     """Surface samples per mesh for Chamfer / F-score."""
     fscore_threshold_frac: float = 0.01
     """F-score threshold as a fraction of the gt mesh's bounding-box diagonal."""
+    up_axis: str = "keep"
+    """Up axis of the dataset's world frame for the exported meshes: ``keep`` writes world coordinates as they
+    are; ``z`` (or ``-y``, ``x``, ...) rotates the OBJ/GLB so that axis becomes glTF's +Y (recorded in the GLB,
+    docs/conventions.md §9). Metrics are computed in the world frame either way."""
 
 
 # -------------------------------------------------------------------------------------------------------------
@@ -204,6 +222,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
 
 
 _CHOICES = {
+    "camera_convention": ("opengl", "opencv"),
     "isosurface": ("dmtet", "flexicubes"),
     "sdf_init": ("random", "sphere", "visual_hull"),
     "background": ("white", "black"),
@@ -226,7 +245,8 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "hash_max_res": (2, 1 << 16, True), "texture_res": (8, 16384, True), "env_res": (4, 2048, True),
     "env_init": (0, 1e4, True), "unwrap_max_faces": (100, 10_000_000, True), "max_fragments": (1, 1 << 34, True),
     "preview_every": (0, 10_000_000, True), "checkpoint_every": (0, 10_000_000, True),
-    "checkpoint_every_s": (0, 1e7, True), "hull_max_fill": (0, 1, False), "val_views": (0, 1000, True), "eval_samples": (1000, 100_000_000, True),
+    "checkpoint_every_s": (0, 1e7, True), "budget_pass2_share": (0, 1, True),
+    "readback_every": (0, 1_000_000, True), "hull_max_fill": (0, 1, False), "val_views": (0, 1000, True), "eval_samples": (1000, 100_000_000, True),
     "fscore_threshold_frac": (0, 1, False),
 }
 
@@ -254,6 +274,10 @@ def _check_ranges(cfg: SurfaceConfig) -> None:
 def validate(cfg: SurfaceConfig) -> SurfaceConfig:
     """Check ranges and choices; raises ConfigError naming the field and the fix."""
     _check_ranges(cfg)
+    from meshlift.geometry.transforms import UP_AXES
+
+    if cfg.up_axis != "keep" and str(cfg.up_axis).lower().lstrip("+") not in UP_AXES:
+        raise ConfigError(f"config field 'up_axis' = {cfg.up_axis!r}; choose keep or one of {', '.join(UP_AXES)}")
     for name, choices in _CHOICES.items():
         if getattr(cfg, name) not in choices:
             raise ConfigError(f"config field {name!r} = {getattr(cfg, name)!r}; choose one of {', '.join(choices)}")

@@ -151,13 +151,15 @@ def write_outputs(out: Path, mesh_world, dmtet_world, light, metrics: dict, hist
     from meshlift.io.glb import save_glb
     from meshlift.io.hdr import write_hdr
     from meshlift.io.images import write_image
-    from meshlift.io.obj import save_obj
-    from meshlift.structures.mesh import Mesh
-
     from meshlift.errors import TrainingError
     from meshlift.io.jsonfile import write_json
+    from meshlift.io.obj import save_obj
+    from meshlift.mesh.orient import to_y_up
+    from meshlift.structures.mesh import Mesh
 
     out = Path(out)
+    if cfg.up_axis != "keep":  # exports only: the metrics were computed in the world frame
+        mesh_world, dmtet_world = to_y_up(mesh_world, cfg.up_axis), to_y_up(dmtet_world, cfg.up_axis)
     for name, m in (("mesh", mesh_world), ("pass-1 mesh", dmtet_world)):
         if not bool(torch.isfinite(m.v_pos).all()):
             raise TrainingError(f"the {name} has non-finite vertices (the run diverged); nothing was written to "
@@ -184,6 +186,7 @@ def write_outputs(out: Path, mesh_world, dmtet_world, light, metrics: dict, hist
     files["loss_curve"] = plot_loss_curve(history, out / "loss_curve.png")
     files["metrics"] = out / "metrics.json"
     m = dict(metrics)
+    m["up_axis_conversion"] = mesh_world.extras.get("up_axis_conversion")
     m["outputs"] = {k: str(Path(v).relative_to(out)) for k, v in files.items() if v is not None}
     write_json(files["metrics"], m)  # written last: its presence marks a finished run
     return files

@@ -28,8 +28,8 @@ import torch.nn.functional as F
 from meshlift.data.views import ProblemData
 from meshlift.errors import MeshError
 from meshlift.methods.distributed import SINGLE, DistContext, SyncedCadence
-from meshlift.methods.engine import (CheckpointCadence, Checkpointer, DivergenceGuard, ExponentialLR, Monitor,
-                                     StageClock, TrainState, ViewSampler, end_step)
+from meshlift.methods.engine import (NO_STAGES, CheckpointCadence, Checkpointer, DivergenceGuard, ExponentialLR,
+                                     LossReadback, Monitor, StageClock, TrainState, ViewSampler, end_step)
 from meshlift.methods.nvdiffrec.config import SurfaceConfig, config_to_dict
 from meshlift.methods.nvdiffrec.evaluate import render_batch
 from meshlift.methods.nvdiffrec.geometry import init_sdf, make_geometry
@@ -43,6 +43,19 @@ __all__ = ["Pass1Result", "Pass2Result", "detach_mesh", "prepare_pass2_mesh", "r
 PASS2_JITTER_SCALE = 0.5
 #: Pass-2 normal maps keep a tangent-space z of at least this (no normals flipped into the surface).
 NORMAL_MAP_MIN_Z = 0.05
+
+def readback_every(cfg: SurfaceConfig, device: torch.device) -> int:
+    """Steps between loss read-backs (``cfg.readback_every``; 0 = every step on the CPU, where a read-back
+    costs nothing, and every :data:`CUDA_READBACK_EVERY` steps elsewhere)."""
+    if cfg.readback_every > 0:
+        return int(cfg.readback_every)
+    return 1 if torch.device(device).type == "cpu" else CUDA_READBACK_EVERY
+
+
+#: Default steps between loss read-backs on a GPU (``readback_every = 0``): progress updates arrive in groups
+#: of this many steps, and a NaN is caught at most this many steps late (then rolled back as before).
+CUDA_READBACK_EVERY = 10
+
 
 @dataclass
 class Pass1Result:
@@ -66,13 +79,17 @@ def run_pass1(
     checkpointer: Checkpointer,
     checkpoint: Optional[dict] = None,
     preview: Optional[Callable[[str, int, Mesh, object, object], None]] = None,
-    deadline: Optional[float] = None,
+    deadline=None,
+    stages=NO_STAGES,
     dist: DistContext = SINGLE,
 ) -> Pass1Result:
     """Pass 1 (topology): DMTet/FlexiCubes + material field + light, ``cfg.iter_pass1`` steps.
 
-    Resumes from ``checkpoint`` (a dict saved by this function) when given. ``dist``: this process's place
-    in a multi-process run (:data:`~meshlift.methods.distributed.SINGLE` for one process).
+    Resumes from ``checkpoint`` (a dict saved by this function) when given. ``deadline``: a
+    ``time.perf_counter()`` value or an ``engine.PassDeadline`` (told the current face count each step);
+    ``stages``: a stage timer (``engine.NO_STAGES``; the benchmark passes a timing one). ``dist``: this
+    process's place in a multi-process run (:data:`~meshlift.methods.distributed.SINGLE` for one process);
+    the deadline is then rank 0's decision on every rank (each rank observes its own clock and costs).
 
     Raises:
         ConfigError: ``batch`` smaller than the number of ranks. MeshError: the surface vanished.
@@ -167,44 +184,59 @@ def run_pass1(
         clock.flush()
         checkpointer.save(payload(n))
 
+    readback = LossReadback(readback_every(cfg, device))
+    observe = getattr(deadline, "observe", None)
     for it in range(start, total):
-        views = data.train.batch(dist.share(sampler.next()), device)
+        with stages("views"):
+            views = data.train.batch(dist.share(sampler.next()), device)
         if light_trainable:
-            light.build_mips()
-        mesh, extra_reg = geom.get_mesh()
+            with stages("light"):
+                light.build_mips()
+        with stages("marching_tets"):
+            mesh, extra_reg = geom.get_mesh()
+        # num_faces is a shape: known on the host once marching tets has sized its output (no extra sync)
         if mesh.num_faces == 0:
             raise MeshError(
                 f"pass 1, iteration {it}: the surface vanished (the SDF has one sign everywhere). Use "
                 "--set sdf_init=sphere or visual_hull, lower lr_pos, or check that the object is inside the grid "
                 f"(mesh_scale={cfg.mesh_scale})"
             )
+        if observe is not None:
+            observe(faces=mesh.num_faces)
         jitter = cfg.kd_smooth_jitter if cfg.kd_smooth_weight > 0 else 0.0
-        out = render_batch(mesh, views, light, material, cfg, jitter)
-        loss, mse = image_loss(out, views, cfg)
-        reg = ramps.sdf_reg(it / max(1, total)) * geom.reg_loss()
-        if cfg.isosurface == "flexicubes":
-            reg = reg + cfg.flexi_dev_weight * extra_reg
-        if "kd_grad" in out and cfg.kd_smooth_weight > 0:
-            reg = reg + cfg.kd_smooth_weight * ramps.kd_smooth_warmup(it) * out["kd_grad"].mean()
-        if light_trainable and cfg.light_reg_weight > 0:
-            reg = reg + cfg.light_reg_weight * light.regularizer()
-        total_loss = loss + reg
-        opt_geom.zero_grad(set_to_none=True)
-        opt_mat.zero_grad(set_to_none=True)
-        total_loss.backward()
-        dist.all_reduce_gradients(params, weight)
-        opt_geom.step()
-        opt_mat.step()
-        for s in sched:
-            s.step()
-        if light_trainable:
-            light.clamp_(min=0.0)
+        with stages("render"):
+            out = render_batch(mesh, views, light, material, cfg, jitter)
+        with stages("loss"):
+            loss, mse = image_loss(out, views, cfg)
+            reg = ramps.sdf_reg(it / max(1, total)) * geom.reg_loss()
+            if cfg.isosurface == "flexicubes":
+                reg = reg + cfg.flexi_dev_weight * extra_reg
+            if "kd_grad" in out and cfg.kd_smooth_weight > 0:
+                reg = reg + cfg.kd_smooth_weight * ramps.kd_smooth_warmup(it) * out["kd_grad"].mean()
+            if light_trainable and cfg.light_reg_weight > 0:
+                reg = reg + cfg.light_reg_weight * light.regularizer()
+            total_loss = loss + reg
+        with stages("backward"):
+            opt_geom.zero_grad(set_to_none=True)
+            opt_mat.zero_grad(set_to_none=True)
+            total_loss.backward()
+            dist.all_reduce_gradients(params, weight)
+        with stages("optimizer"):
+            opt_geom.step()
+            opt_mat.step()
+            for s in sched:
+                s.step()
+            if light_trainable:
+                light.clamp_(min=0.0)
         total_loss, mse = dist.weighted_sum([total_loss, mse], weight)
-        if end_step(1, it, total, total_loss, mse, state=state, monitor=monitor, preview_every=cfg.preview_every,
-                    cadence=cadence, deadline=deadline, save=lambda: save_mid(it + 1), guard=guard,
-                    agree=dist.agree if dist.enabled else None,
-                    preview=None if preview is None else
-                    lambda: preview("pass1", it + 1, detach_mesh(mesh), light, material)):
+        with stages("bookkeeping"):
+            stop = end_step(1, it, total, total_loss, mse, state=state, monitor=monitor,
+                            preview_every=cfg.preview_every, cadence=cadence, deadline=deadline,
+                            save=lambda: save_mid(it + 1), guard=guard, readback=readback,
+                            agree=dist.agree if dist.enabled else None,
+                            preview=None if preview is None else
+                            lambda: preview("pass1", it + 1, detach_mesh(mesh), light, material))
+        if stop:
             total = it + 1
             break
     monitor.end_pass()
@@ -216,8 +248,10 @@ def run_pass1(
         if cfg.remove_hidden and mesh.num_faces > 0:
             from meshlift.mesh.visibility import remove_hidden_faces
 
+            hidden = StageClock(state, "hidden_s")
             mesh, info = remove_hidden_faces(mesh, n_views=cfg.hidden_views, resolution=cfg.hidden_res,
                                              max_fragments=cfg.max_fragments)
+            hidden.flush()
             monitor.log(f"pass 1: removed {info['removed']} of {info['faces_before']} faces no outside view sees")
     if light_trainable:
         light.build_mips()
@@ -297,10 +331,16 @@ def run_pass2(
     checkpointer: Checkpointer,
     checkpoint: Optional[dict] = None,
     preview: Optional[Callable[[str, int, Mesh, object, object], None]] = None,
-    deadline: Optional[float] = None,
+    deadline=None,
+    stages=NO_STAGES,
+    prepared: Optional[tuple[Mesh, dict]] = None,
     dist: DistContext = SINGLE,
 ) -> Pass2Result:
     """Pass 2 (fixed topology): optimise kd/ks/normal textures, vertex offsets and light.
+
+    ``prepared``: the ``(uv_mesh, textures)`` of :func:`prepare_pass2_mesh` when the caller ran it (to time
+    it as its own stage); otherwise this function runs it (not when resuming: the checkpoint holds them).
+    ``deadline``, ``stages``: as for :func:`run_pass1`.
 
     The vertex offsets from the pass-1 mesh are regularised by nvdiffrec's relative uniform Laplacian
     (``meshlift.geometry.mesh_ops.laplacian_smoothness_loss`` of the offsets), weighted by
@@ -317,7 +357,7 @@ def run_pass2(
         )
         tex = {"kd": ck["kd"].to(device), "ks": ck["ks"].to(device)}
     else:
-        base, tex = dist.from_main(lambda: prepare_pass2_mesh(p1, cfg))
+        base, tex = prepared if prepared is not None else dist.from_main(lambda: prepare_pass2_mesh(p1, cfg))
         base = base.to(device)
     light, light_trainable = p1.light, p1.light_trainable
 
@@ -426,44 +466,53 @@ def run_pass2(
         clock.flush()
         checkpointer.save(payload(n, pass1_ck))
 
+    readback = LossReadback(readback_every(cfg, device))
+    jitter = PASS2_JITTER_SCALE * cfg.kd_smooth_jitter if cfg.kd_smooth_weight > 0 else 0.0
     for it in range(start, total):
-        views = data.train.batch(dist.share(sampler.next()), device)
+        with stages("views"):
+            views = data.train.batch(dist.share(sampler.next()), device)
         if light_trainable:
-            light.build_mips()
-        mesh = current_mesh()
-        jitter = PASS2_JITTER_SCALE * cfg.kd_smooth_jitter if cfg.kd_smooth_weight > 0 else 0.0
-        out = render_batch(mesh, views, light, None, cfg, jitter)
-        loss, mse = image_loss(out, views, cfg)
-        reg = loss.new_zeros(())
-        if cfg.optimize_vertices and cfg.laplace_weight > 0:
-            reg = reg + cfg.laplace_weight * ramps.laplace(it / max(1, total)) * laplacian_loss(offset)
-        if "kd_grad" in out and cfg.kd_smooth_weight > 0:
-            reg = reg + cfg.kd_smooth_weight * out["kd_grad"].mean()
-        if light_trainable and cfg.light_reg_weight > 0:
-            reg = reg + cfg.light_reg_weight * light.regularizer()
-        total_loss = loss + reg
-        opt.zero_grad(set_to_none=True)
-        opt_v.zero_grad(set_to_none=True)
-        total_loss.backward()
-        dist.all_reduce_gradients(train_params, weight)
-        opt.step()
-        if cfg.optimize_vertices:
-            opt_v.step()
-        for s in sched:
-            s.step()
-        with torch.no_grad():
-            kd.copy_(torch.maximum(torch.minimum(kd, kd_max), kd_min))
-            ks.copy_(torch.maximum(torch.minimum(ks, ks_max), ks_min))
-            normal[..., 2].clamp_(min=NORMAL_MAP_MIN_Z)
-            normal.copy_(F.normalize(normal.clamp(-1, 1), dim=-1))
-        if light_trainable:
-            light.clamp_(min=0.0)
+            with stages("light"):
+                light.build_mips()
+        with stages("render"):
+            out = render_batch(current_mesh(), views, light, None, cfg, jitter)
+        with stages("loss"):
+            loss, mse = image_loss(out, views, cfg)
+            reg = loss.new_zeros(())
+            if cfg.optimize_vertices and cfg.laplace_weight > 0:
+                reg = reg + cfg.laplace_weight * ramps.laplace(it / max(1, total)) * laplacian_loss(offset)
+            if "kd_grad" in out and cfg.kd_smooth_weight > 0:
+                reg = reg + cfg.kd_smooth_weight * out["kd_grad"].mean()
+            if light_trainable and cfg.light_reg_weight > 0:
+                reg = reg + cfg.light_reg_weight * light.regularizer()
+            total_loss = loss + reg
+        with stages("backward"):
+            opt.zero_grad(set_to_none=True)
+            opt_v.zero_grad(set_to_none=True)
+            total_loss.backward()
+            dist.all_reduce_gradients(train_params, weight)
+        with stages("optimizer"):
+            opt.step()
+            if cfg.optimize_vertices:
+                opt_v.step()
+            for s in sched:
+                s.step()
+            with torch.no_grad():  # clamp(max) then clamp(min): the same as maximum(minimum(x, max), min)
+                kd.clamp_(max=kd_max).clamp_(min=kd_min)
+                ks.clamp_(max=ks_max).clamp_(min=ks_min)
+                normal[..., 2].clamp_(min=NORMAL_MAP_MIN_Z)
+                normal.copy_(F.normalize(normal.clamp(-1, 1), dim=-1))
+            if light_trainable:
+                light.clamp_(min=0.0)
         total_loss, mse = dist.weighted_sum([total_loss, mse], weight)
-        if end_step(2, it, total, total_loss, mse, state=state, monitor=monitor, preview_every=cfg.preview_every,
-                    cadence=cadence, deadline=deadline, save=lambda: save_mid(it + 1), guard=guard,
-                    agree=dist.agree if dist.enabled else None,
-                    preview=None if preview is None else
-                    lambda: preview("pass2", it + 1, detach_mesh(current_mesh()), light, None)):
+        with stages("bookkeeping"):
+            stop = end_step(2, it, total, total_loss, mse, state=state, monitor=monitor,
+                            preview_every=cfg.preview_every, cadence=cadence, deadline=deadline,
+                            save=lambda: save_mid(it + 1), guard=guard, readback=readback,
+                            agree=dist.agree if dist.enabled else None,
+                            preview=None if preview is None else
+                            lambda: preview("pass2", it + 1, detach_mesh(current_mesh()), light, None))
+        if stop:
             total = it + 1
             break
     monitor.end_pass()

@@ -31,15 +31,18 @@ from meshlift.methods.engine import (CHECKPOINT_NAME, FINISHED_MARKER, Checkpoin
                                      resolve_device)
 from meshlift.methods.nvdiffrec.config import RESUME_FIXED, SurfaceConfig, config_to_dict
 from meshlift.methods.nvdiffrec.evaluate import geometry_metrics, image_metrics, render_views, to_world
-from meshlift.methods.nvdiffrec.passes import run_pass1, run_pass2
+from meshlift.methods.nvdiffrec.budget import SurfaceStageCosts
+from meshlift.methods.nvdiffrec.passes import prepare_pass2_mesh, run_pass1, run_pass2
 from meshlift.structures.mesh import Mesh
 
-__all__ = ["BUDGET_FRACTIONS", "ReconstructionResult", "load_problem", "oom_error", "reconstruct",
-           "synthetic_problem"]
+__all__ = ["ReconstructionResult", "budget_for", "load_problem", "oom_error", "reconstruct", "synthetic_problem"]
 
-#: With ``time_budget_s``: pass 1 ends once this fraction of the budget has passed since the start, pass 2
-#: once ``pass2`` has (the rest is left for evaluation and export).
-BUDGET_FRACTIONS = {"pass1": 0.55, "pass2": 0.80}
+
+def budget_for(cfg: SurfaceConfig) -> TimeBudget:
+    """The run's :class:`~meshlift.methods.engine.TimeBudget`: ``time_budget_s`` shared by the two passes as
+    ``budget_pass2_share`` says, after the estimated non-training stages (:mod:`.budget`)."""
+    share = float(cfg.budget_pass2_share)
+    return TimeBudget(cfg.time_budget_s, {"pass1": 1.0 - share, "pass2": share})
 
 
 def oom_error(cfg: SurfaceConfig, where: str) -> OutOfMemoryError:
@@ -67,7 +70,8 @@ def load_problem(cfg: SurfaceConfig, device: torch.device) -> ProblemData:
         return synthetic_problem(load_mesh(cfg.data), cfg, device, name=Path(cfg.data).name)
     data = scene_problem(cfg.data, background="black" if cfg.background == "black" else "white",
                          train_split=cfg.train_split, test_split=cfg.test_split, max_test_views=cfg.max_test_views,
-                         train_res=cfg.train_res, data_device=cfg.data_device)
+                         train_res=cfg.train_res, data_device=cfg.data_device,
+                         camera_convention=cfg.camera_convention)
     if data.train.masks is None:
         from meshlift.errors import DatasetError
 
@@ -189,16 +193,21 @@ def reconstruct(
     checkpointer = make_checkpointer(out, dist)
     torch.manual_seed(cfg.seed)
 
-    budget = TimeBudget(cfg.time_budget_s, BUDGET_FRACTIONS)
+    budget = budget_for(cfg)
     t_start = budget.t_start
     where = "loading the data"
     try:
+        knobs = f"batch={cfg.batch}, train_res={cfg.train_res}, spp={cfg.spp}, data_device={cfg.data_device}"
         if data is None:
+            if cfg.data and sniff_input(cfg.data) == "mesh" and cfg.train_res > 0:
+                # synthetic views are rendered at train_res: refuse before rendering them
+                n_views = cfg.ref_views + cfg.ref_test_views
+                check_memory(estimate_training_bytes(cfg, n_views, cfg.train_res, cfg.train_res), device,
+                             "rendering the synthetic views and training", knobs + f", ref_views={cfg.ref_views}")
             monitor.log(f"loading {cfg.data}")
             data = load_problem(cfg, device)
         h, w = data.train.resolution
-        check_memory(estimate_training_bytes(cfg, len(data.train), h, w), device, "training",
-                     f"batch={cfg.batch}, train_res={cfg.train_res}, spp={cfg.spp}, data_device={cfg.data_device}")
+        check_memory(estimate_training_bytes(cfg, len(data.train), h, w), device, "training", knobs)
         if out is not None and dist.is_main:  # only once the input has loaded: a bad input leaves no folder
             out.mkdir(parents=True, exist_ok=True)
             if overwrite and not resume:  # the old run's checkpoint and metrics must not outlive it
@@ -215,18 +224,28 @@ def reconstruct(
         if checkpoint is not None:
             state = TrainState(**checkpoint["state"])
         preview = outputs.preview_writer(out, data, cfg, device) if dist.is_main else None
+        th, tw = data.test.resolution
+        costs = SurfaceStageCosts(cfg, device.type, len(data.test) * th * tw, measured=state.timings)
         where = "pass 1"
         p1 = run_pass1(cfg, data, device, state=state, monitor=monitor, checkpointer=checkpointer,
-                       checkpoint=checkpoint, preview=preview, deadline=budget.deadline("pass1"), dist=dist)
+                       checkpoint=checkpoint, preview=preview, deadline=budget.deadline("pass1", costs), dist=dist)
+        prepared = None
+        if checkpoint is None or checkpoint.get("pass2") is None:
+            where = "UV unwrap and bake"
+            t_stage = time.perf_counter()
+            prepared = dist.from_main(lambda: prepare_pass2_mesh(p1, cfg))  # xatlas: rank 0's on all
+            state.timings["unwrap_bake_s"] = time.perf_counter() - t_stage
         where = "pass 2"
         p2 = run_pass2(cfg, data, device, p1, state=state, monitor=monitor, checkpointer=checkpointer,
-                       checkpoint=checkpoint, preview=preview, deadline=budget.deadline("pass2"), dist=dist)
+                       checkpoint=checkpoint, preview=preview, deadline=budget.deadline("pass2", costs),
+                       prepared=prepared, dist=dist)
         if not dist.is_main:  # rank 0 evaluates and exports
             return ReconstructionResult(to_world(p2.mesh, data.world_to_normalized),
                                         to_world(p1.mesh, data.world_to_normalized), {}, None, {},
                                         list(state.history))
         where = "evaluation"
         monitor.log("evaluating held-out views")
+        t_stage = time.perf_counter()
         ours, targets = render_views(p2.mesh, data.test, p2.light, None, cfg, device)
         metrics = image_metrics(ours, targets)
         metrics["test_views"] = len(data.test)
@@ -243,13 +262,16 @@ def reconstruct(
         metrics["faces"] = mesh_world.num_faces
         metrics["vertices"] = mesh_world.num_vertices
         metrics["device"] = str(device)
+        state.timings["eval_s"] = time.perf_counter() - t_stage
         state.timings["total_s"] = time.perf_counter() - t_start
         metrics["timings"] = dict(state.timings)
         files: dict = {}
         if out is not None:
             where = "export"
+            t_stage = time.perf_counter()
             files = outputs.write_outputs(out, mesh_world, dmtet_world, p2.light, metrics, state.history, cfg,
                                           ours=ours, targets=targets)
+            state.timings["export_s"] = time.perf_counter() - t_stage
     except MeshliftError:
         raise
     except Exception as exc:  # noqa: BLE001 - only memory errors are translated, the rest re-raised

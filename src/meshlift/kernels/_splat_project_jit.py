@@ -1,6 +1,7 @@
-"""Triton JIT kernels of Gaussian splatting. Imported only by :mod:`meshlift.kernels.splat_triton`
-(lazily, on first use); see that module for the algorithms, the launch wrappers and the autograd
-Functions. Every kernel works on flat, contiguous tensors; conventions: docs/conventions.md §11.
+"""Triton JIT kernels of Gaussian splatting, part 1: EWA projection (forward, backward) and spherical
+harmonics (forward, backward). Imported only by :mod:`meshlift.kernels.splat_triton` (lazily, on first
+use); see that module for the algorithms, launch wrappers and autograd Functions. Every kernel works on
+flat, contiguous tensors; conventions: docs/conventions.md §11.
 """
 
 import triton
@@ -11,17 +12,6 @@ def _ceil_pos(x):
     t = x.to(tl.int32)
     return t + (t.to(x.dtype) < x).to(tl.int32)
 
-@triton.jit
-def _floor_f(x, ts):
-    q = x / ts
-    t = q.to(tl.int32)
-    return t - (t.to(tl.float32) > q).to(tl.int32)
-
-@triton.jit
-def _ceil_f(x, ts):
-    q = x / ts
-    t = q.to(tl.int32)
-    return t + (t.to(tl.float32) < q).to(tl.int32)
 
 # ------------------------------------------------------------------ projection forward
 @triton.jit
@@ -385,264 +375,6 @@ def project_bwd(means, quats, scales, opac, w2c, Ks, radii, g_m2, g_con, g_dep, 
     tl.store(o_gs + i * 3 + 2, tl.where(valid, gs2, z), mask=m)
     tl.store(o_go + i, tl.where(valid, go, z), mask=m)
 
-# ------------------------------------------------------------------ tile binning
-@triton.jit
-def tile_bounds(m2, radii, out_cnt, total, tile_size, tiles_w, tiles_h, BLOCK: tl.constexpr):
-    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = i < total
-    u = tl.load(m2 + i * 2, mask=m, other=0.0).to(tl.float32)
-    v = tl.load(m2 + i * 2 + 1, mask=m, other=0.0).to(tl.float32)
-    rx = tl.load(radii + i * 2, mask=m, other=0).to(tl.float32)
-    ry = tl.load(radii + i * 2 + 1, mask=m, other=0).to(tl.float32)
-    vis = (rx > 0) & (ry > 0)
-    ts = tile_size * 1.0
-    x0 = tl.minimum(tl.maximum(_floor_f(u - rx, ts), 0), tiles_w)
-    x1 = tl.minimum(tl.maximum(_ceil_f(u + rx, ts), 0), tiles_w)
-    y0 = tl.minimum(tl.maximum(_floor_f(v - ry, ts), 0), tiles_h)
-    y1 = tl.minimum(tl.maximum(_ceil_f(v + ry, ts), 0), tiles_h)
-    cnt = tl.where(vis, (x1 - x0) * (y1 - y0), 0)
-    tl.store(out_cnt + i, cnt, mask=m)
-
-@triton.jit
-def write_keys(order, starts, m2, radii, out_tile, out_gid, total, N, tile_size, tiles_w, tiles_h,
-               BLOCK: tl.constexpr):
-    j = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = j < total
-    g = tl.load(order + j, mask=m, other=0)
-    st = tl.load(starts + j, mask=m, other=0)
-    u = tl.load(m2 + g * 2, mask=m, other=0.0).to(tl.float32)
-    v = tl.load(m2 + g * 2 + 1, mask=m, other=0.0).to(tl.float32)
-    rx = tl.load(radii + g * 2, mask=m, other=0).to(tl.float32)
-    ry = tl.load(radii + g * 2 + 1, mask=m, other=0).to(tl.float32)
-    vis = m & (rx > 0) & (ry > 0)
-    ts = tile_size * 1.0
-    x0 = tl.minimum(tl.maximum(_floor_f(u - rx, ts), 0), tiles_w)
-    x1 = tl.minimum(tl.maximum(_ceil_f(u + rx, ts), 0), tiles_w)
-    y0 = tl.minimum(tl.maximum(_floor_f(v - ry, ts), 0), tiles_h)
-    y1 = tl.minimum(tl.maximum(_ceil_f(v + ry, ts), 0), tiles_h)
-    bw = tl.maximum(x1 - x0, 1)
-    cnt = tl.where(vis, (x1 - x0) * (y1 - y0), 0)
-    cam = g // N
-    kmax = tl.max(cnt, axis=0)
-    for k in range(0, kmax):
-        w = k < cnt
-        tx = x0 + k % bw
-        ty = y0 + k // bw
-        tile = (cam * tiles_h + ty) * tiles_w + tx
-        tl.store(out_tile + st + k, tile.to(tl.int32), mask=w)
-        tl.store(out_gid + st + k, g, mask=w)
-
-# ------------------------------------------------------------------ compositing forward
-@triton.jit
-def composite_fwd(offsets, flat_ids, n_isect, m2, con, opac, feat, dep, out_feat, out_T, out_last,
-                  out_med, width, height, tiles_w, tiles_h, alpha_max,
-                  D: tl.constexpr, DP: tl.constexpr, TS: tl.constexpr, B: tl.constexpr,
-                  WANT_MED: tl.constexpr):
-    tile = tl.program_id(0)
-    per_cam = tiles_w * tiles_h
-    cam = tile // per_cam
-    loc = tile % per_cam
-    tyi = loc // tiles_w
-    txi = loc % tiles_w
-    p = tl.arange(0, TS * TS)
-    pxi = txi * TS + p % TS
-    pyi = tyi * TS + p // TS
-    inimg = (pxi < width) & (pyi < height)
-    pxf = pxi.to(tl.float32) + 0.5
-    pyf = pyi.to(tl.float32) + 0.5
-    start = tl.load(offsets + tile)
-    end = tl.load(offsets + tile + 1)
-    dd = tl.arange(0, DP)
-    dmask = dd < D
-    T = tl.zeros([TS * TS], dtype=tl.float32) + 1.0
-    done = ~inimg
-    acc = tl.zeros([TS * TS, DP], dtype=tl.float32)
-    last = tl.zeros([TS * TS], dtype=tl.int32) - 1
-    medi = tl.zeros([TS * TS], dtype=tl.int32) - 1
-    b0 = start
-    while (b0 < end) & (tl.min(done.to(tl.int32), axis=0) == 0):
-        idx = b0 + tl.arange(0, B)
-        bm = idx < end
-        g = tl.load(flat_ids + idx, mask=bm, other=0)
-        gx = tl.load(m2 + g * 2, mask=bm, other=0.0).to(tl.float32)
-        gy = tl.load(m2 + g * 2 + 1, mask=bm, other=0.0).to(tl.float32)
-        ca = tl.load(con + g * 3, mask=bm, other=0.0).to(tl.float32)
-        cb = tl.load(con + g * 3 + 1, mask=bm, other=0.0).to(tl.float32)
-        cc = tl.load(con + g * 3 + 2, mask=bm, other=0.0).to(tl.float32)
-        go = tl.load(opac + g, mask=bm, other=0.0).to(tl.float32)
-        dx = gx[:, None] - pxf[None, :]
-        dy = gy[:, None] - pyf[None, :]
-        sig = 0.5 * (ca[:, None] * dx * dx + cc[:, None] * dy * dy) + cb[:, None] * dx * dy
-        raw = go[:, None] * tl.exp(-sig)
-        keep = bm[:, None] & inimg[None, :] & (sig >= 0) & (raw >= 1.0 / 255.0)
-        a = tl.where(keep, tl.minimum(raw, alpha_max), 0.0)
-        t_incl = T[None, :] * tl.cumprod(1.0 - a, axis=0)
-        inc = (t_incl >= 1e-4) & ~done[None, :]
-        a = tl.where(inc, a, 0.0)
-        om = 1.0 - a
-        cp = tl.cumprod(om, axis=0)  # non-increasing along the batch: its min is the batch product
-        t_excl = T[None, :] * cp / om
-        w = a * t_excl
-        f = tl.load(feat + g[:, None] * D + dd[None, :], mask=bm[:, None] & dmask[None, :], other=0.0)
-        acc += tl.sum(w[:, :, None] * f.to(tl.float32)[:, None, :], axis=0)
-        contrib = w > 0
-        last = tl.maximum(last, tl.max(tl.where(contrib, idx[:, None], -1), axis=0).to(tl.int32))
-        if WANT_MED:
-            medi = tl.maximum(medi, tl.max(tl.where(contrib & (t_excl > 0.5), idx[:, None], -1), axis=0).to(tl.int32))
-        T = T * tl.min(cp, axis=0)
-        done = done | (tl.min(t_incl, axis=0) < 1e-4)
-        b0 += B
-    pix = (cam * height + pyi) * width + pxi
-    tl.store(out_feat + pix[:, None] * D + dd[None, :], acc, mask=inimg[:, None] & dmask[None, :])
-    tl.store(out_T + pix, T, mask=inimg)
-    tl.store(out_last + pix, last, mask=inimg)
-    if WANT_MED:
-        mg = tl.load(flat_ids + medi, mask=inimg & (medi >= 0), other=-1)
-        tl.store(out_med + pix, tl.where(medi >= 0, mg, -1), mask=inimg)
-
-# ------------------------------------------------------------------ compositing backward
-@triton.jit
-def composite_bwd(offsets, flat_ids, m2, con, opac, feat, T_final, last_ids, g_feat, g_alpha,
-                  o_gm2, o_gcon, o_gop, o_gfeat, width, height, tiles_w, tiles_h, alpha_max,
-                  D: tl.constexpr, DP: tl.constexpr, TS: tl.constexpr, B: tl.constexpr):
-    tile = tl.program_id(0)
-    per_cam = tiles_w * tiles_h
-    cam = tile // per_cam
-    loc = tile % per_cam
-    tyi = loc // tiles_w
-    txi = loc % tiles_w
-    p = tl.arange(0, TS * TS)
-    pxi = txi * TS + p % TS
-    pyi = tyi * TS + p // TS
-    inimg = (pxi < width) & (pyi < height)
-    pxf = pxi.to(tl.float32) + 0.5
-    pyf = pyi.to(tl.float32) + 0.5
-    pix = (cam * height + pyi) * width + pxi
-    start = tl.load(offsets + tile)
-    dd = tl.arange(0, DP)
-    dmask = dd < D
-    Tf = tl.load(T_final + pix, mask=inimg, other=1.0)
-    last = tl.load(last_ids + pix, mask=inimg, other=-1)
-    gimg = tl.load(g_feat + pix[:, None] * D + dd[None, :], mask=inimg[:, None] & dmask[None, :],
-                   other=0.0).to(tl.float32)
-    gT = -tl.load(g_alpha + pix, mask=inimg, other=0.0).to(tl.float32)
-    tgT = Tf * gT
-    lmax = tl.max(last, axis=0)
-    T = Tf
-    S = tl.zeros([TS * TS], dtype=tl.float32)
-    nb = (lmax - start + B) // B
-    nb = tl.where(lmax >= start, nb, 0)
-    for kb in range(0, nb):
-        b0 = start + (nb - 1 - kb) * B
-        idx = b0 + tl.arange(0, B)
-        bm = idx <= lmax
-        g = tl.load(flat_ids + idx, mask=bm, other=0)
-        gx = tl.load(m2 + g * 2, mask=bm, other=0.0).to(tl.float32)
-        gy = tl.load(m2 + g * 2 + 1, mask=bm, other=0.0).to(tl.float32)
-        ca = tl.load(con + g * 3, mask=bm, other=0.0).to(tl.float32)
-        cb = tl.load(con + g * 3 + 1, mask=bm, other=0.0).to(tl.float32)
-        cc = tl.load(con + g * 3 + 2, mask=bm, other=0.0).to(tl.float32)
-        go = tl.load(opac + g, mask=bm, other=0.0).to(tl.float32)
-        dx = gx[:, None] - pxf[None, :]
-        dy = gy[:, None] - pyf[None, :]
-        sig = 0.5 * (ca[:, None] * dx * dx + cc[:, None] * dy * dy) + cb[:, None] * dx * dy
-        vis = tl.exp(-sig)
-        raw = go[:, None] * vis
-        inc = bm[:, None] & inimg[None, :] & (sig >= 0) & (raw >= 1.0 / 255.0) & (idx[:, None] <= last[None, :])
-        a = tl.where(inc, tl.minimum(raw, alpha_max), 0.0)
-        om = 1.0 - a
-        cp = tl.cumprod(om, axis=0)
-        # T is the transmittance behind this batch; in front of it T / prod(1 - a) (>= T since only
-        # included Gaussians count and T >= 1e-4, so the product cannot underflow); in front of
-        # Gaussian i: T_start * prod_{j < i} (1 - a_j)
-        T_start = T / tl.min(cp, axis=0)
-        t_i = T_start[None, :] * cp / om
-        w = a * t_i
-        f = tl.load(feat + g[:, None] * D + dd[None, :], mask=bm[:, None] & dmask[None, :], other=0.0).to(tl.float32)
-        fg = tl.sum(f[:, None, :] * gimg[None, :, :], axis=2)  # [B, P]
-        wfg = w * fg
-        cw = tl.cumsum(wfg, axis=0)
-        totw = tl.sum(wfg, axis=0)
-        S_i = S[None, :] + (totw[None, :] - cw)  # contributions behind i
-        ga = t_i * fg - (S_i + tgT[None, :]) / om
-        ga = tl.where(inc & (raw < alpha_max), ga, 0.0)
-        gsig = -ga * raw
-        gdx = gsig * (ca[:, None] * dx + cb[:, None] * dy)
-        gdy = gsig * (cc[:, None] * dy + cb[:, None] * dx)
-        gop_ = tl.sum(ga * vis, axis=1)
-        any_c = bm & (tl.max(inc.to(tl.int32), axis=1) > 0)
-        tl.atomic_add(o_gop + g, gop_, mask=any_c)
-        tl.atomic_add(o_gm2 + g * 2, tl.sum(gdx, axis=1), mask=any_c)
-        tl.atomic_add(o_gm2 + g * 2 + 1, tl.sum(gdy, axis=1), mask=any_c)
-        tl.atomic_add(o_gcon + g * 3, tl.sum(0.5 * gsig * dx * dx, axis=1), mask=any_c)
-        tl.atomic_add(o_gcon + g * 3 + 1, tl.sum(gsig * dx * dy, axis=1), mask=any_c)
-        tl.atomic_add(o_gcon + g * 3 + 2, tl.sum(0.5 * gsig * dy * dy, axis=1), mask=any_c)
-        gf = tl.sum(w[:, :, None] * gimg[None, :, :], axis=1)  # [B, DP]
-        tl.atomic_add(o_gfeat + g[:, None] * D + dd[None, :], gf, mask=any_c[:, None] & dmask[None, :])
-        T = T_start
-        S = S + totw
-
-# ------------------------------------------------------------------ statistics
-@triton.jit
-def stats_fwd(offsets, flat_ids, m2, con, opac, o_acc, o_cnt, o_best, width, height, tiles_w, tiles_h,
-              alpha_max, TS: tl.constexpr, B: tl.constexpr):
-    tile = tl.program_id(0)
-    per_cam = tiles_w * tiles_h
-    cam = tile // per_cam
-    loc = tile % per_cam
-    tyi = loc // tiles_w
-    txi = loc % tiles_w
-    p = tl.arange(0, TS * TS)
-    pxi = txi * TS + p % TS
-    pyi = tyi * TS + p // TS
-    inimg = (pxi < width) & (pyi < height)
-    pxf = pxi.to(tl.float32) + 0.5
-    pyf = pyi.to(tl.float32) + 0.5
-    start = tl.load(offsets + tile)
-    end = tl.load(offsets + tile + 1)
-    T = tl.zeros([TS * TS], dtype=tl.float32) + 1.0
-    done = ~inimg
-    best_w = tl.zeros([TS * TS], dtype=tl.float32)
-    best_i = tl.zeros([TS * TS], dtype=tl.int32) - 1
-    b0 = start
-    while (b0 < end) & (tl.min(done.to(tl.int32), axis=0) == 0):
-        idx = b0 + tl.arange(0, B)
-        bm = idx < end
-        g = tl.load(flat_ids + idx, mask=bm, other=0)
-        gx = tl.load(m2 + g * 2, mask=bm, other=0.0).to(tl.float32)
-        gy = tl.load(m2 + g * 2 + 1, mask=bm, other=0.0).to(tl.float32)
-        ca = tl.load(con + g * 3, mask=bm, other=0.0).to(tl.float32)
-        cb = tl.load(con + g * 3 + 1, mask=bm, other=0.0).to(tl.float32)
-        cc = tl.load(con + g * 3 + 2, mask=bm, other=0.0).to(tl.float32)
-        go = tl.load(opac + g, mask=bm, other=0.0).to(tl.float32)
-        dx = gx[:, None] - pxf[None, :]
-        dy = gy[:, None] - pyf[None, :]
-        sig = 0.5 * (ca[:, None] * dx * dx + cc[:, None] * dy * dy) + cb[:, None] * dx * dy
-        raw = go[:, None] * tl.exp(-sig)
-        keep = bm[:, None] & inimg[None, :] & (sig >= 0) & (raw >= 1.0 / 255.0)
-        a = tl.where(keep, tl.minimum(raw, alpha_max), 0.0)
-        t_incl = T[None, :] * tl.cumprod(1.0 - a, axis=0)
-        inc = (t_incl >= 1e-4) & ~done[None, :]
-        a = tl.where(inc, a, 0.0)
-        om = 1.0 - a
-        cp = tl.cumprod(om, axis=0)
-        w = a * T[None, :] * cp / om
-        tl.atomic_add(o_acc + g, tl.sum(w, axis=1), mask=bm)
-        tl.atomic_add(o_cnt + g, tl.sum((w > 0).to(tl.int32), axis=1), mask=bm)
-        # largest weight in this block per pixel (first on ties), then against the running best
-        wm = tl.max(w, axis=0)
-        im = tl.min(tl.where(w == wm[None, :], idx[:, None], 2147483647), axis=0).to(tl.int32)
-        better = wm > best_w
-        best_w = tl.where(better, wm, best_w)
-        best_i = tl.where(better, im, best_i)
-        T = T * tl.min(cp, axis=0)
-        done = done | (tl.min(t_incl, axis=0) < 1e-4)
-        b0 += B
-    pix = (cam * height + pyi) * width + pxi
-    bg = tl.load(flat_ids + best_i, mask=inimg & (best_i >= 0), other=-1)
-    tl.store(o_best + pix, tl.where(best_i >= 0, bg, -1), mask=inimg)
-
-
 
 # ------------------------------------------------------------------ spherical harmonics (3DGS basis)
 @triton.jit
@@ -862,3 +594,34 @@ def sh_bwd(means, campos, coef, g_out, o_gcoef, o_gmeans, C, N, KS, DEG: tl.cons
     tl.store(o_gmeans + i * 3 + 0, (vx - dot * x) / nrm, mask=m)
     tl.store(o_gmeans + i * 3 + 1, (vy - dot * y) / nrm, mask=m)
     tl.store(o_gmeans + i * 3 + 2, (vz - dot * z) / nrm, mask=m)
+
+
+# ------------------------------------------------------------------ input checks (one pass, 4 counters)
+@triton.jit
+def _bad(x):
+    return (x - x) != 0  # NaN or +-Inf
+
+
+@triton.jit
+def count_bad_gaussians(means, quats, scales, opac, out, N, BLOCK: tl.constexpr):
+    """out[0..3] += rows of means (non-finite), quats (non-finite or zero), scales (non-finite or < 0),
+    opacities (non-finite or outside [0, 1])."""
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < N
+    bm = m & (_bad(tl.load(means + i * 3, mask=m, other=0.0)) | _bad(tl.load(means + i * 3 + 1, mask=m, other=0.0))
+              | _bad(tl.load(means + i * 3 + 2, mask=m, other=0.0)))
+    q0 = tl.load(quats + i * 4, mask=m, other=1.0)
+    q1 = tl.load(quats + i * 4 + 1, mask=m, other=0.0)
+    q2 = tl.load(quats + i * 4 + 2, mask=m, other=0.0)
+    q3 = tl.load(quats + i * 4 + 3, mask=m, other=0.0)
+    bq = m & (_bad(q0) | _bad(q1) | _bad(q2) | _bad(q3) | ((q0 == 0) & (q1 == 0) & (q2 == 0) & (q3 == 0)))
+    s0 = tl.load(scales + i * 3, mask=m, other=1.0)
+    s1 = tl.load(scales + i * 3 + 1, mask=m, other=1.0)
+    s2 = tl.load(scales + i * 3 + 2, mask=m, other=1.0)
+    bs = m & (_bad(s0) | _bad(s1) | _bad(s2) | (s0 < 0) | (s1 < 0) | (s2 < 0))
+    o = tl.load(opac + i, mask=m, other=0.5)
+    bo = m & (_bad(o) | (o < 0) | (o > 1))
+    tl.atomic_add(out, tl.sum(bm.to(tl.int32), axis=0))
+    tl.atomic_add(out + 1, tl.sum(bq.to(tl.int32), axis=0))
+    tl.atomic_add(out + 2, tl.sum(bs.to(tl.int32), axis=0))
+    tl.atomic_add(out + 3, tl.sum(bo.to(tl.int32), axis=0))

@@ -1,0 +1,150 @@
+"""The gradio page of ``meshlift app`` (imported only by :func:`meshlift.app.build_app`).
+
+Flow: upload (checked and classified at once: :func:`meshlift.app.uploads.ingest`) -> pick method and
+preset -> Reconstruct (streams progress, preview images) -> 3D viewer of the GLB + downloads (GLB,
+OBJ+MTL+textures zip, PLY, metrics.json). The GPU work is :func:`meshlift.app.jobs.reconstruct_job`;
+this module only moves plain values and paths to and from it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import gradio as gr
+
+from meshlift.app import jobs
+from meshlift.app.methods import METHODS, POSE_STEP, describe_duration, get_method
+from meshlift.app.uploads import ALLOWED_SUFFIXES, Limits, UploadError, delete_session, ingest, session_folder
+
+_UNPOSED = ("These {n} photos have no camera poses (no transforms.json, COLMAP model or poses_bounds.npy "
+            "found). This version of meshlift has no pose-estimation step yet: run COLMAP on them "
+            "(`colmap automatic_reconstructor --workspace_path W --image_path W/images`) and upload a zip of "
+            "the images with the `sparse/` folder, or add a transforms.json; or upload a mesh.")
+
+
+def _has_gpu() -> bool:
+    if jobs.on_zero_gpu():  # ZeroGPU: the GPU is attached inside the decorated job
+        return True
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def _preset_choices(method: str, gpu: bool) -> list[tuple[str, str]]:
+    return [(f"{p.label} — {describe_duration(p, gpu)}", p.name) for p in get_method(method).presets]
+
+
+def _session_id(request: Optional[gr.Request]) -> str:
+    return getattr(request, "session_hash", None) or "anonymous"
+
+
+def build(limits: Optional[Limits] = None) -> gr.Blocks:
+    """The :class:`gradio.Blocks` app (not launched)."""
+    limits = limits or Limits()
+    gpu = _has_gpu()
+    methods = list(METHODS)
+
+    def on_upload(files, request: gr.Request):
+        session = session_folder(limits, _session_id(request))
+        try:
+            got = ingest(files or [], session, limits)
+        except UploadError as exc:
+            return f"**Refused:** {exc}", None
+        if got.kind == "unposed":
+            if not POSE_STEP:
+                return "**Cannot use yet:** " + _UNPOSED.format(n=got.n_images), None
+            return (f"**Ready:** {got.summary}; poses will be estimated first ({next(iter(POSE_STEP))}).",
+                    {"kind": got.kind, "path": got.path})
+        return f"**Ready:** {got.summary}.", {"kind": got.kind, "path": got.path}
+
+    def on_method(method):
+        return gr.update(choices=_preset_choices(method, gpu), value=get_method(method).presets[0].name)
+
+    def on_run(state, method, preset, request: gr.Request, progress=gr.Progress()):
+        nothing = (None, None, None, None)  # preview, glb path, downloads, metrics
+        if not state:
+            yield ("**Nothing to reconstruct:** upload photos with cameras, or a mesh, first.",) + nothing
+            return
+        spec = get_method(method)
+        p = spec.preset(preset)
+        if state["kind"] not in spec.inputs and not (state["kind"] == "unposed" and "posed" in spec.inputs):
+            yield (f"**Refused:** method {method} does not take {state['kind']} input.",) + nothing
+            return
+        if p.gpu_only and not gpu:
+            yield (f"**Refused:** the {p.name} preset needs a GPU (this server has none); pick quick.",) + nothing
+            return
+        out_dir = session_folder(limits, _session_id(request)) / "output"
+        lines: list[str] = [f"Running {p.name} ({describe_duration(p, gpu)})."]
+        preview = None
+        status = ""
+        for ev in jobs.reconstruct_job(state["path"], state["kind"], method, preset, str(out_dir)):
+            kind = ev["type"]
+            if kind == "log":
+                lines.append(ev["message"])
+            elif kind == "pass":
+                lines.append(f"{ev['name']}: {ev['total']} steps")
+                progress(0.0, desc=ev["name"])
+            elif kind == "progress":
+                status = (f"{ev['name']}: {ev['iteration']}/{ev['total']}, loss {ev['loss']:.4f}, "
+                          f"PSNR {ev['psnr']:.2f} dB, ETA {ev['eta_s']:.0f} s")
+                progress(ev["iteration"] / max(1, ev["total"]), desc=status)
+            elif kind == "preview":
+                preview = ev["path"]
+            elif kind == "error":
+                yield (f"**Failed:** {ev['message']}",) + (preview, None, None, None)
+                return
+            elif kind == "done":
+                f, m = ev["files"], ev["metrics"]
+                head = f"**Done** in {ev['seconds']:.0f} s: test PSNR {m.get('psnr', float('nan')):.2f} dB"
+                if "fscore" in m:
+                    head += f", Chamfer-L1 {m['chamfer_l1']:.4f}, F-score {m['fscore']:.3f}"
+                downloads = [f[k] for k in ("glb", "obj_zip", "ply", "metrics") if k in f]
+                yield (head + ".", preview or f.get("asset_image"), f.get("glb"), downloads, m)
+                return
+            if kind in ("log", "pass", "preview", "progress"):
+                text = "\n\n".join(lines[-6:] + ([status] if status else []))
+                yield (text, preview, None, None, None)
+
+    def on_unload(request: gr.Request):
+        delete_session(limits, _session_id(request))
+
+    with gr.Blocks(title="meshlift", delete_cache=(600, limits.max_age_s)) as demo:
+        gr.Markdown("# meshlift\nPhotos with camera poses (or a reference mesh) → a textured PBR mesh "
+                    f"(GLB, OBJ+MTL, PLY). Running on **{'a GPU' if gpu else 'the CPU'}**. Limits: "
+                    f"{limits.max_files} files, {limits.max_file_mb} MiB per file, {limits.max_total_mb} MiB "
+                    "in total; your files are deleted when you close the page or after "
+                    f"{limits.max_age_s // 60} min.")
+        with gr.Row():
+            with gr.Column():
+                upload = gr.File(label="Photos (several files or one .zip, with transforms.json or a COLMAP "
+                                 "sparse/ folder) or one mesh (.obj + .mtl + textures, .ply, .glb)",
+                                 file_count="multiple", file_types=sorted(ALLOWED_SUFFIXES), elem_id="upload")
+                upload_status = gr.Markdown(elem_id="upload-status")
+                method = gr.Dropdown(choices=[(METHODS[m].label, m) for m in methods], value=methods[0],
+                                     label="Method", elem_id="method")
+                preset = gr.Radio(choices=_preset_choices(methods[0], gpu),
+                                  value=METHODS[methods[0]].presets[0].name, label="Preset", elem_id="preset")
+                run = gr.Button("Reconstruct", variant="primary", elem_id="run")
+                run_status = gr.Markdown(elem_id="run-status")
+            with gr.Column():
+                preview = gr.Image(label="Preview (reference | ours)", type="filepath", interactive=False,
+                                   height=240, elem_id="preview")
+                viewer = gr.Model3D(label="Asset (GLB)", elem_id="viewer", clear_color=(0.9, 0.9, 0.9, 1.0), height=400)
+                downloads = gr.File(label="Downloads: GLB, OBJ+MTL+textures (zip), PLY, metrics.json",
+                                    file_count="multiple", interactive=False, elem_id="downloads")
+                metrics = gr.JSON(label="metrics.json", elem_id="metrics")
+        state = gr.State(None)
+        upload.upload(on_upload, inputs=[upload], outputs=[upload_status, state])
+        upload.clear(lambda: ("", None), outputs=[upload_status, state])
+        method.change(on_method, inputs=[method], outputs=[preset])
+        glb_path = gr.State(None)
+        # The viewer is filled by a plain follow-up function: gradio's Model3D does not draw a model that
+        # arrives from a generator (streamed) event (gradio 6.31).
+        run.click(on_run, inputs=[state, method, preset], outputs=[run_status, preview, glb_path, downloads, metrics],
+                  concurrency_limit=1).then(lambda p: p, inputs=[glb_path], outputs=[viewer])
+        demo.unload(on_unload)
+    return demo
+
+
+__all__ = ["build"]

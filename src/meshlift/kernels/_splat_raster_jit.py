@@ -1,0 +1,343 @@
+"""Triton JIT kernels of Gaussian splatting, part 2: tile binning, compositing (forward, backward) and the
+no-grad statistics pass. Imported only by :mod:`meshlift.kernels.splat_triton` (lazily, on first use);
+see that module for the algorithms, launch wrappers and autograd Functions. Conventions:
+docs/conventions.md §11.
+"""
+
+import triton
+import triton.language as tl
+
+@triton.jit
+def _floor_f(x, ts):
+    q = x / ts
+    t = q.to(tl.int32)
+    return t - (t.to(tl.float32) > q).to(tl.int32)
+
+@triton.jit
+def _ceil_f(x, ts):
+    q = x / ts
+    t = q.to(tl.int32)
+    return t + (t.to(tl.float32) < q).to(tl.int32)
+
+# ------------------------------------------------------------------ tile binning
+@triton.jit
+def tile_bounds(m2, radii, out_cnt, total, tile_size, tiles_w, tiles_h, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < total
+    u = tl.load(m2 + i * 2, mask=m, other=0.0).to(tl.float32)
+    v = tl.load(m2 + i * 2 + 1, mask=m, other=0.0).to(tl.float32)
+    rx = tl.load(radii + i * 2, mask=m, other=0).to(tl.float32)
+    ry = tl.load(radii + i * 2 + 1, mask=m, other=0).to(tl.float32)
+    vis = (rx > 0) & (ry > 0)
+    ts = tile_size * 1.0
+    x0 = tl.minimum(tl.maximum(_floor_f(u - rx, ts), 0), tiles_w)
+    x1 = tl.minimum(tl.maximum(_ceil_f(u + rx, ts), 0), tiles_w)
+    y0 = tl.minimum(tl.maximum(_floor_f(v - ry, ts), 0), tiles_h)
+    y1 = tl.minimum(tl.maximum(_ceil_f(v + ry, ts), 0), tiles_h)
+    cnt = tl.where(vis, (x1 - x0) * (y1 - y0), 0)
+    tl.store(out_cnt + i, cnt, mask=m)
+
+@triton.jit
+def write_keys(order, starts, m2, radii, out_tile, out_gid, total, N, tile_size, tiles_w, tiles_h,
+               BLOCK: tl.constexpr):
+    j = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = j < total
+    g = tl.load(order + j, mask=m, other=0)
+    st = tl.load(starts + j, mask=m, other=0)
+    u = tl.load(m2 + g * 2, mask=m, other=0.0).to(tl.float32)
+    v = tl.load(m2 + g * 2 + 1, mask=m, other=0.0).to(tl.float32)
+    rx = tl.load(radii + g * 2, mask=m, other=0).to(tl.float32)
+    ry = tl.load(radii + g * 2 + 1, mask=m, other=0).to(tl.float32)
+    vis = m & (rx > 0) & (ry > 0)
+    ts = tile_size * 1.0
+    x0 = tl.minimum(tl.maximum(_floor_f(u - rx, ts), 0), tiles_w)
+    x1 = tl.minimum(tl.maximum(_ceil_f(u + rx, ts), 0), tiles_w)
+    y0 = tl.minimum(tl.maximum(_floor_f(v - ry, ts), 0), tiles_h)
+    y1 = tl.minimum(tl.maximum(_ceil_f(v + ry, ts), 0), tiles_h)
+    bw = tl.maximum(x1 - x0, 1)
+    cnt = tl.where(vis, (x1 - x0) * (y1 - y0), 0)
+    cam = g // N
+    kmax = tl.max(cnt, axis=0)
+    for k in range(0, kmax):
+        w = k < cnt
+        tx = x0 + k % bw
+        ty = y0 + k // bw
+        tile = (cam * tiles_h + ty) * tiles_w + tx
+        tl.store(out_tile + st + k, tile.to(out_tile.dtype.element_ty), mask=w)
+        tl.store(out_gid + st + k, g, mask=w)
+
+# ------------------------------------------------------------------ compositing: shared helpers
+# Per-Gaussian screen record ``pk [C*N, 6]`` float32: (u, v, conic a, b, c, opacity), one gather region
+# instead of three arrays; the backward accumulates into a gradient record of the same layout. Features
+# ``feat [C*N, D]``; a program composites the channels ``grp*NC .. grp*NC+NC-1`` (``grp`` =
+# program_id(1), NC <= 4 accumulators in registers, no [B, P, D] block).
+
+
+@triton.jit
+def _tile_pixels(tile, tiles_w, tiles_h, width, height, TS: tl.constexpr):
+    per_cam = tiles_w * tiles_h
+    cam = tile // per_cam
+    loc = tile % per_cam
+    p = tl.arange(0, TS * TS)
+    pxi = (loc % tiles_w) * TS + p % TS
+    pyi = (loc // tiles_w) * TS + p // TS
+    inimg = (pxi < width) & (pyi < height)
+    pix = (cam * height + pyi) * width + pxi
+    return pix, inimg, pxi.to(tl.float32) + 0.5, pyi.to(tl.float32) + 0.5
+
+
+@triton.jit
+def _load_rec(pk, g, bm):
+    gx = tl.load(pk + g * 6, mask=bm, other=0.0)
+    gy = tl.load(pk + g * 6 + 1, mask=bm, other=0.0)
+    ca = tl.load(pk + g * 6 + 2, mask=bm, other=0.0)
+    cb = tl.load(pk + g * 6 + 3, mask=bm, other=0.0)
+    cc = tl.load(pk + g * 6 + 4, mask=bm, other=0.0)
+    go = tl.load(pk + g * 6 + 5, mask=bm, other=0.0)
+    return gx, gy, ca, cb, cc, go
+
+
+# ------------------------------------------------------------------ compositing backward
+
+
+@triton.jit
+def composite_bwd(offsets, flat_ids, pk, feat, T_final, last_ids, g_feat, g_alpha, o_grec, o_gfeat, width,
+                  height, tiles_w, tiles_h, alpha_max, D, NC: tl.constexpr, TS: tl.constexpr,
+                  B: tl.constexpr):
+    tile = tl.program_id(0)
+    grp = tl.program_id(1)
+    pix, inimg, pxf, pyf = _tile_pixels(tile, tiles_w, tiles_h, width, height, TS)
+    start = tl.load(offsets + tile).to(tl.int32)
+    k0 = grp * NC
+    # channel index as vectors (the interpreter rejects scalar & vector masks)
+    kB = k0 + tl.zeros([B], dtype=tl.int32)
+    kP = k0 + tl.zeros([TS * TS], dtype=tl.int32)
+    Tf = tl.load(T_final + pix, mask=inimg, other=1.0)
+    last = tl.load(last_ids + pix, mask=inimg, other=-1)
+    gT = -tl.load(g_alpha + pix, mask=inimg, other=0.0)
+    # the alpha-map gradient is not per channel: group 0 carries it
+    tgT = tl.where(kP == 0, Tf * gT, 0.0)
+    z = tl.zeros([TS * TS], dtype=tl.float32)
+    gi0 = tl.load(g_feat + pix * D + k0, mask=inimg & (kP < D), other=0.0)
+    gi1 = z
+    gi2 = z
+    gi3 = z
+    if NC > 1:
+        gi1 = tl.load(g_feat + pix * D + k0 + 1, mask=inimg & (kP + 1 < D), other=0.0)
+    if NC > 2:
+        gi2 = tl.load(g_feat + pix * D + k0 + 2, mask=inimg & (kP + 2 < D), other=0.0)
+    if NC > 3:
+        gi3 = tl.load(g_feat + pix * D + k0 + 3, mask=inimg & (kP + 3 < D), other=0.0)
+    lmax = tl.max(last, axis=0)
+    T = Tf
+    S = z
+    nb = (lmax - start + B) // B
+    nb = tl.where(lmax >= start, nb, 0)
+    for kb in range(0, nb):
+        b0 = start + (nb - 1 - kb) * B
+        idx = b0 + tl.arange(0, B)
+        bm = idx <= lmax
+        g = tl.load(flat_ids + idx, mask=bm, other=0)
+        gx, gy, ca, cb, cc, go = _load_rec(pk, g, bm)
+        dx = gx[:, None] - pxf[None, :]
+        dy = gy[:, None] - pyf[None, :]
+        sig = 0.5 * (ca[:, None] * dx * dx + cc[:, None] * dy * dy) + cb[:, None] * dx * dy
+        vis = tl.exp(-sig)
+        raw = go[:, None] * vis
+        inc = bm[:, None] & (sig >= 0) & (raw >= 1.0 / 255.0) & (idx[:, None] <= last[None, :])
+        a = tl.where(inc, tl.minimum(raw, alpha_max), 0.0)
+        om = 1.0 - a
+        cp = tl.cumprod(om, axis=0)
+        # T is the transmittance behind this batch; in front of it T / prod(1 - a) (>= T since only
+        # included Gaussians count and T >= 1e-4, so the product cannot underflow); in front of
+        # Gaussian i: T_start * prod_{j < i} (1 - a_j)
+        T_start = tl.fdiv(T, tl.min(cp, axis=0), ieee_rounding=False)
+        t_i = tl.fdiv(T_start[None, :] * cp, om, ieee_rounding=False)
+        w = a * t_i
+        f0 = tl.load(feat + g * D + k0, mask=bm & (kB < D), other=0.0)
+        fg = f0[:, None] * gi0[None, :]
+        if NC > 1:
+            f1 = tl.load(feat + g * D + k0 + 1, mask=bm & (kB + 1 < D), other=0.0)
+            fg += f1[:, None] * gi1[None, :]
+        if NC > 2:
+            f2 = tl.load(feat + g * D + k0 + 2, mask=bm & (kB + 2 < D), other=0.0)
+            fg += f2[:, None] * gi2[None, :]
+        if NC > 3:
+            f3 = tl.load(feat + g * D + k0 + 3, mask=bm & (kB + 3 < D), other=0.0)
+            fg += f3[:, None] * gi3[None, :]
+        wfg = w * fg
+        cw = tl.cumsum(wfg, axis=0)
+        totw = tl.sum(wfg, axis=0)
+        S_i = S[None, :] + (totw[None, :] - cw)  # contributions behind i
+        ga = t_i * fg - tl.fdiv(S_i + tgT[None, :], om, ieee_rounding=False)
+        ga = tl.where(inc & (raw < alpha_max), ga, 0.0)
+        gsig = -ga * raw
+        gsx = gsig * dx
+        gsy = gsig * dy
+        sx = tl.sum(gsx, axis=1)
+        sy = tl.sum(gsy, axis=1)
+        any_c = bm & (tl.max(inc.to(tl.int32), axis=1) > 0)
+        tl.atomic_add(o_grec + g * 6 + 5, tl.sum(ga * vis, axis=1), mask=any_c)
+        tl.atomic_add(o_grec + g * 6, ca * sx + cb * sy, mask=any_c)
+        tl.atomic_add(o_grec + g * 6 + 1, cc * sy + cb * sx, mask=any_c)
+        tl.atomic_add(o_grec + g * 6 + 2, 0.5 * tl.sum(gsx * dx, axis=1), mask=any_c)
+        tl.atomic_add(o_grec + g * 6 + 3, tl.sum(gsx * dy, axis=1), mask=any_c)
+        tl.atomic_add(o_grec + g * 6 + 4, 0.5 * tl.sum(gsy * dy, axis=1), mask=any_c)
+        tl.atomic_add(o_gfeat + g * D + k0, tl.sum(w * gi0[None, :], axis=1), mask=any_c & (kB < D))
+        if NC > 1:
+            tl.atomic_add(o_gfeat + g * D + k0 + 1, tl.sum(w * gi1[None, :], axis=1), mask=any_c & (kB + 1 < D))
+        if NC > 2:
+            tl.atomic_add(o_gfeat + g * D + k0 + 2, tl.sum(w * gi2[None, :], axis=1), mask=any_c & (kB + 2 < D))
+        if NC > 3:
+            tl.atomic_add(o_gfeat + g * D + k0 + 3, tl.sum(w * gi3[None, :], axis=1), mask=any_c & (kB + 3 < D))
+        T = T_start
+        S = S + totw
+
+# ------------------------------------------------------------------ statistics
+@triton.jit
+def stats_fwd(offsets, flat_ids, m2, con, opac, o_acc, o_cnt, o_best, width, height, tiles_w, tiles_h,
+              alpha_max, TS: tl.constexpr, B: tl.constexpr):
+    tile = tl.program_id(0)
+    per_cam = tiles_w * tiles_h
+    cam = tile // per_cam
+    loc = tile % per_cam
+    tyi = loc // tiles_w
+    txi = loc % tiles_w
+    p = tl.arange(0, TS * TS)
+    pxi = txi * TS + p % TS
+    pyi = tyi * TS + p // TS
+    inimg = (pxi < width) & (pyi < height)
+    pxf = pxi.to(tl.float32) + 0.5
+    pyf = pyi.to(tl.float32) + 0.5
+    start = tl.load(offsets + tile)
+    end = tl.load(offsets + tile + 1)
+    T = tl.zeros([TS * TS], dtype=tl.float32) + 1.0
+    done = ~inimg
+    best_w = tl.zeros([TS * TS], dtype=tl.float32)
+    best_i = tl.zeros([TS * TS], dtype=tl.int32) - 1
+    b0 = start
+    while (b0 < end) & (tl.min(done.to(tl.int32), axis=0) == 0):
+        idx = b0 + tl.arange(0, B)
+        bm = idx < end
+        g = tl.load(flat_ids + idx, mask=bm, other=0)
+        gx = tl.load(m2 + g * 2, mask=bm, other=0.0).to(tl.float32)
+        gy = tl.load(m2 + g * 2 + 1, mask=bm, other=0.0).to(tl.float32)
+        ca = tl.load(con + g * 3, mask=bm, other=0.0).to(tl.float32)
+        cb = tl.load(con + g * 3 + 1, mask=bm, other=0.0).to(tl.float32)
+        cc = tl.load(con + g * 3 + 2, mask=bm, other=0.0).to(tl.float32)
+        go = tl.load(opac + g, mask=bm, other=0.0).to(tl.float32)
+        dx = gx[:, None] - pxf[None, :]
+        dy = gy[:, None] - pyf[None, :]
+        sig = 0.5 * (ca[:, None] * dx * dx + cc[:, None] * dy * dy) + cb[:, None] * dx * dy
+        raw = go[:, None] * tl.exp(-sig)
+        keep = bm[:, None] & inimg[None, :] & (sig >= 0) & (raw >= 1.0 / 255.0)
+        a = tl.where(keep, tl.minimum(raw, alpha_max), 0.0)
+        t_incl = T[None, :] * tl.cumprod(1.0 - a, axis=0)
+        inc = (t_incl >= 1e-4) & ~done[None, :]
+        a = tl.where(inc, a, 0.0)
+        om = 1.0 - a
+        cp = tl.cumprod(om, axis=0)
+        w = a * T[None, :] * cp / om
+        tl.atomic_add(o_acc + g, tl.sum(w, axis=1), mask=bm)
+        tl.atomic_add(o_cnt + g, tl.sum((w > 0).to(tl.int32), axis=1), mask=bm)
+        # largest weight in this block per pixel (first on ties), then against the running best
+        wm = tl.max(w, axis=0)
+        im = tl.min(tl.where(w == wm[None, :], idx[:, None], 2147483647), axis=0).to(tl.int32)
+        better = wm > best_w
+        best_w = tl.where(better, wm, best_w)
+        best_i = tl.where(better, im, best_i)
+        T = T * tl.min(cp, axis=0)
+        done = done | (tl.min(t_incl, axis=0) < 1e-4)
+        b0 += B
+    pix = (cam * height + pyi) * width + pxi
+    bg = tl.load(flat_ids + best_i, mask=inimg & (best_i >= 0), other=-1)
+    tl.store(o_best + pix, tl.where(best_i >= 0, bg, -1), mask=inimg)
+
+
+
+
+
+# ------------------------------------------------------------------ compositing forward
+# The tile's list is walked one Gaussian per step, unrolled B at a time so the scalar loads of a batch
+# issue together; [P] vectors only: no scans, no division. The whole tile stops once every pixel is done.
+
+
+@triton.jit
+def _load_feat4(feat, g, ok, k0, D, NC: tl.constexpr):
+    f0 = tl.load(feat + g * D + k0, mask=ok & (k0 < D), other=0.0)
+    f1 = 0.0
+    f2 = 0.0
+    f3 = 0.0
+    if NC > 1:
+        f1 = tl.load(feat + g * D + k0 + 1, mask=ok & (k0 + 1 < D), other=0.0)
+    if NC > 2:
+        f2 = tl.load(feat + g * D + k0 + 2, mask=ok & (k0 + 2 < D), other=0.0)
+    if NC > 3:
+        f3 = tl.load(feat + g * D + k0 + 3, mask=ok & (k0 + 3 < D), other=0.0)
+    return f0, f1, f2, f3
+
+
+@triton.jit
+def composite_fwd(offsets, flat_ids, pk, feat, out_feat, out_T, out_last, out_med, width, height,
+                  tiles_w, tiles_h, alpha_max, D, n_tiles, n_isect, NC: tl.constexpr, TS: tl.constexpr,
+                  B: tl.constexpr, WANT_MED: tl.constexpr):
+    tile = tl.program_id(0)
+    grp = tl.program_id(1)
+    pix, inimg, pxf, pyf = _tile_pixels(tile, tiles_w, tiles_h, width, height, TS)
+    start = tl.load(offsets + tile).to(tl.int32)
+    end = tl.where(tile + 1 < n_tiles, tl.load(offsets + tile + 1, mask=tile + 1 < n_tiles, other=0), n_isect)
+    end = end.to(tl.int32)
+    k0 = grp * NC
+    kP = k0 + tl.zeros([TS * TS], dtype=tl.int32)
+    T = tl.zeros([TS * TS], dtype=tl.float32) + 1.0
+    done = ~inimg
+    acc0 = tl.zeros([TS * TS], dtype=tl.float32)
+    acc1 = tl.zeros([TS * TS], dtype=tl.float32)
+    acc2 = tl.zeros([TS * TS], dtype=tl.float32)
+    acc3 = tl.zeros([TS * TS], dtype=tl.float32)
+    last = tl.zeros([TS * TS], dtype=tl.int32) - 1
+    medi = tl.zeros([TS * TS], dtype=tl.int32) - 1
+    b0 = start
+    while (b0 < end) & (tl.min(done.to(tl.int32), axis=0) == 0):
+        for kk in tl.static_range(B):
+            j = b0 + kk
+            ok = j < end
+            g = tl.load(flat_ids + j, mask=ok, other=0)
+            gx, gy, ca, cb, cc, go = _load_rec(pk, g, ok)
+            f0, f1, f2, f3 = _load_feat4(feat, g, ok, k0, D, NC)
+            dx = gx - pxf
+            dy = gy - pyf
+            sig = 0.5 * (ca * dx * dx + cc * dy * dy) + cb * dx * dy
+            raw = go * tl.exp(-sig)
+            a = tl.minimum(raw, alpha_max)
+            keep = (sig >= 0) & (raw >= 1.0 / 255.0) & ~done
+            tn = T * (1.0 - a)
+            cross = keep & (tn < 1e-4)
+            inc = keep & ~cross
+            w = tl.where(inc, a * T, 0.0)
+            acc0 += w * f0
+            if NC > 1:
+                acc1 += w * f1
+            if NC > 2:
+                acc2 += w * f2
+            if NC > 3:
+                acc3 += w * f3
+            if WANT_MED:
+                medi = tl.where(inc & (T > 0.5), j, medi)
+            last = tl.where(inc, j, last)
+            T = tl.where(inc, tn, T)
+            done = done | cross
+        b0 += B
+    tl.store(out_feat + pix * D + k0, acc0, mask=inimg & (kP < D))
+    if NC > 1:
+        tl.store(out_feat + pix * D + k0 + 1, acc1, mask=inimg & (kP + 1 < D))
+    if NC > 2:
+        tl.store(out_feat + pix * D + k0 + 2, acc2, mask=inimg & (kP + 2 < D))
+    if NC > 3:
+        tl.store(out_feat + pix * D + k0 + 3, acc3, mask=inimg & (kP + 3 < D))
+    first = inimg & (kP == 0)
+    tl.store(out_T + pix, T, mask=first)
+    tl.store(out_last + pix, last, mask=first)
+    if WANT_MED:
+        mg = tl.load(flat_ids + medi, mask=first & (medi >= 0), other=-1)
+        tl.store(out_med + pix, tl.where(medi >= 0, mg, -1), mask=first)

@@ -1,0 +1,188 @@
+"""Configuration of MILo (``meshlift reconstruct --method milo``): 3DGS fields + the mesh-in-the-loop fields.
+
+:class:`MiloConfig` extends :class:`meshlift.methods.gaussians.config.GaussiansConfig` (the Gaussians are
+trained by the same :class:`~meshlift.methods.gaussians.trainer.GaussianTrainer`), adding MILo's flags
+(Guédon et al. 2025, "MILo: Mesh-In-the-Loop Gaussian Splatting"; the project notes §1 give the schedule:
+densify to 3000, importance sampling at 3000, 0.99-cdf pruning at 8000, mesh in the loop 8000–18000,
+Delaunay every 500 steps, SDF resets by depth fusion until 13000, labels every 200 steps, 1000 refinement
+steps at extraction). Step fields count optimiser steps of this run (presets scale them with ``steps``).
+The memory knobs MILo users patched in by hand are ordinary fields here: ``max_fragments`` (their
+``MILO_RAST_TRI_CHUNK``), ``mesh_res_scale`` (their ``MILO_MESH_RES_SCALE``), ``data_device`` (their
+``--data_device cpu``). docs/usage/milo.md maps every MILo command, flag and variable to these fields.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from meshlift import config as _config
+from meshlift.config import config_to_dict, parse_overrides
+from meshlift.errors import ConfigError
+from meshlift.methods.gaussians.config import GaussiansConfig
+from meshlift.methods.gaussians.config import validate as validate_gaussians
+
+__all__ = ["MiloConfig", "SHAPE_FIELDS", "apply_dict", "config_to_dict", "field_docs", "load_config_file",
+           "parse_overrides", "validate", "num_mesh_gaussians"]
+
+
+@dataclass
+class MiloConfig(GaussiansConfig):
+    """MILo: 3DGS training (inherited fields) + importance sampling + mesh in the loop + extraction."""
+
+    # ---- synthetic views of a mesh file (spot, bob, bunny: known-truth geometry) ---------------------------
+    ref_views: int = 100
+    """Training views rendered when DATA is a mesh file (random directions on a sphere)."""
+    ref_test_views: int = 8
+    """Held-out views rendered when DATA is a mesh file (an orbit)."""
+
+    # ---- importance-based Gaussian sampling (Mini-Splatting2, used by MILo) --------------------------------
+    imp_metric: str = "outdoor"
+    """Importance of a Gaussian (MILo ``--imp_metric``): ``indoor`` = Σ over views of Σ αT; ``outdoor`` =
+    Σ over views of Σ αT / pixels touched (views where it is nowhere the strongest count 0)."""
+    sampling_factor: float = 0.6
+    """At ``sampling_step`` keep ``sampling_factor × N × (fraction with non-zero importance)`` Gaussians,
+    sampled without replacement ∝ importance (MILo ``--sampling_factor``)."""
+    sampling_step: int = 3000
+    """Step of the importance sampling (MILo: 3000, the end of densification); 0 = never."""
+    prune_step: int = 8000
+    """Step of the pruning to the ``prune_cdf`` cumulative importance (MILo: 8000); 0 = never."""
+    prune_cdf: float = 0.99
+    """Keep the most important Gaussians that together hold this fraction of the total importance."""
+    depth_normal_start: int = 3000
+    """First step of the depth–normal consistency loss (rendered normals vs normals of the median depth)."""
+    depth_normal_weight: float = 0.05
+    """Weight of the depth–normal consistency loss (MILo: 0.05; 0 = off)."""
+
+    # ---- the mesh in the loop -----------------------------------------------------------------------------
+    mesh_start: int = 8000
+    """First step with the mesh in the loop (MILo: 8001)."""
+    num_pivots: int = 270_000
+    """Mesh resolution budget: Delaunay vertices (9 per Gaussian; MILo ``n_max_points_in_delaunay``:
+    verylowres 270k, lowres 540k, default 5.4M)."""
+    mesh_res_scale: float = 1.0
+    """Multiplies ``num_pivots`` (the MILo fork's ``MILO_MESH_RES_SCALE``): < 1 for less memory/time."""
+    delaunay_every: int = 500
+    """Re-triangulate the pivots every this many steps, in a background thread (topology fixed between)."""
+    sdf_reset_every: int = 500
+    """Reset the pivot SDF's base by depth fusion of the rendered median depths every this many steps ..."""
+    sdf_reset_stop: int = 13_000
+    """... up to this step (MILo: 13000); afterwards the SDF is only learned."""
+    sdf_reset_blend: float = 0.4
+    """Weight of the fused occupancy in a reset (MILo's EMA, 0.4)."""
+    labels_every: int = 200
+    """Recompute the occupancy labels (mesh rendered at every training view) every this many steps."""
+    lr_occupancy: float = 0.025
+    """Adam step of the pivots' learned occupancy shift (MILo: the opacity rate, 0.025)."""
+    mesh_depth_weight: float = 0.05
+    """Weight of ``log(1 + |D_mesh − D_gauss| / scene_scale)`` (MILo 0.05)."""
+    mesh_normal_weight: float = 0.05
+    """Weight of ``1 − |n_mesh · n_gauss|`` (MILo 0.05)."""
+    occupied_centres_weight: float = 0.005
+    """Weight of the penalty on Gaussian centres outside the occupied region (MILo 0.005)."""
+    occupancy_label_weight: float = 0.005
+    """Weight of the BCE on the 'inside' occupancy labels (MILo 0.005)."""
+    max_fragments: int = 0
+    """Mesh rasterizer fragment budget per call (MILo fork's ``MILO_RAST_TRI_CHUNK``; 0 = the rasterizer's
+    default / ``MESHLIFT_MAX_FRAGMENTS``). Lower it on out-of-memory in the mesh render."""
+    mesh_chunk_views: int = 8
+    """Views per mesh-rasterizer call when labelling / fusing all training views (memory knob)."""
+    tet_chunk: int = 1 << 22
+    """Tetrahedra per marching-tets chunk (memory knob)."""
+
+    # ---- final extraction ---------------------------------------------------------------------------------
+    extract_steps: int = 1000
+    """Occupancy refinement steps at extraction (Gaussians frozen; MILo ``mesh_extract_sdf.py``: 1000)."""
+    extract_labels_every: int = 100
+    """Label refresh interval during the refinement (MILo: 100)."""
+    keep_components: float = 0.02
+    """Cleaning: drop connected components whose bbox diagonal is below this × the mesh's (0 keeps all)."""
+    min_component_faces: float = 0.01
+    """Cleaning: also drop connected components with fewer faces than this × the largest component's
+    (the fragments floaters leave; 0 keeps all)."""
+    texture_res: int = 1024
+    """Side of the baked albedo texture (texels)."""
+    simplify: int = 0
+    """Decimate the final mesh to at most this many faces before UV unwrapping (0 = keep; ``--simplify``)."""
+    eval_samples: int = 200_000
+    """Surface samples per mesh for Chamfer / F-score against a known truth (mesh-file inputs)."""
+    color_depth_tol: float = 0.01
+    """Vertex/texel colour fusion: a view sees a point when its depth is within this × scene_scale of the
+    mesh's depth there."""
+
+
+#: Fields that cannot change on ``--resume``.
+SHAPE_FIELDS = ("sh_degree", "data", "num_pivots", "mesh_res_scale", "ref_views", "train_res")
+
+_CHOICES = {"imp_metric": ("indoor", "outdoor")}
+_UNIT = ("sampling_factor", "prune_cdf", "sdf_reset_blend")
+_NONNEG = ("depth_normal_weight", "mesh_depth_weight", "mesh_normal_weight", "occupied_centres_weight",
+           "occupancy_label_weight", "keep_components", "min_component_faces", "color_depth_tol", "mesh_res_scale")
+_GE1 = ("num_pivots", "delaunay_every", "sdf_reset_every", "labels_every", "extract_labels_every",
+        "mesh_chunk_views", "tet_chunk", "texture_res", "ref_views", "ref_test_views", "eval_samples")
+_GE0 = ("sampling_step", "prune_step", "depth_normal_start", "mesh_start", "sdf_reset_stop", "extract_steps",
+        "simplify", "max_fragments")
+
+
+def validate(cfg: MiloConfig) -> MiloConfig:
+    """The Gaussian checks, then MILo's ranges and the schedule's order; raises ConfigError naming the field."""
+    validate_gaussians(cfg)
+    for name, choices in _CHOICES.items():
+        if getattr(cfg, name) not in choices:
+            raise ConfigError(f"config field {name!r} = {getattr(cfg, name)!r}; choose one of {', '.join(choices)}")
+    for name in _UNIT:
+        v = getattr(cfg, name)
+        if not (math.isfinite(v) and 0 < v <= 1):
+            raise ConfigError(f"config field {name!r} must be in (0, 1], got {v!r}")
+    for name in _NONNEG:
+        v = getattr(cfg, name)
+        if not (math.isfinite(v) and v >= 0):
+            raise ConfigError(f"config field {name!r} must be a finite number >= 0, got {v!r}")
+    if not cfg.mesh_res_scale > 0:
+        raise ConfigError(f"config field 'mesh_res_scale' must be > 0, got {cfg.mesh_res_scale!r}")
+    if not cfg.lr_occupancy > 0:
+        raise ConfigError(f"config field 'lr_occupancy' must be > 0, got {cfg.lr_occupancy!r}")
+    for name in _GE1:
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"config field {name!r} must be >= 1, got {getattr(cfg, name)}")
+    for name in _GE0:
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"config field {name!r} must be >= 0, got {getattr(cfg, name)}")
+    if num_mesh_gaussians(cfg) < 4:
+        raise ConfigError(f"num_pivots × mesh_res_scale = {cfg.num_pivots} × {cfg.mesh_res_scale} gives fewer than "
+                          "4 Gaussians (9 pivots each); raise num_pivots")
+    # The Gaussian set must be final before the mesh starts: the pivots index it.
+    last_edit = max(cfg.densify_refine_stop if cfg.densify else 0, cfg.sampling_step, cfg.prune_step)
+    if cfg.mesh_start < cfg.steps and cfg.mesh_start <= last_edit:
+        raise ConfigError(
+            f"config field 'mesh_start' = {cfg.mesh_start} must come after the last change of the Gaussian set "
+            f"(densify_refine_stop={cfg.densify_refine_stop}, sampling_step={cfg.sampling_step}, "
+            f"prune_step={cfg.prune_step}): the pivots index a fixed set of Gaussians")
+    if cfg.sampling_step and cfg.prune_step and cfg.prune_step <= cfg.sampling_step:
+        raise ConfigError(f"config field 'prune_step' = {cfg.prune_step} must come after sampling_step = "
+                          f"{cfg.sampling_step} (or set one of them to 0)")
+    return cfg
+
+
+def num_mesh_gaussians(cfg: MiloConfig) -> int:
+    """How many Gaussians spawn pivots: ``num_pivots × mesh_res_scale / 9``."""
+    return int(cfg.num_pivots * cfg.mesh_res_scale) // 9
+
+
+def field_docs() -> dict[str, str]:
+    """Map field name -> docstring (the inherited Gaussian fields first, then MILo's)."""
+    return {**_config.field_docs(GaussiansConfig), **_config.field_docs(MiloConfig)}
+
+
+def apply_dict(cfg: MiloConfig, values: dict[str, Any], *, source: str = "config") -> MiloConfig:
+    """A validated copy of ``cfg`` with ``values`` applied (``densify.x`` read as ``densify_x``)."""
+    values = {k.replace("densify.", "densify_"): v for k, v in values.items()}
+    return _config.apply_dict(cfg, values, source=source, validate=validate,
+                              help_hint="see `meshlift reconstruct --method milo --help-config`")
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a flat JSON or TOML table of config values (a ``[milo]`` TOML table is also accepted)."""
+    return _config.load_config_file(path, table="milo")

@@ -1,0 +1,251 @@
+"""MILo's final mesh: refine the occupancy, marching tets, clean, colour, texture, export.
+
+After training (Guédon et al. 2025; MILo's ``mesh_extract_sdf.py`` as described in the project notes §1):
+
+1. :func:`refine_occupancy`: the Gaussians are frozen; their pivots are triangulated once more
+   (synchronously) and only the pivots' occupancy shift is optimised for ``extract_steps`` steps (Adam,
+   ``lr_occupancy``) with the four mesh terms of :class:`~meshlift.methods.milo.mesh_in_loop.MeshInTheLoop`,
+   labels refreshed every ``extract_labels_every`` steps.
+2. :func:`final_mesh`: marching tets + the large-edge filter, MILo's frustum culling (faces with a vertex
+   inside no training view's frustum are dropped, :func:`in_any_frustum`), then meshlift's export cleaning
+   (:func:`meshlift.mesh.clean.clean_mesh`: non-finite vertices, duplicates, degenerate / duplicate /
+   non-manifold faces, winding, components smaller than ``keep_components``), components with fewer than
+   ``min_component_faces`` × the largest one's faces (floater fragments), optional decimation
+   (``simplify``, :func:`meshlift.mesh.simplify.simplify_mesh`).
+3. Colour by **depth fusion of the training images** (:func:`fuse_colors`): a point takes the mean straight
+   colour of the training views that see it — it projects inside the image, onto a covered pixel (alpha
+   > 0.5), and the mesh's own depth there is within ``color_depth_tol × scene_scale`` of the point's depth
+   (the mesh is rendered at every training view for this visibility test). Points no view sees get the mean
+   colour. Used for the **vertex colours** (PLY) and for every texel of an **albedo texture baked on an
+   xatlas atlas** (:func:`meshlift.mesh.uv.unwrap`, :func:`meshlift.mesh.bake.bake_field_to_textures`) that
+   the OBJ+MTL+PNG and GLB carry. Images are sRGB; colours are stored linear (docs/conventions.md §6-7).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+import torch
+
+__all__ = ["ExtractedMesh", "final_mesh", "fuse_colors", "in_any_frustum", "refine_occupancy", "texture_mesh", "write_meshes"]
+
+
+@dataclass
+class ExtractedMesh:
+    """The final mesh (``v_color`` linear, no UVs), its textured twin (UVs + baked kd) and a report."""
+
+    mesh: object
+    textured: Optional[object]
+    report: dict = field(default_factory=dict)
+
+
+def refine_occupancy(reg, params: dict, steps: int, labels_every: int, *, sampler, monitor, seed: int = 0,
+                     deadline: Optional[float] = None) -> dict:
+    """Step 1 of the module docstring. ``reg`` is the (started) :class:`MeshInTheLoop`; ``params`` the frozen
+    Gaussians. Returns ``{"steps", "seconds", "loss_first", "loss_last"}``."""
+    import dataclasses
+
+    from meshlift.methods.gaussians.trainer import render_params
+    from meshlift.methods.milo.mesh_in_loop import surface_depth
+
+    t0 = time.perf_counter()
+    frozen = {k: v.detach() for k, v in params.items()}
+    reg.triangulate_now(frozen)
+    reg.refresh_labels(frozen)
+    opt = torch.optim.Adam([reg.sdf.shift], lr=reg.cfg.lr_occupancy, eps=1e-15)
+    settings = dataclasses.replace(reg.settings, outputs=("median_depth",))
+    bg = torch.zeros(3, device=reg.device)
+    first = last = None
+    done = 0
+    if steps > 0:
+        monitor.start_pass("milo occupancy refinement", steps, 0)
+    for s in range(steps):
+        if s > 0 and s % labels_every == 0:
+            reg.refresh_labels(frozen)
+        batch = reg.problem.train.batch(sampler.next(), reg.device)
+        with torch.no_grad():
+            _, alpha, info = render_params(frozen, batch, 0, bg, reg.near, settings, reg.cfg.splat_backend)
+        terms = reg.mesh_losses(frozen, batch, surface_depth(info["median_depth"], alpha))
+        terms.pop("mesh")
+        loss = reg.weighted(terms)
+        opt.zero_grad(set_to_none=True)
+        if loss.requires_grad:
+            loss.backward()
+            opt.step()
+        v = float(loss.detach())
+        first = v if first is None else first
+        last = v
+        done = s + 1
+        monitor.update(done, v, float("nan"))
+        if deadline is not None and time.perf_counter() > deadline:
+            monitor.log(f"occupancy refinement: time budget reached after {done} of {steps} steps")
+            break
+    if steps > 0:
+        monitor.end_pass()
+    return {"steps": done, "seconds": time.perf_counter() - t0, "loss_first": first, "loss_last": last}
+
+
+@torch.no_grad()
+def fuse_colors(points: torch.Tensor, views, mesh_depth: torch.Tensor, *, tol: float,
+                chunk_pairs: int = 1 << 22) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean straight sRGB colour of ``points [P, 3]`` over the training views that see them (module docstring).
+
+    Args:
+        points: ``[P, 3]`` world points on the mesh (vertices, texel centres).
+        views: :class:`~meshlift.methods.gaussians.views.SplatViews` (premultiplied sRGB + alpha).
+        mesh_depth: ``[C, H, W]`` the mesh's depth at every view of ``views`` (0 where empty), on points' device.
+        tol: depth tolerance (world units).
+
+    Returns:
+        ``(rgb [P, 3] sRGB in [0, 1], num_views [P] int64)``.
+    """
+    from meshlift.methods.milo.depth_fusion import project_points, sample_depth
+
+    dev = points.device
+    P = points.shape[0]
+    acc = torch.zeros(P, 3, device=dev)
+    cnt = torch.zeros(P, device=dev)
+    H, W = views.height, views.width
+    per = max(1, chunk_pairs // max(P, 1))
+    for s in range(0, len(views), per):
+        idx = torch.arange(s, min(s + per, len(views)))
+        b = views.batch(idx, dev)
+        xy, z = project_points(points, b.world_to_camera, b.K)
+        d, seen = sample_depth(mesh_depth[idx.to(mesh_depth.device)].to(dev), xy, z)
+        col = torch.floor(xy[..., 0]).clamp(0, W - 1).long()
+        row = torch.floor(xy[..., 1]).clamp(0, H - 1).long()
+        pix = row * W + col  # [c, P]
+        img = b.images.reshape(len(idx), H * W, 3)
+        alpha = b.alpha.reshape(len(idx), H * W) if b.alpha is not None else torch.ones(len(idx), H * W, device=dev)
+        a = torch.gather(alpha, 1, pix)
+        rgb = torch.gather(img, 1, pix[..., None].expand(-1, -1, 3)) / a.clamp(min=1e-3)[..., None]
+        vis = seen & (d > 0) & ((z - d).abs() <= tol) & (a > 0.5)
+        w = vis.float()
+        acc += (rgb.clamp(0, 1) * w[..., None]).sum(0)
+        cnt += w.sum(0)
+    out = acc / cnt.clamp(min=1)[:, None]
+    seen_any = cnt > 0
+    if bool(seen_any.any()) and not bool(seen_any.all()):
+        out[~seen_any] = out[seen_any].mean(0)
+    elif not bool(seen_any.any()):
+        out[:] = 0.5
+    return out, cnt.long()
+
+
+@torch.no_grad()
+def in_any_frustum(points: torch.Tensor, views, near: float) -> torch.Tensor:
+    """Bool ``[P]``: the point is in front of some view (``z > near``) and projects inside its image."""
+    from meshlift.methods.milo.depth_fusion import project_points
+
+    ok = torch.zeros(points.shape[0], dtype=torch.bool, device=points.device)
+    for s in range(0, len(views), 16):
+        w2c = views.world_to_camera[s:s + 16].to(points)
+        K = views.K[s:s + 16].to(points)
+        xy, z = project_points(points, w2c, K)
+        inside = (z > near) & (xy[..., 0] >= 0) & (xy[..., 0] < views.width) & (xy[..., 1] >= 0) & (
+            xy[..., 1] < views.height)
+        ok |= inside.any(0)
+    return ok
+
+
+def drop_small_components(mesh, min_faces_frac: float):
+    """``(mesh, dropped faces)`` without the face-connected components smaller than ``min_faces_frac`` × the
+    largest one's face count (:func:`meshlift.mesh.clean.face_components`)."""
+    import numpy as np
+
+    from meshlift.mesh.clean import compact, face_components, remap
+
+    if min_faces_frac <= 0 or mesh.num_faces == 0:
+        return mesh, 0
+    n, lab = face_components(mesh.t_pos_idx.numpy(), int(mesh.v_pos.shape[0]))
+    sizes = np.bincount(lab, minlength=n)
+    keep = sizes[lab] >= min_faces_frac * sizes.max()
+    if keep.all():
+        return mesh, 0
+    return compact(remap(mesh, keep_faces=keep)), int((~keep).sum())
+
+
+def final_mesh(reg, params: dict, *, keep_components: float, simplify: int = 0, min_component_faces: float = 0.0):
+    """Step 2: ``(Mesh, report)`` — marching tets + filter, cleaned (and decimated with ``simplify`` > 0).
+
+    Raises:
+        MeshError: the SDF has no zero crossing (empty mesh; the message names what to try).
+    """
+    from meshlift.errors import MeshError
+    from meshlift.mesh.clean import clean_mesh
+    from meshlift.structures.mesh import Mesh
+
+    with torch.no_grad():
+        verts, faces = reg.mesh({k: v.detach() for k, v in params.items()}, grad=False)
+    report = {"raw_vertices": int(verts.shape[0]), "raw_faces": int(faces.shape[0])}
+    if faces.shape[0] == 0:
+        raise MeshError("milo extraction: the pivot SDF has no zero crossing, the mesh is empty; train longer "
+                        "(steps, mesh_start), or check that the object is seen by the training views")
+    seen = in_any_frustum(verts, reg.problem.train, reg.near)
+    faces = faces[seen[faces].all(dim=1)]
+    report["frustum_culled_faces"] = report["raw_faces"] - int(faces.shape[0])
+    if faces.shape[0] == 0:
+        raise MeshError("milo extraction: no face of the mesh lies inside a training view's frustum; check the "
+                        "cameras (meshlift inspect)")
+    mesh, rep = clean_mesh(Mesh(verts.float().cpu(), faces.long().cpu()), keep_components=keep_components)
+    report["clean"] = {k: v for k, v in vars(rep).items() if isinstance(v, (int, float, str, list))}
+    mesh, report["small_fragment_faces"] = drop_small_components(mesh, min_component_faces)
+    if simplify > 0 and mesh.num_faces > simplify:
+        from meshlift.mesh.simplify import simplify_mesh
+
+        mesh, info = simplify_mesh(mesh, simplify, keep_uv=False)
+        report["simplify"] = {k: v for k, v in info.items() if isinstance(v, (int, float, str))}
+    report["vertices"], report["faces"] = int(mesh.v_pos.shape[0]), int(mesh.num_faces)
+    return mesh, report
+
+
+def mesh_depth_all(mesh, views, device: torch.device, *, chunk_views: int, max_fragments: Optional[int]):
+    """``[C, H, W]`` depth of ``mesh`` at every view of ``views`` (no grad)."""
+    from meshlift.methods.milo.occupancy_labels import render_mesh_depth
+
+    with torch.no_grad():
+        return render_mesh_depth(mesh.v_pos.to(device), mesh.t_pos_idx.to(device),
+                                 views.world_to_camera.to(device), views.K.to(device), (views.height, views.width),
+                                 chunk_views=chunk_views, max_fragments=max_fragments)
+
+
+def texture_mesh(mesh, views, device: torch.device, *, tol: float, texture_res: int, chunk_views: int = 8,
+                 max_fragments: Optional[int] = None) -> tuple[object, object, dict]:
+    """Step 3: ``(mesh with v_color, textured mesh (UVs + kd, no v_color), report)``."""
+    from meshlift.mesh.bake import bake_field_to_textures
+    from meshlift.mesh.uv import unwrap
+    from meshlift.shading.color import srgb_to_linear
+    from meshlift.structures.mesh import Material
+
+    t0 = time.perf_counter()
+    depth = mesh_depth_all(mesh, views, device, chunk_views=chunk_views, max_fragments=max_fragments)
+    rgb, n = fuse_colors(mesh.v_pos.to(device), views, depth, tol=tol)
+    colored = replace(mesh, v_color=srgb_to_linear(rgb).clamp(0, 1).cpu())
+    report = {"vertices_seen_frac": float((n > 0).float().mean())}
+    uv = unwrap(replace(colored, v_color=None), resolution=texture_res)
+
+    def field_fn(x: torch.Tensor) -> dict:
+        c, _ = fuse_colors(x.to(device), views, depth, tol=tol)
+        return {"kd": srgb_to_linear(c).clamp(0, 1).to(x.device)}
+
+    tex = bake_field_to_textures(uv, field_fn, texture_res)
+    textured = replace(uv, material=Material(kd=tex["kd"].float().cpu(), name="milo_albedo"), v_color=None)
+    report["texture_res"] = int(texture_res)
+    report["color_s"] = time.perf_counter() - t0
+    return colored, textured, report
+
+
+def write_meshes(out, colored, textured) -> dict:
+    """``mesh.ply`` (vertex colours), ``mesh.obj`` + MTL + PNG and ``mesh.glb`` (baked albedo) in ``out``."""
+    from pathlib import Path
+
+    from meshlift.io.mesh import save_mesh
+
+    out = Path(out)
+    files = {"mesh_ply": save_mesh(out / "mesh.ply", colored)[0]}
+    if textured is not None:
+        files["mesh_obj"] = save_mesh(out / "mesh.obj", textured, write_colors=False)[0]
+        files["mesh_glb"] = save_mesh(out / "mesh.glb", textured)[0]
+    return files

@@ -1,0 +1,132 @@
+"""Named MILo configurations (MILo's mesh presets), each with a CPU-sized ``--quick`` variant.
+
+MILo's schedule (project notes §1): 18k steps; densification 500–3000 every 100; importance sampling at
+3000; depth–normal loss from 3000; 0.99-cdf pruning at 8000; mesh in the loop 8001–18000 with a
+Delaunay every 500 steps, depth-fusion SDF resets until 13000 and labels every 200; 1000 refinement steps
+at extraction. The presets differ in the mesh resolution budget (Delaunay vertices = 9 × Gaussians):
+
+- ``verylowres``: 270k pivots (30k Gaussians; Qhull ≈ 21 s per call on one core, hidden in a thread);
+- ``lowres``: 540k pivots (60k Gaussians; ≈ 45 s per call);
+- ``default``: 5.4M pivots (600k Gaussians). Qhull needs ≈ 10 min per call (extrapolated), longer than
+  500 training steps: the run keeps the previous tets until a triangulation is done (logged), and the
+  first and final triangulations block. It runs, slowly; a faster Delaunay is not implemented.
+
+``--quick`` (:data:`QUICK_CHANGES`): 64 px images (16 rendered views of a mesh input), at most 3000
+Gaussians, 300 steps with the schedule compressed (densify to 80, sample at 80, prune at 140, mesh from
+141, Delaunay / SDF resets every 40, labels every 20, 40 refinement steps), a 9k-pivot mesh, and a
+280 s time budget (training stops at 80% of it, the refinement at 92%), so it ends within 5 minutes on two
+CPU cores on a small object.
+``milo_tiny``: the CI preset (48 px, a few hundred Gaussians, ~100 steps).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from meshlift.errors import ConfigError
+from meshlift.methods.milo.config import MiloConfig, validate
+
+#: The MILo schedule of 18k steps shared by the three mesh presets.
+_SCHEDULE = dict(
+    steps=18_000,
+    densify_refine_start=500,
+    densify_refine_stop=3000,
+    densify_refine_every=100,
+    densify_reset_every=3000,
+    densify_max_gaussians=2_000_000,
+    sampling_step=3000,
+    prune_step=8000,
+    depth_normal_start=3000,
+    mesh_start=8001,
+    delaunay_every=500,
+    sdf_reset_every=500,
+    sdf_reset_stop=13_000,
+    labels_every=200,
+    extract_steps=1000,
+    extract_labels_every=100,
+    train_res=1600,
+    checkpoint_every=2000,
+    preview_every=1000,
+)
+
+PRESETS: dict[str, MiloConfig] = {
+    "verylowres": MiloConfig(**_SCHEDULE, num_pivots=270_000),
+    "lowres": MiloConfig(**_SCHEDULE, num_pivots=540_000),
+    "default": MiloConfig(**{**_SCHEDULE, "densify_max_gaussians": 4_000_000}, num_pivots=5_400_000),
+}
+
+#: What ``--quick`` changes (module docstring); 3DGS's position/colour steps raised as in the Gaussian
+#: quick preset (300 steps instead of 18k).
+QUICK_CHANGES = dict(
+    train_res=64,
+    ref_views=16,
+    ref_test_views=4,
+    steps=300,
+    time_budget_s=280.0,
+    num_random=1500,
+    max_init_points=1500,
+    max_test_views=4,
+    sh_degree=1,
+    sh_degree_interval=100,
+    lr_means=1.6e-3,
+    lr_means_final=1.6e-5,
+    lr_scales=1e-2,
+    lr_sh0=1e-2,
+    init_opacity=0.3,
+    init_scale=0.5,
+    chunk_elements=1 << 18,
+    densify_refine_start=20,
+    densify_refine_stop=80,
+    densify_refine_every=20,
+    densify_reset_every=0,
+    densify_max_gaussians=3000,
+    sampling_step=80,
+    prune_step=140,
+    depth_normal_start=80,
+    mesh_start=141,
+    num_pivots=9000,
+    delaunay_every=40,
+    sdf_reset_every=40,
+    sdf_reset_stop=220,
+    labels_every=20,
+    extract_steps=40,
+    extract_labels_every=20,
+    texture_res=256,
+    checkpoint_every=100,
+    checkpoint_every_s=60.0,
+    preview_every=50,
+    lpips=False,
+    background="random",
+    eval_samples=50_000,
+)
+
+PRESETS["milo_tiny"] = dataclasses.replace(
+    MiloConfig(), train_res=48, ref_views=16, ref_test_views=2, steps=100, num_random=800, max_init_points=800,
+    max_test_views=2, sh_degree=0, sh_degree_interval=1000, init_opacity=0.3, lr_means=4e-3, lr_means_final=4e-4,
+    lr_sh0=2e-2, lr_opacity=0.05, lr_scales=1e-2, densify_refine_start=10, densify_refine_stop=30,
+    densify_refine_every=10, densify_reset_every=0, densify_max_gaussians=2000, sampling_step=30,
+    sampling_factor=0.8, prune_step=45, depth_normal_start=30, mesh_start=46, num_pivots=4500, delaunay_every=20,
+    sdf_reset_every=20, sdf_reset_stop=80, labels_every=10, extract_steps=20, extract_labels_every=10,
+    texture_res=64, background="random", eval_samples=20_000, checkpoint_every=50, checkpoint_every_s=0.0, preview_every=50, lpips=False, device="cpu",
+    chunk_elements=1 << 18)
+
+
+def preset_names() -> list[str]:
+    """Names accepted by :func:`get_preset`."""
+    return sorted(PRESETS)
+
+
+def get_preset(name: str, *, quick: bool = False) -> MiloConfig:
+    """The preset ``name`` (a copy), CPU-sized when ``quick`` (keeping the preset's name only for the
+    mesh budget ratio: verylowres/lowres/default quick variants use 9k / 18k / 36k pivots)."""
+    if name not in PRESETS:
+        raise ConfigError(f"unknown milo preset {name!r}; choose one of {', '.join(preset_names())}")
+    cfg = dataclasses.replace(PRESETS[name])
+    if quick and name != "milo_tiny":
+        changes = dict(QUICK_CHANGES)
+        changes["num_pivots"] = {"verylowres": 9000, "lowres": 18_000}.get(name, 36_000)
+        cfg = dataclasses.replace(cfg, **changes)
+    return validate(cfg)
+
+
+__all__ = ["PRESETS", "QUICK_CHANGES", "get_preset", "preset_names"]

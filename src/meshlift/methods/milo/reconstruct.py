@@ -1,0 +1,408 @@
+"""``reconstruct --method milo``: photos (or a mesh's rendered views) → Gaussians with the mesh in the loop → mesh.
+
+The run (Guédon et al. 2025, "MILo"; docs/usage/milo.md):
+
+1. :func:`build_config` (preset → ``--config`` → overrides; on ``--resume`` the saved ``config.json``);
+2. :func:`load_problem`: a dataset folder (:func:`~meshlift.methods.gaussians.views.load_splat_problem`,
+   world frame) or a mesh file (views rendered by :class:`meshlift.data.synthetic.SyntheticDataset` in its
+   normalised frame; the mesh is then the known truth for Chamfer / F-score);
+3. training by the **Gaussian trainer** (:class:`~meshlift.methods.gaussians.trainer.GaussianTrainer`) with
+   :class:`~meshlift.methods.milo.strategy.MiloStrategy` as its density control and
+   :class:`~meshlift.methods.milo.mesh_in_loop.MeshInTheLoop` as its regulariser;
+4. extraction (:mod:`meshlift.methods.milo.extract`): occupancy refinement, marching tets, cleaning,
+   vertex colours + baked albedo texture; PLY, OBJ+MTL+PNG, GLB;
+5. evaluation: the Gaussian render and the textured **mesh render** of the test views (PSNR / SSIM /
+   LPIPS, MILo's mesh-based novel view synthesis), and with a known truth Chamfer-L1 / F-score at 1% of
+   its bounding-box diagonal; vertex/face counts, wall time, peak GPU memory in ``metrics.json``.
+
+Nothing here prints; progress goes to the :class:`~meshlift.methods.engine.Monitor`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from meshlift.errors import ConfigError, MeshliftError, OutOfMemoryError
+from meshlift.methods.engine import CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, is_oom, resolve_device
+from meshlift.methods.milo.config import SHAPE_FIELDS, MiloConfig, apply_dict, config_to_dict, num_mesh_gaussians
+
+__all__ = ["BUDGET_FRACTIONS", "MiloResult", "build_config", "help_config", "load_problem", "oom_error",
+           "reconstruct", "summary_lines"]
+
+#: With ``time_budget_s``: training stops at 80% of the budget, the occupancy refinement at 92%.
+BUDGET_FRACTIONS = {"train": 0.8, "extract": 0.92}
+
+
+@dataclass
+class MiloResult:
+    """What :func:`reconstruct` produced."""
+
+    mesh: object
+    """The textured :class:`~meshlift.structures.mesh.Mesh` (training frame)."""
+    gaussians: object
+    metrics: dict
+    out_dir: Optional[Path]
+    files: dict
+    history: list = field(default_factory=list)
+
+
+def build_config(data: str, preset: Optional[str], quick: bool, config_file: Optional[Path],
+                 overrides: list[str], out: Optional[Path] = None, resume: bool = False) -> MiloConfig:
+    """Preset (default ``verylowres``; CPU-sized with ``quick``) → file → overrides (saved config on resume).
+
+    Raises:
+        ConfigError: unknown preset / field, bad value, unreadable saved config, no input.
+    """
+    from meshlift.io.jsonfile import read_json
+    from meshlift.methods.milo.config import load_config_file, parse_overrides
+    from meshlift.methods.milo.presets import get_preset
+
+    if resume and out is not None and (Path(out) / "config.json").is_file():
+        saved = read_json(Path(out) / "config.json", what="saved config of the run")
+        if not isinstance(saved, dict):
+            raise ConfigError(f"{Path(out) / 'config.json'}: expected a table of config fields")
+        cfg = apply_dict(MiloConfig(), saved, source=str(Path(out) / "config.json"))
+    else:
+        cfg = get_preset(preset or "verylowres", quick=quick)
+    if config_file is not None:
+        cfg = apply_dict(cfg, load_config_file(config_file), source=str(config_file))
+    values = parse_overrides(overrides)
+    if data:
+        values["data"] = str(data)
+    cfg = apply_dict(cfg, values, source="command line")
+    if not cfg.data:
+        raise ConfigError("no input: give DATA (a dataset folder or a mesh file)")
+    return cfg
+
+
+def help_config() -> str:
+    """Every field with its default and docstring, and the presets (``--help-config``)."""
+    from meshlift.methods.milo.config import field_docs
+    from meshlift.methods.milo.presets import preset_names
+
+    defaults = config_to_dict(MiloConfig())
+    lines = ["MiloConfig fields (override with --set field=value):", ""]
+    for name, doc in field_docs().items():
+        lines.append(f"  {name} = {defaults[name]!r}\n      {doc}")
+    lines += ["", "presets: " + ", ".join(preset_names()) + "  (each with --quick for a CPU-sized run)"]
+    return "\n".join(lines)
+
+
+def load_problem(cfg: MiloConfig):
+    """``(SplatProblem, gt_mesh or None)``: a dataset folder, or views of a mesh file (gt in the training frame).
+
+    Raises:
+        DatasetError / MeshError: unreadable input.
+    """
+    from meshlift.data.views import sniff_input
+    from meshlift.errors import DatasetError
+
+    try:
+        kind = sniff_input(cfg.data)
+    except DatasetError:
+        kind = "dataset"
+    if kind == "mesh":
+        return _mesh_problem(cfg)
+    from meshlift.methods.gaussians.views import load_splat_problem
+
+    pb = load_splat_problem(cfg.data, train_split=cfg.train_split, test_split=cfg.test_split,
+                            max_test_views=cfg.max_test_views, train_res=cfg.train_res, downscale=cfg.downscale,
+                            use_masks=cfg.use_masks, data_device=cfg.data_device)
+    return pb, None
+
+
+def _mesh_problem(cfg: MiloConfig):
+    from meshlift.data.synthetic import SyntheticDataset
+    from meshlift.io.mesh import load_mesh
+    from meshlift.methods.gaussians.views import STORE_DTYPE, SplatProblem, SplatViews
+    from meshlift.shading.color import linear_to_srgb
+
+    mesh = load_mesh(cfg.data)
+    ds = SyntheticDataset(mesh, n_train=cfg.ref_views, n_test=cfg.ref_test_views, resolution=cfg.train_res or 256,
+                          seed=cfg.seed, background="black")
+    dev = torch.device("cpu" if cfg.data_device == "auto" else cfg.data_device)
+
+    def views(split: str) -> SplatViews:
+        idx = ds.splits[split]
+        b = ds.load_batch(idx, "cpu")
+        a = b["mask"].clamp(0, 1)
+        img = linear_to_srgb(b["rgb_linear"].clamp(0, 1)) * a  # premultiplied sRGB
+        cams = ds.cameras_normalized[idx]
+        return SplatViews(cams.world_to_camera.float().cpu(), cams.K.float().cpu(), img.to(STORE_DTYPE).to(dev),
+                          a.to(STORE_DTYPE).to(dev), [f"{split}_{int(i):03d}" for i in idx])
+
+    pb = SplatProblem(train=views("train"), test=views("test"), bounds=torch.tensor([[-1.0] * 3, [1.0] * 3]),
+                      name=Path(cfg.data).name, world_to_normalized=ds.world_to_normalized)
+    return pb, ds.mesh_normalized.to("cpu")
+
+
+def oom_error(cfg: MiloConfig, where: str, n: int) -> OutOfMemoryError:
+    """The OutOfMemoryError naming MILo's memory knobs with their current values."""
+    return OutOfMemoryError(
+        f"out of memory during {where} with {n:,} Gaussians. Lower the memory knobs: max_fragments="
+        f"{cfg.max_fragments} (mesh rasterizer fragment budget, MILo's MILO_RAST_TRI_CHUNK; e.g. --set "
+        f"max_fragments={1 << 22}), mesh_res_scale={cfg.mesh_res_scale} with num_pivots={cfg.num_pivots} "
+        f"(MILO_MESH_RES_SCALE; e.g. --set mesh_res_scale={cfg.mesh_res_scale / 2:g}), data_device="
+        f"{cfg.data_device} (keep images on the CPU), train_res={cfg.train_res}, densify_max_gaussians="
+        f"{cfg.densify_max_gaussians}, chunk_elements={cfg.chunk_elements} (splat compositing), "
+        f"mesh_chunk_views={cfg.mesh_chunk_views}, tet_chunk={cfg.tet_chunk}, batch={cfg.batch}")
+
+
+def _load_checkpoint(checkpointer: Checkpointer, cfg: MiloConfig) -> dict:
+    path = checkpointer.path
+    try:
+        ck = checkpointer.load()
+    except Exception as exc:  # noqa: BLE001 - torch.load raises many types on corrupt files
+        raise ConfigError(f"--resume: {path} is unreadable or corrupt ({type(exc).__name__}); start again "
+                          "without --resume (use --overwrite) or restore the file") from None
+    if ck is None:
+        raise ConfigError(f"--resume: no {CHECKPOINT_NAME} in {path.parent if path else None}; run without "
+                          "--resume first")
+    if not isinstance(ck, dict) or ck.get("method") != "milo" or "params" not in ck:
+        raise ConfigError(f"--resume: {path} is not a checkpoint of --method milo")
+    saved = ck.get("config", {})
+    for name in SHAPE_FIELDS:
+        if name in saved and saved[name] != getattr(cfg, name):
+            raise ConfigError(f"--resume: config field {name!r} was {saved[name]!r} in the checkpoint and is "
+                              f"{getattr(cfg, name)!r} now; it cannot change on resume (fixed: "
+                              f"{', '.join(SHAPE_FIELDS)})")
+    return ck
+
+
+def _world_to_clip(w2c: torch.Tensor, K: torch.Tensor, W: int, H: int, v_pos: torch.Tensor) -> torch.Tensor:
+    from meshlift.cameras import projection_from_K
+
+    z = torch.einsum("cj,vj->cv", w2c[:, 2, :3], v_pos) + w2c[:, 2, 3:4]
+    far = (1.05 * z.max(dim=1).values).clamp(min=1e-3)
+    near = torch.maximum(0.5 * z.min(dim=1).values, 1e-3 * far)
+    return projection_from_K(K, W, H, near, far) @ w2c
+
+
+@torch.no_grad()
+def render_mesh_views(mesh, views, device: torch.device, background: torch.Tensor,
+                      indices: Optional[list[int]] = None) -> torch.Tensor:
+    """``[V, H, W, 3]`` unlit sRGB renders of ``mesh`` (texture, else vertex colours, else grey headlight)."""
+    from meshlift.renderers.mesh_pbr import render_unlit
+
+    m = mesh.to(device) if hasattr(mesh, "to") else mesh
+    out = []
+    for i in (range(len(views)) if indices is None else indices):
+        b = views.batch(torch.tensor([i]), device)
+        if m.num_faces == 0:
+            out.append(background.reshape(1, 1, 1, 3).expand(1, views.height, views.width, 3).cpu())
+            continue
+        clip = _world_to_clip(b.world_to_camera, b.K, views.width, views.height, m.v_pos.to(device).float())
+        fwd = b.world_to_camera[:, 2, :3]
+        out.append(render_unlit(m, clip, fwd, (views.height, views.width), background.to(device)).cpu())
+    return torch.cat(out) if out else torch.zeros(0, views.height, views.width, 3)
+
+
+def _preview_writer(out: Optional[Path], problem, cfg: MiloConfig, device, trainer, reg):
+    if out is None or len(problem.test) == 0:
+        return None
+
+    def write(step: int, params: dict, sh_degree: int) -> None:
+        from meshlift.io.images import write_image
+        from meshlift.methods.gaussians.evaluate import render_views
+        from meshlift.methods.gaussians.outputs import side_by_side
+        from meshlift.structures.mesh import Mesh
+
+        ours, target = render_views(params, problem.test, sh_degree=sh_degree, background=cfg.background,
+                                    near=trainer.near, device=device, backend=cfg.splat_backend, indices=[0])
+        bg = torch.ones(3) if cfg.background != "black" else torch.zeros(3)
+        if reg.active:
+            v, f = reg.mesh(params, grad=False)
+            mesh_img = render_mesh_views(Mesh(v.float(), f), problem.test, device, bg, indices=[0])[0]
+        else:
+            mesh_img = torch.full_like(ours[0], 0.5)
+        img = side_by_side(side_by_side(ours[0], mesh_img), target[0])
+        write_image(Path(out) / "images" / f"preview_{step:06d}.png", img)
+
+    return write
+
+
+def _peak_gpu_gb(device: torch.device) -> Optional[float]:
+    if device.type != "cuda":
+        return None
+    return torch.cuda.max_memory_allocated(device) / 2**30
+
+
+def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool = False, overwrite: bool = False,
+                monitor: Optional[Monitor] = None, problem=None, gt_mesh=None, callbacks=None) -> MiloResult:
+    """Run MILo on ``cfg.data`` (or ``problem``), write ``out_dir`` (module docstring).
+
+    Args:
+        cfg: the validated configuration; out_dir: output folder, or None (write nothing).
+        resume: continue from ``out_dir/checkpoint.pt`` (a finished run is extracted and exported again).
+        overwrite: replace a previous run; monitor: progress sink.
+        problem, gt_mesh: pre-loaded views and known truth (tests), instead of reading ``cfg.data``.
+        callbacks: :class:`~meshlift.methods.gaussians.trainer.TrainCallbacks`.
+
+    Raises:
+        ConfigError, DatasetError, MeshError: bad configuration, folder, checkpoint or input; an empty mesh.
+        DivergenceError: training diverged twice. OutOfMemoryError: with the knobs and their values.
+    """
+    from meshlift.methods.gaussians import outputs
+    from meshlift.methods.gaussians.config import densify_strategy
+    from meshlift.methods.gaussians.evaluate import eval_background, image_metrics, render_views
+    from meshlift.methods.gaussians.reconstruct import check_out_dir
+    from meshlift.methods.gaussians.trainer import GaussianTrainer
+    from meshlift.methods.milo import extract
+    from meshlift.methods.milo.mesh_in_loop import MeshInTheLoop
+    from meshlift.methods.milo.strategy import MiloStrategy, importance_function
+
+    monitor = monitor or Monitor()
+    out = Path(out_dir) if out_dir is not None else None
+    check_out_dir(out, resume=resume, overwrite=overwrite)
+    device = resolve_device(cfg.device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    checkpointer = Checkpointer(out)
+    checkpoint = _load_checkpoint(checkpointer, cfg) if resume else None
+    torch.manual_seed(cfg.seed)
+    budget = TimeBudget(cfg.time_budget_s, BUDGET_FRACTIONS)
+    where, trainer, reg = "loading the data", None, None
+    try:
+        if problem is None:
+            monitor.log(f"loading {cfg.data}")
+            problem, gt_mesh = load_problem(cfg)
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            if overwrite and not resume:
+                for name in (CHECKPOINT_NAME, "metrics.json"):
+                    (out / name).unlink(missing_ok=True)
+            outputs.write_config(out, cfg)
+        monitor.log(f"{len(problem.train)} training / {len(problem.test)} test views at {problem.train.width}x"
+                    f"{problem.train.height}, device {device}; mesh budget {num_mesh_gaussians(cfg):,} Gaussians "
+                    f"({9 * num_mesh_gaussians(cfg):,} pivots)")
+        base = densify_strategy(cfg, problem.scene_scale) if cfg.densify else None
+        kw = {} if base is None else {k: getattr(base, k) for k in base.__dataclass_fields__ if k != "history"}
+        if base is None:  # no 3DGS densification: only MILo's events
+            kw = dict(refine_stop=0, reset_every=0, scene_scale=float(problem.scene_scale))
+        strategy = MiloStrategy(**kw, sampling_step=cfg.sampling_step, sampling_factor=cfg.sampling_factor,
+                                prune_step=cfg.prune_step, prune_cdf=cfg.prune_cdf, seed=cfg.seed)
+        strategy.check()
+        trainer = GaussianTrainer(cfg, problem, device, monitor=monitor, checkpointer=checkpointer,
+                                  callbacks=callbacks, strategy=strategy, method="milo")
+        strategy.importance_fn = importance_function(problem.train, cfg.imp_metric, near=trainer.near,
+                                                     device=device, settings=trainer.settings,
+                                                     backend=cfg.splat_backend)
+        reg = MeshInTheLoop(cfg, problem, device, monitor=monitor, settings=trainer.settings, near=trainer.near)
+        trainer.regularizer = reg
+        trainer.preview = _preview_writer(out, problem, cfg, device, trainer, reg)
+        where = "training (Gaussians + mesh in the loop)"
+        trainer.train(checkpoint=checkpoint, deadline=budget.deadline("train"))
+        state = trainer.state
+        where = "mesh extraction"
+        t_ex = time.perf_counter()
+        if not reg.active:
+            monitor.log(f"the mesh was not in the loop yet (step {trainer.step} < mesh_start {cfg.mesh_start}); "
+                        "starting it for the extraction")
+            reg.start(trainer.step, trainer.params)
+        refine = extract.refine_occupancy(reg, trainer.params, cfg.extract_steps, cfg.extract_labels_every,
+                                          sampler=trainer.sampler, monitor=monitor, seed=cfg.seed,
+                                          deadline=budget.deadline("extract"))
+        mesh, mrep = extract.final_mesh(reg, trainer.params, keep_components=cfg.keep_components,
+                                        simplify=cfg.simplify, min_component_faces=cfg.min_component_faces)
+        monitor.log(f"mesh: {mrep['vertices']:,} vertices, {mrep['faces']:,} faces (raw {mrep['raw_faces']:,}); "
+                    "colouring and baking the albedo texture")
+        colored, textured, crep = extract.texture_mesh(
+            mesh, problem.train, device, tol=cfg.color_depth_tol * problem.scene_scale,
+            texture_res=cfg.texture_res, chunk_views=cfg.mesh_chunk_views, max_fragments=cfg.max_fragments or None)
+        state.timings["extract_s"] = time.perf_counter() - t_ex
+        reg.close()
+
+        where = "evaluation"
+        t_eval = time.perf_counter()
+        ours, targets = render_views(trainer.params, problem.test, sh_degree=trainer.eval_sh_degree,
+                                     background=cfg.background, near=trainer.near, device=device,
+                                     settings=trainer.settings, backend=cfg.splat_backend)
+        gauss = image_metrics(ours, targets, with_lpips=cfg.lpips)
+        bg = torch.ones(3) if eval_background(cfg.background) == "white" else torch.zeros(3)
+        mesh_imgs = render_mesh_views(textured, problem.test, device, bg)
+        mesh_m = image_metrics(mesh_imgs, targets, with_lpips=cfg.lpips)
+        metrics = {
+            "method": "milo",
+            "mesh_psnr": mesh_m["psnr"], "mesh_ssim": mesh_m["ssim"], "mesh_lpips": mesh_m["lpips"],
+            "gaussian_psnr": gauss["psnr"], "gaussian_ssim": gauss["ssim"], "gaussian_lpips": gauss["lpips"],
+            "mesh_psnr_per_view": mesh_m["psnr_per_view"], "gaussian_psnr_per_view": gauss["psnr_per_view"],
+            "vertices": mrep["vertices"], "faces": mrep["faces"], "mesh_report": {**mrep, **crep},
+            "refinement": refine, "background": eval_background(cfg.background),
+            "test_views": len(problem.test), "resolution": [problem.train.width, problem.train.height],
+            "gaussians": trainer.num_gaussians, "mesh_gaussians": int(reg.idx.numel()),
+            "pivots": int(9 * reg.idx.numel()), "tets": int(reg.tets.shape[0]),
+            "triangulations": reg.triangulations,
+            "steps": trainer.step, "steps_configured": cfg.steps, "scene_scale": trainer.scene_scale,
+            "frame": "normalised frame of the mesh" if gt_mesh is not None else "dataset world frame",
+            "nan_recoveries": trainer.recoveries, "device": str(device), "splat_backend": cfg.splat_backend,
+            "strategy_events": [list(e) for e in strategy.events],
+        }
+        if gt_mesh is not None:
+            from meshlift.metrics.geometry import mesh_metrics
+
+            g = mesh_metrics(mesh, gt_mesh, threshold_frac=0.01, n_samples=cfg.eval_samples)
+            metrics.update({"chamfer_l1": g["chamfer_l1"], "fscore": g["fscore"], "precision": g["precision"],
+                            "recall": g["recall"], "normal_consistency": g["normal_consistency"],
+                            "fscore_threshold": g["threshold"]})
+        state.timings["eval_s"] = time.perf_counter() - t_eval
+        state.timings["total_s"] = time.perf_counter() - budget.t_start
+        metrics["timings"] = dict(state.timings)
+        metrics["wall_time_s"] = state.timings["total_s"]
+        metrics["peak_gpu_memory_gb"] = _peak_gpu_gb(device)
+        gaussians = trainer.gaussians()
+        files: dict = {}
+        if out is not None:
+            where = "export"
+            files = extract.write_meshes(out, colored, textured)
+            if cfg.render_test:
+                from meshlift.methods.gaussians.outputs import _write_png_atomic
+
+                (out / "mesh_renders").mkdir(parents=True, exist_ok=True)
+                for name, img in zip(problem.test.names, mesh_imgs):
+                    _write_png_atomic(out / "mesh_renders" / f"{name}.png", img)
+                files["mesh_renders"] = out / "mesh_renders"
+            files.update(outputs.write_outputs(out, gaussians, metrics, state.history, cfg, ours=ours,
+                                               targets=targets, names=problem.test.names))
+            from meshlift.io.jsonfile import write_json
+
+            metrics["outputs"] = {k: str(Path(v).relative_to(out)) for k, v in files.items()}
+            write_json(out / "metrics.json", metrics)
+    except MeshliftError:
+        if reg is not None:
+            reg.close()
+        raise
+    except Exception as exc:  # noqa: BLE001 - only memory errors are translated, the rest re-raised
+        if reg is not None:
+            reg.close()
+        if is_oom(exc):
+            raise oom_error(cfg, where, trainer.num_gaussians if trainer is not None else 0) from exc
+        raise
+    return MiloResult(textured, gaussians, metrics, out, files, list(state.history))
+
+
+def summary_lines(result: MiloResult) -> list[str]:
+    """The lines the CLI prints after a run (rich markup)."""
+    m = result.metrics
+
+    def f(x, spec):
+        return "n/a" if x is None else format(x, spec)
+
+    lines = [f"[bold]mesh render PSNR[/bold] {f(m['mesh_psnr'], '.2f')} dB  SSIM {f(m['mesh_ssim'], '.4f')}"
+             f"  LPIPS {f(m['mesh_lpips'], '.4f')}   [bold]Gaussian PSNR[/bold] {f(m['gaussian_psnr'], '.2f')} dB"
+             f"   ({m['test_views']} views on {m['background']})",
+             f"{m['vertices']:,} vertices, {m['faces']:,} faces from {m['pivots']:,} pivots; {m['gaussians']:,} "
+             f"Gaussians, {m['steps']} steps, {m['triangulations']} Delaunay runs"]
+    if m.get("fscore") is not None:
+        lines.append(f"[bold]F-score[/bold] (1% of bbox diagonal) {m['fscore']:.4f}   Chamfer-L1 "
+                     f"{f(m['chamfer_l1'], '.5f')}")
+    lines.append(f"wall time {m['wall_time_s']:.1f} s" + (f", peak GPU memory {m['peak_gpu_memory_gb']:.2f} GB"
+                                                          if m.get("peak_gpu_memory_gb") is not None else ""))
+    if result.files:
+        lines.append(f"[bold]GLB[/bold] {result.files.get('mesh_glb')}   PLY {result.files.get('mesh_ply')}   "
+                     f"metrics {result.files.get('metrics')}")
+    return lines
