@@ -50,3 +50,8 @@ class TrainingError(MeshliftError):
 
 class OutputError(MeshliftError):
     """The output folder cannot be used: it is a file, not writable, or holds a run that would be lost."""
+
+
+class DistributedError(MeshliftError):
+    """A multi-process (torch.distributed) run failed: a rank died, hung past the collective timeout, or
+    the launch environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``) is inconsistent."""

@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     """
     from meshlift.errors import MeshliftError
 
+    from meshlift.cli.launch import remember_argv
+
+    remember_argv(sys.argv[1:] if argv is None else argv)  # for `--gpus N` (a relaunch under torchrun)
     try:
         if argv is None:
             from meshlift._threads import configure_cpu_threads

@@ -188,6 +188,9 @@ def register(app: typer.Typer) -> None:
                                    "mesh; presets verylowres, lowres, default, milo_tiny)."),
         simplify: Optional[int] = typer.Option(None, "--simplify", help="--method milo: decimate the final mesh "
                                                "to at most this many faces (same as --set simplify=N)."),
+        gpus: int = typer.Option(1, "--gpus", help="Train on N GPUs: relaunches this command under torchrun "
+                                 "(data parallel; `batch` is the global batch over all GPUs; nvdiffrec and "
+                                 "gaussians)."),
     ) -> None:
         """Reconstruct a textured PBR mesh (OBJ+MTL, GLB), an HDR light probe and metrics from posed images,
         or train 3D Gaussians (--method gaussians)."""
@@ -200,6 +203,9 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"--method {method!r}: choose nvdiffrec, gaussians or milo")
         if simplify is not None and method != "milo":
             raise ConfigError("--simplify applies to --method milo only")
+        if gpus != 1 and method == "milo":
+            raise ConfigError("--gpus applies to --method nvdiffrec and gaussians; --method milo trains in one "
+                              "process (run it without --gpus)")
         if help_config:
             if method == "milo":
                 from meshlift.methods.milo.reconstruct import help_config as milo_help
@@ -219,6 +225,14 @@ def register(app: typer.Typer) -> None:
         from meshlift.methods.engine import prepare_output_dir
 
         prepare_output_dir(out, resume=resume, overwrite=overwrite)  # before anything is loaded
+        from meshlift.methods.distributed import env_rank, env_world_size, shutdown
+
+        if gpus != 1 and env_world_size() == 1:  # not yet a rank: start the ranks and wait for them
+            from meshlift.cli.launch import run_under_torchrun
+
+            code = run_under_torchrun(gpus, echo=lambda line: console.print(f"[dim]{line}[/dim]"))
+            raise typer.Exit(code)
+        main_rank = env_rank() == 0  # under torchrun rank 0 alone reports
         items = list(set_ or []) + list(overrides or [])
         if camera_convention is not None:
             items.append(f"camera_convention={camera_convention}")
@@ -252,16 +266,25 @@ def register(app: typer.Typer) -> None:
 
             gcfg = gs.build_config(data or "", preset, quick, config, items, out=out, resume=resume)
             gs.check_out_dir(out, resume=resume, overwrite=overwrite)
-            result = gs.reconstruct(gcfg, out, resume=resume, overwrite=overwrite, monitor=make_monitor())
-            for line in gs.summary_lines(result):
-                console.print(line)
+            try:
+                result = gs.reconstruct(gcfg, out, resume=resume, overwrite=overwrite,
+                                        monitor=make_monitor() if main_rank else None)
+            finally:
+                shutdown()
+            if main_rank:
+                for line in gs.summary_lines(result):
+                    console.print(line)
             return
         cfg = build_config(data or "", preset, quick, config, items, out=out, resume=resume)
 
         from meshlift.methods.nvdiffrec.reconstruct import reconstruct as run
 
-        result = run(cfg, out, resume=resume, overwrite=overwrite, monitor=make_monitor())
-        print_summary(console, result)
+        try:
+            result = run(cfg, out, resume=resume, overwrite=overwrite, monitor=make_monitor() if main_rank else None)
+        finally:
+            shutdown()
+        if main_rank:
+            print_summary(console, result)
 
 
 def print_summary(console, result) -> None:

@@ -2,6 +2,8 @@
 
 - :mod:`meshlift.methods.engine`: what every method shares — progress ``Monitor``, ``TrainState`` and
   ``Checkpointer``, ``ViewSampler``, named schedules, device/OOM handling, time budget.
+- :mod:`meshlift.methods.distributed`: data parallelism on torch.distributed (torchrun) for every method —
+  the share of a global batch per rank, gradient all-reduce, broadcasts from rank 0, rank-0 writing, timeouts.
 - :mod:`meshlift.methods.nvdiffrec`: two-pass surface reconstruction (DMTet / FlexiCubes, then fixed topology
   with textures), its config, presets and outputs.
 - :mod:`meshlift.methods.gaussians`: 3D Gaussian splatting training (``point_cloud.ply``), config, presets,

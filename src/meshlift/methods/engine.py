@@ -382,7 +382,8 @@ def _deadline_reached(deadline) -> bool:
 def end_step(pass_no: int, it: int, total: int, loss: torch.Tensor, mse: torch.Tensor, *, state: TrainState,
              monitor: Monitor, preview_every: int, cadence: "CheckpointCadence", deadline,
              save: Callable[[], None], preview: Optional[Callable[[], None]],
-             guard: Optional["DivergenceGuard"] = None, readback: Optional[LossReadback] = None) -> bool:
+             guard: Optional["DivergenceGuard"] = None, readback: Optional[LossReadback] = None,
+             agree: Optional[Callable[[bool], bool]] = None) -> bool:
     """Bookkeeping after step ``it`` (0-based) of pass ``pass_no``: the loss read-back, the divergence guard
     (a non-finite loss rolls the state back, see :class:`DivergenceGuard`), history, progress, a preview
     every ``preview_every`` steps, a checkpoint when ``cadence`` says so. Returns True when the ``deadline``
@@ -396,6 +397,12 @@ def end_step(pass_no: int, it: int, total: int, loss: torch.Tensor, mse: torch.T
     back to the guard's snapshot, which is never newer than the last read-back (snapshots are taken only at
     read-backs); the steps run since the bad one are dropped. Without ``readback`` every step is read back
     at once (the same as ``LossReadback(1)``).
+
+    With several processes ``agree`` (rank 0's decision on every rank,
+    :meth:`meshlift.methods.distributed.DistContext.agree`) makes the deadline decision common: each rank
+    observes its own clock (and a cost-based :class:`PassDeadline` its own step costs), so without it the
+    ranks could stop at different steps, or read back at different steps, and their collectives would no
+    longer match. It is asked every step before the read-back gate (the gate then opens on all ranks alike).
     """
     readback = readback if readback is not None else LossReadback(1)
     step = it + 1
@@ -403,6 +410,8 @@ def end_step(pass_no: int, it: int, total: int, loss: torch.Tensor, mse: torch.T
     preview_due = preview is not None and preview_every > 0 and step % preview_every == 0
     save_due = cadence.due(step) and step < total
     over = step < total and _deadline_reached(deadline)
+    if agree is not None and deadline is not None and step < total:
+        over = agree(over)
     snapshot_due = guard is not None and guard.due(step)
     if not (readback.due(step) or preview_due or save_due or over or snapshot_due or step >= total):
         return False

@@ -17,6 +17,7 @@ from typing import Optional
 import torch
 
 from meshlift.errors import ConfigError, MeshliftError, OutOfMemoryError
+from meshlift.methods.distributed import DistContext, init_from_env, make_checkpointer
 from meshlift.methods.engine import (CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, is_oom, prepare_output_dir,
                                      resolve_device)
 from meshlift.methods.gaussians.config import SHAPE_FIELDS, GaussiansConfig, apply_dict, config_to_dict
@@ -139,7 +140,8 @@ def oom_error(cfg: GaussiansConfig, where: str, n: int) -> OutOfMemoryError:
 
 def reconstruct(cfg: GaussiansConfig, out_dir: Optional[str | Path], *, resume: bool = False,
                 overwrite: bool = False, monitor: Optional[Monitor] = None,
-                problem: Optional[SplatProblem] = None, callbacks=None) -> GaussiansResult:
+                problem: Optional[SplatProblem] = None, callbacks=None,
+                dist: Optional[DistContext] = None) -> GaussiansResult:
     """Train Gaussians on ``cfg.data`` (or ``problem``), evaluate the test views, write ``out_dir``.
 
     Args:
@@ -149,6 +151,10 @@ def reconstruct(cfg: GaussiansConfig, out_dir: Optional[str | Path], *, resume: 
         overwrite: replace a previous run in ``out_dir``.
         monitor: progress sink; problem: pre-loaded views (skips reading ``cfg.data``);
         callbacks: :class:`~meshlift.methods.gaussians.trainer.TrainCallbacks`.
+        dist: the process's place in a multi-process run (default: :func:`~meshlift.methods.distributed.
+            init_from_env`, one process unless started by torchrun). Rank 0 alone checks the folder, reads
+            the checkpoint (sent to the others), writes, reports, evaluates and exports; the other ranks
+            return after training with ``metrics = {}`` and ``out_dir = None``.
 
     Raises:
         ConfigError, DatasetError: bad configuration, output folder, checkpoint or input.
@@ -158,12 +164,18 @@ def reconstruct(cfg: GaussiansConfig, out_dir: Optional[str | Path], *, resume: 
     from meshlift.methods.gaussians.evaluate import eval_background, image_metrics, render_views
     from meshlift.methods.gaussians.trainer import GaussianTrainer
 
-    monitor = monitor or Monitor()
     out = Path(out_dir) if out_dir is not None else None
-    check_out_dir(out, resume=resume, overwrite=overwrite)
     device = resolve_device(cfg.device)
-    checkpointer = Checkpointer(out)
-    checkpoint = _load_checkpoint(checkpointer, cfg) if resume else None
+    dist = init_from_env(device) if dist is None else dist
+    device = dist.device_for(device)
+    monitor = (monitor or Monitor()) if dist.is_main else Monitor()
+
+    def check_and_load() -> Optional[dict]:  # rank 0 only; the others receive its result (or its error)
+        check_out_dir(out, resume=resume, overwrite=overwrite)
+        return _load_checkpoint(Checkpointer(out), cfg) if resume else None
+
+    checkpoint = dist.from_main(check_and_load)
+    checkpointer = make_checkpointer(out, dist)
     torch.manual_seed(cfg.seed)
     budget = TimeBudget(cfg.time_budget_s, BUDGET_FRACTIONS)
     where, trainer = "loading the data", None
@@ -171,19 +183,23 @@ def reconstruct(cfg: GaussiansConfig, out_dir: Optional[str | Path], *, resume: 
         if problem is None:
             monitor.log(f"loading {cfg.data}")
             problem = load_problem(cfg)
-        if out is not None:  # only once the input has loaded: a bad input leaves no folder behind
+        if out is not None and dist.is_main:  # only once the input has loaded: a bad input leaves no folder
             out.mkdir(parents=True, exist_ok=True)
             if overwrite and not resume:
                 for name in (CHECKPOINT_NAME, "metrics.json"):
                     (out / name).unlink(missing_ok=True)
             outputs.write_config(out, cfg)
         monitor.log(f"{len(problem.train)} training / {len(problem.test)} test views at {problem.train.width}x"
-                    f"{problem.train.height}, device {device}, splat backend {cfg.splat_backend}")
+                    f"{problem.train.height}, device {device}, splat backend {cfg.splat_backend}"
+                    + (f", {dist.describe()}, {min(cfg.batch, len(problem.train))} views per step over all ranks"
+                       if dist.enabled else ""))
         trainer = GaussianTrainer(cfg, problem, device, monitor=monitor, checkpointer=checkpointer,
-                                  callbacks=callbacks)
-        trainer.preview = outputs.preview_writer(out, problem, cfg, device, trainer.near)
+                                  callbacks=callbacks, dist=dist)
+        trainer.preview = outputs.preview_writer(out, problem, cfg, device, trainer.near) if dist.is_main else None
         where = "training"
         trainer.train(checkpoint=checkpoint, deadline=budget.deadline("train"))
+        if not dist.is_main:  # rank 0 evaluates and exports
+            return GaussiansResult(trainer.gaussians(), {}, None, {}, list(trainer.state.history))
         where = "evaluation"
         monitor.log(f"evaluating {len(problem.test)} held-out views")
         t_eval = time.perf_counter()

@@ -24,6 +24,12 @@ Checkpoints (``checkpoint.pt`` through :class:`meshlift.methods.engine.Checkpoin
 optimiser moments, strategy state, view sampler, RNG states, step, learning-rate factor and timings; a
 resumed run continues bit for bit (on the same device and backend). Nothing here prints: progress goes
 through a :class:`meshlift.methods.engine.Monitor`.
+
+Several processes (``dist``, :mod:`meshlift.methods.distributed`): each rank renders its share of the step's
+``batch`` views (the global batch), the gradients are averaged over the global batch before the Adam step,
+the loss the guard checks is the all-reduced one, density control runs through
+:class:`~meshlift.methods.gaussians.parallel.DistributedStrategy` (statistics summed over ranks, decisions
+on rank 0, state broadcast), and checkpoint timing is rank 0's decision. One process: nothing changes.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from typing import Callable, Optional
 import torch
 
 from meshlift.errors import ConfigError, TrainingError
+from meshlift.methods.distributed import SINGLE, DistContext
 from meshlift.methods.engine import CheckpointCadence, Checkpointer, Monitor, TrainState, ViewSampler, end_step
 from meshlift.methods.gaussians.config import GaussiansConfig, config_to_dict, densify_strategy
 from meshlift.methods.gaussians.views import SplatProblem
@@ -175,13 +182,18 @@ class GaussianTrainer:
             ``cfg``'s ``densify_*`` fields; None when ``cfg.densify`` is off).
         regularizer: a :class:`Regularizer` (extra losses with state), or None.
         method: the ``method`` name written into checkpoints (``gaussians``; MILo writes ``milo``).
+        dist: this process's place in a multi-process run (:data:`~meshlift.methods.distributed.SINGLE`).
+
+    Raises:
+        ConfigError: ``batch`` smaller than the number of ranks.
     """
 
     def __init__(self, cfg: GaussiansConfig, problem: SplatProblem, device: torch.device, *,
                  monitor: Optional[Monitor] = None, checkpointer: Optional[Checkpointer] = None,
                  callbacks: Optional[TrainCallbacks] = None,
                  preview: Optional[Callable[[int, dict, int], None]] = None, strategy=None,
-                 regularizer: Optional[Regularizer] = None, method: str = "gaussians") -> None:
+                 regularizer: Optional[Regularizer] = None, method: str = "gaussians",
+                 dist: DistContext = SINGLE) -> None:
         from meshlift.render.splat import SplatSettings
 
         self.cfg, self.problem, self.device = cfg, problem, device
@@ -195,6 +207,11 @@ class GaussianTrainer:
         self.near = cfg.near_frac * self.scene_scale
         self.strategy = strategy if strategy is not None else (
             densify_strategy(cfg, self.scene_scale) if cfg.densify else None)
+        self.dist = dist
+        if dist.enabled and self.strategy is not None:
+            from meshlift.methods.gaussians.parallel import DistributedStrategy
+
+            self.strategy = DistributedStrategy(self.strategy, dist)
         self.settings = SplatSettings(check_inputs=False, chunk_elements=cfg.chunk_elements)
         self.means_lr = LogLinearLR(cfg.lr_means * self.scene_scale, cfg.lr_means_final * self.scene_scale,
                                     cfg.steps)
@@ -206,6 +223,8 @@ class GaussianTrainer:
         self.lr_factor = 1.0
         self.recoveries = 0
         self.sampler = ViewSampler(len(problem.train), cfg.batch, cfg.seed)
+        dist.check_batch(self.sampler.batch)
+        self.share_weight = dist.share_weight(self.sampler.batch)
         self.bg_generator = torch.Generator().manual_seed(cfg.seed + 1)
         self.params: dict = {}
         self.optimizers: dict = {}
@@ -325,7 +344,8 @@ class GaussianTrainer:
         cfg = self.cfg
         if cfg.checkpoint_every > 0 and self.step % cfg.checkpoint_every == 0:
             return True
-        return cfg.checkpoint_every_s > 0 and time.perf_counter() - self._last_save >= cfg.checkpoint_every_s
+        by_time = cfg.checkpoint_every_s > 0 and time.perf_counter() - self._last_save >= cfg.checkpoint_every_s
+        return self.dist.agree(by_time) if self.dist.enabled and cfg.checkpoint_every_s > 0 else by_time
 
     # ---- the loop -----------------------------------------------------------------------------------------
     def train_step(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -333,7 +353,7 @@ class GaussianTrainer:
         from meshlift.methods.gaussians.losses import photometric_loss
 
         cfg, s = self.cfg, self.step
-        batch = self.problem.train.batch(self.sampler.next(), self.device)
+        batch = self.problem.train.batch(self.dist.share(self.sampler.next()), self.device)
         bg = background_color(cfg.background, self.bg_generator).to(self.device)
         target = batch.targets(bg)
         settings = self.settings
@@ -352,6 +372,7 @@ class GaussianTrainer:
             self.strategy.step_pre_backward(info)
         if losses["loss"].requires_grad:  # False when no Gaussian is visible in this batch: nothing to learn
             losses["loss"].backward()
+        self.dist.all_reduce_gradients(self.params.values(), self.share_weight)
         self.callbacks.after_backward(s, self.params)
         for k, opt in self.optimizers.items():
             opt.param_groups[0]["lr"] = self._lr(k, s)
@@ -363,7 +384,8 @@ class GaussianTrainer:
             self.regularizer.after_optimizer_step(s, self)
         with torch.no_grad():
             mse = ((img.detach() - target) ** 2).mean()
-        return losses["loss"].detach(), mse
+        loss, mse = self.dist.weighted_sum([losses["loss"].detach(), mse], self.share_weight)
+        return loss, mse
 
     def _finite(self, loss: torch.Tensor) -> bool:
         with torch.no_grad():
@@ -405,6 +427,8 @@ class GaussianTrainer:
             self.monitor.log(f"initialised {self.num_gaussians:,} Gaussians from {how}; scene scale "
                              f"{self.scene_scale:.3g}")
             self._good = self.payload()
+        self.dist.broadcast_tensors(self.params.values())  # every rank starts from rank 0's parameters
+        self.dist.decorrelate_rng(cfg.seed + 1 + self.step)
         total = cfg.steps
         if self.step == 0 and self.preview is not None:
             with torch.no_grad():
@@ -425,7 +449,7 @@ class GaussianTrainer:
             self.state.timings["train_cpu_s"] = cpu_timed + time.process_time() - c0
             stop = end_step(1, s, total, loss, mse, state=self.state, monitor=self.monitor,
                             preview_every=cfg.preview_every, cadence=_NO_CADENCE, deadline=deadline,
-                            save=lambda: None,
+                            save=lambda: None, agree=self.dist.agree if self.dist.enabled else None,
                             preview=None if self.preview is None else
                             lambda: self.preview(self.step, self.params, self.sh_schedule(s)))
             self.state.history[-1]["gaussians"] = self.num_gaussians

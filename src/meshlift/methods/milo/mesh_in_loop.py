@@ -228,15 +228,28 @@ class MeshInTheLoop(Regularizer):
                          f"{9 * len(idx):,} pivots (budget {budget:,} Gaussians); start took "
                          f"{time.perf_counter() - t0:.1f} s")
 
-    def _maintain(self, step: int, params: dict) -> None:
+    def _sync_from_main(self, dist) -> None:
+        """Several processes: rank 0's whole state (pivot choice, SDF and its Adam moments, tets, labels) on
+        every rank, after a topology change (start, new tets), as the Gaussians after density control."""
+        if dist is None or not dist.enabled:
+            return
+        state = dist.broadcast_tree(self.state_dict() if dist.is_main else None)
+        if not dist.is_main:
+            self.load_state_dict(state)
+
+    def _maintain(self, step: int, params: dict, dist=None) -> None:
         cfg = self.cfg
-        if self.job is not None and self.job.done():
+        done = self.job is not None and self.job.done()
+        if dist is not None and dist.enabled:  # wall-time dependent: rank 0's decision (others wait for theirs)
+            done = dist.agree(done) and self.job is not None
+        if done:
             job, self.job = self.job, None
             try:
                 self.tets = job.result().tets.to(self.device)
                 self.triangulations += 1
             finally:
                 self.monitor.log(f"step {step}: {job.status()} (background); switched to the new tets")
+            self._sync_from_main(dist)
         if self._every(step, cfg.delaunay_every):
             if self.job is None:
                 with torch.no_grad():
@@ -290,9 +303,11 @@ class MeshInTheLoop(Regularizer):
             self.last["depth_normal"] = float(dn.detach())
         if not self.mesh_on(step):
             return total
+        dist = getattr(trainer, "dist", None)
         if not self.active:
             self.start(step, trainer.params)
-        self._maintain(step, trainer.params)
+            self._sync_from_main(dist)
+        self._maintain(step, trainer.params, dist)
         md = info["median_depth"] if "alpha" not in info else surface_depth(info["median_depth"], info["alpha"])
         terms = self.mesh_losses(trainer.params, batch, md)
         verts, faces = terms.pop("mesh")
@@ -302,6 +317,9 @@ class MeshInTheLoop(Regularizer):
         return w if total is None else total + w
 
     def after_optimizer_step(self, step: int, trainer) -> None:
+        dist = getattr(trainer, "dist", None)
+        if self.opt is not None and self.active and dist is not None and dist.enabled:  # global-batch gradient
+            dist.all_reduce_gradients([self.sdf.shift], trainer.share_weight)
         if self.opt is not None and self.active and self.sdf.shift.grad is not None:
             self.opt.step()
             self.opt.zero_grad(set_to_none=True)

@@ -8,6 +8,11 @@ the field baked into textures (:func:`prepare_pass2_mesh`). Pass 2 (:func:`run_p
 textures, vertex offsets and light. Losses and regulariser ramps: :mod:`~meshlift.methods.nvdiffrec.losses`;
 the shared loop machinery (sampler, schedules, checkpoints, progress, time budget):
 :mod:`meshlift.methods.engine`. Both passes resume from a checkpoint dict they saved.
+
+With several processes (``dist``, :mod:`meshlift.methods.distributed`) each rank renders its share of the
+step's ``batch`` views (the global batch, drawn by the same seeded sampler on every rank), the gradients are
+averaged over the global batch after ``backward``, the logged loss/PSNR are all-reduced, and the pass-2 UV
+mesh is made on rank 0 and broadcast; with one process nothing changes.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import torch.nn.functional as F
 
 from meshlift.data.views import ProblemData
 from meshlift.errors import MeshError
+from meshlift.methods.distributed import SINGLE, DistContext, SyncedCadence
 from meshlift.methods.engine import (NO_STAGES, CheckpointCadence, Checkpointer, DivergenceGuard, ExponentialLR,
                                      LossReadback, Monitor, StageClock, TrainState, ViewSampler, end_step)
 from meshlift.methods.nvdiffrec.config import SurfaceConfig, config_to_dict
@@ -75,12 +81,18 @@ def run_pass1(
     preview: Optional[Callable[[str, int, Mesh, object, object], None]] = None,
     deadline=None,
     stages=NO_STAGES,
+    dist: DistContext = SINGLE,
 ) -> Pass1Result:
     """Pass 1 (topology): DMTet/FlexiCubes + material field + light, ``cfg.iter_pass1`` steps.
 
     Resumes from ``checkpoint`` (a dict saved by this function) when given. ``deadline``: a
     ``time.perf_counter()`` value or an ``engine.PassDeadline`` (told the current face count each step);
-    ``stages``: a stage timer (``engine.NO_STAGES``; the benchmark passes a timing one).
+    ``stages``: a stage timer (``engine.NO_STAGES``; the benchmark passes a timing one). ``dist``: this
+    process's place in a multi-process run (:data:`~meshlift.methods.distributed.SINGLE` for one process);
+    the deadline is then rank 0's decision on every rank (each rank observes its own clock and costs).
+
+    Raises:
+        ConfigError: ``batch`` smaller than the number of ranks. MeshError: the surface vanished.
     """
     gen = torch.Generator().manual_seed(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -99,6 +111,7 @@ def run_pass1(
     lr = ExponentialLR(cfg.warmup, cfg.lr_decay)
     sched = [torch.optim.lr_scheduler.LambdaLR(o, lr) for o in (opt_geom, opt_mat)]
     sampler = ViewSampler(len(data.train), cfg.batch, cfg.seed)
+    dist.check_batch(sampler.batch)
     ramps = RegularizerSchedules.from_config(cfg)
 
     start = 0
@@ -114,6 +127,11 @@ def run_pass1(
             s.load_state_dict(sd)
         sampler.load_state_dict(ck["sampler"])
         start = int(ck["iteration"])
+    modules = [geom, material] + ([light] if light_trainable else [])
+    dist.broadcast_modules(modules)  # every rank starts from rank 0's parameters
+    dist.decorrelate_rng(cfg.seed + 1 + start)  # ranks > 0: their own noise (jitter) from here on
+    params = [p for m in modules for p in m.parameters()]
+    weight = dist.share_weight(sampler.batch)
 
     def payload(it: int) -> dict:
         return {
@@ -143,7 +161,7 @@ def run_pass1(
             preview("start", 0, detach_mesh(geom.get_mesh()[0]), light, material)
     monitor.start_pass("pass 1 (topology)", total, start)
     clock = StageClock(state, "pass1_s")
-    cadence = CheckpointCadence(cfg.checkpoint_every, cfg.checkpoint_every_s)
+    cadence = _cadence(cfg, dist)
 
     def capture() -> dict:
         return {"geometry": geom.state_dict(), "material": material.state_dict(),
@@ -170,7 +188,7 @@ def run_pass1(
     observe = getattr(deadline, "observe", None)
     for it in range(start, total):
         with stages("views"):
-            views = data.train.batch(sampler.next(), device)
+            views = data.train.batch(dist.share(sampler.next()), device)
         if light_trainable:
             with stages("light"):
                 light.build_mips()
@@ -202,6 +220,7 @@ def run_pass1(
             opt_geom.zero_grad(set_to_none=True)
             opt_mat.zero_grad(set_to_none=True)
             total_loss.backward()
+            dist.all_reduce_gradients(params, weight)
         with stages("optimizer"):
             opt_geom.step()
             opt_mat.step()
@@ -209,10 +228,12 @@ def run_pass1(
                 s.step()
             if light_trainable:
                 light.clamp_(min=0.0)
+        total_loss, mse = dist.weighted_sum([total_loss, mse], weight)
         with stages("bookkeeping"):
             stop = end_step(1, it, total, total_loss, mse, state=state, monitor=monitor,
                             preview_every=cfg.preview_every, cadence=cadence, deadline=deadline,
                             save=lambda: save_mid(it + 1), guard=guard, readback=readback,
+                            agree=dist.agree if dist.enabled else None,
                             preview=None if preview is None else
                             lambda: preview("pass1", it + 1, detach_mesh(mesh), light, material))
         if stop:
@@ -240,6 +261,12 @@ def run_pass1(
     if start < total or checkpoint is None:
         checkpointer.save(final)
     return Pass1Result(detach_mesh(mesh), geom, material, light, light_trainable, final["pass1"])
+
+
+def _cadence(cfg: SurfaceConfig, dist: DistContext):
+    """The mid-pass checkpoint cadence; rank 0's decision on every rank when several processes run."""
+    cadence = CheckpointCadence(cfg.checkpoint_every, cfg.checkpoint_every_s)
+    return SyncedCadence(cadence, dist) if dist.enabled else cadence
 
 
 def detach_mesh(mesh: Mesh) -> Mesh:
@@ -307,6 +334,7 @@ def run_pass2(
     deadline=None,
     stages=NO_STAGES,
     prepared: Optional[tuple[Mesh, dict]] = None,
+    dist: DistContext = SINGLE,
 ) -> Pass2Result:
     """Pass 2 (fixed topology): optimise kd/ks/normal textures, vertex offsets and light.
 
@@ -316,7 +344,8 @@ def run_pass2(
 
     The vertex offsets from the pass-1 mesh are regularised by nvdiffrec's relative uniform Laplacian
     (``meshlift.geometry.mesh_ops.laplacian_smoothness_loss`` of the offsets), weighted by
-    ``laplace_weight`` and decaying linearly to 0 over the pass.
+    ``laplace_weight`` and decaying linearly to 0 over the pass. With several processes (``dist``) rank 0
+    unwraps and bakes the pass-1 mesh and sends it to the others (xatlas need not be deterministic).
     """
     ck = None if checkpoint is None else checkpoint.get("pass2")
     if ck is not None:
@@ -328,7 +357,7 @@ def run_pass2(
         )
         tex = {"kd": ck["kd"].to(device), "ks": ck["ks"].to(device)}
     else:
-        base, tex = prepared if prepared is not None else prepare_pass2_mesh(p1, cfg)
+        base, tex = prepared if prepared is not None else dist.from_main(lambda: prepare_pass2_mesh(p1, cfg))
         base = base.to(device)
     light, light_trainable = p1.light, p1.light_trainable
 
@@ -351,6 +380,7 @@ def run_pass2(
     sched = [torch.optim.lr_scheduler.LambdaLR(o, lr) for o in (opt, opt_v)]
     ramps = RegularizerSchedules.from_config(cfg)
     sampler = ViewSampler(len(data.train), cfg.batch, cfg.seed + 1)
+    dist.check_batch(sampler.batch)
     kd_min = torch.tensor(cfg.kd_min, device=device)
     kd_max = torch.tensor(cfg.kd_max, device=device)
     ks_min = torch.tensor(cfg.ks_min, device=device)
@@ -371,6 +401,9 @@ def run_pass2(
             s.load_state_dict(sd)
         sampler.load_state_dict(ck["sampler"])
         start = int(ck["iteration"])
+    train_params = [kd, ks, normal, offset] + (list(light.parameters()) if light_trainable else [])
+    dist.broadcast_tensors(train_params)  # every rank starts from rank 0's parameters
+    weight = dist.share_weight(sampler.batch)
 
     def current_mesh() -> Mesh:
         v = base.v_pos + offset if cfg.optimize_vertices else base.v_pos
@@ -408,7 +441,7 @@ def run_pass2(
     total = cfg.iter_pass2
     monitor.start_pass("pass 2 (textures)", total, start)
     clock = StageClock(state, "pass2_s")
-    cadence = CheckpointCadence(cfg.checkpoint_every, cfg.checkpoint_every_s)
+    cadence = _cadence(cfg, dist)
     params = {"kd": kd, "ks": ks, "normal": normal, "offset": offset}
 
     def capture() -> dict:
@@ -437,7 +470,7 @@ def run_pass2(
     jitter = PASS2_JITTER_SCALE * cfg.kd_smooth_jitter if cfg.kd_smooth_weight > 0 else 0.0
     for it in range(start, total):
         with stages("views"):
-            views = data.train.batch(sampler.next(), device)
+            views = data.train.batch(dist.share(sampler.next()), device)
         if light_trainable:
             with stages("light"):
                 light.build_mips()
@@ -457,6 +490,7 @@ def run_pass2(
             opt.zero_grad(set_to_none=True)
             opt_v.zero_grad(set_to_none=True)
             total_loss.backward()
+            dist.all_reduce_gradients(train_params, weight)
         with stages("optimizer"):
             opt.step()
             if cfg.optimize_vertices:
@@ -470,10 +504,12 @@ def run_pass2(
                 normal.copy_(F.normalize(normal.clamp(-1, 1), dim=-1))
             if light_trainable:
                 light.clamp_(min=0.0)
+        total_loss, mse = dist.weighted_sum([total_loss, mse], weight)
         with stages("bookkeeping"):
             stop = end_step(2, it, total, total_loss, mse, state=state, monitor=monitor,
                             preview_every=cfg.preview_every, cadence=cadence, deadline=deadline,
                             save=lambda: save_mid(it + 1), guard=guard, readback=readback,
+                            agree=dist.agree if dist.enabled else None,
                             preview=None if preview is None else
                             lambda: preview("pass2", it + 1, detach_mesh(current_mesh()), light, None))
         if stop:

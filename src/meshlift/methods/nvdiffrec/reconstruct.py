@@ -6,6 +6,10 @@ synthetic scene rendered on the fly (:func:`synthetic_problem`), a dataset folde
 :func:`meshlift.data.views.scene_problem`. Checkpoints make ``--resume`` possible; the asset folder is
 written by :mod:`meshlift.methods.nvdiffrec.outputs`. Nothing here prints: progress goes through a
 :class:`meshlift.methods.engine.Monitor`.
+
+Under torchrun (several processes, :mod:`meshlift.methods.distributed`) every rank loads the input and
+trains its share of each batch; rank 0 alone checks the output folder, reads the checkpoint (sent to the
+others), writes, reports progress, evaluates and exports.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import torch
 
 from meshlift.data.views import ProblemData, scene_problem, sniff_input
 from meshlift.errors import ConfigError, MeshliftError, OutOfMemoryError
+from meshlift.methods.distributed import DistContext, init_from_env, make_checkpointer
 from meshlift.methods.engine import (CHECKPOINT_NAME, FINISHED_MARKER, Checkpointer, Monitor, TimeBudget, TrainState,
                                      check_memory, check_resume_compatible, is_oom, prepare_output_dir,
                                      resolve_device)
@@ -141,6 +146,7 @@ def reconstruct(
     overwrite: bool = False,
     monitor: Optional[Monitor] = None,
     data: Optional[ProblemData] = None,
+    dist: Optional[DistContext] = None,
 ) -> ReconstructionResult:
     """Run both passes on ``cfg.data`` (or on ``data`` when given) and write the asset folder ``out_dir``.
 
@@ -153,6 +159,9 @@ def reconstruct(
         overwrite: replace a finished or unfinished run in ``out_dir`` (without it, such a folder is refused).
         monitor: progress sink (default: silent).
         data: pre-built :class:`ProblemData` (skips loading ``cfg.data``; used by ``meshlift demo``).
+        dist: the process's place in a multi-process run (default: :func:`~meshlift.methods.distributed.
+            init_from_env`, one process unless started by torchrun). Ranks other than 0 write nothing,
+            report nothing, skip the evaluation and return ``metrics = {}`` and ``out_dir = None``.
 
     Raises:
         ConfigError, DatasetError, MeshError: bad configuration or input; an unreadable or incompatible
@@ -160,19 +169,28 @@ def reconstruct(
         OutputError: ``out_dir`` is a file, not writable, or holds a run (without ``resume``/``overwrite``).
         OutOfMemoryError: memory ran out, or the estimate exceeds the free memory; the message names the knobs.
         TrainingError: the run diverged twice (non-finite loss); nothing was written.
+        DistributedError: another rank died or stopped answering (collective timeout).
     """
     from meshlift.methods.nvdiffrec import outputs
 
-    monitor = monitor or Monitor()
     device = resolve_device(cfg.device)
+    dist = init_from_env(device) if dist is None else dist
+    device = dist.device_for(device)
+    monitor = (monitor or Monitor()) if dist.is_main else Monitor()
     out = Path(out_dir) if out_dir is not None else None
-    prepare_output_dir(out, resume=resume, overwrite=overwrite)
-    checkpointer = Checkpointer(out)
-    checkpoint = checkpointer.load() if resume else None
-    if resume and checkpoint is None:
-        raise ConfigError(f"--resume: no {CHECKPOINT_NAME} in {out}; run without --resume first")
-    if checkpoint is not None:
-        check_resume_compatible(checkpoint["config"], config_to_dict(cfg), RESUME_FIXED, str(checkpointer.path))
+
+    def check_and_load() -> Optional[dict]:  # rank 0 only; the others receive its result (or its error)
+        prepare_output_dir(out, resume=resume, overwrite=overwrite)
+        ckpt = Checkpointer(out)
+        loaded = ckpt.load() if resume else None
+        if resume and loaded is None:
+            raise ConfigError(f"--resume: no {CHECKPOINT_NAME} in {out}; run without --resume first")
+        if loaded is not None:
+            check_resume_compatible(loaded["config"], config_to_dict(cfg), RESUME_FIXED, str(ckpt.path))
+        return loaded
+
+    checkpoint = dist.from_main(check_and_load)
+    checkpointer = make_checkpointer(out, dist)
     torch.manual_seed(cfg.seed)
 
     budget = budget_for(cfg)
@@ -190,7 +208,7 @@ def reconstruct(
             data = load_problem(cfg, device)
         h, w = data.train.resolution
         check_memory(estimate_training_bytes(cfg, len(data.train), h, w), device, "training", knobs)
-        if out is not None:  # only once the input has loaded: a bad input leaves no output folder behind
+        if out is not None and dist.is_main:  # only once the input has loaded: a bad input leaves no folder
             out.mkdir(parents=True, exist_ok=True)
             if overwrite and not resume:  # the old run's checkpoint and metrics must not outlive it
                 for name in (CHECKPOINT_NAME, FINISHED_MARKER):
@@ -199,26 +217,32 @@ def reconstruct(
         monitor.log(
             f"{len(data.train)} training / {len(data.test)} test views at "
             f"{data.train.resolution[1]}x{data.train.resolution[0]}, device {device}"
+            + (f", {dist.describe()}, {min(cfg.batch, len(data.train))} views per step over all ranks"
+               if dist.enabled else "")
         )
         state = TrainState()
         if checkpoint is not None:
             state = TrainState(**checkpoint["state"])
-        preview = outputs.preview_writer(out, data, cfg, device)
+        preview = outputs.preview_writer(out, data, cfg, device) if dist.is_main else None
         th, tw = data.test.resolution
         costs = SurfaceStageCosts(cfg, device.type, len(data.test) * th * tw, measured=state.timings)
         where = "pass 1"
         p1 = run_pass1(cfg, data, device, state=state, monitor=monitor, checkpointer=checkpointer,
-                       checkpoint=checkpoint, preview=preview, deadline=budget.deadline("pass1", costs))
+                       checkpoint=checkpoint, preview=preview, deadline=budget.deadline("pass1", costs), dist=dist)
         prepared = None
         if checkpoint is None or checkpoint.get("pass2") is None:
             where = "UV unwrap and bake"
             t_stage = time.perf_counter()
-            prepared = prepare_pass2_mesh(p1, cfg)
+            prepared = dist.from_main(lambda: prepare_pass2_mesh(p1, cfg))  # xatlas: rank 0's on all
             state.timings["unwrap_bake_s"] = time.perf_counter() - t_stage
         where = "pass 2"
         p2 = run_pass2(cfg, data, device, p1, state=state, monitor=monitor, checkpointer=checkpointer,
                        checkpoint=checkpoint, preview=preview, deadline=budget.deadline("pass2", costs),
-                       prepared=prepared)
+                       prepared=prepared, dist=dist)
+        if not dist.is_main:  # rank 0 evaluates and exports
+            return ReconstructionResult(to_world(p2.mesh, data.world_to_normalized),
+                                        to_world(p1.mesh, data.world_to_normalized), {}, None, {},
+                                        list(state.history))
         where = "evaluation"
         monitor.log("evaluating held-out views")
         t_stage = time.perf_counter()
