@@ -675,3 +675,4 @@ def check_memory(estimate_bytes: int, device: torch.device, what: str, knobs: st
     raise OutOfMemoryError(
         f"{what} needs about {estimate_bytes / gib:.1f} GiB but {device} has {free / gib:.1f} GiB free; lower "
         f"the memory knobs: {knobs}")
+

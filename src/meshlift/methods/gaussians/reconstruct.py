@@ -20,7 +20,7 @@ from meshlift.errors import ConfigError, MeshliftError, OutOfMemoryError
 from meshlift.methods.distributed import DistContext, init_from_env, make_checkpointer
 from meshlift.methods.engine import (CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, is_oom, prepare_output_dir,
                                      resolve_device)
-from meshlift.methods.gaussians.config import SHAPE_FIELDS, GaussiansConfig, apply_dict, config_to_dict
+from meshlift.methods.gaussians.config import SHAPE_FIELDS, GaussiansConfig, apply_dict
 from meshlift.methods.gaussians.views import SplatProblem
 
 __all__ = ["BUDGET_FRACTIONS", "GaussiansResult", "build_config", "check_out_dir", "help_config",
@@ -44,44 +44,30 @@ class GaussiansResult:
 
 def build_config(data: str, preset: Optional[str], quick: bool, config_file: Optional[Path],
                  overrides: list[str], out: Optional[Path] = None, resume: bool = False) -> GaussiansConfig:
-    """The effective config: preset (default ``gaussians``, CPU-sized with ``quick``) → file → overrides.
+    """The effective config: preset (default ``gaussians``, CPU-sized with ``quick``) → file → overrides
+    (:func:`meshlift.methods.config_layers.build_layered_config`).
 
     Raises:
         ConfigError: unknown preset or field, bad value, unreadable ``config.json`` on resume, no input.
     """
-    from meshlift.io.jsonfile import read_json
+    from meshlift.methods.config_layers import ConfigLayers, build_layered_config
     from meshlift.methods.gaussians.config import load_config_file, parse_overrides
     from meshlift.methods.gaussians.presets import get_preset
 
-    if resume and out is not None and (Path(out) / "config.json").is_file():
-        saved = read_json(Path(out) / "config.json", what="saved config of the run")
-        if not isinstance(saved, dict):
-            raise ConfigError(f"{Path(out) / 'config.json'}: expected a table of config fields")
-        cfg = apply_dict(GaussiansConfig(), saved, source=str(Path(out) / "config.json"))
-    else:
-        cfg = get_preset(preset or "gaussians", quick=quick)
-    if config_file is not None:
-        cfg = apply_dict(cfg, load_config_file(config_file), source=str(config_file))
-    values = parse_overrides(overrides)
-    if data:
-        values["data"] = str(data)
-    cfg = apply_dict(cfg, values, source="command line")
-    if not cfg.data:
-        raise ConfigError("no input: give DATA (a dataset folder)")
-    return cfg
+    layers = ConfigLayers(GaussiansConfig, apply_dict, get_preset, load_config_file, parse_overrides,
+                          "gaussians", "no input: give DATA (a dataset folder)")
+    return build_layered_config(layers, data, preset, quick, config_file, overrides, out, resume)
 
 
 def help_config() -> str:
     """Every field with its default and docstring, and the preset names (``--help-config``)."""
+    from meshlift.methods.config_layers import config_help
     from meshlift.methods.gaussians.config import field_docs
     from meshlift.methods.gaussians.presets import preset_names
 
-    defaults = config_to_dict(GaussiansConfig())
-    lines = ["GaussiansConfig fields (override with --set field=value; densify_x also as densify.x):", ""]
-    for name, doc in field_docs().items():
-        lines.append(f"  {name} = {defaults[name]!r}\n      {doc}")
-    lines += ["", "presets: " + ", ".join(preset_names()) + "  (gaussians with --quick for a CPU-sized run)"]
-    return "\n".join(lines)
+    return config_help(GaussiansConfig(), field_docs(),
+                       "GaussiansConfig fields (override with --set field=value; densify_x also as densify.x):",
+                       preset_names(), "gaussians with --quick for a CPU-sized run")
 
 
 def check_out_dir(out: Optional[Path], *, resume: bool, overwrite: bool) -> None:

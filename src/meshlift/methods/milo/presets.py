@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 
 from meshlift.errors import ConfigError
+from meshlift.methods.gaussians.presets import QUICK_CHANGES as GAUSSIAN_QUICK
 from meshlift.methods.milo.config import MiloConfig, validate
 
 #: The MILo schedule of 18k steps shared by the three mesh presets.
@@ -55,26 +56,18 @@ PRESETS: dict[str, MiloConfig] = {
     "default": MiloConfig(**{**_SCHEDULE, "densify_max_gaussians": 4_000_000}, num_pivots=5_400_000),
 }
 
-#: What ``--quick`` changes (module docstring); 3DGS's position/colour steps raised as in the Gaussian
-#: quick preset (300 steps instead of 18k).
+#: What ``--quick`` changes (module docstring): the Gaussian quick preset's resolution, SH schedule, raised
+#: position/colour steps and compositing chunk (taken from it, not copied), a 300-step MILo schedule.
 QUICK_CHANGES = dict(
-    train_res=64,
+    **{k: GAUSSIAN_QUICK[k] for k in ("train_res", "max_test_views", "sh_degree", "sh_degree_interval", "lr_means",
+                                     "lr_means_final", "lr_scales", "lr_sh0", "init_scale", "chunk_elements")},
     ref_views=16,
     ref_test_views=4,
     steps=300,
     time_budget_s=280.0,
     num_random=1500,
     max_init_points=1500,
-    max_test_views=4,
-    sh_degree=1,
-    sh_degree_interval=100,
-    lr_means=1.6e-3,
-    lr_means_final=1.6e-5,
-    lr_scales=1e-2,
-    lr_sh0=1e-2,
     init_opacity=0.3,
-    init_scale=0.5,
-    chunk_elements=1 << 18,
     densify_refine_start=20,
     densify_refine_stop=80,
     densify_refine_every=20,

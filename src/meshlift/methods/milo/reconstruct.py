@@ -29,7 +29,7 @@ import torch
 
 from meshlift.errors import ConfigError, MeshliftError, OutOfMemoryError
 from meshlift.methods.engine import CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, is_oom, resolve_device
-from meshlift.methods.milo.config import SHAPE_FIELDS, MiloConfig, apply_dict, config_to_dict, num_mesh_gaussians
+from meshlift.methods.milo.config import SHAPE_FIELDS, MiloConfig, apply_dict, num_mesh_gaussians
 
 __all__ = ["BUDGET_FRACTIONS", "MiloResult", "build_config", "help_config", "load_problem", "oom_error",
            "reconstruct", "summary_lines"]
@@ -53,44 +53,29 @@ class MiloResult:
 
 def build_config(data: str, preset: Optional[str], quick: bool, config_file: Optional[Path],
                  overrides: list[str], out: Optional[Path] = None, resume: bool = False) -> MiloConfig:
-    """Preset (default ``verylowres``; CPU-sized with ``quick``) → file → overrides (saved config on resume).
+    """Preset (default ``verylowres``; CPU-sized with ``quick``) → file → overrides (saved config on resume;
+    :func:`meshlift.methods.config_layers.build_layered_config`).
 
     Raises:
         ConfigError: unknown preset / field, bad value, unreadable saved config, no input.
     """
-    from meshlift.io.jsonfile import read_json
+    from meshlift.methods.config_layers import ConfigLayers, build_layered_config
     from meshlift.methods.milo.config import load_config_file, parse_overrides
     from meshlift.methods.milo.presets import get_preset
 
-    if resume and out is not None and (Path(out) / "config.json").is_file():
-        saved = read_json(Path(out) / "config.json", what="saved config of the run")
-        if not isinstance(saved, dict):
-            raise ConfigError(f"{Path(out) / 'config.json'}: expected a table of config fields")
-        cfg = apply_dict(MiloConfig(), saved, source=str(Path(out) / "config.json"))
-    else:
-        cfg = get_preset(preset or "verylowres", quick=quick)
-    if config_file is not None:
-        cfg = apply_dict(cfg, load_config_file(config_file), source=str(config_file))
-    values = parse_overrides(overrides)
-    if data:
-        values["data"] = str(data)
-    cfg = apply_dict(cfg, values, source="command line")
-    if not cfg.data:
-        raise ConfigError("no input: give DATA (a dataset folder or a mesh file)")
-    return cfg
+    layers = ConfigLayers(MiloConfig, apply_dict, get_preset, load_config_file, parse_overrides, "verylowres",
+                          "no input: give DATA (a dataset folder or a mesh file)")
+    return build_layered_config(layers, data, preset, quick, config_file, overrides, out, resume)
 
 
 def help_config() -> str:
     """Every field with its default and docstring, and the presets (``--help-config``)."""
+    from meshlift.methods.config_layers import config_help
     from meshlift.methods.milo.config import field_docs
     from meshlift.methods.milo.presets import preset_names
 
-    defaults = config_to_dict(MiloConfig())
-    lines = ["MiloConfig fields (override with --set field=value):", ""]
-    for name, doc in field_docs().items():
-        lines.append(f"  {name} = {defaults[name]!r}\n      {doc}")
-    lines += ["", "presets: " + ", ".join(preset_names()) + "  (each with --quick for a CPU-sized run)"]
-    return "\n".join(lines)
+    return config_help(MiloConfig(), field_docs(), "MiloConfig fields (override with --set field=value):",
+                       preset_names(), "each with --quick for a CPU-sized run")
 
 
 def load_problem(cfg: MiloConfig):
