@@ -7,6 +7,10 @@ Imported only by that module, on first use (``triton`` is imported here at modul
 import triton
 import triton.language as tl
 
+# Integer arguments that follow the mesh (triangle and vertex counts, strides over vertices) are marked
+# ``do_not_specialize``: Triton would otherwise compile a new variant whenever such a count changes its
+# divisibility by 16, which happens on most steps of the surface method's pass 1 (marching tets).
+
 
 @triton.jit
 def _div(a, b):
@@ -35,7 +39,7 @@ def _vert_s(pos_ptr, tri_ptr, t, k: tl.constexpr, vbase):
     return tl.load(pos_ptr + row + 0), tl.load(pos_ptr + row + 1), tl.load(pos_ptr + row + 2), tl.load(pos_ptr + row + 3)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "vstride", "t_lo", "t_hi"])
 def _bin_kernel(
     pos_ptr, tri_ptr, first_ptr, count_ptr, cnt_ptr, list_ptr, key_ptr, xtab_ptr, ytab_ptr,
     T, vstride, H, W, n_tx, n_ty, hw, hh, big, slack, t_lo, t_hi,
@@ -188,7 +192,7 @@ def _depth_test(a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, t, px, py, best)
     return tl.where(ok & (key < best), key, best)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["vstride"])
 def _raster_kernel(
     pos_ptr, tri_ptr, offs_ptr, list_ptr, xtab_ptr, ytab_ptr, scale_ptr, rast_ptr, db_ptr, key_ptr,
     vstride, H, W, n_tx, n_tiles,
@@ -289,7 +293,7 @@ def _write_rast(pos_ptr, tri_ptr, scale_ptr, rast_ptr, db_ptr, best_t, px, py, p
         dval = tl.where(c2d == 0, dudx[:, None], tl.where(c2d == 1, dudy[:, None], tl.where(c2d == 2, dvdx[:, None], dvdy[:, None])))
         tl.store(db_ptr + pix[:, None] * 4 + c2d, dval, mask=inimg[:, None])
 
-@triton.jit
+@triton.jit(do_not_specialize=["vstride"])
 def _raster_bwd_kernel(
     pos_ptr, tri_ptr, rast_ptr, grast_ptr, gdb_ptr, xtab_ptr, ytab_ptr, scale_ptr, gpos_ptr,
     vstride, H, W, n_tx, gsb, gsh, gsw, gsc, dsb, dsh, dsw, dsc,
@@ -511,7 +515,7 @@ def _interp_rows(rast_ptr, tri_ptr, n, m, HW, astride):
     v = tl.load(rast_ptr + n * 4 + 1, mask=cov, other=0.0)
     return cov, t, r0, r1, r2, u, v
 
-@triton.jit
+@triton.jit(do_not_specialize=["astride"])
 def _interp_fwd_kernel(
     attr_ptr, rast_ptr, tri_ptr, out_ptr, N, C, HW, astride, BLOCK: tl.constexpr, BLOCK_C: tl.constexpr
 ):
@@ -530,7 +534,7 @@ def _interp_fwd_kernel(
         o = tl.where(mc, o, 0.0)
         tl.store(out_ptr + n[:, None] * C + c[None, :], o, mask=m[:, None] & (c[None, :] < C))
 
-@triton.jit
+@triton.jit(do_not_specialize=["astride"])
 def _interp_bwd_kernel(
     attr_ptr, rast_ptr, tri_ptr, gout_ptr, gattr_ptr, grast_ptr, C, H, W, n_tx, astride, gsb, gsh, gsw, gsc,
     NEED_ATTR: tl.constexpr, NEED_RAST: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr, BLOCK_C: tl.constexpr,
