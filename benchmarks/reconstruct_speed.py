@@ -277,6 +277,26 @@ class PhaseMonitor:
             self._warn_ctx.__exit__(None, None, None)
         self.prof.__exit__(None, None, None)
         self.clock.profiling = False
+        if self.device.type == "cuda":
+            print_kernel_table(self.prof, self.profile_steps)
+
+
+def print_kernel_table(prof, steps: int, rows: int = 25) -> None:
+    """The GPU side of the profiled steps: device-busy ms per step and the kernels that take it."""
+    avgs = prof.key_averages()
+
+    def dev_us(e) -> float:
+        return float(getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0) or 0.0)
+
+    busy = sum(dev_us(e) for e in avgs) / 1000.0 / max(1, steps)
+    print(f"GPU busy per profiled step: {busy:.2f} ms (sum of kernel self times; the profiler adds host cost)")
+    top = sorted(avgs, key=dev_us, reverse=True)[:rows]
+    print("| kernel / op | device ms per step | calls per step |")
+    print("|---|---:|---:|")
+    for e in top:
+        if dev_us(e) <= 0:
+            break
+        print(f"| {e.key[:90]} | {dev_us(e) / 1000.0 / max(1, steps):.3f} | {e.count / max(1, steps):.0f} |")
 
 
 def count_ops(prof, steps: int) -> dict:
