@@ -213,6 +213,14 @@ def test_micro_run_every_stage_then_resume(scene, tmp_path):
         reconstruct(_micro(steps=20, num_pivots=900), out, resume=True, problem=problem, gt_mesh=gt)
 
 
+def test_micro_run_under_a_time_budget(scene, tmp_path):
+    """A budgeted run passes the budget's deadline objects into training and the occupancy refinement (a
+    regression: the refinement compared the clock with a PassDeadline and crashed at its first step)."""
+    problem, gt = scene
+    r = reconstruct(_micro(time_budget_s=3600.0), tmp_path / "run", problem=problem, gt_mesh=gt)
+    assert r.metrics["steps"] == 14 and r.metrics["faces"] > 0
+
+
 class _Interrupt(Exception):
     pass
 

@@ -371,7 +371,9 @@ class LossReadback:
         self.pending = []
 
 
-def _deadline_reached(deadline) -> bool:
+def deadline_reached(deadline) -> bool:
+    """Whether ``deadline`` has passed: None (no budget) never; a :class:`PassDeadline` by its clock; a
+    callable returning, or a plain, ``time.perf_counter()`` value."""
     if deadline is None:
         return False
     if hasattr(deadline, "reached"):
@@ -409,7 +411,7 @@ def end_step(pass_no: int, it: int, total: int, loss: torch.Tensor, mse: torch.T
     readback.push(it, loss, mse)
     preview_due = preview is not None and preview_every > 0 and step % preview_every == 0
     save_due = cadence.due(step) and step < total
-    over = step < total and _deadline_reached(deadline)
+    over = step < total and deadline_reached(deadline)
     if agree is not None and deadline is not None and step < total:
         over = agree(over)
     snapshot_due = guard is not None and guard.due(step)

@@ -29,6 +29,8 @@ from typing import Optional
 
 import torch
 
+from meshlift.methods.engine import deadline_reached
+
 __all__ = ["ExtractedMesh", "final_mesh", "fuse_colors", "in_any_frustum", "refine_occupancy", "texture_mesh", "write_meshes"]
 
 
@@ -42,9 +44,10 @@ class ExtractedMesh:
 
 
 def refine_occupancy(reg, params: dict, steps: int, labels_every: int, *, sampler, monitor, seed: int = 0,
-                     deadline: Optional[float] = None) -> dict:
+                     deadline=None) -> dict:
     """Step 1 of the module docstring. ``reg`` is the (started) :class:`MeshInTheLoop`; ``params`` the frozen
-    Gaussians. Returns ``{"steps", "seconds", "loss_first", "loss_last"}``."""
+    Gaussians; ``deadline``: None, a :class:`~meshlift.methods.engine.PassDeadline` or a clock value
+    (:func:`~meshlift.methods.engine.deadline_reached`). Returns ``{"steps", "seconds", "loss_first", "loss_last"}``."""
     import dataclasses
 
     from meshlift.methods.gaussians.trainer import render_params
@@ -79,7 +82,7 @@ def refine_occupancy(reg, params: dict, steps: int, labels_every: int, *, sample
         last = v
         done = s + 1
         monitor.update(done, v, float("nan"))
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline_reached(deadline):
             monitor.log(f"occupancy refinement: time budget reached after {done} of {steps} steps")
             break
     if steps > 0:
