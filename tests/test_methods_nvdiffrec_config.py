@@ -93,3 +93,32 @@ def test_round_trip_through_dict():
     cfg = get_preset("spot_metal", quick=True)
     again = apply_dict(SurfaceConfig(), json.loads(json.dumps(config_to_dict(cfg))))
     assert again == cfg
+
+
+def test_default_preset_follows_the_input_and_the_shared_layering(tmp_path):
+    """No --preset: a mesh file gets ``spot``, a folder with LLFF poses ``nerd``, anything else ``nerf``;
+    build_config goes through the layering every family shares (a corrupt saved config on resume is one
+    clear error naming --overwrite)."""
+    import numpy as np
+
+    from meshlift.errors import ConfigError
+    from meshlift.methods.nvdiffrec.presets import default_preset_for
+    from meshlift.methods.nvdiffrec.reconstruct import build_config
+
+    mesh = tmp_path / "m.obj"
+    mesh.write_text("v 0 0 0\nv 1 0 0\nv 0 1 0\nf 1 2 3\n")
+    llff = tmp_path / "llff"
+    llff.mkdir()
+    np.save(llff / "poses_bounds.npy", np.zeros((3, 17)))
+    assert default_preset_for(str(mesh)) == "spot"
+    assert default_preset_for(str(llff)) == "nerd"
+    assert default_preset_for(str(tmp_path / "missing")) == "nerf"
+    cfg = build_config(str(mesh), None, True, None, ["iter_pass1=7"])
+    assert cfg.iter_pass1 == 7 and cfg.data == str(mesh)
+    with pytest.raises(ConfigError, match="no input"):
+        build_config("", "spot", False, None, [])
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.json").write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="--overwrite"):
+        build_config(str(mesh), None, False, None, [], out=out, resume=True)

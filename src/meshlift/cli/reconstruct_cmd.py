@@ -89,60 +89,6 @@ def make_monitor(console=None):
     return RichMonitor()
 
 
-def build_config(
-    data: str,
-    preset: Optional[str],
-    quick: bool,
-    config_file: Optional[Path],
-    overrides: List[str],
-    out: Optional[Path] = None,
-    resume: bool = False,
-):
-    """The effective :class:`SurfaceConfig` from preset, file and overrides (see the module docstring).
-
-    Raises:
-        ConfigError: a corrupt saved ``config.json`` on ``--resume`` (nothing is rewritten), bad fields."""
-    from meshlift.errors import ConfigError
-    from meshlift.io.jsonfile import read_json
-    from meshlift.methods.nvdiffrec.config import SurfaceConfig, apply_dict, load_config_file, parse_overrides
-    from meshlift.methods.nvdiffrec.presets import get_preset
-
-    if resume and out is not None and (out / "config.json").is_file():
-        saved = read_json(out / "config.json", what="saved run config (config.json)")
-        if not isinstance(saved, dict):
-            raise ConfigError(f"{out / 'config.json'}: not a table of config fields; restore it or start again "
-                              "with --overwrite")
-        cfg = apply_dict(SurfaceConfig(), saved, source=str(out / "config.json"))
-    else:
-        if preset is None:
-            preset = _default_preset(data)
-        cfg = get_preset(preset, quick=quick)
-    if config_file is not None:
-        cfg = apply_dict(cfg, load_config_file(config_file), source=str(config_file))
-    values = parse_overrides(overrides)
-    if data:
-        values["data"] = str(data)
-    if not values.get("data", cfg.data):
-        raise ConfigError("no input: give DATA (a dataset folder or a mesh file)")
-    return apply_dict(cfg, values, source="command line")
-
-
-def _default_preset(data: str) -> str:
-    """``spot`` for a mesh file, ``nerd`` for a folder with LLFF poses (``poses_bounds.npy``, also beside a
-    COLMAP model: NeRD-style captures with masks), else ``nerf`` (also when DATA is not readable: the
-    input's own error comes later, after the config has been checked)."""
-    from meshlift.data.views import sniff_input
-    from meshlift.errors import DatasetError
-
-    try:
-        kind = sniff_input(data)
-    except DatasetError:
-        return "nerf"
-    if kind == "mesh":
-        return "spot"
-    return "nerd" if kind == "llff" or (Path(data) / "poses_bounds.npy").is_file() else "nerf"
-
-
 def _help_config() -> str:
     from meshlift.methods.nvdiffrec.config import SurfaceConfig, config_to_dict, field_docs
     from meshlift.methods.nvdiffrec.presets import preset_names
@@ -275,9 +221,10 @@ def register(app: typer.Typer) -> None:
                 for line in gs.summary_lines(result):
                     console.print(line)
             return
-        cfg = build_config(data or "", preset, quick, config, items, out=out, resume=resume)
-
+        from meshlift.methods.nvdiffrec.reconstruct import build_config
         from meshlift.methods.nvdiffrec.reconstruct import reconstruct as run
+
+        cfg = build_config(data or "", preset, quick, config, items, out=out, resume=resume)
 
         try:
             result = run(cfg, out, resume=resume, overwrite=overwrite, monitor=make_monitor() if main_rank else None)

@@ -31,8 +31,8 @@ class ConfigLayers:
     """``load_file(path) -> dict`` of a JSON/TOML config file."""
     parse: Callable
     """``parse(["field=value", ...]) -> dict``."""
-    default_preset: str
-    """Preset used when none is named."""
+    default_preset: str | Callable[[str], str]
+    """Preset used when none is named: a name, or ``default_preset(data) -> name`` (chosen from the input)."""
     no_data: str
     """The ConfigError message when no input is given."""
 
@@ -52,10 +52,13 @@ def build_layered_config(layers: ConfigLayers, data: str, preset: Optional[str],
     if resume and saved_path is not None and saved_path.is_file():
         saved = read_json(saved_path, what="saved config of the run")
         if not isinstance(saved, dict):
-            raise ConfigError(f"{saved_path}: expected a table of config fields")
+            raise ConfigError(f"{saved_path}: expected a table of config fields; restore the file or start again "
+                              "with --overwrite")
         cfg = layers.apply(layers.cls(), saved, source=str(saved_path))
     else:
-        cfg = layers.get_preset(preset or layers.default_preset, quick=quick)
+        if preset is None:
+            preset = layers.default_preset(data) if callable(layers.default_preset) else layers.default_preset
+        cfg = layers.get_preset(preset, quick=quick)
     if config_file is not None:
         cfg = layers.apply(cfg, layers.load_file(config_file), source=str(config_file))
     values = layers.parse(overrides)

@@ -135,4 +135,22 @@ def get_preset(name: str, *, quick: bool = False) -> SurfaceConfig:
     return validate(cfg)
 
 
-__all__ = ["DEMO_CHANGES", "PRESETS", "QUICK_CHANGES", "get_preset", "preset_names"]
+__all__ = ["DEMO_CHANGES", "PRESETS", "QUICK_CHANGES", "default_preset_for", "get_preset", "preset_names"]
+
+
+def default_preset_for(data: str) -> str:
+    """The preset used when none is named: ``spot`` for a mesh file, ``nerd`` for a folder with LLFF poses
+    (``poses_bounds.npy``, also beside a COLMAP model: NeRD-style captures with masks), else ``nerf`` (also
+    when ``data`` is not readable: the input's own error comes later, after the config has been checked)."""
+    from pathlib import Path
+
+    from meshlift.data.views import sniff_input
+    from meshlift.errors import DatasetError
+
+    try:
+        kind = sniff_input(data)
+    except DatasetError:
+        return "nerf"
+    if kind == "mesh":
+        return "spot"
+    return "nerd" if kind == "llff" or (Path(data) / "poses_bounds.npy").is_file() else "nerf"

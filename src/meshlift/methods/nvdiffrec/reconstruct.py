@@ -35,7 +35,26 @@ from meshlift.methods.nvdiffrec.budget import SurfaceStageCosts
 from meshlift.methods.nvdiffrec.passes import prepare_pass2_mesh, run_pass1, run_pass2
 from meshlift.structures.mesh import Mesh
 
-__all__ = ["ReconstructionResult", "budget_for", "load_problem", "oom_error", "reconstruct", "synthetic_problem"]
+__all__ = ["ReconstructionResult", "budget_for", "build_config", "load_problem", "oom_error", "reconstruct", "synthetic_problem"]
+
+
+def build_config(data: str, preset: Optional[str], quick: bool, config_file: Optional[Path], overrides: list,
+                 out: Optional[Path] = None, resume: bool = False) -> SurfaceConfig:
+    """The effective :class:`SurfaceConfig`: preset (default from the input:
+    :func:`~meshlift.methods.nvdiffrec.presets.default_preset_for`; CPU-sized with ``quick``) → file →
+    overrides (:func:`meshlift.methods.config_layers.build_layered_config`, the rule every family shares).
+
+    Raises:
+        ConfigError: unknown preset or field, bad value, a corrupt saved ``config.json`` on ``resume``
+            (nothing is rewritten), no input.
+    """
+    from meshlift.methods.config_layers import ConfigLayers, build_layered_config
+    from meshlift.methods.nvdiffrec.config import apply_dict, load_config_file, parse_overrides
+    from meshlift.methods.nvdiffrec.presets import default_preset_for, get_preset
+
+    layers = ConfigLayers(SurfaceConfig, apply_dict, get_preset, load_config_file, parse_overrides,
+                          default_preset_for, "no input: give DATA (a dataset folder or a mesh file)")
+    return build_layered_config(layers, data, preset, quick, config_file, overrides, out, resume)
 
 
 def budget_for(cfg: SurfaceConfig) -> TimeBudget:
