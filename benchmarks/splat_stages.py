@@ -89,14 +89,13 @@ def stages(scene, w2c, K, W, H, reps):
         order = torch.sort(d32, stable=True)[1]
 
         def cums():
-            cs = cnt[order].to(torch.int64)
-            e = torch.cumsum(cs, 0)
-            return int(e[-1]), e - cs
+            e = torch.cumsum(cnt[order], 0, dtype=torch.int64)
+            return int(e[-1]), e
         rows.append(("  gather+cumsum+readback", tcuda(cums, repeats=reps)))
-        M, starts = cums()
+        M, ends = cums()
         tiles = torch.empty(M, device=m2.device, dtype=torch.int32)
         gids = torch.empty(M, device=m2.device, dtype=torch.int64)
-        rows.append(("  key writer", tcuda(lambda: k.write_keys[g](order, starts, m2, rad, tiles, gids, total, N, 16,
+        rows.append(("  key writer", tcuda(lambda: k.write_keys[g](order, ends, m2, rad, tiles, gids, total, N, 16,
                                                                    tw, th, BLOCK=kt._BLOCK), repeats=reps)))
         rows.append(("  sort int32 tile ids", tcuda(lambda: torch.sort(tiles, stable=True), repeats=reps)))
         t16 = tiles.to(torch.int16)

@@ -154,6 +154,21 @@ def test_nan_guard_stops_cleanly_on_recurrence(problem, tmp_path):
     assert ck["step"] == 8 and all(torch.isfinite(v).all() for v in ck["params"].values())
 
 
+def test_deferred_readback_guard_rolls_back_to_the_checkpoint(problem):
+    """readback_every=5 (the GPU mode, here on the CPU): the NaN of step index 10 is found at the read-back
+    after the last step (14), the run goes back to the checkpoint after 8 steps (a checkpoint is always read
+    back first) and redoes 8..13; the history is one row per step, each with its Gaussian count."""
+    cb = _NaNGrad({10})
+    tr = GaussianTrainer(_cfg(steps=14, readback_every=5), problem, CPU, callbacks=cb)
+    tr.train()
+    assert cb.runs[7] == 1 and cb.runs[8] == 2 and cb.runs[13] == 2
+    assert tr.recoveries == 1 and tr.lr_factor == 0.5 and tr.step == 14
+    assert all(torch.isfinite(p).all() for p in tr.params.values())
+    hist = tr.state.history
+    assert [h["iteration"] for h in hist] == list(range(1, 15))
+    assert all(h["gaussians"] > 0 for h in hist) and hist[-1]["gaussians"] == tr.num_gaussians
+
+
 def test_absurd_learning_rate_is_caught(problem, tmp_path):
     """A log-scale step of 1000 overflows exp(): NaN loss, rollback, halving, then the clean stop."""
     with pytest.raises(DivergenceError, match="Lower the learning rates"):

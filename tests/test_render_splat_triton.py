@@ -348,3 +348,63 @@ def test_count_bad_gaussians_matches_the_torch_checks():
     got = kt.count_bad_gaussians(m, q, s, o).tolist()
     assert got == [2, 2, 3, 3]
     assert kt.count_bad_gaussians(m[:0], q[:0], s[:0], o[:0]).tolist() == [0, 0, 0, 0]
+
+
+def test_projection_writes_the_tile_counts_and_records_of_binning_and_compositing():
+    """project_gaussians(tile_size=...) fills, in its one launch, exactly the tile counts of the count
+    kernel and the float32 screen records the compositing would pack; isect_tiles(counts=) then gives the
+    same lists."""
+    W, H = 50, 37
+    w2c, K = (t.to(DEV, torch.float32) for t in camera(W, H, 40.0, C=2))
+    means, quats, scales, opac, _ = _scene(60, seed=2)
+    tw, th = ref.tile_grid(W, H, 16)
+    pr = kt.project_gaussians(means, quats, scales, opac, w2c, K, W, H, 0.01, 1e10, tile_size=16, tiles_w=tw,
+                              tiles_h=th)
+    plain = kt.project_gaussians(means, quats, scales, opac, w2c, K, W, H, 0.01, 1e10)
+    for k in ("means2d", "conics", "depths", "opacities", "radii"):
+        assert torch.equal(pr[k], plain[k]), k
+    cnt = torch.zeros(2 * 60, dtype=torch.int32, device=DEV)
+    kt._k().tile_bounds[kt._grid(120, kt._BLOCK)](pr["means2d"], pr["radii"], cnt, 120, 16, tw, th, BLOCK=kt._BLOCK)
+    assert torch.equal(pr["tile_counts"], cnt) and int(cnt.sum()) > 60
+    assert torch.equal(pr["records"], kt._pack_records(pr["means2d"], pr["conics"], pr["opacities"]))
+    a = kt.isect_tiles(pr["means2d"], pr["radii"], pr["depths"], 16, tw, th)
+    seen = []
+    b = kt.isect_tiles(pr["means2d"], pr["radii"], pr["depths"], 16, tw, th, counts=pr["tile_counts"],
+                       readback_extra=torch.tensor([7, 0], device=DEV), on_readback=seen.append)
+    assert seen == [[7, 0]]
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+    r = ref.isect_tiles(pr["means2d"], pr["radii"], pr["depths"], 16, tw, th)
+    assert torch.equal(r[1], b[1]) and torch.equal(r[2], b[2])
+
+
+def test_count_bad_gaussians_also_counts_colour_entries():
+    m, q, s, o, c = _scene(40, seed=12)
+    sh = torch.zeros(40, 16, 3, device=DEV)
+    sh[3, 5, 1] = float("nan")
+    sh[9, 0, 0] = float("inf")
+    sh[9, 1, 2] = float("-inf")
+    assert kt.count_bad_gaussians(m, q, s, o, sh).tolist() == [0, 0, 0, 0, 3]
+    q[2] = 0.0
+    assert kt.count_bad_gaussians(m, q, s, o, c).tolist() == [0, 1, 0, 0, 0]
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_bad_values_raise_on_both_backends(backend):
+    """The Triton path reads its input checks back with the intersection count (no separate sync): the same
+    errors as the torch path, raised before any output."""
+    from meshlift.errors import RenderError
+
+    W, H = 16, 16
+    w2c, K = (t.to(DEV, torch.float32) for t in camera(W, H, 20.0))
+    means, quats, scales, opac, colors = _scene(10, seed=13)
+    colors[4, 1] = float("nan")
+    with pytest.raises(RenderError, match="colors has 1 entries with NaN/Inf"):
+        rasterize_gaussians(means, quats, scales, opac, colors, w2c, K, W, H, backend=backend)
+    colors[4, 1] = 0.5
+    scales[2, 0] = -1.0
+    with pytest.raises(RenderError, match="scales has 1 entries"):
+        rasterize_gaussians(means, quats, scales, opac, colors, w2c, K, W, H, backend=backend)
+    img, _, _ = rasterize_gaussians(means, quats, scales, opac, colors, w2c, K, W, H, backend=backend,
+                                    settings=SplatSettings(check_inputs=False))
+    assert img.shape == (1, H, W, 3)

@@ -38,12 +38,14 @@ def tile_bounds(m2, radii, out_cnt, total, tile_size, tiles_w, tiles_h, BLOCK: t
     tl.store(out_cnt + i, cnt, mask=m)
 
 @triton.jit
-def write_keys(order, starts, m2, radii, out_tile, out_gid, total, N, tile_size, tiles_w, tiles_h,
+def write_keys(order, ends, m2, radii, out_tile, out_gid, total, N, tile_size, tiles_w, tiles_h,
                BLOCK: tl.constexpr):
+    """Pair ``order[j]`` writes its ``cnt`` tile ids and Gaussian ids at ``ends[j] - cnt ...`` (``ends``:
+    inclusive cumulative counts in depth order)."""
     j = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = j < total
     g = tl.load(order + j, mask=m, other=0)
-    st = tl.load(starts + j, mask=m, other=0)
+    end = tl.load(ends + j, mask=m, other=0)
     u = tl.load(m2 + g * 2, mask=m, other=0.0).to(tl.float32)
     v = tl.load(m2 + g * 2 + 1, mask=m, other=0.0).to(tl.float32)
     rx = tl.load(radii + g * 2, mask=m, other=0).to(tl.float32)
@@ -56,6 +58,7 @@ def write_keys(order, starts, m2, radii, out_tile, out_gid, total, N, tile_size,
     y1 = tl.minimum(tl.maximum(_ceil_f(v + ry, ts), 0), tiles_h)
     bw = tl.maximum(x1 - x0, 1)
     cnt = tl.where(vis, (x1 - x0) * (y1 - y0), 0)
+    st = end - cnt
     cam = g // N
     kmax = tl.max(cnt, axis=0)
     for k in range(0, kmax):
