@@ -7,6 +7,11 @@ docs/conventions.md §11.
 import triton
 import triton.language as tl
 
+# Integer arguments that follow the Gaussian or intersection counts are marked ``do_not_specialize``: Triton
+# would otherwise compile a new variant whenever such a count changes its divisibility by 16 (or equals 1),
+# i.e. after densification steps and as the intersection count changes: the likely source of the
+# multi-second training steps of the H200 run of 2026-12-01 (median step 7.6 ms, mean 90.6 ms).
+
 @triton.jit
 def _floor_f(x, ts):
     q = x / ts
@@ -20,7 +25,7 @@ def _ceil_f(x, ts):
     return t + (t.to(tl.float32) < q).to(tl.int32)
 
 # ------------------------------------------------------------------ tile binning
-@triton.jit
+@triton.jit(do_not_specialize=["total"])
 def tile_bounds(m2, radii, out_cnt, total, tile_size, tiles_w, tiles_h, BLOCK: tl.constexpr):
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = i < total
@@ -37,7 +42,7 @@ def tile_bounds(m2, radii, out_cnt, total, tile_size, tiles_w, tiles_h, BLOCK: t
     cnt = tl.where(vis, (x1 - x0) * (y1 - y0), 0)
     tl.store(out_cnt + i, cnt, mask=m)
 
-@triton.jit
+@triton.jit(do_not_specialize=["total", "N"])
 def write_keys(order, ends, m2, radii, out_tile, out_gid, total, N, tile_size, tiles_w, tiles_h,
                BLOCK: tl.constexpr):
     """Pair ``order[j]`` writes its ``cnt`` tile ids and Gaussian ids at ``ends[j] - cnt ...`` (``ends``:
@@ -280,7 +285,7 @@ def _load_feat4(feat, g, ok, k0, D, NC: tl.constexpr):
     return f0, f1, f2, f3
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_isect", "n_tiles"])
 def composite_fwd(offsets, flat_ids, pk, feat, out_feat, out_T, out_last, out_med, width, height,
                   tiles_w, tiles_h, alpha_max, D, n_tiles, n_isect, NC: tl.constexpr, TS: tl.constexpr,
                   B: tl.constexpr, WANT_MED: tl.constexpr):

@@ -417,11 +417,15 @@ class _SHFn(torch.autograd.Function):
     def backward(ctx, g_out):
         means, campos, coeffs = ctx.saved_tensors
         C, N, KS = campos.shape[0], means.shape[0], coeffs.shape[1]
-        gc = torch.zeros(C, N, KS, 3, device=means.device, dtype=coeffs.dtype)
-        gm = torch.zeros(C, N, 3, device=means.device, dtype=means.dtype)
+        # the kernel writes every gradient of the active coefficients and every means row
+        full = (ctx.degree + 1) ** 2 == KS
+        gc = (torch.empty if full else torch.zeros)(C, N, KS, 3, device=means.device, dtype=coeffs.dtype)
+        gm = torch.empty(C, N, 3, device=means.device, dtype=means.dtype)
         if C * N:
             _k().sh_bwd[_grid(C * N, _BLOCK)](means, campos, coeffs, g_out.contiguous(), gc, gm, C, N, KS,
                                                DEG=ctx.degree, BLOCK=_BLOCK)
+        if C == 1:
+            return gm[0], None, gc[0], None
         return gm.sum(0), None, gc.sum(0), None
 
 

@@ -18,6 +18,19 @@ __all__ = ["ssim_same", "photometric_loss"]
 
 _C1 = 0.01**2
 _C2 = 0.03**2
+_KERNELS: dict = {}
+
+
+def _blur_kernels(window: int, sigma: float, c: int, dtype: torch.dtype, device: torch.device):
+    """``(horizontal [c,1,1,w], vertical [c,1,w,1])`` depthwise Gaussian kernels, built once per device:
+    a fresh CPU tensor copied every step would make the host wait for the GPU (pageable copy)."""
+    key = (window, float(sigma), c, dtype, str(device))
+    hit = _KERNELS.get(key)
+    if hit is None:
+        g = gaussian_window(window, sigma, dtype=dtype)
+        hit = (g.view(1, 1, 1, -1).repeat(c, 1, 1, 1).to(device), g.view(1, 1, -1, 1).repeat(c, 1, 1, 1).to(device))
+        _KERNELS[key] = hit
+    return hit
 
 
 def ssim_same(pred: torch.Tensor, target: torch.Tensor, window: int = 11, sigma: float = 1.5) -> torch.Tensor:
@@ -29,9 +42,7 @@ def ssim_same(pred: torch.Tensor, target: torch.Tensor, window: int = 11, sigma:
     x = pred.permute(0, 3, 1, 2)
     y = target.permute(0, 3, 1, 2)
     c = x.shape[1]
-    g = gaussian_window(window, sigma, dtype=x.dtype).to(x.device)
-    kh = g.view(1, 1, 1, -1).repeat(c, 1, 1, 1)
-    kv = g.view(1, 1, -1, 1).repeat(c, 1, 1, 1)
+    kh, kv = _blur_kernels(window, sigma, c, x.dtype, x.device)
     pad = window // 2
 
     def blur(t):
