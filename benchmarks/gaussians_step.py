@@ -151,6 +151,17 @@ def main(argv=None) -> int:
             raise _Stop
 
     trainer.callbacks.after_step = after_step
+    # one event per step boundary of the timed window: the distribution of step times (outliers = compiles,
+    # densification, checkpoints)
+    marks: list = []
+    boundary = mon.step_boundary
+
+    def step_boundary():
+        boundary()
+        if clock.armed or (mon.n - 1 == args.warmup + args.steps):
+            marks.append(clock._mark())
+
+    mon.step_boundary = step_boundary
     print(f"# gaussians_step: {data} {problem.train.width}x{problem.train.height}, {trainer.num_gaussians:,} "
           f"Gaussians, device {device}, backend {cfg.splat_backend}, readback every "
           f"{readback_every(cfg, device)}, start step {args.start_step} (SH degree "
@@ -169,6 +180,11 @@ def main(argv=None) -> int:
     wall_ms = 1e3 * mon.wall_s / max(1, args.steps) if mon.wall_s else float("nan")
     print(f"# {args.steps} timed steps: {wall_ms:.3f} ms/step = {1e3 / wall_ms:.1f} steps/s "
           f"(total {time.perf_counter() - t0:.1f} s with warm-up and profile)")
+    if len(marks) > 1:
+        dts = sorted(marks[i].elapsed_time(marks[i + 1]) if device.type == "cuda" else 1e3 * (marks[i + 1] - marks[i])
+                     for i in range(len(marks) - 1))
+        print(f"# step ms: median {dts[len(dts) // 2]:.3f}, mean {sum(dts) / len(dts):.3f}, p90 "
+              f"{dts[int(0.9 * (len(dts) - 1))]:.3f}, max {dts[-1]:.3f} ({len(dts)} steps)")
     print("| stage | ms/step |\n|---|---:|")
     for k in STAGES:
         print(f"| {k} | {per.get(k, 0.0):.3f} |")

@@ -408,3 +408,33 @@ def test_bad_values_raise_on_both_backends(backend):
     img, _, _ = rasterize_gaussians(means, quats, scales, opac, colors, w2c, K, W, H, backend=backend,
                                     settings=SplatSettings(check_inputs=False))
     assert img.shape == (1, H, W, 3)
+
+
+def _compiled_variants(fn) -> int:
+    """Compiled specialisations of a Triton JIT function (its in-memory cache; API differs by version)."""
+    caches = getattr(fn, "device_caches", None)
+    if caches is not None:
+        return sum(len(v[0]) for v in caches.values())
+    cache = getattr(fn, "cache", None)
+    if cache is None:
+        pytest.skip("this triton version exposes no kernel cache")
+    return sum(len(v) for v in cache.values())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_no_recompilation_as_gaussian_and_intersection_counts_change():
+    """Training changes N (densification) and the intersection count every step: the kernels must not
+    compile a new variant for each divisibility of those counts (seconds per compile)."""
+    W, H = 64, 48
+    w2c, K = (t.to(DEV, torch.float32) for t in camera(W, H, 50.0))
+    names = ("project_fwd", "project_bwd", "sh_fwd", "sh_bwd", "write_keys", "composite_fwd", "composite_bwd")
+    counts = []
+    for n in (160, 161, 163, 176, 177, 190, 192, 207):
+        means, quats, scales, opac, _ = _scene(n, seed=n)
+        sh = (torch.randn(n, 16, 3, generator=torch.Generator().manual_seed(n)) * 0.3).to(DEV)
+        leaves = [t.clone().requires_grad_(True) for t in (means, quats, scales, opac, sh)]
+        img, alpha, info = rasterize_gaussians(*leaves, w2c, K, W, H, sh_degree=3, backend="triton")
+        (img.sum() + alpha.sum()).backward()
+        counts.append([_compiled_variants(getattr(kt._k(), k)) for k in names])
+    assert counts[-1] == counts[0], dict(zip(names, zip(counts[0], counts[-1])))
