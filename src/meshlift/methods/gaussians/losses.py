@@ -9,12 +9,22 @@ is the one of the 3DGS code (and of ``fused-ssim``): 11×11 Gaussian window (σ 
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 
 from meshlift.metrics.image import gaussian_window
 
 __all__ = ["ssim_same", "photometric_loss"]
+
+
+def _fused_available(device: torch.device) -> bool:
+    try:
+        from meshlift.kernels import splat_triton
+    except ImportError:  # pragma: no cover
+        return False
+    return splat_triton.is_available(device)
 
 _C1 = 0.01**2
 _C2 = 0.03**2
@@ -61,12 +71,26 @@ def ssim_same(pred: torch.Tensor, target: torch.Tensor, window: int = 11, sigma:
     return (num / den).mean()
 
 
-def photometric_loss(pred: torch.Tensor, target: torch.Tensor, ssim_lambda: float = 0.2) -> dict:
+def photometric_loss(pred: torch.Tensor, target: torch.Tensor, ssim_lambda: float = 0.2,
+                     fused: Optional[bool] = None) -> dict:
     """3DGS loss terms for ``pred``/``target`` ``[B, H, W, 3]``.
+
+    ``fused``: the SSIM through the fused Triton kernels of :mod:`meshlift.kernels.splat_ssim_triton`
+    (4 launches for forward + backward; the same definition as :func:`ssim_same`, its tested twin). None =
+    fused on CUDA when triton is available and ``target`` needs no gradient.
 
     Returns:
         ``{"loss", "l1", "ssim"}`` scalar tensors (``loss`` differentiable).
     """
     l1 = (pred - target).abs().mean()
-    s = ssim_same(pred, target) if ssim_lambda > 0 else torch.ones((), device=pred.device)
+    if fused is None:
+        fused = pred.is_cuda and not target.requires_grad and _fused_available(pred.device)
+    if ssim_lambda <= 0:
+        s = torch.ones((), device=pred.device)
+    elif fused:
+        from meshlift.kernels.splat_ssim_triton import ssim_mean
+
+        s = ssim_mean(pred, target)
+    else:
+        s = ssim_same(pred, target)
     return {"loss": (1.0 - ssim_lambda) * l1 + ssim_lambda * (1.0 - s), "l1": l1, "ssim": s}
