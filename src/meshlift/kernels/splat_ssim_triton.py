@@ -39,11 +39,13 @@ _WINDOWS: dict = {}
 
 
 def _window(window: int, sigma: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    from meshlift.metrics.image import gaussian_window
-
+    """Normalised 1-D Gaussian ``[window]`` (as :func:`meshlift.metrics.image.gaussian_window`), kept on
+    the device (a fresh host tensor per call would be a pageable copy: a host wait)."""
     key = (window, float(sigma), dtype, str(device))
     if key not in _WINDOWS:
-        _WINDOWS[key] = gaussian_window(window, sigma, dtype=dtype).to(device)
+        t = torch.arange(window, dtype=torch.float64) - (window - 1) / 2.0
+        w = torch.exp(-(t**2) / (2.0 * sigma**2))
+        _WINDOWS[key] = (w / w.sum()).to(device, dtype)
     return _WINDOWS[key]
 
 
