@@ -209,8 +209,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-gsplat", action="store_true")
     ap.add_argument("--fwd", nargs="+", default=["32:2", "32:1", "64:2", "16:2", "8:2"],
                     help="forward variants B:warps")
-    ap.add_argument("--bwd", nargs="+", default=["8:2", "8:1", "4:1", "4:2", "16:2", "16:1"],
-                    help="backward variants B:warps")
+    ap.add_argument("--bwd", nargs="+", default=["8:2", "8:1", "4:1", "4:1s", "4:2", "2:1", "2:1s", "16:2", "16:1"],
+                    help="backward variants B:warps, suffix s = skip batches that reach no pixel of the tile")
     ap.add_argument("--best", default=None, help="write the fastest 'FWD BWD' configuration of the first case here")
     ap.add_argument("--out", default=None)
     ap.add_argument("--device", default="cuda", help="cpu: smoke run under TRITON_INTERPRET=1 (not a benchmark)")
@@ -259,14 +259,21 @@ def main(argv=None) -> int:
             except Exception as e:  # noqa: BLE001
                 log(f"  fwd {spec}: failed {type(e).__name__}: {str(e)[:300]}")
         kt._BATCH, kt._WARPS = defaults[:2]
+        skip0 = getattr(kt, "_SKIP_EMPTY_BWD", None)
         for spec in args.bwd:
             B, w = spec.split(":")
+            if w.endswith("s"):
+                if skip0 is None:
+                    continue
+                w, kt._SKIP_EMPTY_BWD = w[:-1], True
+            elif skip0 is not None:
+                kt._SKIP_EMPTY_BWD = False
             kt._BATCH_BWD, kt._WARPS_BWD = int(B), int(w)
             try:
                 _, t, _, gr = composite_times(mid, W, H, args.repeats)
                 d = ", ".join(f"{rel(a, b):.1e}" for a, b in zip(gr, g0))
                 log(f"  bwd {spec:<12} {t:8.3f} ms  grads rel max|d| vs default (m2, con, op, feat) {d}")
-                if t < best_b[1]:
+                if t < best_b[1] and not spec.endswith("s"):
                     best_b = ((int(B), int(w)), t)
             except Exception as e:  # noqa: BLE001
                 log(f"  bwd {spec}: failed {type(e).__name__}: {str(e)[:300]}")
@@ -279,6 +286,8 @@ def main(argv=None) -> int:
                 with open(args.best, "w") as f:
                     f.write(" ".join(":".join(map(str, c)) for c in (best_f[0], best_b[0])) + "\n")
         kt._BATCH, kt._WARPS, kt._BATCH_BWD, kt._WARPS_BWD = defaults
+        if skip0 is not None:
+            kt._SKIP_EMPTY_BWD = skip0
         del mid
         if dev == "cuda":
             torch.cuda.empty_cache()

@@ -438,3 +438,14 @@ def test_gpu_no_recompilation_as_gaussian_and_intersection_counts_change():
         (img.sum() + alpha.sum()).backward()
         counts.append([_compiled_variants(getattr(kt._k(), k)) for k in names])
     assert counts[-1] == counts[0], dict(zip(names, zip(counts[0], counts[-1])))
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_composite_backward_with_and_without_skipping_empty_batches(monkeypatch, skip):
+    """The backward's optional skip of batches that reach no pixel of the tile gives the reference's
+    gradients (small faint Gaussians: many tile lists hold Gaussians whose ellipse misses the tile)."""
+    monkeypatch.setattr(kt, "_SKIP_EMPTY_BWD", skip)
+    res, _ = _composite_both(120, seed=14, W=40, H=34, ts=16, spread=0.5, scale=(0.004, 0.02))
+    _assert_close(res)
+    res, _ = _composite_both(70, seed=4, W=20, H=18, ts=16, spread=0.3, scale=(0.1, 0.4))
+    _assert_close(res)

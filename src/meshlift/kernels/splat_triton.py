@@ -51,6 +51,9 @@ _BATCH = 8  # Gaussians per forward step (unrolled, one Gaussian at a time)
 _WARPS = 2  # warps per forward tile program
 _BATCH_BWD = 4  # Gaussians per backward step, as a [B, 256] block
 _WARPS_BWD = 1  # warps per backward tile program
+# Backward: skip batches none of whose Gaussians reaches a pixel of the tile (same result). Not yet timed
+# on a GPU (benchmarks/splat_stages.py sweeps "4:1s" = skip on against "4:1"): off until measured.
+_SKIP_EMPTY_BWD = False
 _BATCH_STATS = 16  # the statistics pass ([B, 256] blocks)
 _WARPS_STATS = 4
 _TILE_KEY16 = True  # sort 16-bit tile ids when C * tiles < 32768
@@ -342,7 +345,7 @@ class _CompositeFn(torch.autograd.Function):
             nc, ng = _channel_groups(D)
             _k().composite_bwd[(n_tiles, ng)](off, fid, pk, ft, T, last, g_out, g_alpha, grec, gft, width, height,
                                               tiles_w, tiles_h, alpha_max, D, NC=nc, TS=ts, B=_BATCH_BWD,
-                                              num_warps=_WARPS_BWD)
+                                              SKIP=bool(_SKIP_EMPTY_BWD), num_warps=_WARPS_BWD)
         grec = grec.to(dt)
         return (grec[..., 0:2], grec[..., 2:5], grec[..., 5], gft.to(dt), None, None, None, None, None, None, None,
                 None, None)
