@@ -70,12 +70,24 @@ def stages(scene, w2c, K, W, H, reps):
     rows.append(("check_inputs", tcuda(lambda: sp._check_inputs(p["means"], p["quats"], p["scales"],
                                                                  p["opacities"], p["colors"], w2c, K, W, H, 0.01,
                                                                  1e10, None, "RGB", st), repeats=reps)))
+    import inspect
+
+    if "defer" in inspect.signature(sp._check_inputs).parameters:  # the Triton path's form: no read-back here
+        rows.append(("check_inputs (deferred)", tcuda(lambda: sp._check_inputs(
+            p["means"], p["quats"], p["scales"], p["opacities"], p["colors"], w2c, K, W, H, 0.01, 1e10, None, "RGB",
+            st, defer=True), repeats=reps)))
+    tw, th = sp.tile_grid(W, H, 16)
+    fused = "tile_size" in inspect.signature(kt.project_gaussians).parameters
     with torch.no_grad():
         proj_fn = lambda: kt.project_gaussians(p["means"], p["quats"], p["scales"], p["opacities"], w2c, K,  # noqa: E731
                                                W, H, 0.01, 1e10, 0.3, False, 0.0)
         rows.append(("projection fwd", tcuda(proj_fn, repeats=reps)))
+        if fused:
+            pf = lambda: kt.project_gaussians(p["means"], p["quats"], p["scales"], p["opacities"], w2c, K,  # noqa: E731
+                                              W, H, 0.01, 1e10, 0.3, False, 0.0, tile_size=16, tiles_w=tw, tiles_h=th)
+            rows.append(("projection fwd + counts/records", tcuda(pf, repeats=reps)))
+            counts = pf()["tile_counts"]
         proj = proj_fn()
-        tw, th = sp.tile_grid(W, H, 16)
         m2, rad, dep = proj["means2d"].contiguous(), proj["radii"].contiguous(), proj["depths"]
         C, N = dep.shape
         total = C * N
@@ -106,6 +118,9 @@ def stages(scene, w2c, K, W, H, reps):
         rows.append(("  offsets (searchsorted)", tcuda(lambda: torch.searchsorted(ts_, ar), repeats=reps)))
         isect = lambda: kt.isect_tiles(m2, rad, dep, 16, tw, th, with_keys=False)  # noqa: E731
         rows.append(("isect_tiles (whole)", tcuda(isect, repeats=reps)))
+        if fused:
+            rows.append(("isect_tiles (given counts)", tcuda(lambda: kt.isect_tiles(
+                m2, rad, dep, 16, tw, th, with_keys=False, counts=counts), repeats=reps)))
         _, fid, off = isect()
     per_tile = torch.diff(torch.cat([off.reshape(-1), off.new_tensor([fid.numel()])]))
     info = {"M": fid.numel(), "per_tile_mean": float(per_tile.float().mean()), "per_tile_max": int(per_tile.max())}
