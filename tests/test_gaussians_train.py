@@ -276,3 +276,47 @@ def _test_psnr_on(trainer, problem, degree, dev):
     ours, tg = render_views(trainer.params, problem.test, sh_degree=degree, background="white", near=trainer.near,
                             device=dev)
     return image_metrics(ours, tg, with_lpips=False)["psnr"]
+
+
+class _SyncCounter(TrainCallbacks):
+    """Counts the host synchronisations CUDA reports (``set_sync_debug_mode("warn")``) in steps
+    ``start + 1 .. end`` (1-based), read-backs of those steps included."""
+
+    def __init__(self, start, end):
+        import warnings
+
+        self.start, self.end, self.ctx, self.records, self.count = start, end, warnings.catch_warnings(record=True), \
+            None, None
+
+    def after_step(self, step, trainer):
+        import warnings
+
+        if step + 1 == self.start:
+            self.records = self.ctx.__enter__()
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+        elif step + 1 == self.end:
+            self.stop()
+
+    def stop(self) -> None:
+        if self.records is not None and self.count is None:
+            torch.cuda.set_sync_debug_mode("default")
+            self.ctx.__exit__(None, None, None)
+            self.count = sum("synchroniz" in str(w.message) for w in self.records)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_training_step_syncs(problem):
+    """On CUDA a training step makes the host wait once (the render's intersection count); the loss and
+    guard read-back adds two every ``readback_every`` steps; images stream from the CPU through pinned
+    buffers. Steps 21..60 (after a 20-step warm-up): at most 1.25 synchronisations per step."""
+    cfg = _cfg(steps=60, readback_every=20, densify=False, device="cuda", checkpoint_every=0,
+               checkpoint_every_s=0.0, preview_every=0)
+    cb = _SyncCounter(start=20, end=60)
+    tr = GaussianTrainer(cfg, problem, torch.device("cuda"), callbacks=cb)
+    try:
+        tr.train()
+    finally:
+        cb.stop()
+    assert tr.step == 60 and cb.count is not None and 30 <= cb.count <= 1.25 * 40, cb.count

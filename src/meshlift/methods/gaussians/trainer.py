@@ -407,11 +407,6 @@ class GaussianTrainer:
         loss, mse = self.dist.weighted_sum([losses["loss"].detach(), mse], self.share_weight)
         return loss, mse
 
-    def _finite(self, loss: torch.Tensor) -> bool:
-        with torch.no_grad():
-            flags = [torch.isfinite(loss)] + [torch.isfinite(p).all() for p in self.params.values()]
-            return bool(torch.stack(flags).all())
-
     def _params_finite(self) -> bool:
         """Every parameter is finite (one host read-back)."""
         with torch.no_grad():
