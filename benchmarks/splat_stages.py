@@ -70,12 +70,24 @@ def stages(scene, w2c, K, W, H, reps):
     rows.append(("check_inputs", tcuda(lambda: sp._check_inputs(p["means"], p["quats"], p["scales"],
                                                                  p["opacities"], p["colors"], w2c, K, W, H, 0.01,
                                                                  1e10, None, "RGB", st), repeats=reps)))
+    import inspect
+
+    if "defer" in inspect.signature(sp._check_inputs).parameters:  # the Triton path's form: no read-back here
+        rows.append(("check_inputs (deferred)", tcuda(lambda: sp._check_inputs(
+            p["means"], p["quats"], p["scales"], p["opacities"], p["colors"], w2c, K, W, H, 0.01, 1e10, None, "RGB",
+            st, defer=True), repeats=reps)))
+    tw, th = sp.tile_grid(W, H, 16)
+    fused = "tile_size" in inspect.signature(kt.project_gaussians).parameters
     with torch.no_grad():
         proj_fn = lambda: kt.project_gaussians(p["means"], p["quats"], p["scales"], p["opacities"], w2c, K,  # noqa: E731
                                                W, H, 0.01, 1e10, 0.3, False, 0.0)
         rows.append(("projection fwd", tcuda(proj_fn, repeats=reps)))
+        if fused:
+            pf = lambda: kt.project_gaussians(p["means"], p["quats"], p["scales"], p["opacities"], w2c, K,  # noqa: E731
+                                              W, H, 0.01, 1e10, 0.3, False, 0.0, tile_size=16, tiles_w=tw, tiles_h=th)
+            rows.append(("projection fwd + counts/records", tcuda(pf, repeats=reps)))
+            counts = pf()["tile_counts"]
         proj = proj_fn()
-        tw, th = sp.tile_grid(W, H, 16)
         m2, rad, dep = proj["means2d"].contiguous(), proj["radii"].contiguous(), proj["depths"]
         C, N = dep.shape
         total = C * N
@@ -89,14 +101,13 @@ def stages(scene, w2c, K, W, H, reps):
         order = torch.sort(d32, stable=True)[1]
 
         def cums():
-            cs = cnt[order].to(torch.int64)
-            e = torch.cumsum(cs, 0)
-            return int(e[-1]), e - cs
+            e = torch.cumsum(cnt[order], 0, dtype=torch.int64)
+            return int(e[-1]), e
         rows.append(("  gather+cumsum+readback", tcuda(cums, repeats=reps)))
-        M, starts = cums()
+        M, ends = cums()
         tiles = torch.empty(M, device=m2.device, dtype=torch.int32)
         gids = torch.empty(M, device=m2.device, dtype=torch.int64)
-        rows.append(("  key writer", tcuda(lambda: k.write_keys[g](order, starts, m2, rad, tiles, gids, total, N, 16,
+        rows.append(("  key writer", tcuda(lambda: k.write_keys[g](order, ends, m2, rad, tiles, gids, total, N, 16,
                                                                    tw, th, BLOCK=kt._BLOCK), repeats=reps)))
         rows.append(("  sort int32 tile ids", tcuda(lambda: torch.sort(tiles, stable=True), repeats=reps)))
         t16 = tiles.to(torch.int16)
@@ -107,6 +118,9 @@ def stages(scene, w2c, K, W, H, reps):
         rows.append(("  offsets (searchsorted)", tcuda(lambda: torch.searchsorted(ts_, ar), repeats=reps)))
         isect = lambda: kt.isect_tiles(m2, rad, dep, 16, tw, th, with_keys=False)  # noqa: E731
         rows.append(("isect_tiles (whole)", tcuda(isect, repeats=reps)))
+        if fused:
+            rows.append(("isect_tiles (given counts)", tcuda(lambda: kt.isect_tiles(
+                m2, rad, dep, 16, tw, th, with_keys=False, counts=counts), repeats=reps)))
         _, fid, off = isect()
     per_tile = torch.diff(torch.cat([off.reshape(-1), off.new_tensor([fid.numel()])]))
     info = {"M": fid.numel(), "per_tile_mean": float(per_tile.float().mean()), "per_tile_max": int(per_tile.max())}
@@ -210,8 +224,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-gsplat", action="store_true")
     ap.add_argument("--fwd", nargs="+", default=["32:2", "32:1", "64:2", "16:2", "8:2"],
                     help="forward variants B:warps")
-    ap.add_argument("--bwd", nargs="+", default=["8:2", "8:1", "4:1", "4:2", "16:2", "16:1"],
-                    help="backward variants B:warps")
+    ap.add_argument("--bwd", nargs="+", default=["8:2", "8:1", "4:1", "4:1s", "4:2", "2:1", "2:1s", "16:2", "16:1"],
+                    help="backward variants B:warps, suffix s = skip batches that reach no pixel of the tile")
     ap.add_argument("--best", default=None, help="write the fastest 'FWD BWD' configuration of the first case here")
     ap.add_argument("--out", default=None)
     ap.add_argument("--device", default="cuda", help="cpu: smoke run under TRITON_INTERPRET=1 (not a benchmark)")
@@ -260,14 +274,21 @@ def main(argv=None) -> int:
             except Exception as e:  # noqa: BLE001
                 log(f"  fwd {spec}: failed {type(e).__name__}: {str(e)[:300]}")
         kt._BATCH, kt._WARPS = defaults[:2]
+        skip0 = getattr(kt, "_SKIP_EMPTY_BWD", None)
         for spec in args.bwd:
             B, w = spec.split(":")
+            if w.endswith("s"):
+                if skip0 is None:
+                    continue
+                w, kt._SKIP_EMPTY_BWD = w[:-1], True
+            elif skip0 is not None:
+                kt._SKIP_EMPTY_BWD = False
             kt._BATCH_BWD, kt._WARPS_BWD = int(B), int(w)
             try:
                 _, t, _, gr = composite_times(mid, W, H, args.repeats)
                 d = ", ".join(f"{rel(a, b):.1e}" for a, b in zip(gr, g0))
                 log(f"  bwd {spec:<12} {t:8.3f} ms  grads rel max|d| vs default (m2, con, op, feat) {d}")
-                if t < best_b[1]:
+                if t < best_b[1] and not spec.endswith("s"):
                     best_b = ((int(B), int(w)), t)
             except Exception as e:  # noqa: BLE001
                 log(f"  bwd {spec}: failed {type(e).__name__}: {str(e)[:300]}")
@@ -280,6 +301,8 @@ def main(argv=None) -> int:
                 with open(args.best, "w") as f:
                     f.write(" ".join(":".join(map(str, c)) for c in (best_f[0], best_b[0])) + "\n")
         kt._BATCH, kt._WARPS, kt._BATCH_BWD, kt._WARPS_BWD = defaults
+        if skip0 is not None:
+            kt._SKIP_EMPTY_BWD = skip0
         del mid
         if dev == "cuda":
             torch.cuda.empty_cache()

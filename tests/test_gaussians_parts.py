@@ -192,3 +192,25 @@ def test_ssim_same_gradcheck():
     x = torch.rand(1, 12, 12, 1, dtype=torch.float64, requires_grad=True)
     y = torch.rand(1, 12, 12, 1, dtype=torch.float64)
     assert torch.autograd.gradcheck(lambda a: ssim_same(a, y), (x,))
+
+
+def test_strategy_statistics_two_cameras_closed_form():
+    """Per step, per Gaussian: Σ over cameras that see it of ‖(gx·W/2·C, gy·H/2·C)‖ and the count of those
+    cameras (3DGS's NDC gradient norm; invisible pairs add nothing, even with a NaN gradient)."""
+    n, W, H = 4, 80, 40
+    s = DefaultStrategy(refine_start=100, refine_every=100, reset_every=0, scene_scale=1.0)
+    params, _ = _params_and_opts(_random_gaussians(n, 1))
+    state = s.initialize_state()
+    means2d = torch.zeros(2, n, 2, requires_grad=True)
+    g = torch.tensor([[[1e-3, 2e-3], [0.0, 1e-3], [4e-3, 0.0], [5.0, 5.0]],
+                      [[3e-3, 0.0], [1e-3, 1e-3], [float("nan"), 1.0], [0.0, 0.0]]])
+    means2d.grad = g
+    radii = torch.tensor([[[3, 3], [2, 0], [1, 1], [0, 0]], [[4, 2], [5, 5], [0, 0], [0, 0]]], dtype=torch.int32)
+    info = {"means2d": means2d, "radii": radii, "width": W, "height": H, "n_cameras": 2}
+    for _ in range(2):
+        s.step_post_backward(params, {}, state, step=1, info=info)
+    sx, sy = W / 2 * 2, H / 2 * 2
+    norm = lambda gx, gy: math.hypot(gx * sx, gy * sy)  # noqa: E731
+    want = [norm(1e-3, 2e-3) + norm(3e-3, 0.0), norm(1e-3, 1e-3) + norm(0.0, 1e-3), norm(4e-3, 0.0), 0.0]
+    assert torch.allclose(state["grad2d"], 2 * torch.tensor(want), rtol=1e-5, atol=0)
+    assert state["count"].tolist() == [4.0, 4.0, 2.0, 0.0]

@@ -154,6 +154,21 @@ def test_nan_guard_stops_cleanly_on_recurrence(problem, tmp_path):
     assert ck["step"] == 8 and all(torch.isfinite(v).all() for v in ck["params"].values())
 
 
+def test_deferred_readback_guard_rolls_back_to_the_checkpoint(problem):
+    """readback_every=5 (the GPU mode, here on the CPU): the NaN of step index 10 is found at the read-back
+    after the last step (14), the run goes back to the checkpoint after 8 steps (a checkpoint is always read
+    back first) and redoes 8..13; the history is one row per step, each with its Gaussian count."""
+    cb = _NaNGrad({10})
+    tr = GaussianTrainer(_cfg(steps=14, readback_every=5), problem, CPU, callbacks=cb)
+    tr.train()
+    assert cb.runs[7] == 1 and cb.runs[8] == 2 and cb.runs[13] == 2
+    assert tr.recoveries == 1 and tr.lr_factor == 0.5 and tr.step == 14
+    assert all(torch.isfinite(p).all() for p in tr.params.values())
+    hist = tr.state.history
+    assert [h["iteration"] for h in hist] == list(range(1, 15))
+    assert all(h["gaussians"] > 0 for h in hist) and hist[-1]["gaussians"] == tr.num_gaussians
+
+
 def test_absurd_learning_rate_is_caught(problem, tmp_path):
     """A log-scale step of 1000 overflows exp(): NaN loss, rollback, halving, then the clean stop."""
     with pytest.raises(DivergenceError, match="Lower the learning rates"):
@@ -261,3 +276,47 @@ def _test_psnr_on(trainer, problem, degree, dev):
     ours, tg = render_views(trainer.params, problem.test, sh_degree=degree, background="white", near=trainer.near,
                             device=dev)
     return image_metrics(ours, tg, with_lpips=False)["psnr"]
+
+
+class _SyncCounter(TrainCallbacks):
+    """Counts the host synchronisations CUDA reports (``set_sync_debug_mode("warn")``) in steps
+    ``start + 1 .. end`` (1-based), read-backs of those steps included."""
+
+    def __init__(self, start, end):
+        import warnings
+
+        self.start, self.end, self.ctx, self.records, self.count = start, end, warnings.catch_warnings(record=True), \
+            None, None
+
+    def after_step(self, step, trainer):
+        import warnings
+
+        if step + 1 == self.start:
+            self.records = self.ctx.__enter__()
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+        elif step + 1 == self.end:
+            self.stop()
+
+    def stop(self) -> None:
+        if self.records is not None and self.count is None:
+            torch.cuda.set_sync_debug_mode("default")
+            self.ctx.__exit__(None, None, None)
+            self.count = sum("synchroniz" in str(w.message) for w in self.records)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_training_step_syncs(problem):
+    """On CUDA a training step makes the host wait once (the render's intersection count); the loss and
+    guard read-back adds two every ``readback_every`` steps; images stream from the CPU through pinned
+    buffers. Steps 21..60 (after a 20-step warm-up): at most 1.25 synchronisations per step."""
+    cfg = _cfg(steps=60, readback_every=20, densify=False, device="cuda", checkpoint_every=0,
+               checkpoint_every_s=0.0, preview_every=0)
+    cb = _SyncCounter(start=20, end=60)
+    tr = GaussianTrainer(cfg, problem, torch.device("cuda"), callbacks=cb)
+    try:
+        tr.train()
+    finally:
+        cb.stop()
+    assert tr.step == 60 and cb.count is not None and 30 <= cb.count <= 1.25 * 40, cb.count

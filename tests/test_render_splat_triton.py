@@ -348,3 +348,104 @@ def test_count_bad_gaussians_matches_the_torch_checks():
     got = kt.count_bad_gaussians(m, q, s, o).tolist()
     assert got == [2, 2, 3, 3]
     assert kt.count_bad_gaussians(m[:0], q[:0], s[:0], o[:0]).tolist() == [0, 0, 0, 0]
+
+
+def test_projection_writes_the_tile_counts_and_records_of_binning_and_compositing():
+    """project_gaussians(tile_size=...) fills, in its one launch, exactly the tile counts of the count
+    kernel and the float32 screen records the compositing would pack; isect_tiles(counts=) then gives the
+    same lists."""
+    W, H = 50, 37
+    w2c, K = (t.to(DEV, torch.float32) for t in camera(W, H, 40.0, C=2))
+    means, quats, scales, opac, _ = _scene(60, seed=2)
+    tw, th = ref.tile_grid(W, H, 16)
+    pr = kt.project_gaussians(means, quats, scales, opac, w2c, K, W, H, 0.01, 1e10, tile_size=16, tiles_w=tw,
+                              tiles_h=th)
+    plain = kt.project_gaussians(means, quats, scales, opac, w2c, K, W, H, 0.01, 1e10)
+    for k in ("means2d", "conics", "depths", "opacities", "radii"):
+        assert torch.equal(pr[k], plain[k]), k
+    cnt = torch.zeros(2 * 60, dtype=torch.int32, device=DEV)
+    kt._k().tile_bounds[kt._grid(120, kt._BLOCK)](pr["means2d"], pr["radii"], cnt, 120, 16, tw, th, BLOCK=kt._BLOCK)
+    assert torch.equal(pr["tile_counts"], cnt) and int(cnt.sum()) > 60
+    assert torch.equal(pr["records"], kt._pack_records(pr["means2d"], pr["conics"], pr["opacities"]))
+    a = kt.isect_tiles(pr["means2d"], pr["radii"], pr["depths"], 16, tw, th)
+    seen = []
+    b = kt.isect_tiles(pr["means2d"], pr["radii"], pr["depths"], 16, tw, th, counts=pr["tile_counts"],
+                       readback_extra=torch.tensor([7, 0], device=DEV), on_readback=seen.append)
+    assert seen == [[7, 0]]
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+    r = ref.isect_tiles(pr["means2d"], pr["radii"], pr["depths"], 16, tw, th)
+    assert torch.equal(r[1], b[1]) and torch.equal(r[2], b[2])
+
+
+def test_count_bad_gaussians_also_counts_colour_entries():
+    m, q, s, o, c = _scene(40, seed=12)
+    sh = torch.zeros(40, 16, 3, device=DEV)
+    sh[3, 5, 1] = float("nan")
+    sh[9, 0, 0] = float("inf")
+    sh[9, 1, 2] = float("-inf")
+    assert kt.count_bad_gaussians(m, q, s, o, sh).tolist() == [0, 0, 0, 0, 3]
+    q[2] = 0.0
+    assert kt.count_bad_gaussians(m, q, s, o, c).tolist() == [0, 1, 0, 0, 0]
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_bad_values_raise_on_both_backends(backend):
+    """The Triton path reads its input checks back with the intersection count (no separate sync): the same
+    errors as the torch path, raised before any output."""
+    from meshlift.errors import RenderError
+
+    W, H = 16, 16
+    w2c, K = (t.to(DEV, torch.float32) for t in camera(W, H, 20.0))
+    means, quats, scales, opac, colors = _scene(10, seed=13)
+    colors[4, 1] = float("nan")
+    with pytest.raises(RenderError, match="colors has 1 entries with NaN/Inf"):
+        rasterize_gaussians(means, quats, scales, opac, colors, w2c, K, W, H, backend=backend)
+    colors[4, 1] = 0.5
+    scales[2, 0] = -1.0
+    with pytest.raises(RenderError, match="scales has 1 entries"):
+        rasterize_gaussians(means, quats, scales, opac, colors, w2c, K, W, H, backend=backend)
+    img, _, _ = rasterize_gaussians(means, quats, scales, opac, colors, w2c, K, W, H, backend=backend,
+                                    settings=SplatSettings(check_inputs=False))
+    assert img.shape == (1, H, W, 3)
+
+
+def _compiled_variants(fn) -> int:
+    """Compiled specialisations of a Triton JIT function (its in-memory cache; API differs by version)."""
+    caches = getattr(fn, "device_caches", None)
+    if caches is not None:
+        return sum(len(v[0]) for v in caches.values())
+    cache = getattr(fn, "cache", None)
+    if cache is None:
+        pytest.skip("this triton version exposes no kernel cache")
+    return sum(len(v) for v in cache.values())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_no_recompilation_as_gaussian_and_intersection_counts_change():
+    """Training changes N (densification) and the intersection count every step: the kernels must not
+    compile a new variant for each divisibility of those counts (seconds per compile)."""
+    W, H = 64, 48
+    w2c, K = (t.to(DEV, torch.float32) for t in camera(W, H, 50.0))
+    names = ("project_fwd", "project_bwd", "sh_fwd", "sh_bwd", "write_keys", "composite_fwd", "composite_bwd")
+    counts = []
+    for n in (160, 161, 163, 176, 177, 190, 192, 207):
+        means, quats, scales, opac, _ = _scene(n, seed=n)
+        sh = (torch.randn(n, 16, 3, generator=torch.Generator().manual_seed(n)) * 0.3).to(DEV)
+        leaves = [t.clone().requires_grad_(True) for t in (means, quats, scales, opac, sh)]
+        img, alpha, info = rasterize_gaussians(*leaves, w2c, K, W, H, sh_degree=3, backend="triton")
+        (img.sum() + alpha.sum()).backward()
+        counts.append([_compiled_variants(getattr(kt._k(), k)) for k in names])
+    assert counts[-1] == counts[0], dict(zip(names, zip(counts[0], counts[-1])))
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_composite_backward_with_and_without_skipping_empty_batches(monkeypatch, skip):
+    """The backward's optional skip of batches that reach no pixel of the tile gives the reference's
+    gradients (small faint Gaussians: many tile lists hold Gaussians whose ellipse misses the tile)."""
+    monkeypatch.setattr(kt, "_SKIP_EMPTY_BWD", skip)
+    res, _ = _composite_both(120, seed=14, W=40, H=34, ts=16, spread=0.5, scale=(0.004, 0.02))
+    _assert_close(res)
+    res, _ = _composite_both(70, seed=4, W=20, H=18, ts=16, spread=0.3, scale=(0.1, 0.4))
+    _assert_close(res)

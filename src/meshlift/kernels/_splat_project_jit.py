@@ -7,6 +7,13 @@ flat, contiguous tensors; conventions: docs/conventions.md §11.
 import triton
 import triton.language as tl
 
+# Integer arguments that follow the Gaussian or intersection counts are marked ``do_not_specialize``: Triton
+# would otherwise compile a new variant whenever such a count changes its divisibility by 16 (or equals 1),
+# i.e. after densification steps and as the intersection count changes: the likely source of the
+# multi-second training steps of the H200 run of 2026-12-01 (median step 7.6 ms, mean 90.6 ms).
+
+from meshlift.kernels._splat_raster_jit import _ceil_f, _floor_f
+
 @triton.jit
 def _ceil_pos(x):
     t = x.to(tl.int32)
@@ -14,10 +21,12 @@ def _ceil_pos(x):
 
 
 # ------------------------------------------------------------------ projection forward
-@triton.jit
+@triton.jit(do_not_specialize=["C", "N"])
 def project_fwd(means, quats, scales, opac, w2c, Ks, out_m2, out_con, out_dep, out_rad, out_op, out_comp,
-                C, N, width, height, near, far, eps2d, radius_clip,
-                ANTIALIASED: tl.constexpr, BLOCK: tl.constexpr):
+                out_cnt, out_pk, C, N, width, height, near, far, eps2d, radius_clip, tile_size, tiles_w, tiles_h,
+                ANTIALIASED: tl.constexpr, BIN: tl.constexpr, BLOCK: tl.constexpr):
+    """Projection; with ``BIN`` also each pair's tile count (as ``tile_bounds``) into ``out_cnt`` and its
+    float32 screen record (u, v, conic, opacity; as ``_pack_records``) into ``out_pk [C*N, 6]``."""
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = i < C * N
     c = i // N
@@ -146,12 +155,38 @@ def project_fwd(means, quats, scales, opac, w2c, Ks, out_m2, out_con, out_dep, o
     tl.store(out_rad + i * 2 + 1, tl.where(ok, ry, 0), mask=m)
     tl.store(out_op + i, op, mask=m)
     tl.store(out_comp + i, comp, mask=m)
+    if BIN:
+        # the same float32 arithmetic as tile_bounds / write_keys on the stored values
+        ca = vc / det_s
+        cb = -v01 / det_s
+        cc = va / det_s
+        rxs = tl.where(ok, rx, 0)
+        rys = tl.where(ok, ry, 0)
+        uf = u.to(tl.float32)
+        vf = v.to(tl.float32)
+        rxf2 = rxs.to(tl.float32)
+        ryf2 = rys.to(tl.float32)
+        ts = tile_size * 1.0
+        x0 = tl.minimum(tl.maximum(_floor_f(uf - rxf2, ts), 0), tiles_w)
+        x1 = tl.minimum(tl.maximum(_ceil_f(uf + rxf2, ts), 0), tiles_w)
+        y0 = tl.minimum(tl.maximum(_floor_f(vf - ryf2, ts), 0), tiles_h)
+        y1 = tl.minimum(tl.maximum(_ceil_f(vf + ryf2, ts), 0), tiles_h)
+        vis = (rxs > 0) & (rys > 0)
+        tl.store(out_cnt + i, tl.where(vis, (x1 - x0) * (y1 - y0), 0), mask=m)
+        tl.store(out_pk + i * 6 + 0, uf, mask=m)
+        tl.store(out_pk + i * 6 + 1, vf, mask=m)
+        tl.store(out_pk + i * 6 + 2, ca.to(tl.float32), mask=m)
+        tl.store(out_pk + i * 6 + 3, cb.to(tl.float32), mask=m)
+        tl.store(out_pk + i * 6 + 4, cc.to(tl.float32), mask=m)
+        tl.store(out_pk + i * 6 + 5, op.to(tl.float32), mask=m)
 
 # ------------------------------------------------------------------ projection backward
-@triton.jit
+@triton.jit(do_not_specialize=["C", "N"])
 def project_bwd(means, quats, scales, opac, w2c, Ks, radii, g_m2, g_con, g_dep, g_op,
-                o_gm, o_gq, o_gs, o_go, C, N, width, height, near, far, eps2d,
+                o_gm, o_gq, o_gs, o_go, C, N, width, height, near, far, eps2d, S_M2, S_CON, S_OP,
                 ANTIALIASED: tl.constexpr, BLOCK: tl.constexpr):
+    """``S_M2``, ``S_CON``, ``S_OP``: row strides (elements) of the incoming gradients, so the slices of
+    the compositing's gradient record are read in place."""
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = i < C * N
     c = i // N
@@ -186,13 +221,13 @@ def project_bwd(means, quats, scales, opac, w2c, Ks, radii, g_m2, g_con, g_dep, 
     cx = tl.load(kb + 2, mask=m, other=0.0)
     fy = tl.load(kb + 4, mask=m, other=1.0)
     cy = tl.load(kb + 5, mask=m, other=0.0)
-    gu = tl.load(g_m2 + i * 2 + 0, mask=m, other=0.0)
-    gv = tl.load(g_m2 + i * 2 + 1, mask=m, other=0.0)
-    gA = tl.load(g_con + i * 3 + 0, mask=m, other=0.0)
-    gB = tl.load(g_con + i * 3 + 1, mask=m, other=0.0)
-    gC = tl.load(g_con + i * 3 + 2, mask=m, other=0.0)
+    gu = tl.load(g_m2 + i * S_M2 + 0, mask=m, other=0.0)
+    gv = tl.load(g_m2 + i * S_M2 + 1, mask=m, other=0.0)
+    gA = tl.load(g_con + i * S_CON + 0, mask=m, other=0.0)
+    gB = tl.load(g_con + i * S_CON + 1, mask=m, other=0.0)
+    gC = tl.load(g_con + i * S_CON + 2, mask=m, other=0.0)
     gdep = tl.load(g_dep + i, mask=m, other=0.0)
-    gop = tl.load(g_op + i, mask=m, other=0.0)
+    gop = tl.load(g_op + i * S_OP, mask=m, other=0.0)
     # ---- recompute the forward
     qn = tl.maximum(tl.sqrt(qw0 * qw0 + qx0 * qx0 + qy0 * qy0 + qz0 * qz0), 1e-12)
     qw = qw0 / qn
@@ -437,7 +472,7 @@ def _sh_dot(coef, base, k, bk, m, r, g, b):
     return r, g, b
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["C", "N"])
 def sh_fwd(means, campos, coef, out, C, N, KS, DEG: tl.constexpr, BLOCK: tl.constexpr):
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = i < C * N
@@ -483,7 +518,7 @@ def _sh_bwd_term(coef, gcoef, base, obase, k, bk, m, gr, gg, gb, ddx, ddy, ddz, 
     return vx + s * ddx, vy + s * ddy, vz + s * ddz
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["C", "N"])
 def sh_bwd(means, campos, coef, g_out, o_gcoef, o_gmeans, C, N, KS, DEG: tl.constexpr, BLOCK: tl.constexpr):
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = i < C * N
@@ -602,10 +637,17 @@ def _bad(x):
     return (x - x) != 0  # NaN or +-Inf
 
 
-@triton.jit
-def count_bad_gaussians(means, quats, scales, opac, out, N, BLOCK: tl.constexpr):
+@triton.jit(do_not_specialize=["N", "E"])
+def count_bad_gaussians(means, quats, scales, opac, colors, out, N, E, HAS_COLORS: tl.constexpr,
+                        BLOCK: tl.constexpr):
     """out[0..3] += rows of means (non-finite), quats (non-finite or zero), scales (non-finite or < 0),
-    opacities (non-finite or outside [0, 1])."""
+    opacities (non-finite or outside [0, 1]); with ``HAS_COLORS`` out[4] += non-finite entries of the
+    flat ``colors [E]`` (the grid covers max(N, E) / BLOCK programs)."""
+    if HAS_COLORS:
+        e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        me = e < E
+        bc = me & _bad(tl.load(colors + e, mask=me, other=0.0))
+        tl.atomic_add(out + 4, tl.sum(bc.to(tl.int32), axis=0))
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = i < N
     bm = m & (_bad(tl.load(means + i * 3, mask=m, other=0.0)) | _bad(tl.load(means + i * 3 + 1, mask=m, other=0.0))

@@ -7,6 +7,11 @@ docs/conventions.md §11.
 import triton
 import triton.language as tl
 
+# Integer arguments that follow the Gaussian or intersection counts are marked ``do_not_specialize``: Triton
+# would otherwise compile a new variant whenever such a count changes its divisibility by 16 (or equals 1),
+# i.e. after densification steps and as the intersection count changes: the likely source of the
+# multi-second training steps of the H200 run of 2026-12-01 (median step 7.6 ms, mean 90.6 ms).
+
 @triton.jit
 def _floor_f(x, ts):
     q = x / ts
@@ -20,7 +25,7 @@ def _ceil_f(x, ts):
     return t + (t.to(tl.float32) < q).to(tl.int32)
 
 # ------------------------------------------------------------------ tile binning
-@triton.jit
+@triton.jit(do_not_specialize=["total"])
 def tile_bounds(m2, radii, out_cnt, total, tile_size, tiles_w, tiles_h, BLOCK: tl.constexpr):
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = i < total
@@ -37,13 +42,15 @@ def tile_bounds(m2, radii, out_cnt, total, tile_size, tiles_w, tiles_h, BLOCK: t
     cnt = tl.where(vis, (x1 - x0) * (y1 - y0), 0)
     tl.store(out_cnt + i, cnt, mask=m)
 
-@triton.jit
-def write_keys(order, starts, m2, radii, out_tile, out_gid, total, N, tile_size, tiles_w, tiles_h,
+@triton.jit(do_not_specialize=["total", "N"])
+def write_keys(order, ends, m2, radii, out_tile, out_gid, total, N, tile_size, tiles_w, tiles_h,
                BLOCK: tl.constexpr):
+    """Pair ``order[j]`` writes its ``cnt`` tile ids and Gaussian ids at ``ends[j] - cnt ...`` (``ends``:
+    inclusive cumulative counts in depth order)."""
     j = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = j < total
     g = tl.load(order + j, mask=m, other=0)
-    st = tl.load(starts + j, mask=m, other=0)
+    end = tl.load(ends + j, mask=m, other=0)
     u = tl.load(m2 + g * 2, mask=m, other=0.0).to(tl.float32)
     v = tl.load(m2 + g * 2 + 1, mask=m, other=0.0).to(tl.float32)
     rx = tl.load(radii + g * 2, mask=m, other=0).to(tl.float32)
@@ -56,6 +63,7 @@ def write_keys(order, starts, m2, radii, out_tile, out_gid, total, N, tile_size,
     y1 = tl.minimum(tl.maximum(_ceil_f(v + ry, ts), 0), tiles_h)
     bw = tl.maximum(x1 - x0, 1)
     cnt = tl.where(vis, (x1 - x0) * (y1 - y0), 0)
+    st = end - cnt
     cam = g // N
     kmax = tl.max(cnt, axis=0)
     for k in range(0, kmax):
@@ -101,9 +109,65 @@ def _load_rec(pk, g, bm):
 
 
 @triton.jit
+def _bwd_batch(flat_ids, pk, feat, o_grec, o_gfeat, g, idx, bm, gx, gy, ca, cb, cc, go, dx, dy, raw, vis, inc,
+               pxf, pyf, last, T, S, tgT, gi0, gi1, gi2, gi3, kB, k0, D, alpha_max, NC: tl.constexpr):
+    """Gradients of one back-to-front batch ``[B, 256]`` of a tile (see composite_bwd); returns the
+    transmittance in front of the batch and the colour sum behind it."""
+    a = tl.where(inc, tl.minimum(raw, alpha_max), 0.0)
+    om = 1.0 - a
+    cp = tl.cumprod(om, axis=0)
+    # T is the transmittance behind this batch; in front of it T / prod(1 - a) (>= T since only
+    # included Gaussians count and T >= 1e-4, so the product cannot underflow); in front of
+    # Gaussian i: T_start * prod_{j < i} (1 - a_j)
+    T_start = tl.fdiv(T, tl.min(cp, axis=0), ieee_rounding=False)
+    t_i = tl.fdiv(T_start[None, :] * cp, om, ieee_rounding=False)
+    w = a * t_i
+    f0 = tl.load(feat + g * D + k0, mask=bm & (kB < D), other=0.0)
+    fg = f0[:, None] * gi0[None, :]
+    if NC > 1:
+        f1 = tl.load(feat + g * D + k0 + 1, mask=bm & (kB + 1 < D), other=0.0)
+        fg += f1[:, None] * gi1[None, :]
+    if NC > 2:
+        f2 = tl.load(feat + g * D + k0 + 2, mask=bm & (kB + 2 < D), other=0.0)
+        fg += f2[:, None] * gi2[None, :]
+    if NC > 3:
+        f3 = tl.load(feat + g * D + k0 + 3, mask=bm & (kB + 3 < D), other=0.0)
+        fg += f3[:, None] * gi3[None, :]
+    wfg = w * fg
+    cw = tl.cumsum(wfg, axis=0)
+    totw = tl.sum(wfg, axis=0)
+    S_i = S[None, :] + (totw[None, :] - cw)  # contributions behind i
+    ga = t_i * fg - tl.fdiv(S_i + tgT[None, :], om, ieee_rounding=False)
+    ga = tl.where(inc & (raw < alpha_max), ga, 0.0)
+    gsig = -ga * raw
+    gsx = gsig * dx
+    gsy = gsig * dy
+    sx = tl.sum(gsx, axis=1)
+    sy = tl.sum(gsy, axis=1)
+    any_c = bm & (tl.max(inc.to(tl.int32), axis=1) > 0)
+    tl.atomic_add(o_grec + g * 6 + 5, tl.sum(ga * vis, axis=1), mask=any_c)
+    tl.atomic_add(o_grec + g * 6, ca * sx + cb * sy, mask=any_c)
+    tl.atomic_add(o_grec + g * 6 + 1, cc * sy + cb * sx, mask=any_c)
+    tl.atomic_add(o_grec + g * 6 + 2, 0.5 * tl.sum(gsx * dx, axis=1), mask=any_c)
+    tl.atomic_add(o_grec + g * 6 + 3, tl.sum(gsx * dy, axis=1), mask=any_c)
+    tl.atomic_add(o_grec + g * 6 + 4, 0.5 * tl.sum(gsy * dy, axis=1), mask=any_c)
+    tl.atomic_add(o_gfeat + g * D + k0, tl.sum(w * gi0[None, :], axis=1), mask=any_c & (kB < D))
+    if NC > 1:
+        tl.atomic_add(o_gfeat + g * D + k0 + 1, tl.sum(w * gi1[None, :], axis=1), mask=any_c & (kB + 1 < D))
+    if NC > 2:
+        tl.atomic_add(o_gfeat + g * D + k0 + 2, tl.sum(w * gi2[None, :], axis=1), mask=any_c & (kB + 2 < D))
+    if NC > 3:
+        tl.atomic_add(o_gfeat + g * D + k0 + 3, tl.sum(w * gi3[None, :], axis=1), mask=any_c & (kB + 3 < D))
+    return T_start, S + totw
+
+
+@triton.jit
 def composite_bwd(offsets, flat_ids, pk, feat, T_final, last_ids, g_feat, g_alpha, o_grec, o_gfeat, width,
                   height, tiles_w, tiles_h, alpha_max, D, NC: tl.constexpr, TS: tl.constexpr,
-                  B: tl.constexpr):
+                  B: tl.constexpr, SKIP: tl.constexpr):
+    """``SKIP``: test first whether any Gaussian of a batch contributes to any pixel of the tile, and
+    skip the batch's reductions and atomics when none does (the result is the same: such a batch changes
+    neither the transmittance nor the colour sum)."""
     tile = tl.program_id(0)
     grp = tl.program_id(1)
     pix, inimg, pxf, pyf = _tile_pixels(tile, tiles_w, tiles_h, width, height, TS)
@@ -145,53 +209,14 @@ def composite_bwd(offsets, flat_ids, pk, feat, T_final, last_ids, g_feat, g_alph
         vis = tl.exp(-sig)
         raw = go[:, None] * vis
         inc = bm[:, None] & (sig >= 0) & (raw >= 1.0 / 255.0) & (idx[:, None] <= last[None, :])
-        a = tl.where(inc, tl.minimum(raw, alpha_max), 0.0)
-        om = 1.0 - a
-        cp = tl.cumprod(om, axis=0)
-        # T is the transmittance behind this batch; in front of it T / prod(1 - a) (>= T since only
-        # included Gaussians count and T >= 1e-4, so the product cannot underflow); in front of
-        # Gaussian i: T_start * prod_{j < i} (1 - a_j)
-        T_start = tl.fdiv(T, tl.min(cp, axis=0), ieee_rounding=False)
-        t_i = tl.fdiv(T_start[None, :] * cp, om, ieee_rounding=False)
-        w = a * t_i
-        f0 = tl.load(feat + g * D + k0, mask=bm & (kB < D), other=0.0)
-        fg = f0[:, None] * gi0[None, :]
-        if NC > 1:
-            f1 = tl.load(feat + g * D + k0 + 1, mask=bm & (kB + 1 < D), other=0.0)
-            fg += f1[:, None] * gi1[None, :]
-        if NC > 2:
-            f2 = tl.load(feat + g * D + k0 + 2, mask=bm & (kB + 2 < D), other=0.0)
-            fg += f2[:, None] * gi2[None, :]
-        if NC > 3:
-            f3 = tl.load(feat + g * D + k0 + 3, mask=bm & (kB + 3 < D), other=0.0)
-            fg += f3[:, None] * gi3[None, :]
-        wfg = w * fg
-        cw = tl.cumsum(wfg, axis=0)
-        totw = tl.sum(wfg, axis=0)
-        S_i = S[None, :] + (totw[None, :] - cw)  # contributions behind i
-        ga = t_i * fg - tl.fdiv(S_i + tgT[None, :], om, ieee_rounding=False)
-        ga = tl.where(inc & (raw < alpha_max), ga, 0.0)
-        gsig = -ga * raw
-        gsx = gsig * dx
-        gsy = gsig * dy
-        sx = tl.sum(gsx, axis=1)
-        sy = tl.sum(gsy, axis=1)
-        any_c = bm & (tl.max(inc.to(tl.int32), axis=1) > 0)
-        tl.atomic_add(o_grec + g * 6 + 5, tl.sum(ga * vis, axis=1), mask=any_c)
-        tl.atomic_add(o_grec + g * 6, ca * sx + cb * sy, mask=any_c)
-        tl.atomic_add(o_grec + g * 6 + 1, cc * sy + cb * sx, mask=any_c)
-        tl.atomic_add(o_grec + g * 6 + 2, 0.5 * tl.sum(gsx * dx, axis=1), mask=any_c)
-        tl.atomic_add(o_grec + g * 6 + 3, tl.sum(gsx * dy, axis=1), mask=any_c)
-        tl.atomic_add(o_grec + g * 6 + 4, 0.5 * tl.sum(gsy * dy, axis=1), mask=any_c)
-        tl.atomic_add(o_gfeat + g * D + k0, tl.sum(w * gi0[None, :], axis=1), mask=any_c & (kB < D))
-        if NC > 1:
-            tl.atomic_add(o_gfeat + g * D + k0 + 1, tl.sum(w * gi1[None, :], axis=1), mask=any_c & (kB + 1 < D))
-        if NC > 2:
-            tl.atomic_add(o_gfeat + g * D + k0 + 2, tl.sum(w * gi2[None, :], axis=1), mask=any_c & (kB + 2 < D))
-        if NC > 3:
-            tl.atomic_add(o_gfeat + g * D + k0 + 3, tl.sum(w * gi3[None, :], axis=1), mask=any_c & (kB + 3 < D))
-        T = T_start
-        S = S + totw
+        if SKIP:
+            if tl.max(tl.max(inc.to(tl.int32), axis=1), axis=0) > 0:
+                T, S = _bwd_batch(flat_ids, pk, feat, o_grec, o_gfeat, g, idx, bm, gx, gy, ca, cb, cc, go, dx, dy,
+                                  raw, vis, inc, pxf, pyf, last, T, S, tgT, gi0, gi1, gi2, gi3, kB, k0, D, alpha_max,
+                                  NC)
+        else:
+            T, S = _bwd_batch(flat_ids, pk, feat, o_grec, o_gfeat, g, idx, bm, gx, gy, ca, cb, cc, go, dx, dy, raw,
+                              vis, inc, pxf, pyf, last, T, S, tgT, gi0, gi1, gi2, gi3, kB, k0, D, alpha_max, NC)
 
 # ------------------------------------------------------------------ statistics
 @triton.jit
@@ -277,7 +302,7 @@ def _load_feat4(feat, g, ok, k0, D, NC: tl.constexpr):
     return f0, f1, f2, f3
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_isect", "n_tiles"])
 def composite_fwd(offsets, flat_ids, pk, feat, out_feat, out_T, out_last, out_med, width, height,
                   tiles_w, tiles_h, alpha_max, D, n_tiles, n_isect, NC: tl.constexpr, TS: tl.constexpr,
                   B: tl.constexpr, WANT_MED: tl.constexpr):

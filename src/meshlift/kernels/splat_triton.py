@@ -51,6 +51,9 @@ _BATCH = 8  # Gaussians per forward step (unrolled, one Gaussian at a time)
 _WARPS = 2  # warps per forward tile program
 _BATCH_BWD = 4  # Gaussians per backward step, as a [B, 256] block
 _WARPS_BWD = 1  # warps per backward tile program
+# Backward: skip batches none of whose Gaussians reaches a pixel of the tile (same result). Not yet timed
+# on a GPU (benchmarks/splat_stages.py sweeps "4:1s" = skip on against "4:1"): off until measured.
+_SKIP_EMPTY_BWD = False
 _BATCH_STATS = 16  # the statistics pass ([B, 256] blocks)
 _WARPS_STATS = 4
 _TILE_KEY16 = True  # sort 16-bit tile ids when C * tiles < 32768
@@ -99,15 +102,19 @@ def _next_pow2(x: int) -> int:
     return p
 
 
-def count_bad_gaussians(means, quats, scales, opacities) -> torch.Tensor:
+def count_bad_gaussians(means, quats, scales, opacities, colors=None) -> torch.Tensor:
     """``int32 [4]`` on the device: rows of ``means`` with NaN/Inf, of ``quats`` with NaN/Inf or all zero, of
     ``scales`` with NaN/Inf or a negative value, and ``opacities`` NaN/Inf or outside [0, 1]: the checks of
-    :func:`meshlift.render.splat.rasterize_gaussians` in one pass (the torch twin there takes ~20 launches)."""
+    :func:`meshlift.render.splat.rasterize_gaussians` in one pass (the torch twin there takes ~20 launches).
+    With ``colors`` (any shape) ``int32 [5]``: the fifth counts its NaN/Inf entries, in the same launch."""
     N = means.shape[0]
-    out = torch.zeros(4, device=means.device, dtype=torch.int32)
-    if N:
-        _k().count_bad_gaussians[_grid(N, 1024)](means.contiguous(), quats.contiguous(), scales.contiguous(),
-                                                 opacities.contiguous(), out, N, BLOCK=1024)
+    E = 0 if colors is None else colors.numel()
+    out = torch.zeros(4 if colors is None else 5, device=means.device, dtype=torch.int32)
+    if N or E:
+        col = means if colors is None else colors.contiguous().reshape(-1)
+        _k().count_bad_gaussians[_grid(max(N, E), 1024)](means.contiguous(), quats.contiguous(), scales.contiguous(),
+                                                         opacities.contiguous(), col, out, N, E,
+                                                         HAS_COLORS=colors is not None, BLOCK=1024)
     return out
 
 
@@ -119,7 +126,7 @@ def count_bad_gaussians(means, quats, scales, opacities) -> torch.Tensor:
 class _ProjectFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, means, quats, scales, opacities, w2c, K, width, height, near, far, eps2d, antialiased,
-                radius_clip):
+                radius_clip, binning):
         k = _k()
         ctx.set_materialize_grads(False)
         C, N = w2c.shape[0], means.shape[0]
@@ -132,10 +139,13 @@ class _ProjectFn(torch.autograd.Function):
         rad = torch.empty(C, N, 2, device=dev, dtype=torch.int32)
         op = torch.empty(C, N, device=dev, dtype=dt)
         comp = torch.empty(C, N, device=dev, dtype=dt)
+        # binning = (tile counts [C*N] int32, records [C*N, 6] float32, tile_size, tiles_w, tiles_h) to fill
+        cnt, pk, ts, tw, th = binning if binning is not None else (comp, comp, 16, 0, 0)
         if C * N:
             k.project_fwd[_grid(C * N, _BLOCK)](means, quats, scales, opacities, w2c, K, m2, con, dep, rad, op, comp,
-                                               C, N, width, height, near, far, eps2d, radius_clip,
-                                               ANTIALIASED=bool(antialiased), BLOCK=_BLOCK)
+                                               cnt, pk, C, N, width, height, near, far, eps2d, radius_clip, ts, tw,
+                                               th, ANTIALIASED=bool(antialiased), BIN=binning is not None,
+                                               BLOCK=_BLOCK)
         ctx.save_for_backward(means, quats, scales, opacities, w2c, K, rad)
         ctx.cfg = (width, height, near, far, eps2d, bool(antialiased))
         ctx.mark_non_differentiable(rad)
@@ -147,9 +157,10 @@ class _ProjectFn(torch.autograd.Function):
         width, height, near, far, eps2d, aa = ctx.cfg
         C, N = w2c.shape[0], means.shape[0]
         dev, dt = means.device, means.dtype
-        z = lambda g, shape: torch.zeros(shape, device=dev, dtype=dt) if g is None else g.to(dt).contiguous()  # noqa: E731
+        z = lambda g, shape: torch.zeros(shape, device=dev, dtype=dt) if g is None else _rows(g.to(dt), C, N)  # noqa: E731
         g_m2, g_con = z(g_m2, (C, N, 2)), z(g_con, (C, N, 3))
         g_dep, g_op = z(g_dep, (C, N)), z(g_op, (C, N))
+        srow = [t.stride(1) for t in (g_m2, g_con, g_op)]  # element stride from pair i to i + 1
         if g_comp is not None and bool((g_comp != 0).any()):
             raise RenderError("gradients through 'compensations' are not supported by the triton backend")
         # every element is written by the kernel (culled pairs get 0)
@@ -160,19 +171,45 @@ class _ProjectFn(torch.autograd.Function):
         if C * N:
             _k().project_bwd[_grid(C * N, _BLOCK)](means, quats, scales, opacities, w2c, K, rad, g_m2, g_con, g_dep,
                                                    g_op, gm, gq, gs, go, C, N, width, height, near, far, eps2d,
-                                                   ANTIALIASED=aa, BLOCK=_BLOCK)
+                                                   *srow, ANTIALIASED=aa, BLOCK=_BLOCK)
         red = (lambda t: t[0]) if C == 1 else (lambda t: t.sum(0))  # noqa: E731
-        return red(gm), red(gq), red(gs), red(go), None, None, None, None, None, None, None, None, None
+        return red(gm), red(gq), red(gs), red(go), None, None, None, None, None, None, None, None, None, None
+
+
+def _rows(g: torch.Tensor, C: int, N: int) -> torch.Tensor:
+    """``g`` (``[C, N, k]`` or ``[C, N]``) itself when pair ``i = c·N + n`` starts at ``i · stride`` with
+    unit-stride channels (e.g. a slice of the ``[C, N, 6]`` gradient record), else a contiguous copy."""
+    if g.ndim == 3:
+        ok = g.stride(2) == 1 and (C == 1 or g.stride(0) == N * g.stride(1))
+    else:
+        ok = C == 1 or g.stride(0) == N * g.stride(1)
+    return g if ok else g.contiguous()
 
 
 def project_gaussians(means, quats, scales, opacities, world_to_camera, K, width, height, near, far,
-                      eps2d=0.3, antialiased=False, radius_clip=0.0) -> dict:
+                      eps2d=0.3, antialiased=False, radius_clip=0.0, tile_size: Optional[int] = None,
+                      tiles_w: int = 0, tiles_h: int = 0) -> dict:
     """Triton twin of :func:`meshlift.render.splat_reference.project_gaussians` (same arguments and
-    outputs; no gradient to the cameras)."""
+    outputs; no gradient to the cameras).
+
+    With ``tile_size`` (and the grid ``tiles_w × tiles_h``) the same launch also writes what binning and
+    compositing read, returned as ``tile_counts [C*N]`` int32 (tiles each pair touches, as
+    :func:`isect_tiles` counts them) and ``records [C*N, 6]`` float32 (u, v, conic, opacity: the screen
+    records of :func:`composite_tiles`); pass them on as ``isect_tiles(..., counts=)`` and
+    ``composite_tiles(..., records=)`` to skip two launches and a copy."""
+    C, N = world_to_camera.shape[0], means.shape[0]
+    binning = None
+    if tile_size is not None:
+        cnt = torch.empty(C * N, device=means.device, dtype=torch.int32)
+        pk = torch.empty(C * N, 6, device=means.device, dtype=torch.float32)
+        binning = (cnt, pk, int(tile_size), int(tiles_w), int(tiles_h))
     m2, con, dep, rad, op, comp = _ProjectFn.apply(means, quats, scales, opacities, world_to_camera, K,
                                                    int(width), int(height), float(near), float(far),
-                                                   float(eps2d), bool(antialiased), float(radius_clip))
-    return {"means2d": m2, "conics": con, "depths": dep, "opacities": op, "radii": rad, "compensations": comp}
+                                                   float(eps2d), bool(antialiased), float(radius_clip), binning)
+    out = {"means2d": m2, "conics": con, "depths": dep, "opacities": op, "radii": rad, "compensations": comp}
+    if binning is not None:
+        out["tile_counts"], out["records"] = binning[0], binning[1]
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -180,10 +217,17 @@ def project_gaussians(means, quats, scales, opacities, world_to_camera, K, width
 # ------------------------------------------------------------------------------------------------
 
 
-def isect_tiles(means2d, radii, depths, tile_size, tiles_w, tiles_h, with_keys: bool = True):
+def isect_tiles(means2d, radii, depths, tile_size, tiles_w, tiles_h, with_keys: bool = True, *,
+                counts: Optional[torch.Tensor] = None, readback_extra: Optional[torch.Tensor] = None,
+                on_readback=None):
     """Triton twin of :func:`meshlift.render.splat_reference.isect_tiles`: same outputs (``isect_ids``
     are the same int64 keys, rebuilt from the sorted lists; None when ``with_keys`` is False, which
-    saves three passes over the intersections when only the lists are needed)."""
+    saves three passes over the intersections when only the lists are needed).
+
+    ``counts``: the ``tile_counts`` of :func:`project_gaussians` (skips the count kernel). The one host
+    read-back here (the number of intersections, to allocate the lists) can carry other device values:
+    ``readback_extra`` (an integer tensor) comes back in the same transfer and is handed to
+    ``on_readback(list of ints)`` before anything is allocated (e.g. deferred input checks that raise)."""
     k = _k()
     C, N = depths.shape
     dev = depths.device
@@ -192,21 +236,29 @@ def isect_tiles(means2d, radii, depths, tile_size, tiles_w, tiles_h, with_keys: 
     with torch.no_grad():
         m2 = means2d.detach().contiguous()
         rad = radii.contiguous()
-        cnt = torch.zeros(total, device=dev, dtype=torch.int32)
-        if total:
-            k.tile_bounds[_grid(total, _BLOCK)](m2, rad, cnt, total, tile_size, tiles_w, tiles_h, BLOCK=_BLOCK)
+        if counts is not None:
+            cnt = counts
+        else:
+            cnt = torch.zeros(total, device=dev, dtype=torch.int32)
+            if total:
+                k.tile_bounds[_grid(total, _BLOCK)](m2, rad, cnt, total, tile_size, tiles_w, tiles_h, BLOCK=_BLOCK)
         d32 = depths.detach().reshape(-1).to(torch.float32)
         order = torch.sort(d32, stable=True)[1]
-        cnt_sorted = cnt[order].to(torch.int64)
-        ends = torch.cumsum(cnt_sorted, 0)
-        M = int(ends[-1]) if total else 0
-        starts = ends - cnt_sorted
+        ends = torch.cumsum(cnt[order], 0, dtype=torch.int64)
+        if readback_extra is not None:
+            head = ends[-1:] if total else ends.new_zeros(1)
+            vals = torch.cat([head, readback_extra.reshape(-1).to(torch.int64)]).tolist()
+            M = int(vals[0])
+            if on_readback is not None:
+                on_readback(vals[1:])
+        else:
+            M = int(ends[-1]) if total else 0
         # 16-bit tile ids when they fit: the stable radix sort then makes 2 passes instead of 4
         kdt = torch.int16 if (_TILE_KEY16 and n_tiles <= 32767) else torch.int32
         tiles = torch.empty(M, device=dev, dtype=kdt)
         gids = torch.empty(M, device=dev, dtype=torch.int64)
         if M:
-            k.write_keys[_grid(total, _BLOCK)](order, starts, m2, rad, tiles, gids, total, N, tile_size, tiles_w,
+            k.write_keys[_grid(total, _BLOCK)](order, ends, m2, rad, tiles, gids, total, N, tile_size, tiles_w,
                                                tiles_h, BLOCK=_BLOCK)
         tiles_sorted, perm = torch.sort(tiles, stable=True)
         flatten_ids = gids[perm]
@@ -245,7 +297,7 @@ def _channel_groups(D: int) -> Tuple[int, int]:
 class _CompositeFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, means2d, conics, opacities, features, depths, flatten_ids, isect_offsets, width, height,
-                tile_size, alpha_max, want_median):
+                tile_size, alpha_max, want_median, records):
         k = _k()
         ctx.set_materialize_grads(False)
         C, N = opacities.shape
@@ -255,7 +307,7 @@ class _CompositeFn(torch.autograd.Function):
         n_tiles = C * tiles_h * tiles_w
         off = isect_offsets.reshape(-1).contiguous()
         fid = flatten_ids.contiguous()
-        pk = _pack_records(means2d, conics, opacities)
+        pk = records if records is not None else _pack_records(means2d, conics, opacities)
         ft = features.detach().to(torch.float32).contiguous()
         # every pixel lies in one tile and every channel in one group: the kernel writes all of them
         out = torch.empty(C, height, width, D, device=dev, dtype=torch.float32)
@@ -293,24 +345,26 @@ class _CompositeFn(torch.autograd.Function):
             nc, ng = _channel_groups(D)
             _k().composite_bwd[(n_tiles, ng)](off, fid, pk, ft, T, last, g_out, g_alpha, grec, gft, width, height,
                                               tiles_w, tiles_h, alpha_max, D, NC=nc, TS=ts, B=_BATCH_BWD,
-                                              num_warps=_WARPS_BWD)
+                                              SKIP=bool(_SKIP_EMPTY_BWD), num_warps=_WARPS_BWD)
         grec = grec.to(dt)
         return (grec[..., 0:2], grec[..., 2:5], grec[..., 5], gft.to(dt), None, None, None, None, None, None, None,
-                None)
+                None, None)
 
 
 def composite_tiles(means2d, conics, opacities, features, depths, flatten_ids, isect_offsets, width, height,
-                    tile_size=16, alpha_max=0.99, chunk_elements=None):
+                    tile_size=16, alpha_max=0.99, chunk_elements=None, *, records: Optional[torch.Tensor] = None):
     """Triton twin of :func:`meshlift.render.splat_reference.composite_tiles` (same arguments and outputs;
     ``chunk_elements`` is unused: a tile program holds one ``[16, 256]`` block at a time). Compositing runs
     in float32 whatever the input dtype. The median depth is gathered in torch from the per-pixel
-    Gaussian id, so its gradient reaches ``depths``."""
+    Gaussian id, so its gradient reaches ``depths``. ``records``: the ``records`` of
+    :func:`project_gaussians` for these ``means2d``, ``conics``, ``opacities`` (skips packing them)."""
     C, N = opacities.shape
     if tile_size * tile_size > 4096 or tile_size & (tile_size - 1):
         raise RenderError(f"triton backend needs a power-of-two tile_size <= 64, got {tile_size}")
     want_median = depths is not None
     out, alpha, med = _CompositeFn.apply(means2d, conics, opacities, features, depths, flatten_ids, isect_offsets,
-                                        int(width), int(height), int(tile_size), float(alpha_max), want_median)
+                                        int(width), int(height), int(tile_size), float(alpha_max), want_median,
+                                        records)
     median = None
     if want_median:
         flat = depths.reshape(-1)
@@ -366,11 +420,15 @@ class _SHFn(torch.autograd.Function):
     def backward(ctx, g_out):
         means, campos, coeffs = ctx.saved_tensors
         C, N, KS = campos.shape[0], means.shape[0], coeffs.shape[1]
-        gc = torch.zeros(C, N, KS, 3, device=means.device, dtype=coeffs.dtype)
-        gm = torch.zeros(C, N, 3, device=means.device, dtype=means.dtype)
+        # the kernel writes every gradient of the active coefficients and every means row
+        full = (ctx.degree + 1) ** 2 == KS
+        gc = (torch.empty if full else torch.zeros)(C, N, KS, 3, device=means.device, dtype=coeffs.dtype)
+        gm = torch.empty(C, N, 3, device=means.device, dtype=means.dtype)
         if C * N:
             _k().sh_bwd[_grid(C * N, _BLOCK)](means, campos, coeffs, g_out.contiguous(), gc, gm, C, N, KS,
                                                DEG=ctx.degree, BLOCK=_BLOCK)
+        if C == 1:
+            return gm[0], None, gc[0], None
         return gm.sum(0), None, gc.sum(0), None
 
 

@@ -95,7 +95,12 @@ def sh_to_rgb(sh0: torch.Tensor) -> torch.Tensor:
 
 
 def _check_inputs(means, quats, scales, opacities, colors, world_to_camera, K, width, height, near, far,
-                  sh_degree, render_mode, settings):
+                  sh_degree, render_mode, settings, defer: bool = False):
+    """Raise :class:`RenderError` on bad shapes, types, devices, sizes and modes; with
+    ``settings.check_inputs`` also on bad values (one device pass). ``defer``: return the value checks'
+    counts ``[5]`` (a device tensor) instead of reading them back here, for :func:`_raise_bad_inputs` at a
+    later read-back (the Triton path reads them with the intersection count: no extra host sync);
+    None when there is nothing to check."""
     for name, t in (("means", means), ("quats", quats), ("scales", scales), ("opacities", opacities),
                     ("colors", colors), ("world_to_camera", world_to_camera), ("K", K)):
         if not isinstance(t, torch.Tensor):
@@ -135,22 +140,30 @@ def _check_inputs(means, quats, scales, opacities, colors, world_to_camera, K, w
     if len(devs) > 1:
         raise RenderError(f"all tensors must be on one device, got {sorted(map(str, devs))}")
     if not settings.check_inputs or N == 0:
-        return
-    # One host sync for all value checks; on CUDA with triton the Gaussian checks are one kernel.
+        return None
+    # All value checks in one device pass (on CUDA with triton: one kernel), read back once.
     with torch.no_grad():
         if means.is_cuda and _triton_available(means.device):
             from meshlift.kernels import splat_triton
 
-            g4 = splat_triton.count_bad_gaussians(means, quats, scales, opacities).to(torch.int64)
+            flags = splat_triton.count_bad_gaussians(means, quats, scales, opacities, colors)
         else:
-            g4 = torch.stack([
+            flags = torch.stack([
                 (~torch.isfinite(means)).any(-1).sum(),
                 ((~torch.isfinite(quats)).any(-1) | (quats == 0).all(-1)).sum(),
                 ((~torch.isfinite(scales)).any(-1) | (scales < 0).any(-1)).sum(),
                 ((~torch.isfinite(opacities)) | (opacities < 0) | (opacities > 1)).sum(),
+                (~torch.isfinite(colors)).sum(),
             ])
-        bad_colors = (~torch.isfinite(colors)).reshape(colors.shape[0], -1).any(-1).sum()
-        flags = torch.cat([g4, bad_colors[None]]).tolist()
+    if defer:
+        return flags
+    _raise_bad_inputs(flags.tolist())
+    return None
+
+
+def _raise_bad_inputs(flags) -> None:
+    """Raise :class:`RenderError` for the first non-zero count of :func:`_check_inputs`' value checks
+    (means, quats, scales, opacities rows; colour entries)."""
     what = [("means", "NaN/Inf rows", "drop or fix those Gaussians"),
             ("quats", "NaN/Inf or zero-length rows", "use any non-zero quaternion (w, x, y, z)"),
             ("scales", "NaN/Inf or negative values", "pass activated scales, e.g. exp(log_scales)"),
@@ -291,18 +304,25 @@ def rasterize_gaussians(
     Zero Gaussians give a background-only image and empty info tensors.
     """
     settings = settings or SplatSettings()
-    _check_inputs(means, quats, scales, opacities, colors, world_to_camera, K, width, height, near, far,
-                  sh_degree, render_mode, settings)
+    pending = _check_inputs(means, quats, scales, opacities, colors, world_to_camera, K, width, height, near, far,
+                            sh_degree, render_mode, settings, defer=True)
     width, height = int(width), int(height)
     C, N = world_to_camera.shape[0], means.shape[0]
     cam_grad = torch.is_grad_enabled() and (world_to_camera.requires_grad or K.requires_grad)
     bname = _resolve_backend(backend, means.device, cam_grad)
+    fused = bname == "triton"
+    if pending is not None and not fused:
+        _raise_bad_inputs(pending.tolist())
     ops = _ops(bname)
     dtype = means.dtype
     w2c, Kc = world_to_camera.to(dtype), K.to(dtype)
-
+    ts = int(settings.tile_size)
+    tiles_w, tiles_h = tile_grid(width, height, ts)
+    # Triton: the projection launch also writes the tile counts and screen records; the input checks are
+    # read back with the intersection count (one host sync per call).
     proj = ops.project_gaussians(means, quats, scales, opacities, w2c, Kc, width, height, near, far,
-                                 settings.eps2d, settings.antialiased, settings.radius_clip)
+                                 settings.eps2d, settings.antialiased, settings.radius_clip,
+                                 **({"tile_size": ts, "tiles_w": tiles_w, "tiles_h": tiles_h} if fused else {}))
     means2d = proj["means2d"]
     if means2d.requires_grad:
         means2d.retain_grad()
@@ -317,23 +337,27 @@ def rasterize_gaussians(
         feats.append(_gaussian_normals(means, quats, scales, w2c).to(dtype))
     if not feats:
         feats.append(proj["depths"][..., None])
-    features = torch.cat([f.to(dtype) for f in feats], dim=-1).contiguous()
-    ts = int(settings.tile_size)
-    tiles_w, tiles_h = tile_grid(width, height, ts)
+    features = (feats[0].to(dtype) if len(feats) == 1 else torch.cat([f.to(dtype) for f in feats], dim=-1)).contiguous()
+    isect_kw, comp_kw = {}, {}
+    if fused:
+        isect_kw = {"counts": proj["tile_counts"]}
+        if pending is not None:
+            isect_kw.update(readback_extra=pending, on_readback=_raise_bad_inputs)
+        comp_kw = {"records": proj["records"]}
     _, flatten_ids, offsets = ops.isect_tiles(means2d, proj["radii"], proj["depths"], ts, tiles_w, tiles_h,
-                                              with_keys=False)
+                                              with_keys=False, **isect_kw)
     want_median = "median_depth" in settings.outputs
     out, alpha, median = ops.composite_tiles(
         means2d, proj["conics"], proj["opacities"], features,
         proj["depths"] if want_median else None, flatten_ids, offsets, width, height, ts,
-        settings.alpha_max, settings.chunk_elements)
+        settings.alpha_max, settings.chunk_elements, **comp_kw)
 
     info = {"means2d": means2d, "radii": proj["radii"], "depths": proj["depths"], "conics": proj["conics"],
             "opacities": proj["opacities"], "visible": (proj["radii"] > 0).all(-1),
             "flatten_ids": flatten_ids, "isect_offsets": offsets, "tile_size": ts, "tile_width": tiles_w,
             "tile_height": tiles_h, "width": width, "height": height, "n_cameras": C, "backend": bname}
     parts = []
-    col = out[..., :n_color]
+    col = out if out.shape[-1] == n_color else out[..., :n_color]  # a full slice would cost a copy in backward
     if n_color:
         if background is not None:
             bg = background.to(dtype=dtype, device=means.device)

@@ -152,6 +152,10 @@ class GaussiansConfig:
     """Also save a checkpoint once this many seconds have passed since the last one (0 = never by time)."""
     preview_every: int = 1000
     """Write a preview ``images/preview_<step>.png`` (render | target of a test view) every N steps (0 = never)."""
+    readback_every: int = 0
+    """Steps between host read-backs of the loss (progress, history, the divergence guard): each is a host
+    sync on a GPU. 0 = every step on the CPU and 20 on a GPU. A non-finite loss is then found up to this many
+    steps late and rolled back to the last checkpoint as at once; checkpoints and previews read back first."""
     render_test: bool = True
     """Write every evaluated test view to ``renders/`` (and ``gt/``) as PNG."""
     lpips: bool = True
@@ -175,7 +179,7 @@ _NONNEG = ("time_budget_s", "checkpoint_every_s", "ssim_lambda")
 _COUNTS_GE1 = ("steps", "batch", "num_random", "sh_degree_interval", "densify_refine_every",
                "densify_max_gaussians", "chunk_elements")
 _COUNTS_GE0 = ("train_res", "max_test_views", "max_init_points", "densify_refine_start", "densify_refine_stop",
-               "densify_reset_every", "checkpoint_every", "preview_every")
+               "densify_reset_every", "checkpoint_every", "preview_every", "readback_every")
 
 
 def validate(cfg: GaussiansConfig) -> GaussiansConfig:

@@ -9,6 +9,8 @@ is the one of the 3DGS code (and of ``fused-ssim``): 11×11 Gaussian window (σ 
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 
@@ -16,8 +18,29 @@ from meshlift.metrics.image import gaussian_window
 
 __all__ = ["ssim_same", "photometric_loss"]
 
+
+def _fused_available(device: torch.device) -> bool:
+    try:
+        from meshlift.kernels import splat_triton
+    except ImportError:  # pragma: no cover
+        return False
+    return splat_triton.is_available(device)
+
 _C1 = 0.01**2
 _C2 = 0.03**2
+_KERNELS: dict = {}
+
+
+def _blur_kernels(window: int, sigma: float, c: int, dtype: torch.dtype, device: torch.device):
+    """``(horizontal [c,1,1,w], vertical [c,1,w,1])`` depthwise Gaussian kernels, built once per device:
+    a fresh CPU tensor copied every step would make the host wait for the GPU (pageable copy)."""
+    key = (window, float(sigma), c, dtype, str(device))
+    hit = _KERNELS.get(key)
+    if hit is None:
+        g = gaussian_window(window, sigma, dtype=dtype)
+        hit = (g.view(1, 1, 1, -1).repeat(c, 1, 1, 1).to(device), g.view(1, 1, -1, 1).repeat(c, 1, 1, 1).to(device))
+        _KERNELS[key] = hit
+    return hit
 
 
 def ssim_same(pred: torch.Tensor, target: torch.Tensor, window: int = 11, sigma: float = 1.5) -> torch.Tensor:
@@ -29,9 +52,7 @@ def ssim_same(pred: torch.Tensor, target: torch.Tensor, window: int = 11, sigma:
     x = pred.permute(0, 3, 1, 2)
     y = target.permute(0, 3, 1, 2)
     c = x.shape[1]
-    g = gaussian_window(window, sigma, dtype=x.dtype).to(x.device)
-    kh = g.view(1, 1, 1, -1).repeat(c, 1, 1, 1)
-    kv = g.view(1, 1, -1, 1).repeat(c, 1, 1, 1)
+    kh, kv = _blur_kernels(window, sigma, c, x.dtype, x.device)
     pad = window // 2
 
     def blur(t):
@@ -50,12 +71,26 @@ def ssim_same(pred: torch.Tensor, target: torch.Tensor, window: int = 11, sigma:
     return (num / den).mean()
 
 
-def photometric_loss(pred: torch.Tensor, target: torch.Tensor, ssim_lambda: float = 0.2) -> dict:
+def photometric_loss(pred: torch.Tensor, target: torch.Tensor, ssim_lambda: float = 0.2,
+                     fused: Optional[bool] = None) -> dict:
     """3DGS loss terms for ``pred``/``target`` ``[B, H, W, 3]``.
+
+    ``fused``: the SSIM through the fused Triton kernels of :mod:`meshlift.kernels.splat_ssim_triton`
+    (4 launches for forward + backward; the same definition as :func:`ssim_same`, its tested twin). None =
+    fused on CUDA when triton is available and ``target`` needs no gradient.
 
     Returns:
         ``{"loss", "l1", "ssim"}`` scalar tensors (``loss`` differentiable).
     """
     l1 = (pred - target).abs().mean()
-    s = ssim_same(pred, target) if ssim_lambda > 0 else torch.ones((), device=pred.device)
+    if fused is None:
+        fused = pred.is_cuda and not target.requires_grad and _fused_available(pred.device)
+    if ssim_lambda <= 0:
+        s = torch.ones((), device=pred.device)
+    elif fused:
+        from meshlift.kernels.splat_ssim_triton import ssim_mean
+
+        s = ssim_mean(pred, target)
+    else:
+        s = ssim_same(pred, target)
     return {"loss": (1.0 - ssim_lambda) * l1 + ssim_lambda * (1.0 - s), "l1": l1, "ssim": s}

@@ -190,15 +190,18 @@ class DefaultStrategy:
             return
         width, height = float(info["width"]), float(info["height"])
         ncam = float(info.get("n_cameras", grad.shape[0]))
-        g = grad.reshape(-1, n, 2).clone()
-        g[..., 0] *= width / 2.0 * ncam
-        g[..., 1] *= height / 2.0 * ncam
-        radii = info["radii"].reshape(g.shape[0], n, -1).amax(dim=-1).to(g.dtype)
-        vis = radii > 0
-        state["grad2d"] += torch.where(vis, g.norm(dim=-1), torch.zeros_like(radii)).sum(0)
-        state["count"] += vis.to(g.dtype).sum(0)
+        # NDC-scaled norm of the screen gradient, summed over the visible (camera, Gaussian) pairs: a few
+        # elementwise launches per step, nothing read back (the decisions wait for the refine steps)
+        g = grad.reshape(-1, n, 2)
+        norm = torch.hypot(g[..., 0] * (width / 2.0 * ncam), g[..., 1] * (height / 2.0 * ncam))
+        rad = info["radii"].reshape(g.shape[0], n, -1).amax(dim=-1)
+        vis = rad > 0
+        contrib = torch.where(vis, norm, 0.0)
+        one = g.shape[0] == 1
+        state["grad2d"].add_(contrib[0] if one else contrib.sum(0))
+        state["count"].add_(vis[0] if one else vis.sum(0))
         if self.refine_scale2d_stop > 0:
-            state["radii"] = torch.maximum(state["radii"], (radii / max(width, height)).amax(0))
+            state["radii"] = torch.maximum(state["radii"], (rad.to(g.dtype) / max(width, height)).amax(0))
 
     def _grow(self, params: Params, optimizers: Optimizers, state: dict, step: int) -> tuple[int, int]:
         n = params["means"].shape[0]

@@ -19,6 +19,11 @@ Source: Kerbl et al. 2023, "3D Gaussian Splatting for Real-Time Radiance Field R
 6. the **guard**: the loss and every parameter must be finite. Otherwise the run rolls back to the last
    good state (the last checkpoint, or the start), halves every learning rate once and continues; a second
    divergence stops with :class:`DivergenceError` — nothing non-finite is ever checkpointed or exported.
+   The losses stay on the device and are read back together every ``readback_every`` steps
+   (:class:`meshlift.methods.engine.LossReadback`; every step on the CPU, every
+   :data:`CUDA_READBACK_EVERY` on a GPU), where the guard checks them and, once, the parameters: a step
+   reads nothing back to the host otherwise. Checkpoints and previews read back first, so a checkpoint is
+   always checked; a divergence found late rolls back to the same last good state as one found at once.
 
 Checkpoints (``checkpoint.pt`` through :class:`meshlift.methods.engine.Checkpointer`) hold the parameters,
 optimiser moments, strategy state, view sampler, RNG states, step, learning-rate factor and timings; a
@@ -45,12 +50,13 @@ import torch
 
 from meshlift.errors import ConfigError, TrainingError
 from meshlift.methods.distributed import SINGLE, DistContext
-from meshlift.methods.engine import CheckpointCadence, Checkpointer, Monitor, TrainState, ViewSampler, end_step
+from meshlift.methods.engine import (CheckpointCadence, Checkpointer, LossReadback, Monitor, TrainState, ViewSampler,
+                                    end_step)
 from meshlift.methods.gaussians.config import GaussiansConfig, config_to_dict, densify_strategy
 from meshlift.methods.gaussians.views import SplatProblem
 
-__all__ = ["DivergenceError", "GaussianTrainer", "LogLinearLR", "PARAM_NAMES", "Regularizer", "ShDegreeSchedule",
-           "TrainCallbacks", "background_color", "render_params"]
+__all__ = ["CUDA_READBACK_EVERY", "DivergenceError", "GaussianTrainer", "LogLinearLR", "PARAM_NAMES", "Regularizer",
+           "ShDegreeSchedule", "TrainCallbacks", "background_color", "readback_every", "render_params"]
 
 #: The trained tensors, in the order of :class:`meshlift.structures.gaussians.Gaussians`.
 PARAM_NAMES = ("means", "quats", "log_scales", "opacity_logits", "sh0", "shN")
@@ -61,6 +67,18 @@ MAX_RECOVERIES = 1
 #: end_step saves nothing here: the trainer checkpoints on its own cadence (steps and seconds).
 _NO_CADENCE = CheckpointCadence(0, 0.0)
 _BACKGROUNDS = {"white": (1.0, 1.0, 1.0), "black": (0.0, 0.0, 0.0)}
+#: Steps between loss read-backs on a GPU when ``readback_every = 0`` (progress arrives in groups of this
+#: many steps; a divergence is caught at most this many steps late, then rolled back as at once).
+CUDA_READBACK_EVERY = 20
+
+
+def readback_every(cfg: GaussiansConfig, device: torch.device) -> int:
+    """Steps between loss read-backs: ``cfg.readback_every``, or with 0 every step on the CPU (a read-back
+    costs nothing there) and :data:`CUDA_READBACK_EVERY` elsewhere."""
+    n = int(getattr(cfg, "readback_every", 0))
+    if n > 0:
+        return n
+    return 1 if torch.device(device).type == "cpu" else CUDA_READBACK_EVERY
 
 
 #: Training produced a non-finite loss or parameter again after a rollback with halved learning rates (the
@@ -100,7 +118,9 @@ class TrainCallbacks:
         """Called after ``loss.backward()``, before the optimisers step (gradients are in ``p.grad``)."""
 
     def after_step(self, step: int, trainer: "GaussianTrainer") -> None:
-        """Called after step ``step`` (0-based) passed the guard and its bookkeeping."""
+        """Called after step ``step`` (0-based) and its bookkeeping. With deferred read-backs
+        (``readback_every > 1``, the GPU default) the guard checks the step at the next read-back, and a
+        rollback found there redoes it."""
 
 
 class Regularizer:
@@ -154,7 +174,7 @@ def render_params(params: dict, batch, sh_degree: int, background: torch.Tensor,
     return rasterize_gaussians(
         params["means"], params["quats"], torch.exp(params["log_scales"]), torch.sigmoid(params["opacity_logits"]),
         sh, batch.world_to_camera, batch.K, W, H, near=near, sh_degree=sh_degree,
-        background=background.to(params["means"]), settings=settings, backend=backend)
+        background=background.to(dtype=params["means"].dtype), settings=settings, backend=backend)
 
 
 def _cpu_copy(obj):
@@ -354,7 +374,7 @@ class GaussianTrainer:
 
         cfg, s = self.cfg, self.step
         batch = self.problem.train.batch(self.dist.share(self.sampler.next()), self.device)
-        bg = background_color(cfg.background, self.bg_generator).to(self.device)
+        bg = self._background()
         target = batch.targets(bg)
         settings = self.settings
         extra = self.regularizer.render_outputs(s) if self.regularizer is not None else ()
@@ -387,13 +407,26 @@ class GaussianTrainer:
         loss, mse = self.dist.weighted_sum([losses["loss"].detach(), mse], self.share_weight)
         return loss, mse
 
-    def _finite(self, loss: torch.Tensor) -> bool:
+    def _params_finite(self) -> bool:
+        """Every parameter is finite (one host read-back)."""
         with torch.no_grad():
-            flags = [torch.isfinite(loss)] + [torch.isfinite(p).all() for p in self.params.values()]
-            return bool(torch.stack(flags).all())
+            return bool(torch.stack([torch.isfinite(p).all() for p in self.params.values()]).all())
 
-    def _recover(self, loss: float) -> None:
-        at = self.step
+    def _background(self) -> torch.Tensor:
+        """``[3]`` background of this step on the device (random: drawn on the host generator, copied
+        without a host wait; white/black: one cached tensor)."""
+        from meshlift.methods.gaussians.views import to_device
+
+        name = self.cfg.background
+        if name != "random":
+            cache = self.__dict__.setdefault("_bg_cache", {})
+            if name not in cache:
+                cache[name] = background_color(name, self.bg_generator).to(self.device)
+            return cache[name]
+        return to_device(background_color(name, self.bg_generator), self.device)
+
+    def _recover(self, loss: float, at: Optional[int] = None, log: bool = True) -> None:
+        at = self.step if at is None else at
         if self.recoveries >= MAX_RECOVERIES or self._good is None:
             where = (f"the last good checkpoint (step {self._saved_step}) is kept in {self.checkpointer.path}"
                      if self._saved_step is not None else "no checkpoint or outputs were written")
@@ -407,8 +440,9 @@ class GaussianTrainer:
         self.load_payload(self._good)
         self.lr_factor, self.recoveries = factor, recoveries
         self._good = self.payload()
-        self.monitor.log(f"non-finite loss or parameters at step {at + 1} (loss {loss}): rolled back to step "
-                         f"{self.step}, learning rates halved (x{self.lr_factor:g})")
+        if log:
+            self.monitor.log(f"non-finite loss or parameters at step {at + 1} (loss {loss}): rolled back to step "
+                             f"{self.step}, learning rates halved (x{self.lr_factor:g})")
 
     def train(self, checkpoint: Optional[dict] = None, deadline: Optional[float] = None) -> None:
         """Run (or, with ``checkpoint``, continue) the loop to ``cfg.steps`` or the ``deadline``
@@ -438,25 +472,35 @@ class GaussianTrainer:
         t0, c0 = time.perf_counter(), time.process_time()
         timed = self.state.timings.get("train_s", 0.0)
         cpu_timed = self.state.timings.get("train_cpu_s", 0.0)
+        readback = LossReadback(readback_every(cfg, self.device))
+        guard = _ReadbackGuard(self)
+        counts: dict = {}  # step -> Gaussians after it, for the history rows written at the read-back
         while self.step < total:
             loss, mse = self.train_step()
-            if not self._finite(loss):
-                self._recover(float(loss))
-                continue
             s = self.step
             self.step = s + 1
+            counts[self.step] = self.num_gaussians
             self.state.timings["train_s"] = timed + time.perf_counter() - t0
             self.state.timings["train_cpu_s"] = cpu_timed + time.process_time() - c0
+            guard.force = save = self.step < total and self._checkpoint_due()  # a checkpoint is checked first
             stop = end_step(1, s, total, loss, mse, state=self.state, monitor=self.monitor,
                             preview_every=cfg.preview_every, cadence=_NO_CADENCE, deadline=deadline,
                             save=lambda: None, agree=self.dist.agree if self.dist.enabled else None,
+                            guard=guard, readback=readback,
                             preview=None if self.preview is None else
-                            lambda: self.preview(self.step, self.params, self.sh_schedule(s)))
-            self.state.history[-1]["gaussians"] = self.num_gaussians
+                            lambda: self.preview(self.step, self.params, self.sh_schedule(self.step - 1)))
+            if guard.rolled_back:  # self.step is the last good state's again
+                guard.rolled_back = False
+                counts.clear()
+                continue
+            for h in reversed(self.state.history):
+                if "gaussians" in h:
+                    break
+                h["gaussians"] = counts.pop(h.get("iteration"), self.num_gaussians)
             self.callbacks.after_step(s, self)
             if stop:
                 break
-            if self.step < total and self._checkpoint_due():
+            if save:
                 self.save_checkpoint()
         self.monitor.end_pass()
         self.state.timings["train_s"] = timed + time.perf_counter() - t0
@@ -469,3 +513,29 @@ class GaussianTrainer:
     def eval_sh_degree(self) -> int:
         """The SH degree active at the last step run (what the model was fitted with)."""
         return self.sh_schedule(max(0, self.step - 1))
+
+
+class _ReadbackGuard:
+    """The trainer's divergence check in :func:`meshlift.methods.engine.end_step`'s guard protocol: every
+    read-back loss must be finite, and at the newest step also every parameter; otherwise
+    :meth:`GaussianTrainer._recover` rolls back (or raises :class:`DivergenceError`)."""
+
+    def __init__(self, trainer: GaussianTrainer) -> None:
+        self.trainer = trainer
+        self.force = False  # set per step: read back now (a checkpoint follows)
+        self.rolled_back = False
+
+    @property
+    def snapshot_step(self) -> int:
+        return self.trainer.step
+
+    def due(self, step: int) -> bool:
+        return self.force
+
+    def after_step(self, step: int, loss_value: float) -> bool:
+        tr = self.trainer
+        if math.isfinite(loss_value) and (step != tr.step or tr._params_finite()):
+            return False
+        tr._recover(loss_value, at=step - 1, log=False)
+        self.rolled_back = True
+        return True
