@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from meshlift.errors import RenderError
+from meshlift.structures.index_check import derived_cached
 from meshlift.structures.mesh import DEFAULT_KD, DEFAULT_KS, Material, Mesh
 
 #: Material given as a volumetric field: ``fn(x [N, 3]) -> dict(kd [N, 3], ks [N, 3], normal [N, 3] | None)``.
@@ -111,6 +112,17 @@ def _sample_material(material: Material, uv: torch.Tensor, uv_da: Optional[torch
     return out
 
 
+def _int32(idx: torch.Tensor) -> torch.Tensor:
+    """``idx`` as a contiguous int32 tensor, the same object for the same (unmodified) ``idx``.
+
+    The render ops check a face list's index range once per tensor object (``render._checks.check_tri``):
+    a fresh int32 copy per call would cost a host sync per call; a fixed mesh's copy is made once.
+    """
+    if idx.dtype == torch.int32 and idx.is_contiguous():
+        return idx
+    return derived_cached(idx, "int32", lambda t: t.to(torch.int32).contiguous())
+
+
 def _fallback_tangent(normal: torch.Tensor) -> torch.Tensor:
     """A tangent orthogonal to ``normal [..., 3]`` built from a fixed world axis (used without UVs)."""
     axis = torch.zeros_like(normal)
@@ -185,7 +197,7 @@ def render_mesh(
     dtype = mesh.v_pos.dtype
 
     v_pos = mesh.v_pos
-    tri = mesh.t_pos_idx.to(torch.int32).contiguous()
+    tri = _int32(mesh.t_pos_idx)
     pos_clip = transform_points_to_clip(v_pos, world_to_clip.to(device)).contiguous()
 
     raster_kwargs = {}
@@ -223,7 +235,7 @@ def render_mesh(
         v_nrm, t_nrm_idx = mesh.v_nrm.to(dtype), mesh.t_nrm_idx
     else:
         v_nrm, t_nrm_idx = mesh_ops.vertex_normals(v_pos, mesh.t_pos_idx), mesh.t_pos_idx
-    nrm_idx = t_nrm_idx.to(torch.int32).contiguous()
+    nrm_idx = _int32(t_nrm_idx)
     gb_n = gather(R.interpolate(v_nrm, rast, nrm_idx)[0])  # [N, 3]
     view_pos = camera_pos.to(device=device, dtype=dtype).index_select(0, pix // (Hs * Ws))  # [N, 3]
     N = gb_pos.shape[0]
@@ -248,7 +260,7 @@ def render_mesh(
                 "render_mesh: the material has textures but the mesh has no UVs (v_tex / t_tex_idx); "
                 "unwrap it first (meshlift.mesh.uv.unwrap) or pass a material field"
             )
-        tex_idx = mesh.t_tex_idx.to(torch.int32).contiguous()
+        tex_idx = _int32(mesh.t_tex_idx)
         uv_img, uv_da_img = R.interpolate(mesh.v_tex.to(dtype), rast, tex_idx, rast_db=rast_db, diff_attrs="all")
         # lookups at the covered pixels only (per-pixel ops: the same values as sampling the image and
         # gathering); the jitter noise is drawn image-sized, as before, so the random stream is unchanged
@@ -268,7 +280,7 @@ def render_mesh(
             perturbed = looked["normal"][..., :3]
             v_tng, t_tng_idx = mesh_ops.tangent_frames(v_pos, mesh.t_pos_idx, mesh.v_tex.to(dtype), mesh.t_tex_idx,
                                                        v_nrm, t_nrm_idx)
-            gb_tng = gather(R.interpolate(v_tng, rast, t_tng_idx.to(torch.int32).contiguous())[0])  # xyz + w
+            gb_tng = gather(R.interpolate(v_tng, rast, _int32(t_tng_idx))[0])  # xyz + w
         if field_jitter > 0:
             kd_grad = (looked["kd_j"][..., :3] - kd).abs().sum(-1, keepdim=True) / 3.0
     elif callable(material):
