@@ -72,7 +72,7 @@ class Pass1Result:
 def _adam(params, device: torch.device, **kwargs) -> torch.optim.Adam:
     """Adam; on CUDA the fused implementation (one kernel per parameter group and step instead of a few per
     tensor list, and the step counters on the device). Same update rule: results differ by float rounding
-    (measured on the CPU demo, where fused Adam also exists: docs/benchmarks.md)."""
+    (measured on the CPU demo, where fused Adam also exists: benchmarks/notes_reconstruct_speed.md)."""
     return torch.optim.Adam(params, fused=torch.device(device).type == "cuda", **kwargs)
 
 
