@@ -340,9 +340,10 @@ def tangent_frames(
         n_groups = int(gi.max()) + 1
         first = torch.zeros(n_groups, dtype=torch.int64, device=v_pos.device)
         first[gi] = torch.arange(3 * T, device=v_pos.device)
-        _GROUPINGS.put(keys, (gi, n_groups, first))
+        gi_t = gi.reshape(T, 3)
+        _GROUPINGS.put(keys, (gi, n_groups, first, gi_t))
     else:
-        gi, n_groups, first = grouping
+        gi, n_groups, first, gi_t = grouping
 
     n_c = safe_normalize(v_nrm[tn.reshape(-1)])  # [3T, 3] corner normals
     t_c = tang_f[:, None, :].expand(T, 3, 3).reshape(-1, 3)
@@ -357,7 +358,8 @@ def tangent_frames(
     tan = torch.where(ok, acc, fallback)
     tan = safe_normalize(tan - (tan * n_g).sum(-1, keepdim=True) * n_g)
     w_g = torch.where(ok[:, 0], w_g, torch.ones_like(w_g))
-    return torch.cat([tan, w_g[:, None]], -1), gi.reshape(T, 3)
+    # the same index tensor while the grouping is cached (so its range check and int32 copy are reused)
+    return torch.cat([tan, w_g[:, None]], -1), gi_t
 
 
 class _IdentityCache:

@@ -1,8 +1,11 @@
-"""Backend selection for the shading fast paths (hash-grid encoding, cube-map prefilter).
+"""Backend selection for the shading fast paths (hash-grid encoding, cube-map prefilter and lookups, texture
+lookups).
 
-The public ops stay in :mod:`meshlift.shading` (``HashGridEncoding``, ``specular_prefilter``); they ask
+The public ops stay in :mod:`meshlift.shading` and :mod:`meshlift.render` (``HashGridEncoding``,
+``specular_prefilter``, ``sample_cube``, ``sample_cube_mip``, ``texture_rows``); they ask
 :func:`shading_backend` which implementation to run and call the Triton modules of this package
-(:mod:`meshlift.kernels.hashgrid_triton`, :mod:`meshlift.kernels.prefilter_triton`) only when it answers
+(:mod:`meshlift.kernels.hashgrid_triton`, :mod:`meshlift.kernels.prefilter_triton`,
+:mod:`meshlift.kernels.cube_triton`, :mod:`meshlift.kernels.texture_triton`) only when it answers
 ``"triton"``. ``triton`` itself is imported lazily, inside those modules, on first use.
 
 Names (argument ``backend``, else the environment variable ``MESHLIFT_SHADING_BACKEND``, else ``"auto"``):

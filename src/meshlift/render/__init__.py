@@ -16,7 +16,14 @@ from meshlift.render.helpers import (
     triangle_id,
 )
 from meshlift.render.interpolate import interpolate
-from meshlift.render.texture import cube_to_face_uv, texture, texture_construct_mip
+from meshlift.render.texture import (
+    MipStack,
+    cube_to_face_uv,
+    texture,
+    texture_construct_mip,
+    texture_mip_stack,
+    texture_rows,
+)
 from meshlift.render.rasterize import (
     DEFAULT_MAX_FRAGMENTS,
     barycentrics_at,
@@ -31,6 +38,9 @@ __all__ = [
     "antialias_construct_topology",
     "texture",
     "texture_construct_mip",
+    "texture_mip_stack",
+    "texture_rows",
+    "MipStack",
     "cube_to_face_uv",
     "visible_triangles",
     "barycentrics_at",

@@ -33,7 +33,7 @@ def check_tri(tri: torch.Tensor, num_vertices: int, device: torch.device, what: 
         if hit is not None and hit[0]() is tri and hit[1] == tri._version:
             lo, hi = hit[2], hit[3]
         else:
-            lo, hi = (int(x) for x in torch.aminmax(tri64))  # one host sync, then cached per tensor
+            lo, hi = torch.stack(torch.aminmax(tri64)).tolist()  # one host sync, then cached per tensor
             if len(_TRI_RANGE) >= 64:
                 _TRI_RANGE.clear()
             _TRI_RANGE[id(tri)] = (weakref.ref(tri), tri._version, lo, hi)

@@ -22,17 +22,20 @@ from typing import Optional
 import torch
 
 from meshlift.errors import RenderError
-from meshlift.render._checks import check_float, check_rast
+from meshlift.render._checks import check_float, check_rast, check_tri
+from meshlift.structures.index_check import derived_cached
 
 #: Crossings up to this many pixels outside the pixel-centre segment still count (then clamped).
 CROSSING_SLACK_PX = 1.0 / 16.0
 
 
-def antialias_construct_topology(tri: torch.Tensor) -> torch.Tensor:
+def antialias_construct_topology(tri: torch.Tensor, num_vertices: Optional[int] = None) -> torch.Tensor:
     """Opposite vertex across each triangle edge, for silhouette detection.
 
     Args:
         tri: ``[T, 3]`` int triangles.
+        num_vertices: any bound above the largest index of ``tri`` (e.g. the vertex count it was checked
+            against); None reads the maximum back (a host sync on CUDA). The result does not depend on it.
 
     Returns:
         ``[T, 3]`` int64: entry ``(t, k)`` is the vertex, opposite the shared edge, of the other triangle
@@ -47,7 +50,7 @@ def antialias_construct_topology(tri: torch.Tensor) -> torch.Tensor:
     a = t.roll(-1, dims=1)  # v_{k+1}
     b = t.roll(-2, dims=1)  # v_{k+2}
     lo, hi = torch.minimum(a, b), torch.maximum(a, b)
-    nv = int(t.max()) + 1
+    nv = int(t.max()) + 1 if num_vertices is None else int(num_vertices)
     key = (lo * nv + hi).reshape(-1)
     order = torch.argsort(key, stable=True)
     sk = key[order]
@@ -107,8 +110,12 @@ def antialias(
         raise RenderError(f"pos batch {pos.shape[0]} does not match rast batch {rast.shape[0]}")
     if tri.ndim != 2 or tri.shape[1] != 3 or tri.dtype not in (torch.int32, torch.int64):
         raise RenderError(f"tri must be an int tensor [T, 3], got {tuple(tri.shape)} {tri.dtype}")
+    V = pos.shape[-2]
     if topology is None:
-        topology = antialias_construct_topology(tri)
+        # the face list's range is checked (cached per tensor: rasterize has usually checked this one);
+        # the topology of a face list is built once per tensor (a fixed mesh's, as in pass 2, is reused)
+        check_tri(tri, V, pos.device)
+        topology = derived_cached(tri, "antialias_topology", lambda t: antialias_construct_topology(t, V))
     elif topology.shape != tri.shape:
         raise RenderError("topology must come from antialias_construct_topology(tri) for this tri")
     B, H, W, C = color.shape
@@ -120,20 +127,21 @@ def antialias(
     pix = torch.arange(B * H * W, device=dev)
     col = pix % W
     row = (pix // W) % H
-    V = pos.shape[-2]
     pos_flat = pos.reshape(-1, 4)
     if pos_gradient_boost != 1.0:
         pos_flat = _GradScale.apply(pos_flat, float(pos_gradient_boost))
     delta_pix, delta_val = [], []
     for down in (False, True):
+        step = W if down else 1
+        # candidate pairs (p, p + step) whose ids differ, found with one nonzero (one host sync) per
+        # direction; ascending pixel order, as boolean-mask indexing gives
         ok = (row < H - 1) if down else (col < W - 1)
-        p0 = pix[ok]
-        p1 = p0 + (W if down else 1)
-        t0, t1 = ids[p0], ids[p1]
-        differ = t0 != t1
-        p0, p1, t0, t1 = p0[differ], p1[differ], t0[differ], t1[differ]
+        nb = torch.cat([ids[step:], ids[-step:]])  # ids[p + step]; the tail is excluded by ``ok``
+        p0 = torch.nonzero(ok & (ids != nb)).squeeze(1)
         if p0.numel() == 0:
             continue
+        p1 = p0 + step
+        t0, t1 = ids[p0], ids[p1]
         use1 = (t0 < 0) | ((t1 >= 0) & ~(zbuf[p0] < zbuf[p1]))
         t = torch.where(use1, t1, t0)
         ref = torch.where(use1, p1, p0)
@@ -183,30 +191,27 @@ def antialias(
                 & (dck < 1 + CROSSING_SLACK_PX)
                 & front
             )
-        sel = good.nonzero().squeeze(1)
-        if sel.numel() == 0:
-            continue
-        k = k[sel]
-        # differentiable crossing distance along the pair for the chosen edge
-        Ps = P[sel]
+        # differentiable crossing distance along the pair for the chosen edge. Every candidate is kept
+        # (no second compaction, so no second sync): the others get alpha = 0 (adding an exact 0), and
+        # their w and edge denominators are replaced by 1 so that no inf/NaN reaches the gradient.
         ka = (k + 1) % 3
         kb = (k + 2) % 3
-        ars = torch.arange(sel.numel(), device=dev)
-        qa = Ps[ars, ka]
-        qb = Ps[ars, kb]
-        rxs, rys = rx[sel], ry[sel]
-        Xa = (qa[:, 0] / qa[:, 3] + 1) * (W * 0.5) - rxs
-        Ya = (qa[:, 1] / qa[:, 3] + 1) * (H * 0.5) - rys
-        Xb = (qb[:, 0] / qb[:, 3] + 1) * (W * 0.5) - rxs
-        Yb = (qb[:, 1] / qb[:, 3] + 1) * (H * 0.5) - rys
+        qa = P[ar, ka]
+        qb = P[ar, kb]
+        one = torch.ones_like(rx)
+        wa = torch.where(good, qa[:, 3], one)
+        wb = torch.where(good, qb[:, 3], one)
+        Xa = (qa[:, 0] / wa + 1) * (W * 0.5) - rx
+        Ya = (qa[:, 1] / wa + 1) * (H * 0.5) - ry
+        Xb = (qb[:, 0] / wb + 1) * (W * 0.5) - rx
+        Yb = (qb[:, 1] / wb + 1) * (H * 0.5) - ry
         if down:
             Xa, Ya, Xb, Yb = Ya, Xa, Yb, Xb
-        dcs = ds[sel] * (Xa * (Yb - Ya) - Ya * (Xb - Xa)) / (Yb - Ya)
-        alpha = ds[sel] * (0.5 - dcs.clamp(0, 1))
-        q0, q1 = p0[sel], p1[sel]
-        target = torch.where(alpha.detach() > 0, q0, q1)
+        dcs = ds * (Xa * (Yb - Ya) - Ya * (Xb - Xa)) / torch.where(good, Yb - Ya, one)
+        alpha = torch.where(good, ds * (0.5 - dcs.clamp(0, 1)), torch.zeros_like(rx))
+        target = torch.where(alpha.detach() > 0, p0, p1)
         delta_pix.append(target)
-        delta_val.append(alpha.unsqueeze(1).to(color.dtype) * (flat.index_select(0, q1) - flat.index_select(0, q0)))
+        delta_val.append(alpha.unsqueeze(1).to(color.dtype) * (flat.index_select(0, p1) - flat.index_select(0, p0)))
     if not delta_pix:
         return color + 0
     out = flat.index_add(0, torch.cat(delta_pix), torch.cat(delta_val))

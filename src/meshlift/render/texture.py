@@ -13,7 +13,8 @@ the neighbouring face. Gradients reach ``tex`` (and every mip level),
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+import functools
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -330,4 +331,123 @@ def texture(
     return out.view(B, H, W, C)
 
 
-__all__ = ["texture", "texture_construct_mip", "cube_to_face_uv", "face_uv_to_dir", "FILTER_MODES", "BOUNDARY_MODES"]
+class MipStack(NamedTuple):
+    """A 2D texture's mip chain flattened for row lookups (:func:`texture_mip_stack`, :func:`texture_rows`).
+
+    Fields: ``flat [M, C]`` the texels of every level, row-major, one level after another (level ``l``
+    starts at row ``offsets[l]`` and is ``heights[l] × widths[l]``); ``offsets``, ``heights``, ``widths``
+    ``[L]`` int64 on ``flat``'s device; ``base_hw`` ``(H₀, W₀)`` of level 0 in texels.
+    """
+
+    flat: torch.Tensor
+    offsets: torch.Tensor
+    heights: torch.Tensor
+    widths: torch.Tensor
+    base_hw: Tuple[int, int]
+
+
+@functools.lru_cache(maxsize=64)
+def _level_tables(shapes: Tuple[Tuple[int, int], ...], device: str) -> Tuple[torch.Tensor, ...]:
+    """``(offsets, heights, widths)`` of a chain with level sizes ``shapes`` (cached: no copy per call)."""
+    sizes = [h * w for h, w in shapes]
+    offs = [0]
+    for n in sizes[:-1]:
+        offs.append(offs[-1] + n)
+    mk = functools.partial(torch.tensor, dtype=torch.int64, device=device)
+    return mk(offs), mk([h for h, _ in shapes]), mk([w for _, w in shapes])
+
+
+def texture_mip_stack(tex: torch.Tensor, max_mip_level: Optional[int] = None) -> MipStack:
+    """Build the mip chain of ``tex`` (:func:`texture_construct_mip`) as one flat :class:`MipStack`.
+
+    Args:
+        tex: ``[Ht, Wt, C]`` or ``[1, Ht, Wt, C]`` float texture (one image; shared by every lookup).
+        max_mip_level: most downsamplings (None: down to 1×1).
+
+    Returns:
+        :class:`MipStack`, differentiable with respect to ``tex`` through ``flat``.
+
+    Raises:
+        RenderError: ``tex`` not a float ``[Ht, Wt, C]`` / ``[1, Ht, Wt, C]`` tensor.
+    """
+    check_float("tex", tex)
+    t = tex[None] if tex.ndim == 3 else tex
+    if t.ndim != 4 or t.shape[0] != 1:
+        raise RenderError(f"texture_mip_stack: tex must be [Ht, Wt, C] or [1, Ht, Wt, C], got {tuple(tex.shape)}")
+    levels = texture_construct_mip(t, max_mip_level)
+    C = t.shape[-1]
+    flat = torch.cat([lv.reshape(-1, C) for lv in levels], 0)
+    shapes = tuple((int(lv.shape[1]), int(lv.shape[2])) for lv in levels)
+    offs, hs, ws = _level_tables(shapes, str(t.device))
+    return MipStack(flat, offs, hs, ws, shapes[0])
+
+
+def texture_rows(
+    stack: MipStack,
+    uv: torch.Tensor,
+    uv_da: torch.Tensor,
+    boundary_mode: str = "wrap",
+    channels: Optional[int] = None,
+    backend: Optional[str] = None,
+) -> torch.Tensor:
+    """Trilinear mip-mapped lookup of a :class:`MipStack` at ``N`` points (e.g. the covered pixels).
+
+    The values are those of ``texture(tex, uv, uv_da, filter_mode='linear-mipmap-linear')`` at the same
+    points (nvdiffrast semantics, Laine et al. 2020, Sec. 3.3; the level from the footprint ellipse's major
+    axis, module docstring), without the image layout: pass only the pixels that need a value.
+
+    Args:
+        stack: from :func:`texture_mip_stack`.
+        uv: ``[N, 2]`` texture coordinates (docs/conventions.md §7).
+        uv_da: ``[N, 4]`` ``(du/dX, du/dY, dv/dX, dv/dY)`` in uv units per pixel.
+        boundary_mode: ``'wrap'`` or ``'clamp'``.
+        channels: sample only the first ``channels`` columns of ``stack.flat`` (None: all).
+        backend: ``'auto'`` / ``'torch'`` / ``'triton'`` / None (env ``MESHLIFT_SHADING_BACKEND``, else auto):
+            :func:`meshlift.kernels.shading.shading_backend`; the Triton kernel is
+            :mod:`meshlift.kernels.texture_triton` (float32, CUDA), the torch path is its reference twin.
+
+    Returns:
+        ``[N, channels]``, in the texture's units, differentiable w.r.t. ``stack.flat``, ``uv`` and ``uv_da``.
+
+    Raises:
+        RenderError: bad shapes, dtypes or modes.
+    """
+    from meshlift.kernels.shading import shading_backend
+
+    flat = stack.flat
+    C = flat.shape[1] if channels is None else int(channels)
+    if not 1 <= C <= flat.shape[1]:
+        raise RenderError(f"texture_rows: channels must be in 1..{flat.shape[1]} (the stack's), got {channels}")
+    if boundary_mode not in ("wrap", "clamp"):
+        raise RenderError(f"texture_rows: boundary_mode must be 'wrap' or 'clamp', got {boundary_mode!r}")
+    check_float("uv", uv)
+    check_float("uv_da", uv_da)
+    if uv.ndim != 2 or uv.shape[1] != 2 or uv_da.shape != (uv.shape[0], 4):
+        raise RenderError(f"texture_rows: uv must be [N, 2] and uv_da [N, 4], got {tuple(uv.shape)} and "
+                          f"{tuple(uv_da.shape)}")
+    dtype = torch.promote_types(flat.dtype, uv.dtype)
+    if backend != "torch" and dtype == torch.float32 and uv_da.dtype == torch.float32:
+        if shading_backend(backend, uv.device, dtype) == "triton":
+            from meshlift.kernels.texture_triton import texture_rows_triton
+
+            return texture_rows_triton(flat, uv, uv_da, stack.offsets, stack.heights, stack.widths, stack.base_hw,
+                                       C, boundary_mode == "wrap")
+    if C < flat.shape[1]:
+        flat = flat[:, :C]
+    flat = flat.to(dtype)
+    uv = uv.to(dtype)
+    n_levels = stack.offsets.shape[0]
+    level = _mip_level(uv_da.to(dtype), None, stack.base_hw[1], stack.base_hw[0], n_levels, dtype)
+    s, t = uv[:, 0], uv[:, 1]
+
+    def at_level(li: torch.Tensor) -> torch.Tensor:
+        return _sample(flat, stack.offsets[li], stack.heights[li], stack.widths[li], s, t, boundary_mode, True)
+
+    l0 = torch.floor(level.detach()).long()
+    l1 = (l0 + 1).clamp(max=n_levels - 1)
+    fr = (level - l0.to(dtype)).unsqueeze(1)
+    return at_level(l0) * (1 - fr) + at_level(l1) * fr
+
+
+__all__ = ["texture", "texture_rows", "texture_mip_stack", "MipStack", "texture_construct_mip", "cube_to_face_uv",
+           "face_uv_to_dir", "FILTER_MODES", "BOUNDARY_MODES"]

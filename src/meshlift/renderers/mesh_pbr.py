@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from meshlift.errors import RenderError
+from meshlift.structures.index_check import derived_cached
 from meshlift.structures.mesh import DEFAULT_KD, DEFAULT_KS, Material, Mesh
 
 #: Material given as a volumetric field: ``fn(x [N, 3]) -> dict(kd [N, 3], ks [N, 3], normal [N, 3] | None)``.
@@ -74,15 +75,52 @@ def _upsample_nearest(x: torch.Tensor, spp: int) -> torch.Tensor:
     return x.repeat_interleave(spp, dim=1).repeat_interleave(spp, dim=2)
 
 
-def _sample_texture(tex: torch.Tensor, uv: torch.Tensor, uv_da: Optional[torch.Tensor]) -> torch.Tensor:
-    """Sample ``tex [H, W, C]`` (or ``[1, H, W, C]``) at ``uv [B, H, W, 2]`` with trilinear mips, wrap mode."""
-    from meshlift.render import texture
+def _sample_material(material: Material, uv: torch.Tensor, uv_da: Optional[torch.Tensor],
+                     uv_j: Optional[torch.Tensor]) -> dict:
+    """Sample the textures of ``material`` at the covered pixels' ``uv [N, 2]`` (trilinear mips, wrap mode).
 
-    t = tex if tex.ndim == 4 else tex[None]
-    t = t.to(uv.dtype).contiguous()
-    if uv_da is not None:
-        return texture(t, uv.contiguous(), uv_da.contiguous(), filter_mode="linear-mipmap-linear", boundary_mode="wrap")
-    return texture(t, uv.contiguous(), filter_mode="linear", boundary_mode="wrap")
+    Textures of one size are concatenated along channels and sampled by one lookup
+    (``render.texture_mip_stack`` + ``render.texture_rows``: one mip chain, one kernel on the Triton path;
+    the values are those of separate lookups); ``uv_j [N, 2]`` (jittered UVs, or None) samples the kd columns
+    of kd's stack again. ``uv_da [N, 4]`` or None (bilinear, no mips). Returns ``{"kd", "ks", "normal",
+    "kd_j"}`` ``[N, C]`` tensors (absent maps are missing).
+    """
+    from meshlift import render as R
+
+    dtype = uv.dtype
+    maps = [(k, getattr(material, k)) for k in ("kd", "ks", "normal")]
+    maps = [(k, (t if t.ndim == 4 else t[None]).to(dtype)) for k, t in maps if t is not None]
+    out = {}
+    if uv_da is None:  # no screen derivatives: bilinear lookups of level 0
+        for k, t in maps + ([("kd_j", maps[0][1])] if uv_j is not None else []):
+            rows = uv_j if k == "kd_j" else uv
+            out[k] = R.texture(t.contiguous(), rows[None, None], filter_mode="linear", boundary_mode="wrap")[0, 0]
+        return out
+    groups: dict = {}
+    for k, t in maps:
+        groups.setdefault(tuple(t.shape[1:3]), []).append((k, t))
+    for members in groups.values():
+        ts = [t for _, t in members]
+        stack = R.texture_mip_stack(ts[0] if len(ts) == 1 else torch.cat(ts, -1))
+        vals = R.texture_rows(stack, uv, uv_da, boundary_mode="wrap")
+        start = 0
+        for k, t in members:
+            out[k] = vals[:, start: start + t.shape[-1]]
+            start += t.shape[-1]
+        if members[0][0] == "kd" and uv_j is not None:
+            out["kd_j"] = R.texture_rows(stack, uv_j, uv_da, boundary_mode="wrap", channels=3)
+    return out
+
+
+def _int32(idx: torch.Tensor) -> torch.Tensor:
+    """``idx`` as a contiguous int32 tensor, the same object for the same (unmodified) ``idx``.
+
+    The render ops check a face list's index range once per tensor object (``render._checks.check_tri``):
+    a fresh int32 copy per call would cost a host sync per call; a fixed mesh's copy is made once.
+    """
+    if idx.dtype == torch.int32 and idx.is_contiguous():
+        return idx
+    return derived_cached(idx, "int32", lambda t: t.to(torch.int32).contiguous())
 
 
 def _fallback_tangent(normal: torch.Tensor) -> torch.Tensor:
@@ -159,7 +197,7 @@ def render_mesh(
     dtype = mesh.v_pos.dtype
 
     v_pos = mesh.v_pos
-    tri = mesh.t_pos_idx.to(torch.int32).contiguous()
+    tri = _int32(mesh.t_pos_idx)
     pos_clip = transform_points_to_clip(v_pos, world_to_clip.to(device)).contiguous()
 
     raster_kwargs = {}
@@ -197,7 +235,7 @@ def render_mesh(
         v_nrm, t_nrm_idx = mesh.v_nrm.to(dtype), mesh.t_nrm_idx
     else:
         v_nrm, t_nrm_idx = mesh_ops.vertex_normals(v_pos, mesh.t_pos_idx), mesh.t_pos_idx
-    nrm_idx = t_nrm_idx.to(torch.int32).contiguous()
+    nrm_idx = _int32(t_nrm_idx)
     gb_n = gather(R.interpolate(v_nrm, rast, nrm_idx)[0])  # [N, 3]
     view_pos = camera_pos.to(device=device, dtype=dtype).index_select(0, pix // (Hs * Ws))  # [N, 3]
     N = gb_pos.shape[0]
@@ -222,25 +260,29 @@ def render_mesh(
                 "render_mesh: the material has textures but the mesh has no UVs (v_tex / t_tex_idx); "
                 "unwrap it first (meshlift.mesh.uv.unwrap) or pass a material field"
             )
-        tex_idx = mesh.t_tex_idx.to(torch.int32).contiguous()
-        uv, uv_da = R.interpolate(mesh.v_tex.to(dtype), rast, tex_idx, rast_db=rast_db, diff_attrs="all")
-        kd_full = gather(_sample_texture(material.kd, uv, uv_da))
+        tex_idx = _int32(mesh.t_tex_idx)
+        uv_img, uv_da_img = R.interpolate(mesh.v_tex.to(dtype), rast, tex_idx, rast_db=rast_db, diff_attrs="all")
+        # lookups at the covered pixels only (per-pixel ops: the same values as sampling the image and
+        # gathering); the jitter noise is drawn image-sized, as before, so the random stream is unchanged
+        uv = gather(uv_img)
+        uv_da = None if uv_da_img is None else gather(uv_da_img)
+        uv_j = uv + gather(torch.randn_like(uv_img)) * field_jitter if field_jitter > 0 else None
+        looked = _sample_material(material, uv, uv_da, uv_j)
+        kd_full = looked["kd"]
         if kd_full.shape[-1] == 4:
             alpha_tex = kd_full[..., 3:4]
         kd = kd_full[..., :3]
         if material.ks is not None:
-            ks = gather(_sample_texture(material.ks, uv, uv_da))[..., :3]
+            ks = looked["ks"][..., :3]
         else:
             ks = torch.tensor(DEFAULT_KS, device=device, dtype=dtype).expand(N, 3)
         if material.normal is not None:
-            perturbed = gather(_sample_texture(material.normal, uv, uv_da))[..., :3]
+            perturbed = looked["normal"][..., :3]
             v_tng, t_tng_idx = mesh_ops.tangent_frames(v_pos, mesh.t_pos_idx, mesh.v_tex.to(dtype), mesh.t_tex_idx,
                                                        v_nrm, t_nrm_idx)
-            gb_tng = gather(R.interpolate(v_tng, rast, t_tng_idx.to(torch.int32).contiguous())[0])  # xyz + w
+            gb_tng = gather(R.interpolate(v_tng, rast, _int32(t_tng_idx))[0])  # xyz + w
         if field_jitter > 0:
-            uv_j = uv + torch.randn_like(uv) * field_jitter
-            kd_j = gather(_sample_texture(material.kd, uv_j, uv_da))[..., :3]
-            kd_grad = (kd_j - kd).abs().sum(-1, keepdim=True) / 3.0
+            kd_grad = (looked["kd_j"][..., :3] - kd).abs().sum(-1, keepdim=True) / 3.0
     elif callable(material):
         out = material(gb_pos)
         kd = out["kd"][..., :3].to(dtype)

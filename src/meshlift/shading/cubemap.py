@@ -218,12 +218,15 @@ def _sample_padded(padded: torch.Tensor, face: torch.Tensor, x: torch.Tensor, y:
     return _gather_bilinear(padded.reshape(-1, padded.shape[-1]), face, px, py, stride, stride)
 
 
-def sample_cube(cube: torch.Tensor, dirs: torch.Tensor) -> torch.Tensor:
+def sample_cube(cube: torch.Tensor, dirs: torch.Tensor, backend: str | None = None) -> torch.Tensor:
     """Seamless bilinear lookup of a cube map by direction.
 
     Args:
         cube: ``[6, R, R, C]`` cube map (docs/conventions.md §8).
         dirs: ``[..., 3]`` directions (need not be normalised).
+        backend: ``'auto'`` / ``'torch'`` / ``'triton'`` / None (env ``MESHLIFT_SHADING_BACKEND``, else auto;
+            :func:`meshlift.kernels.shading.shading_backend`): the Triton kernel
+            (:mod:`meshlift.kernels.cube_triton`, float32) or this torch path, its reference twin.
 
     Returns:
         ``[..., C]``, differentiable with respect to ``cube`` and ``dirs``.
@@ -235,9 +238,24 @@ def sample_cube(cube: torch.Tensor, dirs: torch.Tensor) -> torch.Tensor:
     if dirs.shape[-1] != 3:
         raise RenderError(f"sample_cube(dirs): expected [..., 3], got {tuple(dirs.shape)}")
     lead = dirs.shape[:-1]
+    if _use_triton(backend, cube, dirs):
+        from meshlift.kernels.cube_triton import sample_cube_table_triton
+
+        strides, offsets = _mip_layout((int(cube.shape[1]),), str(cube.device))
+        table = _pad_cube(cube).reshape(-1, cube.shape[-1])
+        return sample_cube_table_triton(table, strides, offsets, dirs.reshape(-1, 3), None).reshape(*lead, cube.shape[-1])
     face, x, y = dir_to_cube(dirs.reshape(-1, 3).to(cube.dtype))
     out = _sample_padded(_pad_cube(cube), face, x, y)
     return out.reshape(*lead, cube.shape[-1])
+
+
+def _use_triton(backend: str | None, cube: torch.Tensor, dirs: torch.Tensor) -> bool:
+    """Whether the Triton lookup runs (float32 cube and directions, ``shading_backend`` says so)."""
+    if backend == "torch" or cube.dtype != torch.float32 or dirs.dtype != torch.float32:
+        return False
+    from meshlift.kernels.shading import shading_backend
+
+    return shading_backend(backend, cube.device, cube.dtype) == "triton"
 
 
 def _check_mip_args(levels: list[torch.Tensor], dirs: torch.Tensor, level: torch.Tensor, name: str) -> None:
@@ -263,7 +281,8 @@ def _mip_layout(sizes: tuple[int, ...], device_str: str) -> tuple[torch.Tensor, 
     return torch.tensor(strides, dtype=torch.int64, device=dev), torch.tensor(offsets, dtype=torch.int64, device=dev)
 
 
-def sample_cube_mip(levels: list[torch.Tensor], dirs: torch.Tensor, level: torch.Tensor) -> torch.Tensor:
+def sample_cube_mip(levels: list[torch.Tensor], dirs: torch.Tensor, level: torch.Tensor,
+                    backend: str | None = None) -> torch.Tensor:
     """Trilinear lookup in a cube-map mip chain: bilinear per level, linear between levels.
 
     Equivalent to nvdiffrast's ``texture(..., mip=levels[1:], mip_level_bias=level,
@@ -280,6 +299,7 @@ def sample_cube_mip(levels: list[torch.Tensor], dirs: torch.Tensor, level: torch
         levels: list of ``[6, R_l, R_l, C]`` cube maps, finest first.
         dirs: ``[..., 3]`` directions.
         level: ``[...]`` fractional mip level (clamped to [0, len(levels) - 1]).
+        backend: as for :func:`sample_cube` (the Triton kernel does all levels in one launch).
 
     Returns:
         ``[..., C]``, differentiable with respect to the levels, ``dirs`` and ``level``.
@@ -289,10 +309,17 @@ def sample_cube_mip(levels: list[torch.Tensor], dirs: torch.Tensor, level: torch
     """
     _check_mip_args(levels, dirs, level, "sample_cube_mip")
     if len(levels) == 1:
-        return sample_cube(levels[0], dirs)
+        return sample_cube(levels[0], dirs, backend)
     lead = dirs.shape[:-1]
     dtype = levels[0].dtype
     ch = levels[0].shape[-1]
+    if _use_triton(backend, levels[0], dirs) and level.dtype == torch.float32:
+        from meshlift.kernels.cube_triton import sample_cube_table_triton
+
+        strides, offsets = _mip_layout(tuple(int(c.shape[1]) for c in levels), str(dirs.device))
+        table = torch.cat([_pad_cube(c).reshape(-1, ch) for c in levels])
+        out = sample_cube_table_triton(table, strides, offsets, dirs.reshape(-1, 3), level.reshape(-1))
+        return out.reshape(*lead, ch)
     face, x, y = dir_to_cube(dirs.reshape(-1, 3).to(dtype))
     lv = torch.clamp(level.reshape(-1).to(dtype), 0.0, len(levels) - 1.0)
     l0 = torch.clamp(torch.floor(lv.detach()), max=len(levels) - 2.0)

@@ -14,7 +14,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["index_range_ok"]
+__all__ = ["index_range_ok", "derived_cached"]
 
 #: ``id -> (weak reference, version, vertices needed = max index + 1, min index)`` of checked tensors.
 _CHECKED: dict[int, tuple] = {}
@@ -48,3 +48,32 @@ def _remember(idx: torch.Tensor, needed: int, lo: int) -> None:
         _CHECKED[id(idx)] = (weakref.ref(idx), idx._version, int(needed), int(lo))
     except TypeError:  # not weak-referenceable: checked every time
         pass
+
+
+#: ``(id, key) -> (weak reference, version, value)`` of :func:`derived_cached`.
+_DERIVED: dict[tuple, tuple] = {}
+
+
+def derived_cached(src: torch.Tensor, key: str, fn):
+    """``fn(src)``, computed once per tensor ``src`` (identity + in-place version) and ``key``.
+
+    For values derived from fixed index tensors in a training loop (an int32 copy of a face list that the
+    rasterizer's range check then finds in its own cache, the antialiasing topology of a fixed mesh): the
+    same object comes back until ``src`` is modified in place or freed. At most :data:`MAX_ENTRIES`
+    entries are kept (an entry is dropped when its tensor is freed); a tensor that is not weak-referenceable is not cached.
+    """
+    k = (id(src), key)
+    entry = _DERIVED.get(k)
+    if entry is not None and entry[0]() is src and entry[1] == src._version:
+        return entry[2]
+    value = fn(src)
+    if len(_DERIVED) >= MAX_ENTRIES:
+        dead = [kk for kk, e in _DERIVED.items() if e[0]() is None]
+        for kk in dead or list(_DERIVED)[: MAX_ENTRIES // 2]:
+            _DERIVED.pop(kk, None)
+    try:
+        # the entry goes when ``src`` is freed (pass 1 builds a new face list every step)
+        _DERIVED[k] = (weakref.ref(src, lambda _ref, k=k: _DERIVED.pop(k, None)), src._version, value)
+    except TypeError:
+        pass
+    return value

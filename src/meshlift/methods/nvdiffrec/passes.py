@@ -69,6 +69,13 @@ class Pass1Result:
     checkpoint_state: Optional[dict] = None
 
 
+def _adam(params, device: torch.device, **kwargs) -> torch.optim.Adam:
+    """Adam; on CUDA the fused implementation (one kernel per parameter group and step instead of a few per
+    tensor list, and the step counters on the device). Same update rule: results differ by float rounding
+    (measured on the CPU demo, where fused Adam also exists: benchmarks/notes_reconstruct_speed.md)."""
+    return torch.optim.Adam(params, fused=torch.device(device).type == "cuda", **kwargs)
+
+
 def run_pass1(
     cfg: SurfaceConfig,
     data: ProblemData,
@@ -103,11 +110,11 @@ def run_pass1(
         how = init_sdf(geom, cfg, data.train, gen)
         monitor.log(f"pass 1: SDF initialised from {how}")
 
-    opt_geom = torch.optim.Adam(geom.parameters(), lr=cfg.lr_pos)
+    opt_geom = _adam(geom.parameters(), device, lr=cfg.lr_pos)
     groups = [{"params": list(material.parameters()), "lr": cfg.lr_mat}]
     if light_trainable:
         groups.append({"params": list(light.parameters()), "lr": cfg.lr_light})
-    opt_mat = torch.optim.Adam(groups)
+    opt_mat = _adam(groups, device)
     lr = ExponentialLR(cfg.warmup, cfg.lr_decay)
     sched = [torch.optim.lr_scheduler.LambdaLR(o, lr) for o in (opt_geom, opt_mat)]
     sampler = ViewSampler(len(data.train), cfg.batch, cfg.seed)
@@ -374,8 +381,8 @@ def run_pass2(
     groups = [{"params": tex_params, "lr": cfg.lr_mat}]
     if light_trainable:
         groups.append({"params": list(light.parameters()), "lr": cfg.lr_light})
-    opt = torch.optim.Adam(groups)
-    opt_v = torch.optim.Adam([offset], lr=cfg.lr_vertex)
+    opt = _adam(groups, device)
+    opt_v = _adam([offset], device, lr=cfg.lr_vertex)
     lr = ExponentialLR(cfg.warmup, cfg.lr_decay)
     sched = [torch.optim.lr_scheduler.LambdaLR(o, lr) for o in (opt, opt_v)]
     ramps = RegularizerSchedules.from_config(cfg)
