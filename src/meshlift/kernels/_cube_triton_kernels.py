@@ -21,7 +21,8 @@ def _face_coords(dx, dy, dz):
     sc = tl.where(is_x, tl.where(dx > 0, -dz, dz), tl.where(is_y, dx, tl.where(dz > 0, dx, -dx)))
     tc = tl.where(is_x | is_z, -dy, tl.where(dy > 0, dz, -dz))
     face = tl.where(is_x, tl.where(dx > 0, 0, 1), tl.where(is_y, tl.where(dy > 0, 2, 3), tl.where(dz > 0, 4, 5)))
-    return face.to(tl.int64), sc / ma, tc / ma, ma, is_x, is_y, is_z
+    # correctly rounded, as torch's (float32 ``/`` compiles to an approximate division on the GPU)
+    return face.to(tl.int64), tl.div_rn(sc, ma), tl.div_rn(tc, ma), ma, is_x, is_y, is_z
 
 
 @triton.jit
