@@ -159,7 +159,9 @@ class _ProjectFn(torch.autograd.Function):
         dev, dt = means.device, means.dtype
         z = lambda g, shape: torch.zeros(shape, device=dev, dtype=dt) if g is None else _rows(g.to(dt), C, N)  # noqa: E731
         g_m2, g_con = z(g_m2, (C, N, 2)), z(g_con, (C, N, 3))
-        g_dep, g_op = z(g_dep, (C, N)), z(g_op, (C, N))
+        g_op = z(g_op, (C, N))
+        # the kernel reads the depth gradient with unit stride (a slice of a feature gradient is strided)
+        g_dep = torch.zeros((C, N), device=dev, dtype=dt) if g_dep is None else g_dep.to(dt).contiguous()
         srow = [t.stride(1) for t in (g_m2, g_con, g_op)]  # element stride from pair i to i + 1
         if g_comp is not None and bool((g_comp != 0).any()):
             raise RenderError("gradients through 'compensations' are not supported by the triton backend")
