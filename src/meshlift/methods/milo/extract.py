@@ -42,9 +42,11 @@ class ExtractedMesh:
 
 
 def refine_occupancy(reg, params: dict, steps: int, labels_every: int, *, sampler, monitor, seed: int = 0,
-                     deadline: Optional[float] = None) -> dict:
+                     deadline=None) -> dict:
     """Step 1 of the module docstring. ``reg`` is the (started) :class:`MeshInTheLoop`; ``params`` the frozen
-    Gaussians. Returns ``{"steps", "seconds", "loss_first", "loss_last"}``."""
+    Gaussians; ``deadline``: None, a ``time.perf_counter()`` value, or a
+    :class:`~meshlift.methods.engine.PassDeadline`. Returns ``{"steps", "seconds", "loss_first", "loss_last"}``."""
+    from meshlift.methods.engine import _deadline_reached
     import dataclasses
 
     from meshlift.methods.gaussians.trainer import render_params
@@ -79,7 +81,7 @@ def refine_occupancy(reg, params: dict, steps: int, labels_every: int, *, sample
         last = v
         done = s + 1
         monitor.update(done, v, float("nan"))
-        if deadline is not None and time.perf_counter() > deadline:
+        if _deadline_reached(deadline):
             monitor.log(f"occupancy refinement: time budget reached after {done} of {steps} steps")
             break
     if steps > 0:
