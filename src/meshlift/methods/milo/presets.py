@@ -11,11 +11,12 @@ at extraction. The presets differ in the mesh resolution budget (Delaunay vertic
   500 training steps: the run keeps the previous tets until a triangulation is done (logged), and the
   first and final triangulations block. It runs, slowly; a faster Delaunay is not implemented.
 
-``--quick`` (:data:`QUICK_CHANGES`): 64 px images (16 rendered views of a mesh input), at most 3000
-Gaussians, 300 steps with the schedule compressed (densify to 80, sample at 80, prune at 140, mesh from
-141, Delaunay / SDF resets every 40, labels every 20, 40 refinement steps), a 9k-pivot mesh, and a
-280 s time budget (training stops at 80% of it, the refinement at 92%), so it ends within 5 minutes on two
-CPU cores on a small object.
+``--quick`` (:data:`QUICK_CHANGES`): 64 px images (16 rendered views of a mesh input), at most 4000
+Gaussians, 400 steps with the schedule compressed (densify to 160, depth re-init at 80 with 3000 points,
+sample at 160, prune at 200, mesh from 201, Delaunay / SDF resets every 50, labels every 20, 40 refinement
+steps), a 9k-pivot mesh, and a 280 s time budget (shared between training and refinement by
+:class:`~meshlift.methods.engine.TimeBudget`, keeping 15% for colouring, evaluation and export), so it
+ends within 5 minutes on two CPU cores on a small object (a loaded machine stops training early).
 ``milo_tiny``: the CI preset (48 px, a few hundred Gaussians, ~100 steps).
 """
 
