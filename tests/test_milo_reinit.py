@@ -61,6 +61,9 @@ def test_depth_points_lie_on_the_rendered_surface(scene):
     r = pts.norm(dim=1)
     assert (r - SPHERE_RADIUS).abs().median() < 0.05 and (r - SPHERE_RADIUS).abs().max() < 0.25
     assert float(rgb.min()) >= 0 and float(rgb.max()) <= 1 and float(rgb.mean()) > 0.2  # the sphere's colours
+    # a small draw keeps at most 4 × 50 / 6 candidates per view (memory bound) and still lies on the surface
+    small, _ = depth_points(params, problem.train, 50, near=0.05, device=CPU, settings=SplatSettings())
+    assert small.shape == (50, 3) and (small.norm(dim=1) - SPHERE_RADIUS).abs().median() < 0.05
     # fewer candidates than asked: every candidate once; transparent Gaussians give none
     few, _ = depth_points(params, problem.train, 10**7, near=0.05, device=CPU, settings=SplatSettings())
     assert 500 < few.shape[0] < 6 * 24 * 24

@@ -10,7 +10,9 @@ the surface instead of a fat blob's centre behind it.
 Here (:func:`depth_points`): per view, the pixels whose rendered opacity exceeds ``min_alpha`` (the
 transmittance crossed 0.5 there, :func:`meshlift.methods.milo.mesh_in_loop.surface_depth`) and whose target
 pixel is not empty (alpha > 0.5 when the views have masks) are candidates; ``num_points`` of all views'
-candidates are drawn uniformly without replacement (seeded), back-projected at a uniformly jittered
+candidates are drawn uniformly without replacement (seeded; a view with more than
+``CANDIDATES_PER_POINT × num_points / views`` candidates keeps a random subset of that size, whose
+members are drawn with the weight of the candidates they stand for), back-projected at a uniformly jittered
 position inside the pixel at the rendered median depth (OpenCV pinhole, docs/conventions.md §2), and take
 the target's straight sRGB colour there. [Sampling details are our reading of the notes: Mini-Splatting2
 weights its draw by the accumulated alpha; with ``min_alpha`` = 0.5 every candidate is opaque.]
@@ -25,7 +27,11 @@ import torch
 
 from meshlift.errors import ConfigError
 
-__all__ = ["backproject", "depth_points"]
+__all__ = ["CANDIDATES_PER_POINT", "backproject", "depth_points"]
+
+#: Each view keeps at most ``CANDIDATES_PER_POINT × num_points / views`` candidate pixels (a uniform random
+#: subset, weighted by how many it stands for), so memory is O(num_points), not O(views × pixels).
+CANDIDATES_PER_POINT = 4
 
 
 def backproject(xy: torch.Tensor, depth: torch.Tensor, world_to_camera: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
@@ -71,7 +77,8 @@ def depth_points(params: dict, views, num_points: int, *, near: float, device: t
     st = dataclasses.replace(settings, outputs=("median_depth",))
     bg = torch.zeros(3, device=device)
     H, W = views.height, views.width
-    cand = []  # (view, pixel index, depth) of every candidate pixel
+    cap = max(1, -(-CANDIDATES_PER_POINT * num_points // max(len(views), 1)))
+    cand = []  # (view, pixel index) [n, 2], depth [n], weight [n] of the kept candidate pixels
     for i in range(len(views)):
         b = views.batch(torch.tensor([i]), device)
         _, alpha, info = render_params(params, b, 0, bg, near, st, backend)
@@ -80,13 +87,22 @@ def depth_points(params: dict, views, num_points: int, *, near: float, device: t
         if b.alpha is not None:
             ok &= b.alpha[0, ..., 0].reshape(-1).float().cpu() > 0.5
         pix = ok.nonzero().squeeze(-1)
-        cand.append((torch.stack([torch.full_like(pix, i), pix], dim=1), d[pix]))
+        w = 1.0
+        if pix.numel() > cap:  # memory bound: a random subset stands for the view's candidates
+            w = pix.numel() / cap
+            pix = pix[torch.randperm(pix.numel(), generator=gen)[:cap]]
+        cand.append((torch.stack([torch.full_like(pix, i), pix], dim=1), d[pix], torch.full((pix.numel(),), w)))
     idx = torch.cat([c[0] for c in cand]) if cand else torch.zeros(0, 2, dtype=torch.int64)
     dep = torch.cat([c[1] for c in cand]) if cand else torch.zeros(0)
+    wts = torch.cat([c[2] for c in cand]) if cand else torch.zeros(0)
     if idx.shape[0] == 0:
         return torch.zeros(0, 3), torch.zeros(0, 3)
-    pick = torch.randperm(idx.shape[0], generator=gen)[:num_points]
-    idx, dep = idx[pick], dep[pick]
+    if idx.shape[0] > num_points:
+        if idx.shape[0] < (1 << 24):  # torch.multinomial's category limit
+            pick = torch.multinomial(wts.double(), num_points, replacement=False, generator=gen)
+        else:  # very large draws: uniform over the kept candidates (ignores the views' weights)
+            pick = torch.randperm(idx.shape[0], generator=gen)[:num_points]
+        idx, dep = idx[pick], dep[pick]
     jitter = torch.rand(idx.shape[0], 2, generator=gen)
     pts = torch.zeros(idx.shape[0], 3)
     rgb = torch.zeros(idx.shape[0], 3)
