@@ -60,6 +60,8 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", default=list(CASES))
     ap.add_argument("--set", dest="sets", action="append", default=[])
     ap.add_argument("--surface-results", type=Path, default=None)
+    ap.add_argument("--schedule-scale", type=float, default=1.0,
+                    help="run MILo's schedule in this fraction of its steps (every step field scaled together)")
     args = ap.parse_args()
     results = {}
     for name in args.only:
@@ -67,7 +69,13 @@ def main() -> int:
         out = args.out / name
         cmd = [sys.executable, "-m", "meshlift.cli.main", "reconstruct", str(DATA / rel), "--method", "milo",
                "--preset", args.preset, "--out", str(out), "--overwrite"] + (["--quick"] if args.quick else [])
-        for s in (extra if not args.quick else []) + args.sets:
+        sched = []
+        if args.schedule_scale != 1.0:
+            from meshlift.methods.milo.presets import get_preset, scale_schedule
+
+            base = get_preset(args.preset, quick=args.quick)
+            sched = [f"{k}={v}" for k, v in scale_schedule(base, args.schedule_scale).items()]
+        for s in sched + (extra if not args.quick else []) + args.sets:
             cmd += ["--set", s]
         print("$", " ".join(cmd), flush=True)
         t0 = time.perf_counter()

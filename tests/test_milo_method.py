@@ -32,7 +32,7 @@ def _micro(**kw) -> MiloConfig:
     """A run of a few steps that passes through every stage (densify, sample, prune, mesh, extraction)."""
     base = dataclasses.replace(
         get_preset("milo_tiny"), steps=14, num_random=200, densify_refine_start=2, densify_refine_every=2,
-        densify_refine_stop=5, sampling_step=5, prune_step=7, depth_normal_start=5, mesh_start=8, delaunay_every=3,
+        densify_refine_stop=5, reinit_step=3, reinit_points=150, sampling_step=5, prune_step=7, depth_normal_start=5, mesh_start=8, delaunay_every=3,
         sdf_reset_every=3, sdf_reset_stop=12, labels_every=2, extract_steps=3, extract_labels_every=2,
         texture_res=32, eval_samples=2000, checkpoint_every=4, preview_every=7, render_test=True)
     return dataclasses.replace(base, **kw)
@@ -195,7 +195,8 @@ def test_micro_run_every_stage_then_resume(scene, tmp_path):
     r = reconstruct(_micro(), out, problem=problem, gt_mesh=gt)
     m = r.metrics
     assert m["method"] == "milo" and m["steps"] == 14
-    assert [e[1] for e in m["strategy_events"]] == ["sample", "prune"]
+    assert [e[1] for e in m["strategy_events"]] == ["reinit", "sample", "prune"]
+    assert m["strategy_events"][0][3] == 150  # the re-init drew reinit_points surface points
     assert m["triangulations"] >= 2 and m["faces"] > 0 and m["vertices"] > 0
     assert m["mesh_psnr"] is not None and m["gaussian_psnr"] is not None and m["fscore"] is not None
     for name in ("mesh.glb", "mesh.obj", "mesh.mtl", "mesh.ply", "texture_kd.png", "point_cloud.ply",

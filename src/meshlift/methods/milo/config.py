@@ -38,6 +38,13 @@ class MiloConfig(GaussiansConfig):
     ref_test_views: int = 8
     """Held-out views rendered when DATA is a mesh file (an orbit)."""
 
+    # ---- depth re-initialisation (Mini-Splatting2, used by MILo at 2000) ------------------------------------
+    reinit_step: int = 2000
+    """Step of the depth re-initialisation: the Gaussians are replaced by new ones at points of their
+    rendered surface (``methods/milo/depth_reinit.py``; MILo: 2000); 0 = never."""
+    reinit_points: int = 0
+    """Points drawn for the re-initialisation (0 = as many as there are Gaussians then)."""
+
     # ---- importance-based Gaussian sampling (Mini-Splatting2, used by MILo) --------------------------------
     imp_metric: str = "outdoor"
     """Importance of a Gaussian (MILo ``--imp_metric``): ``indoor`` = Σ over views of Σ αT; ``outdoor`` =
@@ -59,6 +66,12 @@ class MiloConfig(GaussiansConfig):
     # ---- the mesh in the loop -----------------------------------------------------------------------------
     mesh_start: int = 8000
     """First step with the mesh in the loop (MILo: 8001)."""
+    pivot_min_opacity: float = 0.1
+    """Only Gaussians at least this opaque spawn pivots (near-transparent floaters would otherwise become
+    closed blobs through the occupied-centres loss; our rule, MILo's sampled Gaussians are opaque)."""
+    trunc_pixels: float = 2.0
+    """Depth-fusion truncation: at least this many pixel footprints at the scene centre (MILo's
+    ``2e-3 × scene_scale`` is about 2 px at its ~1000 px images; at small images it is under a pixel)."""
     num_pivots: int = 270_000
     """Mesh resolution budget: Delaunay vertices (9 per Gaussian; MILo ``n_max_points_in_delaunay``:
     verylowres 270k, lowres 540k, default 5.4M)."""
@@ -118,11 +131,11 @@ SHAPE_FIELDS = ("sh_degree", "data", "num_pivots", "mesh_res_scale", "ref_views"
 
 _CHOICES = {"imp_metric": ("indoor", "outdoor")}
 _UNIT = ("sampling_factor", "prune_cdf", "sdf_reset_blend")
-_NONNEG = ("depth_normal_weight", "mesh_depth_weight", "mesh_normal_weight", "occupied_centres_weight",
+_NONNEG = ("trunc_pixels", "depth_normal_weight", "mesh_depth_weight", "mesh_normal_weight", "occupied_centres_weight",
            "occupancy_label_weight", "keep_components", "min_component_faces", "color_depth_tol", "mesh_res_scale")
 _GE1 = ("num_pivots", "delaunay_every", "sdf_reset_every", "labels_every", "extract_labels_every",
         "mesh_chunk_views", "tet_chunk", "texture_res", "ref_views", "ref_test_views", "eval_samples")
-_GE0 = ("sampling_step", "prune_step", "depth_normal_start", "mesh_start", "sdf_reset_stop", "extract_steps",
+_GE0 = ("reinit_step", "reinit_points", "sampling_step", "prune_step", "depth_normal_start", "mesh_start", "sdf_reset_stop", "extract_steps",
         "simplify", "max_fragments")
 
 
@@ -140,6 +153,8 @@ def validate(cfg: MiloConfig) -> MiloConfig:
         v = getattr(cfg, name)
         if not (math.isfinite(v) and v >= 0):
             raise ConfigError(f"config field {name!r} must be a finite number >= 0, got {v!r}")
+    if not (math.isfinite(cfg.pivot_min_opacity) and 0 <= cfg.pivot_min_opacity < 1):
+        raise ConfigError(f"config field 'pivot_min_opacity' must be in [0, 1), got {cfg.pivot_min_opacity!r}")
     if not cfg.mesh_res_scale > 0:
         raise ConfigError(f"config field 'mesh_res_scale' must be > 0, got {cfg.mesh_res_scale!r}")
     if not cfg.lr_occupancy > 0:
@@ -154,11 +169,12 @@ def validate(cfg: MiloConfig) -> MiloConfig:
         raise ConfigError(f"num_pivots × mesh_res_scale = {cfg.num_pivots} × {cfg.mesh_res_scale} gives fewer than "
                           "4 Gaussians (9 pivots each); raise num_pivots")
     # The Gaussian set must be final before the mesh starts: the pivots index it.
-    last_edit = max(cfg.densify_refine_stop if cfg.densify else 0, cfg.sampling_step, cfg.prune_step)
+    reinit = cfg.reinit_step if cfg.reinit_step < cfg.steps else 0  # a re-init after the last step never runs
+    last_edit = max(cfg.densify_refine_stop if cfg.densify else 0, reinit, cfg.sampling_step, cfg.prune_step)
     if cfg.mesh_start < cfg.steps and cfg.mesh_start <= last_edit:
         raise ConfigError(
             f"config field 'mesh_start' = {cfg.mesh_start} must come after the last change of the Gaussian set "
-            f"(densify_refine_stop={cfg.densify_refine_stop}, sampling_step={cfg.sampling_step}, "
+            f"(densify_refine_stop={cfg.densify_refine_stop}, reinit_step={cfg.reinit_step}, sampling_step={cfg.sampling_step}, "
             f"prune_step={cfg.prune_step}): the pivots index a fixed set of Gaussians")
     if cfg.sampling_step and cfg.prune_step and cfg.prune_step <= cfg.sampling_step:
         raise ConfigError(f"config field 'prune_step' = {cfg.prune_step} must come after sampling_step = "

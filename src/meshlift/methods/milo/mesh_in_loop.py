@@ -13,7 +13,9 @@ plugs into :class:`~meshlift.methods.gaussians.trainer.GaussianTrainer` through 
   9 pivots (:func:`~meshlift.methods.milo.pivots.gaussian_pivots`, boxes enlarged by ``ratio^(-1/3)``) are
   tetrahedralised (:func:`meshlift.isosurface.delaunay.delaunay_tets`) and the pivot SDF's base is set by
   fusing the median depths of **all** training views (:func:`~meshlift.methods.milo.depth_fusion.
-  fuse_depth_at_pivots`, truncation ``2e-3 × scene_scale``).
+  fuse_depth_at_pivots`, truncation ``max(2e-3 × scene_scale, trunc_pixels`` pixels),
+  :func:`~meshlift.methods.milo.depth_fusion.fusion_truncation`). Only Gaussians at least
+  ``pivot_min_opacity`` opaque are candidates (transparent floaters would become closed blobs).
 - **Every step** with the mesh: pivots from the current Gaussians (differentiable), marching tets on the
   current tets with the large-edge filter (:func:`meshlift.isosurface.dmtet.marching_tets`), the mesh's
   depth and normals at the batch's views (:func:`~meshlift.methods.milo.occupancy_labels.render_mesh_maps`,
@@ -91,12 +93,14 @@ class MeshInTheLoop(Regularizer):
 
     def __init__(self, cfg, problem, device: torch.device, *, monitor, settings, near: float) -> None:
         from meshlift.isosurface.delaunay import DelaunayRunner
-        from meshlift.methods.milo.depth_fusion import TRUNC_FACTOR
+        from meshlift.methods.milo.depth_fusion import fusion_truncation
 
         self.cfg, self.problem, self.device, self.monitor = cfg, problem, device, monitor
         self.settings, self.near = settings, near
         self.scene_scale = problem.scene_scale
-        self.truncation = TRUNC_FACTOR * self.scene_scale
+        tr = problem.train
+        self.truncation = fusion_truncation(tr.world_to_camera, tr.K, problem.bounds.float().mean(0),
+                                            trunc_pixels=cfg.trunc_pixels, scene_scale=self.scene_scale)
         self.runner = DelaunayRunner()
         self.job = None
         self.active = False
@@ -208,7 +212,8 @@ class MeshInTheLoop(Regularizer):
         imp, seen = importance_scores(params, self.problem.train, cfg.imp_metric, near=self.near,
                                       device=self.device, settings=self.settings, backend=cfg.splat_backend)
         n = imp.numel()
-        cand = torch.where(seen > 1, imp, torch.zeros_like(imp))
+        opaque = torch.sigmoid(params["opacity_logits"].detach().reshape(n)) >= cfg.pivot_min_opacity
+        cand = torch.where((seen > 1) & opaque.to(imp.device), imp, torch.zeros_like(imp))
         budget = num_mesh_gaussians(cfg)
         if int((cand > 0).sum()) < 4:
             cand = torch.ones_like(imp)
@@ -299,7 +304,7 @@ class MeshInTheLoop(Regularizer):
         total = None
         if cfg.depth_normal_weight > 0 and step >= cfg.depth_normal_start and "normal" in info:
             dn = depth_normal_loss(info["normal"], info["median_depth"], batch.K, batch.world_to_camera)
-            total = cfg.depth_normal_weight * dn
+            total = cfg.depth_normal_weight * dn if total is None else total + cfg.depth_normal_weight * dn
             self.last["depth_normal"] = float(dn.detach())
         if not self.mesh_on(step):
             return total

@@ -11,11 +11,12 @@ at extraction. The presets differ in the mesh resolution budget (Delaunay vertic
   500 training steps: the run keeps the previous tets until a triangulation is done (logged), and the
   first and final triangulations block. It runs, slowly; a faster Delaunay is not implemented.
 
-``--quick`` (:data:`QUICK_CHANGES`): 64 px images (16 rendered views of a mesh input), at most 3000
-Gaussians, 300 steps with the schedule compressed (densify to 80, sample at 80, prune at 140, mesh from
-141, Delaunay / SDF resets every 40, labels every 20, 40 refinement steps), a 9k-pivot mesh, and a
-280 s time budget (training stops at 80% of it, the refinement at 92%), so it ends within 5 minutes on two
-CPU cores on a small object.
+``--quick`` (:data:`QUICK_CHANGES`): 64 px images (16 rendered views of a mesh input), at most 4000
+Gaussians, 400 steps with the schedule compressed (densify to 160, depth re-init at 80 with 3000 points,
+sample at 160, prune at 200, mesh from 201, Delaunay / SDF resets every 50, labels every 20, 40 refinement
+steps), a 9k-pivot mesh, and a 280 s time budget (shared between training and refinement by
+:class:`~meshlift.methods.engine.TimeBudget`, keeping 15% for colouring, evaluation and export), so it
+ends within 5 minutes on two CPU cores on a small object (a loaded machine stops training early).
 ``milo_tiny``: the CI preset (48 px, a few hundred Gaussians, ~100 steps).
 """
 
@@ -63,24 +64,26 @@ QUICK_CHANGES = dict(
                                      "lr_means_final", "lr_scales", "lr_sh0", "init_scale", "chunk_elements")},
     ref_views=16,
     ref_test_views=4,
-    steps=300,
+    steps=400,
     time_budget_s=280.0,
     num_random=1500,
     max_init_points=1500,
     init_opacity=0.3,
     densify_refine_start=20,
-    densify_refine_stop=80,
+    densify_refine_stop=160,
     densify_refine_every=20,
     densify_reset_every=0,
-    densify_max_gaussians=3000,
-    sampling_step=80,
-    prune_step=140,
-    depth_normal_start=80,
-    mesh_start=141,
+    densify_max_gaussians=4000,
+    reinit_step=80,
+    reinit_points=3000,
+    sampling_step=160,
+    prune_step=200,
+    depth_normal_start=160,
+    mesh_start=201,
     num_pivots=9000,
-    delaunay_every=40,
-    sdf_reset_every=40,
-    sdf_reset_stop=220,
+    delaunay_every=50,
+    sdf_reset_every=50,
+    sdf_reset_stop=300,
     labels_every=20,
     extract_steps=40,
     extract_labels_every=20,
@@ -97,11 +100,38 @@ PRESETS["milo_tiny"] = dataclasses.replace(
     MiloConfig(), train_res=48, ref_views=16, ref_test_views=2, steps=100, num_random=800, max_init_points=800,
     max_test_views=2, sh_degree=0, sh_degree_interval=1000, init_opacity=0.3, lr_means=4e-3, lr_means_final=4e-4,
     lr_sh0=2e-2, lr_opacity=0.05, lr_scales=1e-2, densify_refine_start=10, densify_refine_stop=30,
-    densify_refine_every=10, densify_reset_every=0, densify_max_gaussians=2000, sampling_step=30,
+    densify_refine_every=10, densify_reset_every=0, densify_max_gaussians=2000, reinit_step=20, sampling_step=30,
     sampling_factor=0.8, prune_step=45, depth_normal_start=30, mesh_start=46, num_pivots=4500, delaunay_every=20,
     sdf_reset_every=20, sdf_reset_stop=80, labels_every=10, extract_steps=20, extract_labels_every=10,
     texture_res=64, background="random", eval_samples=20_000, checkpoint_every=50, checkpoint_every_s=0.0, preview_every=50, lpips=False, device="cpu",
     chunk_elements=1 << 18)
+
+
+#: Config fields that are step numbers or step counts of the schedule (scaled together by :func:`scale_schedule`).
+STEP_FIELDS = ("steps", "densify_refine_start", "densify_refine_stop", "densify_refine_every", "densify_reset_every",
+               "reinit_step", "sampling_step", "prune_step", "depth_normal_start", "mesh_start",
+               "delaunay_every", "sdf_reset_every", "sdf_reset_stop", "labels_every", "extract_steps",
+               "extract_labels_every", "sh_degree_interval", "checkpoint_every", "preview_every")
+
+
+def scale_schedule(cfg: MiloConfig, factor: float) -> dict:
+    """``{field: value}`` of :data:`STEP_FIELDS` scaled by ``factor`` (> 0; intervals at least 1, a 0 —
+    "never" — stays 0; ``mesh_start`` stays after the last change of the Gaussian set), for ``--set``
+    overrides: MILo's schedule in fewer (or more) steps.
+
+    Raises:
+        ConfigError: ``factor <= 0``.
+    """
+    if not factor > 0:
+        raise ConfigError(f"scale_schedule: factor must be > 0, got {factor!r}")
+    out = {}
+    for name in STEP_FIELDS:
+        v = int(getattr(cfg, name))
+        out[name] = 0 if v == 0 else max(1, int(round(v * factor)))
+    last_edit = max(out["densify_refine_stop"], out["reinit_step"], out["sampling_step"], out["prune_step"])
+    if cfg.mesh_start > max(cfg.densify_refine_stop, cfg.reinit_step, cfg.sampling_step, cfg.prune_step):
+        out["mesh_start"] = max(out["mesh_start"], last_edit + 1)  # rounding must not reorder the schedule
+    return out
 
 
 def preset_names() -> list[str]:
@@ -122,4 +152,4 @@ def get_preset(name: str, *, quick: bool = False) -> MiloConfig:
     return validate(cfg)
 
 
-__all__ = ["PRESETS", "QUICK_CHANGES", "get_preset", "preset_names"]
+__all__ = ["PRESETS", "QUICK_CHANGES", "STEP_FIELDS", "get_preset", "preset_names", "scale_schedule"]

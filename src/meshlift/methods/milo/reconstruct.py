@@ -34,8 +34,20 @@ from meshlift.methods.milo.config import SHAPE_FIELDS, MiloConfig, apply_dict, n
 __all__ = ["BUDGET_FRACTIONS", "MiloResult", "build_config", "help_config", "load_problem", "oom_error",
            "reconstruct", "summary_lines"]
 
-#: With ``time_budget_s``: training stops at 80% of the budget, the occupancy refinement at 92%.
-BUDGET_FRACTIONS = {"train": 0.8, "extract": 0.92}
+#: With ``time_budget_s``: shares of the *training* time (:class:`~meshlift.methods.engine.TimeBudget`) of
+#: the Gaussian training and the occupancy refinement; :data:`BUDGET_STAGE_COSTS` the fractions of the budget
+#: kept for the stages around them (the final triangulation before the refinement; colouring, evaluation and
+#: export after it).
+BUDGET_FRACTIONS = {"train": 0.85, "extract": 0.15}
+BUDGET_STAGE_COSTS = {"between": 0.03, "final": 0.12}
+
+
+def budget_costs(cfg: MiloConfig):
+    """The :class:`~meshlift.methods.engine.StageCosts` of a ``time_budget_s`` run (:data:`BUDGET_STAGE_COSTS`)."""
+    from meshlift.methods.engine import StageCosts
+
+    t = max(float(cfg.time_budget_s), 0.0)
+    return StageCosts(between_s=BUDGET_STAGE_COSTS["between"] * t, final_s=BUDGET_STAGE_COSTS["final"] * t)
 
 
 @dataclass
@@ -211,6 +223,20 @@ def _preview_writer(out: Optional[Path], problem, cfg: MiloConfig, device, train
     return write
 
 
+def _reinit_function(cfg: MiloConfig, problem, trainer, device):
+    """``params -> (points, colours)`` of the depth re-initialisation (``reinit_points``; 0 = the current count)."""
+    from meshlift.methods.milo.depth_reinit import depth_points
+
+    gen = torch.Generator().manual_seed(cfg.seed + 11)
+
+    def fn(params: dict):
+        n = cfg.reinit_points or int(params["means"].shape[0])
+        return depth_points(params, problem.train, n, near=trainer.near, device=device, settings=trainer.settings,
+                            backend=cfg.splat_backend, generator=gen)
+
+    return fn
+
+
 def _peak_gpu_gb(device: torch.device) -> Optional[float]:
     if device.type != "cuda":
         return None
@@ -270,10 +296,13 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
         if base is None:  # no 3DGS densification: only MILo's events
             kw = dict(refine_stop=0, reset_every=0, scene_scale=float(problem.scene_scale))
         strategy = MiloStrategy(**kw, sampling_step=cfg.sampling_step, sampling_factor=cfg.sampling_factor,
-                                prune_step=cfg.prune_step, prune_cdf=cfg.prune_cdf, seed=cfg.seed)
+                                prune_step=cfg.prune_step, prune_cdf=cfg.prune_cdf, seed=cfg.seed,
+                                reinit_step=cfg.reinit_step, reinit_opacity=cfg.init_opacity,
+                                reinit_scale=cfg.init_scale)
         strategy.check()
         trainer = GaussianTrainer(cfg, problem, device, monitor=monitor, checkpointer=checkpointer,
                                   callbacks=callbacks, strategy=strategy, method="milo")
+        strategy.reinit_fn = _reinit_function(cfg, problem, trainer, device)
         strategy.importance_fn = importance_function(problem.train, cfg.imp_metric, near=trainer.near,
                                                      device=device, settings=trainer.settings,
                                                      backend=cfg.splat_backend)
@@ -281,7 +310,7 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
         trainer.regularizer = reg
         trainer.preview = _preview_writer(out, problem, cfg, device, trainer, reg)
         where = "training (Gaussians + mesh in the loop)"
-        trainer.train(checkpoint=checkpoint, deadline=budget.deadline("train"))
+        trainer.train(checkpoint=checkpoint, deadline=budget.deadline("train", budget_costs(cfg)))
         state = trainer.state
         where = "mesh extraction"
         t_ex = time.perf_counter()
@@ -291,7 +320,7 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
             reg.start(trainer.step, trainer.params)
         refine = extract.refine_occupancy(reg, trainer.params, cfg.extract_steps, cfg.extract_labels_every,
                                           sampler=trainer.sampler, monitor=monitor, seed=cfg.seed,
-                                          deadline=budget.deadline("extract"))
+                                          deadline=budget.deadline("extract", budget_costs(cfg)))
         mesh, mrep = extract.final_mesh(reg, trainer.params, keep_components=cfg.keep_components,
                                         simplify=cfg.simplify, min_component_faces=cfg.min_component_faces)
         monitor.log(f"mesh: {mrep['vertices']:,} vertices, {mrep['faces']:,} faces (raw {mrep['raw_faces']:,}); "

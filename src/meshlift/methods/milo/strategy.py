@@ -1,7 +1,9 @@
 """MILo's density control: 3DGS densification, then importance-based sampling and cumulative-importance pruning.
 
 MILo (Guédon et al. 2025) trains its Gaussians with Mini-Splatting2's schedule (Fang & Wang 2024; project
-notes §1): the standard clone/split/prune until the end of densification, then
+notes §1): the standard clone/split/prune until the end of densification, with one **depth
+re-initialisation** at ``reinit_step`` (MILo: 2000; :mod:`meshlift.methods.milo.depth_reinit`: the Gaussians
+are replaced by new ones at points of their rendered surface, kNN-scaled, fresh Adam moments), then
 
 - at ``sampling_step`` (MILo: 3000), **importance sampling**: every Gaussian's importance is accumulated
   over all training views from the compositing statistics of
@@ -125,8 +127,8 @@ def cdf_keep_mask(importance: torch.Tensor, cdf: float) -> torch.Tensor:
 class MiloStrategy(DefaultStrategy):
     """:class:`DefaultStrategy` + MILo's importance sampling and cdf pruning (module docstring).
 
-    ``history`` also gets ``(step, 0, 0, removed, total)`` rows for the two events; ``events`` records
-    ``(step, "sample" | "prune", before, after)``.
+    ``history`` also gets ``(step, 0, 0, removed, total)`` rows for the events; ``events`` records
+    ``(step, "reinit" | "sample" | "prune", before, after)``.
     """
 
     sampling_step: int = 3000
@@ -139,6 +141,14 @@ class MiloStrategy(DefaultStrategy):
     """Cumulative importance kept by the pruning."""
     seed: int = 0
     """Seed of the sampling."""
+    reinit_step: int = 0
+    """Step of the depth re-initialisation (0 = never)."""
+    reinit_opacity: float = 0.1
+    """Opacity of the re-initialised Gaussians."""
+    reinit_scale: float = 1.0
+    """Multiplier on the kNN scale of the re-initialised Gaussians."""
+    reinit_fn: Optional[Callable[[dict], tuple]] = field(default=None, repr=False)
+    """``params -> (points [P, 3], colours [P, 3])`` (set by the method when ``reinit_step`` > 0)."""
     importance_fn: Optional[Callable[[dict], torch.Tensor]] = field(default=None, repr=False)
     """``params -> importance [N]`` (set by the method; required when an event is scheduled)."""
     events: list = field(default_factory=list, repr=False)
@@ -154,11 +164,35 @@ class MiloStrategy(DefaultStrategy):
     @torch.no_grad()
     def step_post_backward(self, params, optimizers, state, step, info) -> dict:
         out = super().step_post_backward(params, optimizers, state, step, info)
+        if self.reinit_step > 0 and step == self.reinit_step:
+            self._reinit(params, optimizers, state, step)
         if self.sampling_step > 0 and step == self.sampling_step:
             out["pruned"] += self._apply(params, optimizers, state, step, "sample")
         if self.prune_step > 0 and step == self.prune_step:
             out["pruned"] += self._apply(params, optimizers, state, step, "prune")
         return out
+
+    def _reinit(self, params, optimizers, state, step: int) -> None:
+        """Replace every Gaussian by one at each point of ``reinit_fn(params)`` (kept as is below 4 points)."""
+        from meshlift.methods.gaussians.init import init_gaussians
+
+        if self.reinit_fn is None:
+            raise ConfigError("MiloStrategy: reinit_fn is not set (the method must give the training views)")
+        n = int(params["means"].shape[0])
+        pts, rgb = self.reinit_fn(params)
+        if pts.shape[0] < 4:
+            self.events.append((step, "reinit skipped", n, n))
+            return
+        sh_degree = int(round((params["shN"].shape[1] + 1) ** 0.5)) - 1 if "shN" in params else 0
+        new = init_gaussians(pts, rgb, torch.zeros(2, 3), sh_degree=sh_degree, init_opacity=self.reinit_opacity,
+                             init_scale=self.reinit_scale)
+        m = int(pts.shape[0])
+        edit_params(params, optimizers, lambda name, p: new[name].to(p.device, p.dtype).reshape(m, *p.shape[1:]),
+                    lambda key, v: torch.zeros((m, *v.shape[1:]), dtype=v.dtype, device=v.device))
+        for k2 in ("grad2d", "count", "radii"):
+            state[k2] = None
+        self.events.append((step, "reinit", n, m))
+        self.history.append((step, 0, 0, n, m))
 
     def _apply(self, params, optimizers, state, step: int, kind: str) -> int:
         if self.importance_fn is None:
