@@ -120,8 +120,9 @@ def _mesh_problem(cfg: MiloConfig):
     from meshlift.shading.color import linear_to_srgb
 
     mesh = load_mesh(cfg.data)
+    # rendered on the compute device (100 views at 512² took minutes on the CPU of a GPU run), kept on data_device
     ds = SyntheticDataset(mesh, n_train=cfg.ref_views, n_test=cfg.ref_test_views, resolution=cfg.train_res or 256,
-                          seed=cfg.seed, background="black")
+                          seed=cfg.seed, background="black", device=resolve_device(cfg.device))
     dev = torch.device("cpu" if cfg.data_device == "auto" else cfg.data_device)
 
     def views(split: str) -> SplatViews:
