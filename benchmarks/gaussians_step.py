@@ -4,6 +4,7 @@ Usage (from the repository root)::
 
     python benchmarks/gaussians_step.py --device cuda                               # lego 400², 100k random
     python benchmarks/gaussians_step.py --device cuda --start-step 7000 --set num_random=300000
+    python benchmarks/gaussians_step.py --device cuda --from-checkpoint runs/gs/lego/checkpoint.pt  # trained scene
     python benchmarks/gaussians_step.py --device cpu --train-res 48 --set num_random=2000 --steps 4 --warmup 2
 
 It builds the ``gaussians`` preset on the shared lego (``--data`` for another folder), starts a
@@ -108,6 +109,9 @@ def main(argv=None) -> int:
     ap.add_argument("--profile-steps", type=int, default=5)
     ap.add_argument("--start-step", type=int, default=1000, help="schedules (SH degree, lr) of this step")
     ap.add_argument("--densify", action="store_true", help="keep density control on (the count then changes)")
+    ap.add_argument("--from-checkpoint", type=Path, default=None,
+                    help="start from a gaussians run's checkpoint.pt (its step, Gaussians and optimiser state: "
+                         "the step's cost at a trained scene's intersection counts) instead of random points")
     ap.add_argument("--set", nargs="*", default=[], help="extra GaussiansConfig field=value overrides")
     args = ap.parse_args(argv)
 
@@ -132,12 +136,17 @@ def main(argv=None) -> int:
     device = torch.device(args.device)
     problem = load_problem(cfg)
     trainer = GaussianTrainer(cfg, problem, device)
-    trainer.init_params()
-    trainer.step = args.start_step
-    ck = trainer.payload()
-    # run n_run steps from start_step: the loop's total is cfg.steps, so stop it with the step count
-    trainer.cfg = dataclasses.replace(cfg, steps=max(cfg.steps, args.start_step + n_run))
-    stop_at = args.start_step + n_run
+    if args.from_checkpoint is not None:
+        ck = torch.load(args.from_checkpoint, map_location="cpu", weights_only=False)
+        start = int(ck["step"])
+        trainer.load_payload(ck)
+    else:
+        trainer.init_params()
+        trainer.step = start = args.start_step
+        ck = trainer.payload()
+    # run n_run steps from the start step: the loop's total is cfg.steps, so stop it with the step count
+    trainer.cfg = dataclasses.replace(cfg, steps=max(cfg.steps, start + n_run))
+    stop_at = start + n_run
 
     clock = StageClock(device)
     mon = PhaseMonitor(clock, device, args.warmup, args.steps, args.profile_steps)
@@ -164,8 +173,8 @@ def main(argv=None) -> int:
     mon.step_boundary = step_boundary
     print(f"# gaussians_step: {data} {problem.train.width}x{problem.train.height}, {trainer.num_gaussians:,} "
           f"Gaussians, device {device}, backend {cfg.splat_backend}, readback every "
-          f"{readback_every(cfg, device)}, start step {args.start_step} (SH degree "
-          f"{trainer.sh_schedule(args.start_step)}), densify {'on' if cfg.densify else 'off'}", flush=True)
+          f"{readback_every(cfg, device)}, start step {start} (SH degree "
+          f"{trainer.sh_schedule(start)}), densify {'on' if cfg.densify else 'off'}", flush=True)
     t0 = time.perf_counter()
     with instrument(trainer, clock):
         try:
