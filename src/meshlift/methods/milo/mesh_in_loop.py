@@ -76,9 +76,10 @@ def surface_depth(median_depth: torch.Tensor, alpha: torch.Tensor) -> torch.Tens
     The renderer's median depth falls back to the last contributor where T never crosses 0.5; for the
     depth fusion and the mesh depth loss such pixels hold no surface (faint floaters would otherwise
     become closed blobs: their far side gets no free-space vote). [our choice; MILo's rasterizer behaviour
-    there is not in the notes.] Shapes ``[B, H, W, 1]``.
+    there is not in the notes.] A non-finite median depth is also empty. Shapes ``[B, H, W, 1]``.
     """
-    return torch.where(alpha.detach() > 0.5, median_depth, torch.zeros_like(median_depth))
+    ok = (alpha.detach() > 0.5) & torch.isfinite(median_depth.detach())
+    return torch.where(ok, median_depth, torch.zeros_like(median_depth))
 
 
 class MeshInTheLoop(Regularizer):
@@ -277,6 +278,7 @@ class MeshInTheLoop(Regularizer):
         from meshlift.render.splat import depth_to_normals
 
         verts, faces = self.mesh(params)
+        self.mesh_size = (int(verts.shape[0]), int(faces.shape[0]))  # host-side shapes (the budget reads them)
         H, W = median_depth.shape[1:3]
         d_mesh, n_mesh = render_mesh_maps(verts, faces, batch.world_to_camera, batch.K, (H, W),
                                           max_fragments=self._max_fragments())
@@ -284,7 +286,7 @@ class MeshInTheLoop(Regularizer):
         both = (d_g.detach() > 0) & (d_mesh.detach() > 0)
         d_mesh_m = torch.where(both, d_mesh, torch.zeros_like(d_mesh))
         n_g = depth_to_normals(median_depth, batch.K, batch.world_to_camera)
-        mask = both & (n_g.detach().norm(dim=-1) > 0)
+        mask = both & (n_g.detach().norm(dim=-1) > 0)  # (non-finite normals are left out by mesh_normal_loss)
         return {
             "depth": mesh_depth_loss(d_mesh_m, d_g, self.scene_scale),
             "normal": mesh_normal_loss(n_mesh, n_g, mask),
