@@ -215,3 +215,50 @@ def test_unwrap_cap_is_what_the_time_left_affords():
     spent = SAFETY * (c.rest_s(231_017) + 231_017 * 1e-5 + cap * 5e-4)
     assert spent == pytest.approx(left, abs=SAFETY * 5e-4)  # the largest cap that fits
     assert c.unwrap_faces(231_017, 1.0) == MIN_UNWRAP_FACES  # nothing left: the floor
+
+
+# ---- a whole micro run: a NaN Gaussian depth is harmless, a NaN occupancy gradient is skipped + diagnosed -----
+
+
+def test_micro_run_survives_nonfinite_refinement_steps(tmp_path, monkeypatch):
+    from _milo_scene import sphere_problem
+    from test_milo_method import _micro
+
+    from meshlift.methods.milo import mesh_in_loop
+    from meshlift.methods.milo.reconstruct import reconstruct
+
+    orig_losses, orig_refine = mesh_in_loop.MeshInTheLoop.mesh_losses, extract.refine_occupancy
+    orig_surface = mesh_in_loop.surface_depth
+
+    def nan_depth(md, alpha):  # every refinement depth map has NaN / inf pixels (masked by the losses)
+        md = md.clone()
+        md.view(-1)[::7] = float("nan")
+        md.view(-1)[3::11] = float("inf")
+        return orig_surface(md, alpha)
+
+    def losses(self, params, batch, depth):
+        terms = orig_losses(self, params, batch, depth)
+        calls = getattr(self, "refine_calls", None)
+        if calls is not None:
+            self.refine_calls = calls + 1
+            if self.refine_calls in (2, 3):  # step 2 and its diagnosis (call 3): an infinite occupancy gradient
+                terms["depth"] = terms["depth"] + torch.sqrt(self.sdf.shift - self.sdf.shift.detach()).sum()
+        return terms
+
+    def refine(reg, *a, **k):
+        reg.refine_calls = 0
+        return orig_refine(reg, *a, **k)
+
+    monkeypatch.setattr(mesh_in_loop.MeshInTheLoop, "mesh_losses", losses)
+    monkeypatch.setattr(mesh_in_loop, "surface_depth", nan_depth)
+    monkeypatch.setattr(extract, "refine_occupancy", refine)
+    problem, gt = sphere_problem(size=24, n_train=8, n_test=2)
+    r = reconstruct(_micro(extract_steps=4, time_budget_s=3600.0), tmp_path / "run", problem=problem, gt_mesh=gt)
+    ref = r.metrics["refinement"]
+    assert ref["steps"] == 4 and ref["skipped_nonfinite"] == 1 and ref["first_nonfinite"]["step"] == 2
+    diag = ref["first_nonfinite"]["diagnosis"]
+    assert diag["depth_grad_shift"] > 0 and diag["gauss_depth"] == 0  # the losses' inputs were finite
+    assert diag["sdf"] == 0 and diag["mesh_vertices"] == 0
+    assert r.metrics["faces"] > 0 and torch.isfinite(r.mesh.v_pos).all()
+    assert r.metrics["mesh_report"]["clean"]["nonfinite_vertices"] == 0
+    assert r.metrics["mesh_report"]["unwrap_face_cap"] >= 5000

@@ -63,7 +63,8 @@ def refine_occupancy(reg, params: dict, steps: int, labels_every: int, *, sample
 
     Returns:
         ``{"steps", "seconds", "loss_first", "loss_last", "skipped_nonfinite", "first_nonfinite"}`` (the last:
-        None, or ``{"step", "terms"}`` of the first skipped step; ``loss_*`` are over the finite steps).
+        None, or ``{"step", "terms", "diagnosis"}`` of the first skipped step, the diagnosis from
+        :meth:`MeshInTheLoop.diagnose_nonfinite`; ``loss_*`` are over the finite steps).
     """
     import dataclasses
     import math
@@ -89,7 +90,8 @@ def refine_occupancy(reg, params: dict, steps: int, labels_every: int, *, sample
         batch = reg.problem.train.batch(sampler.next(), reg.device)
         with torch.no_grad():
             _, alpha, info = render_params(frozen, batch, 0, bg, reg.near, settings, reg.cfg.splat_backend)
-        terms = reg.mesh_losses(frozen, batch, surface_depth(info["median_depth"], alpha))
+        depth = surface_depth(info["median_depth"], alpha)
+        terms = reg.mesh_losses(frozen, batch, depth)
         terms.pop("mesh")
         loss = reg.weighted(terms)
         opt.zero_grad(set_to_none=True)
@@ -112,6 +114,10 @@ def refine_occupancy(reg, params: dict, steps: int, labels_every: int, *, sample
                 monitor.log(f"occupancy refinement step {s + 1}: non-finite loss or gradient ({bad}; gradient "
                             f"{'finite' if grad is None or bool(torch.isfinite(grad).all()) else 'non-finite'}): "
                             "step skipped, the occupancy keeps its last finite value")
+                if hasattr(reg, "diagnose_nonfinite"):
+                    first_bad["diagnosis"] = reg.diagnose_nonfinite(frozen, batch, depth)
+                    opt.zero_grad(set_to_none=True)
+                    monitor.log(f"occupancy refinement step {s + 1}: non-finite counts {first_bad['diagnosis']}")
         done = s + 1
         monitor.update(done, v if math.isfinite(v) else float("nan"), float("nan"))
         if in_a_row >= MAX_NONFINITE_STEPS:
@@ -220,8 +226,11 @@ def final_mesh(reg, params: dict, *, keep_components: float, simplify: int = 0, 
     from meshlift.mesh.clean import clean_mesh
     from meshlift.structures.mesh import Mesh
 
-    bad = [name for name, t in (("pivot occupancy", reg.sdf.logits()), ("Gaussian means", params["means"]),
-                                ("Gaussian scales", params["log_scales"])) if not bool(torch.isfinite(t).all())]
+    sdf = getattr(reg, "sdf", None)
+    checks = [("pivot occupancy", sdf.logits())] if sdf is not None else []
+    checks += [(name, params[key]) for name, key in (("Gaussian means", "means"), ("Gaussian scales", "log_scales"))
+               if key in params]
+    bad = [name for name, t in checks if not bool(torch.isfinite(t.detach()).all())]
     if bad:
         raise MeshError(f"milo extraction: the {' and '.join(bad)} hold NaN/inf values, the mesh would be garbage; "
                         "see the refinement's log lines (skipped non-finite steps) and re-run with --resume")

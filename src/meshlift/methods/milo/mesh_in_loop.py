@@ -295,6 +295,44 @@ class MeshInTheLoop(Regularizer):
             "mesh": (verts, faces),
         }
 
+    def diagnose_nonfinite(self, params: dict, batch, median_depth: torch.Tensor) -> dict:
+        """Where a non-finite loss or occupancy gradient at ``batch`` comes from (run once, on the first bad
+        step of the refinement; costs one extra loss evaluation): the non-finite counts of the inputs (Gaussian
+        surface depth and its normals, SDF, mesh vertices, the mesh's depth / normal maps), and per term its
+        value, the non-finite counts of its gradient at the mesh vertices (``*_grad_verts``: the losses /
+        rasterizer) and at the occupancy (``*_grad_shift``: adds marching tets), and the largest finite
+        |gradient| at the occupancy (an overflow shows as a huge value next to an inf)."""
+        from meshlift.methods.milo.occupancy_labels import render_mesh_maps
+        from meshlift.render.splat import depth_to_normals
+
+        def nf(t: torch.Tensor) -> int:
+            return int((~torch.isfinite(t.detach())).sum())
+
+        out = {"gauss_depth": nf(median_depth),
+               "gauss_normals": nf(depth_to_normals(median_depth.detach(), batch.K, batch.world_to_camera)),
+               "sdf": nf(self.sdf.sdf())}
+        terms = self.mesh_losses(params, batch, median_depth)
+        verts, faces = terms.pop("mesh")
+        out["mesh_vertices"], out["mesh_faces"] = nf(verts), int(faces.shape[0])
+        with torch.no_grad():
+            d, n = render_mesh_maps(verts.detach(), faces, batch.world_to_camera, batch.K, median_depth.shape[1:3],
+                                    max_fragments=self._max_fragments())
+        out["mesh_depth"], out["mesh_normals"] = nf(d), nf(n)
+        for k, t in terms.items():
+            out[f"{k}_value"] = float(t.detach())
+            if not t.requires_grad:
+                continue
+            wrt = [verts, self.sdf.shift] if verts.requires_grad else [self.sdf.shift]
+            grads = torch.autograd.grad(t, wrt, retain_graph=True, allow_unused=True)
+            gv, gs = (grads if len(grads) == 2 else (None, grads[0]))
+            if gv is not None:
+                out[f"{k}_grad_verts"] = nf(gv)
+            if gs is not None:
+                out[f"{k}_grad_shift"] = nf(gs)
+                fin = gs[torch.isfinite(gs)]
+                out[f"{k}_grad_max"] = float(fin.abs().max()) if fin.numel() else None
+        return out
+
     def weighted(self, terms: dict) -> torch.Tensor:
         cfg = self.cfg
         return (cfg.mesh_depth_weight * terms["depth"] + cfg.mesh_normal_weight * terms["normal"]
