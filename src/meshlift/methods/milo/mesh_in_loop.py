@@ -66,8 +66,8 @@ def depth_normal_loss(normal: torch.Tensor, median_depth: torch.Tensor, K: torch
     n_r = torch.nn.functional.normalize(normal, dim=-1, eps=1e-12)
     ok = (n_d.detach().norm(dim=-1) > 0) & (normal.detach().norm(dim=-1) > 1e-6)
     err = 1.0 - (n_r * n_d).sum(-1)
-    sel = err[ok]
-    return sel.mean() if sel.numel() else err.sum() * 0.0
+    # a masked mean without boolean indexing: no host sync (this runs every step from depth_normal_start)
+    return torch.where(ok, err, torch.zeros_like(err)).sum() / ok.sum().clamp(min=1)
 
 
 def surface_depth(median_depth: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
@@ -112,7 +112,7 @@ class MeshInTheLoop(Regularizer):
         self.labels: Optional[torch.Tensor] = None
         self.subset_ratio = 1.0
         self.triangulations = 0
-        self.last: dict = {}
+        self.last: dict = {}  # the last step's loss terms, device tensors (float() them to read: no per-step sync)
         self.mesh_size = (0, 0)
 
     # ---- schedule ---------------------------------------------------------------------------------------
@@ -345,7 +345,7 @@ class MeshInTheLoop(Regularizer):
         if cfg.depth_normal_weight > 0 and step >= cfg.depth_normal_start and "normal" in info:
             dn = depth_normal_loss(info["normal"], info["median_depth"], batch.K, batch.world_to_camera)
             total = cfg.depth_normal_weight * dn if total is None else total + cfg.depth_normal_weight * dn
-            self.last["depth_normal"] = float(dn.detach())
+            self.last["depth_normal"] = dn.detach()
         if not self.mesh_on(step):
             return total
         dist = getattr(trainer, "dist", None)
@@ -357,7 +357,7 @@ class MeshInTheLoop(Regularizer):
         terms = self.mesh_losses(trainer.params, batch, md)
         verts, faces = terms.pop("mesh")
         self.mesh_size = (int(verts.shape[0]), int(faces.shape[0]))
-        self.last.update({f"mesh_{k}": float(v.detach()) for k, v in terms.items()})
+        self.last.update({f"mesh_{k}": v.detach() for k, v in terms.items()})
         w = self.weighted(terms)
         return w if total is None else total + w
 

@@ -22,8 +22,9 @@ from meshlift.errors import RenderError
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    sel = x[mask]
-    return sel.mean() if sel.numel() else x.sum() * 0.0
+    """Mean of ``x`` over ``mask`` (0 with a gradient path when empty), without boolean indexing (no host
+    sync). Values of ``x`` outside ``mask`` are ignored in the forward; their gradient is 0."""
+    return torch.where(mask, x, torch.zeros_like(x)).sum() / mask.sum().clamp(min=1)
 
 
 def mesh_depth_loss(mesh_depth: torch.Tensor, gauss_depth: torch.Tensor, scene_scale: float) -> torch.Tensor:
