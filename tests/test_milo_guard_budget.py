@@ -180,6 +180,8 @@ def test_stage_costs_follow_the_mesh_at_hand():
     assert big == pytest.approx(SAFETY * (231_017 * 1e-5 + 100_000 * 5e-4 + rest + 181_017 * 1e-5))
     assert big > small
     assert c.between_s() == pytest.approx(SAFETY * (pivots * 1e-5 + 1.0))
+    c.pivots_fn = lambda: 96_813  # the statue's mesh: its own pivots, not the preset's budget
+    assert c.between_s() == pytest.approx(SAFETY * (96_813 * 1e-5 + 1.0))
     simp, box2, _ = _costs(faces=231_017, simplify=20_000)
     assert simp.faces() == 20_000 and simp.final_s() < small
 

@@ -36,7 +36,7 @@ FACES_PER_PIVOT = 3.0
 #: The unwrap cap never goes below this (a mesh this small unwraps in seconds).
 MIN_UNWRAP_FACES = 5000
 #: The estimates are multiplied by this (better to stop training a little early than to be killed in the export).
-SAFETY = 1.5
+SAFETY = 1.25
 
 
 @dataclass(frozen=True)
@@ -92,12 +92,14 @@ class MiloStageCosts:
         train_pixels / test_pixels: pixels of all training / test views together (``len(views) · H · W``).
         known_truth: the run computes Chamfer / F-score (a mesh input).
         faces_fn: ``() -> int`` faces of the current mesh (0: none yet, the pivot-based estimate is used).
+        pivots_fn: ``() -> int`` pivots of the current mesh (0: none yet, the preset's pivot budget is used).
         max_unwrap_faces: the unwrap's own cap (:data:`meshlift.mesh.uv.DEFAULT_MAX_FACES_FOR_XATLAS`).
         rates: override :data:`RATES` (tests).
     """
 
     def __init__(self, cfg, device_type: str, train_pixels: int, test_pixels: int, *, known_truth: bool = False,
-                 faces_fn: Optional[Callable[[], int]] = None, max_unwrap_faces: Optional[int] = None,
+                 faces_fn: Optional[Callable[[], int]] = None, pivots_fn: Optional[Callable[[], int]] = None,
+                 max_unwrap_faces: Optional[int] = None,
                  rates: Optional[MiloRates] = None) -> None:
         from meshlift.mesh.uv import DEFAULT_MAX_FACES_FOR_XATLAS
         from meshlift.methods.milo.config import num_mesh_gaussians
@@ -106,9 +108,15 @@ class MiloStageCosts:
         self.rates = rates if rates is not None else RATES["cpu" if device_type == "cpu" else "cuda"]
         self.train_pixels, self.test_pixels = int(train_pixels), int(test_pixels)
         self.known_truth = bool(known_truth)
-        self.faces_fn = faces_fn
+        self.faces_fn, self.pivots_fn = faces_fn, pivots_fn
         self.max_unwrap_faces = int(DEFAULT_MAX_FACES_FOR_XATLAS if max_unwrap_faces is None else max_unwrap_faces)
-        self.pivots = 9 * num_mesh_gaussians(cfg)
+        self.pivot_budget = 9 * num_mesh_gaussians(cfg)
+
+    @property
+    def pivots(self) -> int:
+        """Pivots of the current mesh, else the preset's budget (``9 × num_mesh_gaussians``)."""
+        p = int(self.pivots_fn()) if self.pivots_fn is not None else 0
+        return p if p > 0 else self.pivot_budget
 
     def faces(self) -> int:
         """Faces of the mesh the final stages will get: the current mesh's, else ``FACES_PER_PIVOT × pivots``;
