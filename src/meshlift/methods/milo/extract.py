@@ -24,6 +24,7 @@ After training (Guédon et al. 2025; MILo's ``mesh_extract_sdf.py`` as described
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
@@ -31,7 +32,7 @@ import torch
 
 from meshlift.methods.engine import deadline_reached
 
-__all__ = ["ExtractedMesh", "final_mesh", "fuse_colors", "in_any_frustum", "refine_occupancy", "texture_mesh", "write_meshes"]
+__all__ = ["MAX_NONFINITE_STEPS", "ExtractedMesh", "final_mesh", "fuse_colors", "in_any_frustum", "refine_occupancy", "texture_mesh", "write_meshes"]
 
 
 @dataclass
@@ -43,12 +44,30 @@ class ExtractedMesh:
     report: dict = field(default_factory=dict)
 
 
+#: The occupancy refinement stops after this many consecutive steps with a non-finite loss or gradient
+#: (each is skipped: the occupancy keeps its last finite value, as the trainer's divergence guard keeps the
+#: Gaussians' last finite state).
+MAX_NONFINITE_STEPS = 20
+
+
 def refine_occupancy(reg, params: dict, steps: int, labels_every: int, *, sampler, monitor, seed: int = 0,
                      deadline=None) -> dict:
     """Step 1 of the module docstring. ``reg`` is the (started) :class:`MeshInTheLoop`; ``params`` the frozen
     Gaussians; ``deadline``: None, a :class:`~meshlift.methods.engine.PassDeadline` or a clock value
-    (:func:`~meshlift.methods.engine.deadline_reached`). Returns ``{"steps", "seconds", "loss_first", "loss_last"}``."""
+    (:func:`~meshlift.methods.engine.deadline_reached`).
+
+    A step whose loss or occupancy gradient is not finite is **skipped** (no Adam step: the occupancy and
+    the optimiser moments keep their last finite values) and logged with its per-term losses; after
+    :data:`MAX_NONFINITE_STEPS` such steps in a row the refinement stops there (logged), so the mesh is
+    extracted from the last finite occupancy instead of a NaN one.
+
+    Returns:
+        ``{"steps", "seconds", "loss_first", "loss_last", "skipped_nonfinite", "first_nonfinite"}`` (the last:
+        None, or ``{"step", "terms", "diagnosis"}`` of the first skipped step, the diagnosis from
+        :meth:`MeshInTheLoop.diagnose_nonfinite`; ``loss_*`` are over the finite steps).
+    """
     import dataclasses
+    import math
 
     from meshlift.methods.gaussians.trainer import render_params
     from meshlift.methods.milo.mesh_in_loop import surface_depth
@@ -61,7 +80,8 @@ def refine_occupancy(reg, params: dict, steps: int, labels_every: int, *, sample
     settings = dataclasses.replace(reg.settings, outputs=("median_depth",))
     bg = torch.zeros(3, device=reg.device)
     first = last = None
-    done = 0
+    done = skipped = in_a_row = 0
+    first_bad = None
     if steps > 0:
         monitor.start_pass("milo occupancy refinement", steps, 0)
     for s in range(steps):
@@ -70,24 +90,49 @@ def refine_occupancy(reg, params: dict, steps: int, labels_every: int, *, sample
         batch = reg.problem.train.batch(sampler.next(), reg.device)
         with torch.no_grad():
             _, alpha, info = render_params(frozen, batch, 0, bg, reg.near, settings, reg.cfg.splat_backend)
-        terms = reg.mesh_losses(frozen, batch, surface_depth(info["median_depth"], alpha))
+        depth = surface_depth(info["median_depth"], alpha)
+        terms = reg.mesh_losses(frozen, batch, depth)
         terms.pop("mesh")
         loss = reg.weighted(terms)
         opt.zero_grad(set_to_none=True)
         if loss.requires_grad:
             loss.backward()
-            opt.step()
-        v = float(loss.detach())
-        first = v if first is None else first
-        last = v
+        grad = reg.sdf.shift.grad
+        finite = torch.isfinite(loss.detach()) if grad is None else torch.isfinite(loss.detach()) & torch.isfinite(grad).all()
+        v = float(loss.detach())  # the step's one host sync (the progress line needs the value anyway)
+        if bool(finite):
+            if grad is not None:
+                opt.step()
+            first = v if first is None else first
+            last, in_a_row = v, 0
+        else:
+            skipped, in_a_row = skipped + 1, in_a_row + 1
+            opt.zero_grad(set_to_none=True)
+            if first_bad is None:
+                first_bad = {"step": s + 1, "terms": {k: float(t.detach()) for k, t in terms.items()}}
+                bad = ", ".join(f"{k} {x:.4g}" for k, x in first_bad["terms"].items())
+                monitor.log(f"occupancy refinement step {s + 1}: non-finite loss or gradient ({bad}; gradient "
+                            f"{'finite' if grad is None or bool(torch.isfinite(grad).all()) else 'non-finite'}): "
+                            "step skipped, the occupancy keeps its last finite value")
+                if hasattr(reg, "diagnose_nonfinite"):
+                    first_bad["diagnosis"] = reg.diagnose_nonfinite(frozen, batch, depth)
+                    opt.zero_grad(set_to_none=True)
+                    monitor.log(f"occupancy refinement step {s + 1}: non-finite counts {first_bad['diagnosis']}")
         done = s + 1
-        monitor.update(done, v, float("nan"))
+        monitor.update(done, v if math.isfinite(v) else float("nan"), float("nan"))
+        if in_a_row >= MAX_NONFINITE_STEPS:
+            monitor.log(f"occupancy refinement: {in_a_row} non-finite steps in a row, stopped after {done} of {steps}"
+                        " steps; the mesh is extracted from the last finite occupancy")
+            break
         if deadline_reached(deadline):
             monitor.log(f"occupancy refinement: time budget reached after {done} of {steps} steps")
             break
     if steps > 0:
         monitor.end_pass()
-    return {"steps": done, "seconds": time.perf_counter() - t0, "loss_first": first, "loss_last": last}
+    if skipped:
+        monitor.log(f"occupancy refinement: {skipped} of {done} steps skipped for a non-finite loss or gradient")
+    return {"steps": done, "seconds": time.perf_counter() - t0, "loss_first": first, "loss_last": last,
+            "skipped_nonfinite": skipped, "first_nonfinite": first_bad}
 
 
 @torch.no_grad()
@@ -174,12 +219,21 @@ def final_mesh(reg, params: dict, *, keep_components: float, simplify: int = 0, 
     """Step 2: ``(Mesh, report)`` — marching tets + filter, cleaned (and decimated with ``simplify`` > 0).
 
     Raises:
-        MeshError: the SDF has no zero crossing (empty mesh; the message names what to try).
+        MeshError: the SDF has no zero crossing (empty mesh; the message names what to try), or the occupancy /
+            Gaussians are not finite (never exported as a garbage mesh).
     """
     from meshlift.errors import MeshError
     from meshlift.mesh.clean import clean_mesh
     from meshlift.structures.mesh import Mesh
 
+    sdf = getattr(reg, "sdf", None)
+    checks = [("pivot occupancy", sdf.logits())] if sdf is not None else []
+    checks += [(name, params[key]) for name, key in (("Gaussian means", "means"), ("Gaussian scales", "log_scales"))
+               if key in params]
+    bad = [name for name, t in checks if not bool(torch.isfinite(t.detach()).all())]
+    if bad:
+        raise MeshError(f"milo extraction: the {' and '.join(bad)} hold NaN/inf values, the mesh would be garbage; "
+                        "see the refinement's log lines (skipped non-finite steps) and re-run with --resume")
     with torch.no_grad():
         verts, faces = reg.mesh({k: v.detach() for k, v in params.items()}, grad=False)
     report = {"raw_vertices": int(verts.shape[0]), "raw_faces": int(faces.shape[0])}
@@ -215,10 +269,15 @@ def mesh_depth_all(mesh, views, device: torch.device, *, chunk_views: int, max_f
 
 
 def texture_mesh(mesh, views, device: torch.device, *, tol: float, texture_res: int, chunk_views: int = 8,
-                 max_fragments: Optional[int] = None) -> tuple[object, object, dict]:
-    """Step 3: ``(mesh with v_color, textured mesh (UVs + kd, no v_color), report)``."""
+                 max_fragments: Optional[int] = None, max_unwrap_faces: Optional[int] = None
+                 ) -> tuple[object, object, dict]:
+    """Step 3: ``(mesh with v_color, textured mesh (UVs + kd, no v_color), report)``; the textured mesh is
+    decimated to ``max_unwrap_faces`` before the unwrap when it has more (None: the unwrap's default cap,
+    :data:`meshlift.mesh.uv.DEFAULT_MAX_FACES_FOR_XATLAS`; a time-budgeted run passes what it affords,
+    :meth:`meshlift.methods.milo.budget.MiloStageCosts.unwrap_faces`). Report times: ``color_s`` (all),
+    ``unwrap_s``, ``bake_s``."""
     from meshlift.mesh.bake import bake_field_to_textures
-    from meshlift.mesh.uv import unwrap
+    from meshlift.mesh.uv import DecimationWarning, unwrap
     from meshlift.shading.color import srgb_to_linear
     from meshlift.structures.mesh import Material
 
@@ -227,7 +286,14 @@ def texture_mesh(mesh, views, device: torch.device, *, tol: float, texture_res: 
     rgb, n = fuse_colors(mesh.v_pos.to(device), views, depth, tol=tol)
     colored = replace(mesh, v_color=srgb_to_linear(rgb).clamp(0, 1).cpu())
     report = {"vertices_seen_frac": float((n > 0).float().mean())}
-    uv = unwrap(replace(colored, v_color=None), resolution=texture_res)
+    t_uv = time.perf_counter()
+    kw = {} if max_unwrap_faces is None else {"max_faces_for_xatlas": int(max_unwrap_faces)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DecimationWarning)  # the run logs the decimation itself
+        uv = unwrap(replace(colored, v_color=None), resolution=texture_res, **kw)
+    report["unwrap_s"] = time.perf_counter() - t_uv
+    report["unwrap_faces"] = int(uv.num_faces)
+    t_bake = time.perf_counter()
 
     def field_fn(x: torch.Tensor) -> dict:
         c, _ = fuse_colors(x.to(device), views, depth, tol=tol)
@@ -235,6 +301,7 @@ def texture_mesh(mesh, views, device: torch.device, *, tol: float, texture_res: 
 
     tex = bake_field_to_textures(uv, field_fn, texture_res)
     textured = replace(uv, material=Material(kd=tex["kd"].float().cpu(), name="milo_albedo"), v_color=None)
+    report["bake_s"] = time.perf_counter() - t_bake
     report["texture_res"] = int(texture_res)
     report["color_s"] = time.perf_counter() - t0
     return colored, textured, report

@@ -66,8 +66,8 @@ def depth_normal_loss(normal: torch.Tensor, median_depth: torch.Tensor, K: torch
     n_r = torch.nn.functional.normalize(normal, dim=-1, eps=1e-12)
     ok = (n_d.detach().norm(dim=-1) > 0) & (normal.detach().norm(dim=-1) > 1e-6)
     err = 1.0 - (n_r * n_d).sum(-1)
-    sel = err[ok]
-    return sel.mean() if sel.numel() else err.sum() * 0.0
+    # a masked mean without boolean indexing: no host sync (this runs every step from depth_normal_start)
+    return torch.where(ok, err, torch.zeros_like(err)).sum() / ok.sum().clamp(min=1)
 
 
 def surface_depth(median_depth: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
@@ -76,9 +76,10 @@ def surface_depth(median_depth: torch.Tensor, alpha: torch.Tensor) -> torch.Tens
     The renderer's median depth falls back to the last contributor where T never crosses 0.5; for the
     depth fusion and the mesh depth loss such pixels hold no surface (faint floaters would otherwise
     become closed blobs: their far side gets no free-space vote). [our choice; MILo's rasterizer behaviour
-    there is not in the notes.] Shapes ``[B, H, W, 1]``.
+    there is not in the notes.] A non-finite median depth is also empty. Shapes ``[B, H, W, 1]``.
     """
-    return torch.where(alpha.detach() > 0.5, median_depth, torch.zeros_like(median_depth))
+    ok = (alpha.detach() > 0.5) & torch.isfinite(median_depth.detach())
+    return torch.where(ok, median_depth, torch.zeros_like(median_depth))
 
 
 class MeshInTheLoop(Regularizer):
@@ -111,7 +112,7 @@ class MeshInTheLoop(Regularizer):
         self.labels: Optional[torch.Tensor] = None
         self.subset_ratio = 1.0
         self.triangulations = 0
-        self.last: dict = {}
+        self.last: dict = {}  # the last step's loss terms, device tensors (float() them to read: no per-step sync)
         self.mesh_size = (0, 0)
 
     # ---- schedule ---------------------------------------------------------------------------------------
@@ -277,6 +278,7 @@ class MeshInTheLoop(Regularizer):
         from meshlift.render.splat import depth_to_normals
 
         verts, faces = self.mesh(params)
+        self.mesh_size = (int(verts.shape[0]), int(faces.shape[0]))  # host-side shapes (the budget reads them)
         H, W = median_depth.shape[1:3]
         d_mesh, n_mesh = render_mesh_maps(verts, faces, batch.world_to_camera, batch.K, (H, W),
                                           max_fragments=self._max_fragments())
@@ -284,7 +286,7 @@ class MeshInTheLoop(Regularizer):
         both = (d_g.detach() > 0) & (d_mesh.detach() > 0)
         d_mesh_m = torch.where(both, d_mesh, torch.zeros_like(d_mesh))
         n_g = depth_to_normals(median_depth, batch.K, batch.world_to_camera)
-        mask = both & (n_g.detach().norm(dim=-1) > 0)
+        mask = both & (n_g.detach().norm(dim=-1) > 0)  # (non-finite normals are left out by mesh_normal_loss)
         return {
             "depth": mesh_depth_loss(d_mesh_m, d_g, self.scene_scale),
             "normal": mesh_normal_loss(n_mesh, n_g, mask),
@@ -292,6 +294,44 @@ class MeshInTheLoop(Regularizer):
             "labels": occupancy_label_loss(self.sdf.logits(), self.labels),
             "mesh": (verts, faces),
         }
+
+    def diagnose_nonfinite(self, params: dict, batch, median_depth: torch.Tensor) -> dict:
+        """Where a non-finite loss or occupancy gradient at ``batch`` comes from (run once, on the first bad
+        step of the refinement; costs one extra loss evaluation): the non-finite counts of the inputs (Gaussian
+        surface depth and its normals, SDF, mesh vertices, the mesh's depth / normal maps), and per term its
+        value, the non-finite counts of its gradient at the mesh vertices (``*_grad_verts``: the losses /
+        rasterizer) and at the occupancy (``*_grad_shift``: adds marching tets), and the largest finite
+        |gradient| at the occupancy (an overflow shows as a huge value next to an inf)."""
+        from meshlift.methods.milo.occupancy_labels import render_mesh_maps
+        from meshlift.render.splat import depth_to_normals
+
+        def nf(t: torch.Tensor) -> int:
+            return int((~torch.isfinite(t.detach())).sum())
+
+        out = {"gauss_depth": nf(median_depth),
+               "gauss_normals": nf(depth_to_normals(median_depth.detach(), batch.K, batch.world_to_camera)),
+               "sdf": nf(self.sdf.sdf())}
+        terms = self.mesh_losses(params, batch, median_depth)
+        verts, faces = terms.pop("mesh")
+        out["mesh_vertices"], out["mesh_faces"] = nf(verts), int(faces.shape[0])
+        with torch.no_grad():
+            d, n = render_mesh_maps(verts.detach(), faces, batch.world_to_camera, batch.K, median_depth.shape[1:3],
+                                    max_fragments=self._max_fragments())
+        out["mesh_depth"], out["mesh_normals"] = nf(d), nf(n)
+        for k, t in terms.items():
+            out[f"{k}_value"] = float(t.detach())
+            if not t.requires_grad:
+                continue
+            wrt = [verts, self.sdf.shift] if verts.requires_grad else [self.sdf.shift]
+            grads = torch.autograd.grad(t, wrt, retain_graph=True, allow_unused=True)
+            gv, gs = (grads if len(grads) == 2 else (None, grads[0]))
+            if gv is not None:
+                out[f"{k}_grad_verts"] = nf(gv)
+            if gs is not None:
+                out[f"{k}_grad_shift"] = nf(gs)
+                fin = gs[torch.isfinite(gs)]
+                out[f"{k}_grad_max"] = float(fin.abs().max()) if fin.numel() else None
+        return out
 
     def weighted(self, terms: dict) -> torch.Tensor:
         cfg = self.cfg
@@ -305,7 +345,7 @@ class MeshInTheLoop(Regularizer):
         if cfg.depth_normal_weight > 0 and step >= cfg.depth_normal_start and "normal" in info:
             dn = depth_normal_loss(info["normal"], info["median_depth"], batch.K, batch.world_to_camera)
             total = cfg.depth_normal_weight * dn if total is None else total + cfg.depth_normal_weight * dn
-            self.last["depth_normal"] = float(dn.detach())
+            self.last["depth_normal"] = dn.detach()
         if not self.mesh_on(step):
             return total
         dist = getattr(trainer, "dist", None)
@@ -317,7 +357,7 @@ class MeshInTheLoop(Regularizer):
         terms = self.mesh_losses(trainer.params, batch, md)
         verts, faces = terms.pop("mesh")
         self.mesh_size = (int(verts.shape[0]), int(faces.shape[0]))
-        self.last.update({f"mesh_{k}": float(v.detach()) for k, v in terms.items()})
+        self.last.update({f"mesh_{k}": v.detach() for k, v in terms.items()})
         w = self.weighted(terms)
         return w if total is None else total + w
 

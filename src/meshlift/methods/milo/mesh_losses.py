@@ -10,7 +10,8 @@ view, over the pixels the mesh covers (mesh depth > 0):
 * normal: ``mean (1 - |n_mesh . n_gauss|)``; the absolute value makes it blind to the sign of the normals.
 
 MILo weights both by 0.05 (applied by the caller). Gradients flow to both sides (MILo does not detach
-the Gaussian render).
+the Gaussian render). Pixels where either input is not finite are left out (before the arithmetic, so no
+NaN reaches the gradient of the other side through ``0 · NaN``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from meshlift.errors import RenderError
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    sel = x[mask]
-    return sel.mean() if sel.numel() else x.sum() * 0.0
+    """Mean of ``x`` over ``mask`` (0 with a gradient path when empty), without boolean indexing (no host
+    sync). Values of ``x`` outside ``mask`` are ignored in the forward; their gradient is 0."""
+    return torch.where(mask, x, torch.zeros_like(x)).sum() / mask.sum().clamp(min=1)
 
 
 def mesh_depth_loss(mesh_depth: torch.Tensor, gauss_depth: torch.Tensor, scene_scale: float) -> torch.Tensor:
@@ -48,8 +50,13 @@ def mesh_depth_loss(mesh_depth: torch.Tensor, gauss_depth: torch.Tensor, scene_s
         raise RenderError(
             f"mesh_depth_loss: scene_scale must be > 0 (e.g. camera_extent_radius), got {scene_scale!r}"
         )
-    err = torch.log1p((mesh_depth - gauss_depth).abs() / float(scene_scale))
-    return _masked_mean(err, mesh_depth.detach() > 0)
+    # pixels where either depth is not finite (a Gaussian depth of inf/NaN) are left out *before* the
+    # arithmetic: a masked-out NaN would still send 0 · NaN = NaN back through the backward of log1p/abs
+    ok = (mesh_depth.detach() > 0) & torch.isfinite(mesh_depth.detach()) & torch.isfinite(gauss_depth.detach())
+    zero = torch.zeros_like(mesh_depth)
+    diff = torch.where(ok, mesh_depth, zero) - torch.where(ok, gauss_depth, zero)
+    err = torch.log1p(diff.abs() / float(scene_scale))
+    return _masked_mean(err, ok)
 
 
 def mesh_normal_loss(mesh_normals: torch.Tensor, gauss_normals: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -72,6 +79,10 @@ def mesh_normal_loss(mesh_normals: torch.Tensor, gauss_normals: torch.Tensor, ma
         raise RenderError(
             f"mesh_normal_loss: mask must be bool {tuple(mesh_normals.shape[:-1])}, got {tuple(mask.shape)} {mask.dtype}"
         )
-    a = torch.nn.functional.normalize(mesh_normals, dim=-1, eps=1e-12)
-    b = torch.nn.functional.normalize(gauss_normals, dim=-1, eps=1e-12)
-    return _masked_mean(1.0 - (a * b).sum(-1).abs(), mask)
+    # non-finite normals (either side) are masked out before the product: at a masked-out pixel a NaN
+    # Gaussian normal would otherwise give the mesh normal a gradient of 0 · NaN = NaN
+    ok = mask & torch.isfinite(mesh_normals.detach()).all(-1) & torch.isfinite(gauss_normals.detach()).all(-1)
+    zero = torch.zeros_like(mesh_normals)
+    a = torch.nn.functional.normalize(torch.where(ok[..., None], mesh_normals, zero), dim=-1, eps=1e-12)
+    b = torch.nn.functional.normalize(torch.where(ok[..., None], gauss_normals, zero), dim=-1, eps=1e-12)
+    return _masked_mean(1.0 - (a * b).sum(-1).abs(), ok)

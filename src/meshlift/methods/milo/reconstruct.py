@@ -31,23 +31,26 @@ from meshlift.errors import ConfigError, MeshliftError, OutOfMemoryError
 from meshlift.methods.engine import CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, is_oom, resolve_device
 from meshlift.methods.milo.config import SHAPE_FIELDS, MiloConfig, apply_dict, num_mesh_gaussians
 
-__all__ = ["BUDGET_FRACTIONS", "MiloResult", "build_config", "help_config", "load_problem", "oom_error",
+__all__ = ["BUDGET_FRACTIONS", "MiloResult", "budget_costs", "build_config", "help_config", "load_problem", "oom_error",
            "reconstruct", "summary_lines"]
 
 #: With ``time_budget_s``: shares of the *training* time (:class:`~meshlift.methods.engine.TimeBudget`) of
-#: the Gaussian training and the occupancy refinement; :data:`BUDGET_STAGE_COSTS` the fractions of the budget
-#: kept for the stages around them (the final triangulation before the refinement; colouring, evaluation and
-#: export after it).
+#: the Gaussian training and the occupancy refinement; the stages around them (the final triangulation
+#: before the refinement; colouring, unwrap, bake, evaluation and export after it) are estimated for the
+#: mesh at hand by :class:`~meshlift.methods.milo.budget.MiloStageCosts` (:func:`budget_costs`).
 BUDGET_FRACTIONS = {"train": 0.85, "extract": 0.15}
-BUDGET_STAGE_COSTS = {"between": 0.03, "final": 0.12}
 
 
-def budget_costs(cfg: MiloConfig):
-    """The :class:`~meshlift.methods.engine.StageCosts` of a ``time_budget_s`` run (:data:`BUDGET_STAGE_COSTS`)."""
-    from meshlift.methods.engine import StageCosts
+def budget_costs(cfg: MiloConfig, problem, device: torch.device, reg=None, *, known_truth: bool = False):
+    """The :class:`~meshlift.methods.milo.budget.MiloStageCosts` of a ``time_budget_s`` run; the face count
+    follows ``reg``'s current mesh (:attr:`MeshInTheLoop.mesh_size`) once there is one."""
+    from meshlift.methods.milo.budget import MiloStageCosts
 
-    t = max(float(cfg.time_budget_s), 0.0)
-    return StageCosts(between_s=BUDGET_STAGE_COSTS["between"] * t, final_s=BUDGET_STAGE_COSTS["final"] * t)
+    tr, te = problem.train, problem.test
+    faces_fn = (lambda: reg.mesh_size[1] if reg.active else 0) if reg is not None else None
+    pivots_fn = (lambda: 9 * int(reg.idx.numel()) if reg.active else 0) if reg is not None else None
+    return MiloStageCosts(cfg, device.type, len(tr) * tr.height * tr.width, len(te) * te.height * te.width,
+                          known_truth=known_truth, faces_fn=faces_fn, pivots_fn=pivots_fn)
 
 
 @dataclass
@@ -311,7 +314,8 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
         trainer.regularizer = reg
         trainer.preview = _preview_writer(out, problem, cfg, device, trainer, reg)
         where = "training (Gaussians + mesh in the loop)"
-        trainer.train(checkpoint=checkpoint, deadline=budget.deadline("train", budget_costs(cfg)))
+        costs = budget_costs(cfg, problem, device, reg, known_truth=gt_mesh is not None)
+        trainer.train(checkpoint=checkpoint, deadline=budget.deadline("train", costs))
         state = trainer.state
         where = "mesh extraction"
         t_ex = time.perf_counter()
@@ -321,14 +325,21 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
             reg.start(trainer.step, trainer.params)
         refine = extract.refine_occupancy(reg, trainer.params, cfg.extract_steps, cfg.extract_labels_every,
                                           sampler=trainer.sampler, monitor=monitor, seed=cfg.seed,
-                                          deadline=budget.deadline("extract", budget_costs(cfg)))
+                                          deadline=budget.deadline("extract", costs))
         mesh, mrep = extract.final_mesh(reg, trainer.params, keep_components=cfg.keep_components,
                                         simplify=cfg.simplify, min_component_faces=cfg.min_component_faces)
         monitor.log(f"mesh: {mrep['vertices']:,} vertices, {mrep['faces']:,} faces (raw {mrep['raw_faces']:,}); "
                     "colouring and baking the albedo texture")
+        left = budget.t_start + cfg.time_budget_s - time.perf_counter() if cfg.time_budget_s > 0 else None
+        unwrap_cap = costs.unwrap_faces(mesh.num_faces, left)
+        if mesh.num_faces > unwrap_cap:
+            monitor.log(f"unwrap: {mesh.num_faces:,} faces; decimated to {unwrap_cap:,} before xatlas ("
+                        + (f"{left:.0f} s of the time budget left" if left is not None else "its face cap") + ")")
         colored, textured, crep = extract.texture_mesh(
             mesh, problem.train, device, tol=cfg.color_depth_tol * problem.scene_scale,
-            texture_res=cfg.texture_res, chunk_views=cfg.mesh_chunk_views, max_fragments=cfg.max_fragments or None)
+            texture_res=cfg.texture_res, chunk_views=cfg.mesh_chunk_views, max_fragments=cfg.max_fragments or None,
+            max_unwrap_faces=unwrap_cap)
+        crep["unwrap_face_cap"] = int(unwrap_cap)
         state.timings["extract_s"] = time.perf_counter() - t_ex
         reg.close()
 

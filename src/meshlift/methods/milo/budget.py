@@ -1,0 +1,165 @@
+"""How MILo's ``time_budget_s`` is shared: the estimated cost of the stages that are not training steps.
+
+:class:`~meshlift.methods.engine.TimeBudget` gives the Gaussian training and the occupancy refinement
+their shares of the time left after the estimated cost of the stages still to come
+(:class:`MiloStageCosts`, as :class:`meshlift.methods.nvdiffrec.budget.SurfaceStageCosts` for the surface
+method):
+
+- between training and refinement: the final Delaunay of the pivots and the label refresh (the mesh
+  rendered at every training view);
+- after the refinement: colouring (the mesh rendered at every training view + the colour fusion), the
+  decimation before the unwrap (faces above the unwrap cap), the xatlas unwrap (grows with the faces it
+  gets), the bake of ``texture_res²`` texels (each fused over the training views), the evaluation (test
+  views rendered twice, Chamfer/F-score samples) and the export.
+
+Each is ``rate × size`` with per-device rates (:data:`RATES`) and the :data:`SAFETY` factor. The face count
+follows the mesh at hand: before the mesh exists it is ``FACES_PER_PIVOT ×`` the pivot budget, then the
+size of the current mesh in the loop or in the refinement (``faces_fn``). The unwrap is the stage that grows
+fastest with the mesh (xatlas, about 0.5 s per 1k faces on one host core), so after the final mesh is
+known the run also caps the faces the unwrap gets to what the time left affords
+(:meth:`MiloStageCosts.unwrap_faces`; the mesh is decimated to that first, logged).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from meshlift.methods.engine import StageCosts
+
+__all__ = ["FACES_PER_PIVOT", "MIN_UNWRAP_FACES", "MiloRates", "MiloStageCosts", "RATES", "SAFETY"]
+
+#: Marching tets on the pivots' Delaunay gives about this many faces per pivot before cleaning (H200 runs of
+#: 2026-12-01: statue 240,973 raw faces from 96,813 pivots = 2.5; CPU quick fox 26,596 from 9,000 = 3.0).
+FACES_PER_PIVOT = 3.0
+#: The unwrap cap never goes below this (a mesh this small unwraps in seconds).
+MIN_UNWRAP_FACES = 5000
+#: The estimates are multiplied by this (better to stop training a little early than to be killed in the export).
+SAFETY = 1.25
+
+
+@dataclass(frozen=True)
+class MiloRates:
+    """Seconds per unit of work of MILo's non-training stages on one kind of device.
+
+    Attributes:
+        delaunay_s_per_pivot: Qhull on the host (one core).
+        render_s_per_pixel: the mesh rendered at a training view (labels, colour visibility), per pixel.
+        decimate_s_per_face: quadric decimation before the unwrap, per input face.
+        unwrap_s_per_face: xatlas, per face it gets (host CPU on every device).
+        bake_s_per_texel: colour fusion of one texel over the training views (and the atlas raster).
+        eval_s_per_pixel: a test view rendered (Gaussians and mesh), per pixel.
+        eval_s_per_sample: Chamfer / F-score, per surface sample (mesh inputs only).
+        export_s_per_face: PLY + OBJ + GLB writing, per face.
+        fixed_s: constant overhead (file writes, allocations).
+    """
+
+    delaunay_s_per_pivot: float
+    render_s_per_pixel: float
+    decimate_s_per_face: float
+    unwrap_s_per_face: float
+    bake_s_per_texel: float
+    eval_s_per_pixel: float
+    eval_s_per_sample: float
+    export_s_per_face: float
+    fixed_s: float
+
+
+#: Per-device rates. Sources: the Delaunay times in docs/usage/milo.md (270k pivots ≈ 21 s on one core; the
+#: H200 host: 173,988 pivots in 9-10 s) and the xatlas rate of :func:`meshlift.mesh.uv.unwrap` (≈ 0.5 s per
+#: 1k faces); the H200 fox run of 2026-12-01 (colouring, 43 views at 540×960 = 22 Mpx: 5.6 s with a tiny
+#: mesh); the statue run killed during the unwrap + bake of 231k faces (decimated to 100k): more than 60 s
+#: for those two with three processes sharing the host. The rest are guesses that err high; the measured
+#: stage times of every run are in metrics.json (``timings``: ``extract_s``, ``color_s``, ``eval_s``).
+RATES = {
+    "cpu": MiloRates(delaunay_s_per_pivot=1.0e-4, render_s_per_pixel=2.0e-6, decimate_s_per_face=2.0e-5,
+                     unwrap_s_per_face=6.0e-4, bake_s_per_texel=2.0e-5, eval_s_per_pixel=1.0e-5,
+                     eval_s_per_sample=5.0e-5, export_s_per_face=2.0e-5, fixed_s=3.0),
+    "cuda": MiloRates(delaunay_s_per_pivot=8.0e-5, render_s_per_pixel=3.0e-7, decimate_s_per_face=2.0e-5,
+                      unwrap_s_per_face=6.0e-4, bake_s_per_texel=2.0e-6, eval_s_per_pixel=1.0e-6,
+                      eval_s_per_sample=5.0e-6, export_s_per_face=1.0e-5, fixed_s=2.0),
+}
+
+
+class MiloStageCosts:
+    """Callable ``() -> StageCosts`` for the MILo run of ``cfg`` (module docstring).
+
+    Args:
+        cfg: the run's :class:`~meshlift.methods.milo.config.MiloConfig` (``num_pivots``, ``mesh_res_scale``,
+            ``texture_res``, ``simplify``, ``eval_samples``).
+        device_type: ``"cpu"`` or ``"cuda"`` (other types use the CUDA rates).
+        train_pixels / test_pixels: pixels of all training / test views together (``len(views) · H · W``).
+        known_truth: the run computes Chamfer / F-score (a mesh input).
+        faces_fn: ``() -> int`` faces of the current mesh (0: none yet, the pivot-based estimate is used).
+        pivots_fn: ``() -> int`` pivots of the current mesh (0: none yet, the preset's pivot budget is used).
+        max_unwrap_faces: the unwrap's own cap (:data:`meshlift.mesh.uv.DEFAULT_MAX_FACES_FOR_XATLAS`).
+        rates: override :data:`RATES` (tests).
+    """
+
+    def __init__(self, cfg, device_type: str, train_pixels: int, test_pixels: int, *, known_truth: bool = False,
+                 faces_fn: Optional[Callable[[], int]] = None, pivots_fn: Optional[Callable[[], int]] = None,
+                 max_unwrap_faces: Optional[int] = None,
+                 rates: Optional[MiloRates] = None) -> None:
+        from meshlift.mesh.uv import DEFAULT_MAX_FACES_FOR_XATLAS
+        from meshlift.methods.milo.config import num_mesh_gaussians
+
+        self.cfg = cfg
+        self.rates = rates if rates is not None else RATES["cpu" if device_type == "cpu" else "cuda"]
+        self.train_pixels, self.test_pixels = int(train_pixels), int(test_pixels)
+        self.known_truth = bool(known_truth)
+        self.faces_fn, self.pivots_fn = faces_fn, pivots_fn
+        self.max_unwrap_faces = int(DEFAULT_MAX_FACES_FOR_XATLAS if max_unwrap_faces is None else max_unwrap_faces)
+        self.pivot_budget = 9 * num_mesh_gaussians(cfg)
+
+    @property
+    def pivots(self) -> int:
+        """Pivots of the current mesh, else the preset's budget (``9 × num_mesh_gaussians``)."""
+        p = int(self.pivots_fn()) if self.pivots_fn is not None else 0
+        return p if p > 0 else self.pivot_budget
+
+    def faces(self) -> int:
+        """Faces of the mesh the final stages will get: the current mesh's, else ``FACES_PER_PIVOT × pivots``;
+        capped by ``cfg.simplify`` when set."""
+        f = int(self.faces_fn()) if self.faces_fn is not None else 0
+        if f <= 0:
+            f = int(FACES_PER_PIVOT * self.pivots)
+        return min(f, self.cfg.simplify) if self.cfg.simplify > 0 else f
+
+    def between_s(self) -> float:
+        """Estimated seconds of the final Delaunay + the label refresh."""
+        r = self.rates
+        return SAFETY * (r.delaunay_s_per_pivot * self.pivots + r.render_s_per_pixel * self.train_pixels)
+
+    def unwrap_s(self, faces: int, cap: Optional[int] = None) -> float:
+        """Estimated seconds of decimation (above ``cap``) + xatlas for a mesh of ``faces`` faces (no safety)."""
+        r = self.rates
+        cap = self.max_unwrap_faces if cap is None else int(cap)
+        return (r.decimate_s_per_face * faces if faces > cap else 0.0) + r.unwrap_s_per_face * min(faces, cap)
+
+    def rest_s(self, faces: int) -> float:
+        """Estimated seconds of everything after the refinement except the unwrap (no safety)."""
+        c, r = self.cfg, self.rates
+        color = r.render_s_per_pixel * self.train_pixels + r.bake_s_per_texel * c.texture_res ** 2
+        ev = 2 * r.eval_s_per_pixel * self.test_pixels + (r.eval_s_per_sample * 2 * c.eval_samples
+                                                          if self.known_truth else 0.0)
+        return color + ev + r.export_s_per_face * faces + r.fixed_s
+
+    def final_s(self) -> float:
+        """Estimated seconds of colouring, unwrap, bake, evaluation and export for the current face count."""
+        f = self.faces()
+        return SAFETY * (self.unwrap_s(f) + self.rest_s(f))
+
+    def unwrap_faces(self, faces: int, seconds_left: Optional[float]) -> int:
+        """The face cap for the unwrap of a ``faces``-face mesh with ``seconds_left`` of the budget (None: no
+        budget → the unwrap's own cap): the largest cap whose estimated unwrap fits what is left after the
+        other final stages (with :data:`SAFETY`), at least :data:`MIN_UNWRAP_FACES`."""
+        if seconds_left is None or not math.isfinite(seconds_left):
+            return self.max_unwrap_faces
+        r = self.rates
+        spare = seconds_left / SAFETY - self.rest_s(faces) - r.decimate_s_per_face * faces
+        cap = int(spare / r.unwrap_s_per_face) if spare > 0 else 0
+        return max(MIN_UNWRAP_FACES, min(self.max_unwrap_faces, cap))
+
+    def __call__(self) -> StageCosts:
+        return StageCosts(between_s=self.between_s(), final_s=self.final_s())
