@@ -85,3 +85,12 @@ def test_pbr_under_uniform_white_light_matches_albedo(dataset):
     for a, b in zip(pbr, unlit):
         cov = (b < 0.99).any(-1)
         assert cov.sum() > 100 and float((a - b).abs()[cov].mean()) < 0.06
+
+
+def test_missing_asset_path_is_named_as_missing(tmp_path):
+    """A path that does not exist is reported as missing (not as 'not a mesh file or a folder')."""
+    from meshlift.errors import MeshError
+    from meshlift.io.mesh import find_asset
+
+    with pytest.raises(MeshError, match="does not exist"):
+        find_asset(tmp_path / "no_such_run")

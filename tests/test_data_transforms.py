@@ -179,6 +179,7 @@ def test_distortion_keys_and_fisheye(tmp_path):
     [
         ({"camera_angle_x": 0.7}, "missing key 'frames'"),
         ({"camera_angle_x": 0.7, "frames": []}, "'frames' is empty"),
+        ({"camera_angle_x": 0.7, "frames": 3}, "'frames' must be a list"),
         ({"camera_angle_x": 0.7, "frames": [{"file_path": "a.png"}]}, "no 'transform_matrix'"),
         ({"camera_angle_x": 0.7, "frames": [{"transform_matrix": np.eye(4).tolist()}]}, "no 'file_path'"),
         ({"frames": [{"file_path": "a.png", "transform_matrix": np.eye(4).tolist()}]}, "no intrinsics"),

@@ -46,7 +46,8 @@ def detect_format(path: str | Path) -> str:
         if p.name == "poses_bounds.npy":
             return "llff"
         raise DatasetError(f"{p}: a dataset file must be a transforms .json or poses_bounds.npy; "
-                           "or give the dataset folder")
+                           "or give the dataset folder, or a mesh file (.obj, .glb, .ply, ...) to reconstruct "
+                           "from rendered views")
     if (p / "transforms_train.json").is_file():
         return "blender"
     if (p / "transforms.json").is_file():

@@ -44,7 +44,10 @@ def read_transforms_json(path: Path) -> dict:
     if "frames" not in data:
         raise DatasetError(f"{path}: missing key 'frames' (the list of images with 'file_path' and "
                            "'transform_matrix'); this is not a NeRF/instant-ngp transforms file")
-    if not isinstance(data["frames"], list) or not data["frames"]:
+    if not isinstance(data["frames"], list):
+        raise DatasetError(f"{path}: 'frames' must be a list of images (each with 'file_path' and "
+                           f"'transform_matrix'), got {type(data['frames']).__name__}")
+    if not data["frames"]:
         raise DatasetError(f"{path}: 'frames' is empty; the file lists no images")
     return data
 

@@ -118,6 +118,8 @@ def find_asset(asset: str | Path) -> tuple[Path, Optional[Path]]:
     asset = Path(asset)
     if asset.is_file():
         return asset, None
+    if not asset.exists():
+        raise MeshError(f"{asset} does not exist; give a mesh file (.obj, .glb, .ply, ...) or a run's output folder")
     if not asset.is_dir():
         raise MeshError(f"{asset}: not a mesh file or a folder")
     for cand in (asset / "mesh" / "mesh.obj", asset / "mesh.glb", asset / "mesh.obj"):
