@@ -122,3 +122,13 @@ def test_default_preset_follows_the_input_and_the_shared_layering(tmp_path):
     (out / "config.json").write_text("[1, 2]")
     with pytest.raises(ConfigError, match="--overwrite"):
         build_config(str(mesh), None, False, None, [], out=out, resume=True)
+
+
+def test_range_and_type_errors_name_their_source(tmp_path):
+    """A bad value from a config file names the file; one from --set says "command line"."""
+    cfg_file = tmp_path / "c.toml"
+    cfg_file.write_text("batch = -1\n")
+    with pytest.raises(ConfigError, match=r"c\.toml: config field 'batch' = -1 is out of range"):
+        apply_dict(SurfaceConfig(), load_config_file(cfg_file), source=str(cfg_file))
+    with pytest.raises(ConfigError, match=r"^command line: config field 'batch'"):
+        apply_dict(SurfaceConfig(), {"batch": "abc"}, source="command line")

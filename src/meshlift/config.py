@@ -124,9 +124,28 @@ def apply_dict(cfg: Any, values: dict[str, Any], *, source: str = "config",
             close = [k for k in known if k.startswith(key[:3])]
             hint = f" (did you mean {', '.join(sorted(close))}?)" if close else ""
             raise ConfigError(f"{source}: unknown config field {key!r}{hint}" + (f"; {help_hint}" if help_hint else ""))
-        changes[key] = coerce(key, value, hints[key])
+        with _named_source(source):
+            changes[key] = coerce(key, value, hints[key])
     out = dataclasses.replace(cfg, **changes)
-    return validate(out) if validate is not None else out
+    if validate is None:
+        return out
+    with _named_source(source):
+        return validate(out)
+
+
+class _named_source:
+    """Re-raise a ConfigError with ``source`` (the config file, or "command line") in front of its message."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if exc is not None and isinstance(exc, ConfigError) and self.source and not str(exc).startswith(self.source):
+            raise type(exc)(f"{self.source}: {exc}") from exc
+        return False
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:
