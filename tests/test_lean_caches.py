@@ -28,7 +28,7 @@ def test_index_check_reads_once_and_rechecks_after_an_in_place_change():
 def test_index_check_forgets_freed_tensors():
     for _ in range(3 * index_check.MAX_ENTRIES):
         index_check.index_range_ok(torch.tensor([[0, 1, 2]]), 3)
-    assert len(index_check._CHECKED) <= index_check.MAX_ENTRIES
+    assert len(index_check._CACHE) <= index_check.MAX_ENTRIES
 
 
 def _quad_strip():

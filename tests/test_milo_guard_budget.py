@@ -114,6 +114,9 @@ class _Reg:
     def weighted(self, terms):
         return sum(v for k, v in terms.items())
 
+    def diagnose_nonfinite(self, params, batch, depth):
+        return {}
+
 
 def _refine(monkeypatch, bad, steps):
     import meshlift.methods.gaussians.trainer as trainer_mod

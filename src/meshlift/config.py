@@ -17,6 +17,7 @@ field or file and the fix.
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import json
 import typing
@@ -133,19 +134,15 @@ def apply_dict(cfg: Any, values: dict[str, Any], *, source: str = "config",
         return validate(out)
 
 
-class _named_source:
+@contextlib.contextmanager
+def _named_source(source: str):
     """Re-raise a ConfigError with ``source`` (the config file, or "command line") in front of its message."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, exc, tb):
-        if exc is not None and isinstance(exc, ConfigError) and self.source and not str(exc).startswith(self.source):
-            raise type(exc)(f"{self.source}: {exc}") from exc
-        return False
+    try:
+        yield
+    except ConfigError as exc:
+        if not source or str(exc).startswith(source):
+            raise
+        raise type(exc)(f"{source}: {exc}") from exc
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:

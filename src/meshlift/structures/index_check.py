@@ -16,10 +16,32 @@ import torch
 
 __all__ = ["index_range_ok", "derived_cached"]
 
-#: ``id -> (weak reference, version, vertices needed = max index + 1, min index)`` of checked tensors.
-_CHECKED: dict[int, tuple] = {}
-#: At most this many entries are kept (dead ones are dropped first).
+#: ``(id, key) -> (weak reference, version, value)``: one cache for the range checks (key ``"range"``, value
+#: ``(min, max)``) and :func:`derived_cached`; an entry goes when its tensor is freed.
+_CACHE: dict[tuple, tuple] = {}
+#: At most this many entries are kept (the oldest half is dropped when full).
 MAX_ENTRIES = 64
+
+
+def _lookup(src: torch.Tensor, key: str) -> tuple[bool, object]:
+    """``(hit, value)`` of ``src`` (identity + in-place version) and ``key``."""
+    entry = _CACHE.get((id(src), key))
+    if entry is not None and entry[0]() is src and entry[1] == src._version:
+        return True, entry[2]
+    return False, None
+
+
+def _store(src: torch.Tensor, key: str, value) -> None:
+    if len(_CACHE) >= MAX_ENTRIES:
+        dead = [k for k, e in _CACHE.items() if e[0]() is None]
+        for k in dead or list(_CACHE)[: MAX_ENTRIES // 2]:
+            _CACHE.pop(k, None)
+    k = (id(src), key)
+    try:
+        # the entry goes when ``src`` is freed (pass 1 builds a new face list every step)
+        _CACHE[k] = (weakref.ref(src, lambda _ref, k=k: _CACHE.pop(k, None)), src._version, value)
+    except TypeError:  # not weak-referenceable: computed every time
+        pass
 
 
 def index_range_ok(idx: torch.Tensor, n: int) -> tuple[bool, Optional[int], Optional[int]]:
@@ -31,27 +53,13 @@ def index_range_ok(idx: torch.Tensor, n: int) -> tuple[bool, Optional[int], Opti
     """
     if idx.numel() == 0:
         return True, None, None
-    entry = _CHECKED.get(id(idx))
-    if entry is not None and entry[0]() is idx and entry[1] == idx._version:
-        return entry[3] >= 0 and n >= entry[2], None, None
+    hit, cached = _lookup(idx, "range")
+    if hit:
+        lo, hi = cached
+        return lo >= 0 and hi < n, None, None
     lo, hi = (int(v) for v in torch.stack([idx.min(), idx.max()]).tolist())  # one read-back for both
-    _remember(idx, hi + 1, lo)
+    _store(idx, "range", (lo, hi))
     return lo >= 0 and hi < n, lo, hi
-
-
-def _remember(idx: torch.Tensor, needed: int, lo: int) -> None:
-    if len(_CHECKED) >= MAX_ENTRIES:
-        dead = [k for k, e in _CHECKED.items() if e[0]() is None]
-        for k in dead or list(_CHECKED)[: MAX_ENTRIES // 2]:
-            _CHECKED.pop(k, None)
-    try:
-        _CHECKED[id(idx)] = (weakref.ref(idx), idx._version, int(needed), int(lo))
-    except TypeError:  # not weak-referenceable: checked every time
-        pass
-
-
-#: ``(id, key) -> (weak reference, version, value)`` of :func:`derived_cached`.
-_DERIVED: dict[tuple, tuple] = {}
 
 
 def derived_cached(src: torch.Tensor, key: str, fn):
@@ -60,20 +68,10 @@ def derived_cached(src: torch.Tensor, key: str, fn):
     For values derived from fixed index tensors in a training loop (an int32 copy of a face list that the
     rasterizer's range check then finds in its own cache, the antialiasing topology of a fixed mesh): the
     same object comes back until ``src`` is modified in place or freed. At most :data:`MAX_ENTRIES`
-    entries are kept (an entry is dropped when its tensor is freed); a tensor that is not weak-referenceable is not cached.
+    entries are kept; a tensor that is not weak-referenceable is not cached.
     """
-    k = (id(src), key)
-    entry = _DERIVED.get(k)
-    if entry is not None and entry[0]() is src and entry[1] == src._version:
-        return entry[2]
-    value = fn(src)
-    if len(_DERIVED) >= MAX_ENTRIES:
-        dead = [kk for kk, e in _DERIVED.items() if e[0]() is None]
-        for kk in dead or list(_DERIVED)[: MAX_ENTRIES // 2]:
-            _DERIVED.pop(kk, None)
-    try:
-        # the entry goes when ``src`` is freed (pass 1 builds a new face list every step)
-        _DERIVED[k] = (weakref.ref(src, lambda _ref, k=k: _DERIVED.pop(k, None)), src._version, value)
-    except TypeError:
-        pass
+    hit, value = _lookup(src, key)
+    if not hit:
+        value = fn(src)
+        _store(src, key, value)
     return value

@@ -98,7 +98,9 @@ def refine_occupancy(reg, params: dict, steps: int, labels_every: int, *, sample
         if loss.requires_grad:
             loss.backward()
         grad = reg.sdf.shift.grad
-        finite = torch.isfinite(loss.detach()) if grad is None else torch.isfinite(loss.detach()) & torch.isfinite(grad).all()
+        finite = torch.isfinite(loss.detach())
+        if grad is not None:
+            finite = finite & torch.isfinite(grad).all()
         v = float(loss.detach())  # the step's one host sync (the progress line needs the value anyway)
         if bool(finite):
             if grad is not None:
@@ -114,10 +116,9 @@ def refine_occupancy(reg, params: dict, steps: int, labels_every: int, *, sample
                 monitor.log(f"occupancy refinement step {s + 1}: non-finite loss or gradient ({bad}; gradient "
                             f"{'finite' if grad is None or bool(torch.isfinite(grad).all()) else 'non-finite'}): "
                             "step skipped, the occupancy keeps its last finite value")
-                if hasattr(reg, "diagnose_nonfinite"):
-                    first_bad["diagnosis"] = reg.diagnose_nonfinite(frozen, batch, depth)
-                    opt.zero_grad(set_to_none=True)
-                    monitor.log(f"occupancy refinement step {s + 1}: non-finite counts {first_bad['diagnosis']}")
+                first_bad["diagnosis"] = reg.diagnose_nonfinite(frozen, batch, depth)
+                opt.zero_grad(set_to_none=True)
+                monitor.log(f"occupancy refinement step {s + 1}: non-finite counts {first_bad['diagnosis']}")
         done = s + 1
         monitor.update(done, v if math.isfinite(v) else float("nan"), float("nan"))
         if in_a_row >= MAX_NONFINITE_STEPS:
