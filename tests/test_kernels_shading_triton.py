@@ -189,7 +189,12 @@ def test_gpu_hashgrid_parity_spot_config():
     x = torch.rand(1 << 20, 3, device="cuda")
     xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
     a, b = ref(xa), fast(xb)
-    torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    # At the finest levels (resolution up to 4096) the fractional cell coordinate x * R carries a float32
+    # rounding of about R * 2^-23 that the two implementations round differently (fma contraction); the
+    # output moves by that times the largest corner difference (< 2 max|embedding|) on each of 3 axes. The
+    # H200 run of 2026-12-01 measured 7.7e-6 here (1% of the elements, all at the finest levels).
+    atol = 4096 * 2.0**-23 * 2 * float(ref.embeddings.detach().abs().max()) * 3
+    torch.testing.assert_close(b, a, rtol=1e-5, atol=atol)
     g = torch.randn_like(a)
     ga = torch.autograd.grad((a * g).sum(), (ref.embeddings, xa))
     gb = torch.autograd.grad((b * g).sum(), (fast.embeddings, xb))

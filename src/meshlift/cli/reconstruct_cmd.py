@@ -15,6 +15,15 @@ from typing import List, Optional
 
 import typer
 
+
+def _psnr_text(psnr: float) -> str:
+    """``PSNR 31.20 dB`` for a finite value; empty when a pass has no PSNR (nan, e.g. MILo's occupancy
+    refinement, whose loss is not photometric); ``PSNR inf dB`` for a perfect match."""
+    if psnr != psnr:
+        return ""
+    return f"PSNR {psnr:5.2f} dB"
+
+
 def make_monitor(console=None):
     """A :class:`meshlift.methods.engine.Monitor` drawing a rich progress bar per pass."""
     from rich.console import Console
@@ -47,7 +56,7 @@ def make_monitor(console=None):
                 TextColumn("[bold]{task.description}"),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TextColumn("loss {task.fields[loss]:.4f}  PSNR {task.fields[psnr]:5.2f} dB"),
+                TextColumn("loss {task.fields[loss]:.4f}  {task.fields[psnr]}"),
                 TextColumn("{task.fields[rate]}"),
                 TimeElapsedColumn(),
                 TextColumn("ETA"),
@@ -57,7 +66,7 @@ def make_monitor(console=None):
             )
             self.progress.start()
             self.task = self.progress.add_task(name, total=max(total, 1), completed=start, loss=0.0,
-                                               psnr=0.0, rate="-- it/s")
+                                               psnr="", rate="-- it/s")
             if total == 0:
                 self.progress.update(self.task, completed=1)
 
@@ -67,13 +76,12 @@ def make_monitor(console=None):
                     elapsed = time.perf_counter() - self.t0
                     done = max(1, iteration - self.start)
                     eta = elapsed / done * (self.total - iteration)
-                    console.print(f"{self.name}: {iteration}/{self.total}  loss {loss:.4f}  PSNR {psnr:.2f} dB  "
+                    console.print(f"{self.name}: {iteration}/{self.total}  loss {loss:.4f}  {_psnr_text(psnr)}  "
                                   f"{done / max(elapsed, 1e-9):.2f} it/s  ETA {eta:.0f} s")
                 return
             if self.progress is None:
                 return
-            self.progress.update(self.task, completed=iteration, loss=loss,
-                                 psnr=psnr if psnr == psnr and psnr != float("inf") else 99.0)
+            self.progress.update(self.task, completed=iteration, loss=loss, psnr=_psnr_text(psnr))
             speed = self.progress.tasks[0].speed
             if speed:
                 self.progress.update(self.task, rate=f"{speed:.1f} it/s")
