@@ -198,8 +198,21 @@ def test_gpu_hashgrid_parity_spot_config():
     g = torch.randn_like(a)
     ga = torch.autograd.grad((a * g).sum(), (ref.embeddings, xa))
     gb = torch.autograd.grad((b * g).sum(), (fast.embeddings, xb))
-    _close_scaled(gb[0], ga[0], 1e-4, 1e-5)
-    _close_scaled(gb[1], ga[1], 1e-3, 1e-4)
+    # The gradients sum many contributions whose interpolation weights carry the same coordinate rounding
+    # (the H200 run of 2026-12-01: embedding gradients up to 9e-4 apart on 0.02% of the entries), so they
+    # are judged against the float64 truth: the Triton kernels may be no further from it than the float32
+    # reference is (x2, plus a float32 floor).
+    ref64 = HashGridEncoding(3, 16, 2, 19, 16, desired_resolution=4096, backend="torch").cuda().double()
+    ref64.load_state_dict({k: v.double() for k, v in ref.state_dict().items()})
+    x64 = x.double().requires_grad_()
+    a64 = ref64(x64)
+    g64 = torch.autograd.grad((a64 * g.double()).sum(), (ref64.embeddings, x64))
+    for i, name in enumerate(("embeddings", "positions")):
+        err_ref = float((ga[i].double() - g64[i]).abs().max())
+        err_fast = float((gb[i].double() - g64[i]).abs().max())
+        floor = 1e-6 * float(g64[i].abs().max())
+        assert err_fast <= 2.0 * err_ref + floor, (name, err_fast, err_ref)
+        _close_scaled(gb[i], ga[i], 1e-2, 1e-3)  # and close to the float32 reference overall
 
 
 @pytest.mark.gpu

@@ -156,3 +156,52 @@ def test_unwrap_is_deterministic():
     a = unwrap(_torus(), resolution=128)
     b = unwrap(_torus(), resolution=128)
     assert np.array_equal(a.v_tex.numpy(), b.v_tex.numpy())
+
+
+# ---- time limit and the per-face fallback ------------------------------------------------------------------
+
+
+def test_face_atlas_faces_disjoint_and_covered():
+    from meshlift.mesh.uv import face_atlas
+
+    for n_faces in (1, 2, 7, 500):
+        v_tex, t_tex_idx = face_atlas(n_faces, resolution=256, padding=2)
+        assert v_tex.shape == (3 * n_faces, 2) and t_tex_idx.shape == (n_faces, 3)
+        assert float(v_tex.min()) >= 0.0 and float(v_tex.max()) <= 1.0
+        uv = v_tex[t_tex_idx].double()
+        e1, e2 = uv[:, 1] - uv[:, 0], uv[:, 2] - uv[:, 0]
+        area = 0.5 * (e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0]).abs()
+        assert bool((area > 0).all())
+        # every face owns texels, and no texel belongs to two faces (disjoint triangles)
+        tri_id, _, count = rasterize_uv_reference(v_tex, t_tex_idx, 256)
+        assert int(count.max()) <= 1
+        owned = torch.unique(tri_id[tri_id >= 0])
+        assert owned.numel() == n_faces
+    with pytest.raises(MeshError, match="num_faces"):
+        face_atlas(0)
+
+
+def test_unwrap_time_limit_falls_back_to_face_atlas():
+    m = _torus()
+    out = unwrap(m, resolution=256, time_limit_s=0.0)  # no time at all: xatlas is not started
+    info = out.extras["uv_unwrap"]
+    assert info["method"] == "face_atlas" and "limit" in info["reason"]
+    assert torch.equal(out.t_pos_idx, m.t_pos_idx) and out.v_tex.shape == (3 * m.num_faces, 2)
+
+
+@pytest.mark.slow
+def test_unwrap_in_a_worker_matches_in_process():
+    """With a generous limit xatlas runs in a spawned worker and gives the in-process result."""
+    m = _sphere(2)
+    a = unwrap(m, resolution=256)
+    b = unwrap(m, resolution=256, time_limit_s=120.0)
+    assert b.extras["uv_unwrap"]["method"] == "xatlas"
+    assert torch.equal(a.t_tex_idx, b.t_tex_idx) and torch.allclose(a.v_tex, b.v_tex)
+
+
+@pytest.mark.slow
+def test_unwrap_stops_xatlas_at_its_limit():
+    """A limit shorter than the worker's start: the worker is stopped, the per-face atlas comes back."""
+    m = _sphere(4)
+    out = unwrap(m, resolution=256, time_limit_s=0.05)
+    assert out.extras["uv_unwrap"]["method"] == "face_atlas"

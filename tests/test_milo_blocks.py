@@ -362,13 +362,17 @@ def test_blocks_cuda_match_cpu():
     w2c, K, hw = sphere_cameras(n=8, size=48)
     depth = sphere_depth(w2c, K, hw, r).float()
     out = {}
+    sdf_cpu = None
     for dev in ("cpu", "cuda"):
         piv, ps = gaussian_pivots(means.to(dev), scales.to(dev), quats.to(dev))
         fused = fuse_depth_at_pivots(piv, depth.to(dev), w2c.float().to(dev), K.float().to(dev), truncation=0.05)
         pts = piv.reshape(-1, 3)
         tets = delaunay_tets(pts).tets.to(dev)
         sdf = PivotSDF(fused.occupancy).sdf().reshape(-1)
-        v, f = marching_tets(pts, sdf, tets, scales=ps.reshape(-1), chunk_tets=5000)
+        # marching tets gets the same sdf on both devices: the fusions agree to float rounding (checked
+        # below), but a value that rounds to the other side of 0 would change the topology
+        sdf_cpu = sdf.cpu() if sdf_cpu is None else sdf_cpu
+        v, f = marching_tets(pts, sdf_cpu.to(dev), tets, scales=ps.reshape(-1), chunk_tets=5000)
         md = render_mesh_depth(v.detach(), f, w2c.float().to(dev), K.float().to(dev), hw)
         lab = occupancy_labels(piv, md, w2c.float().to(dev), K.float().to(dev))
         out[dev] = [x.cpu() for x in (fused.sdf, v.detach(), f, md, lab.inside)]

@@ -222,6 +222,18 @@ def test_unwrap_cap_is_what_the_time_left_affords():
     assert c.unwrap_faces(231_017, 1.0) == MIN_UNWRAP_FACES  # nothing left: the floor
 
 
+def test_unwrap_time_limit_is_what_is_left_after_the_other_stages():
+    from meshlift.methods.milo.budget import MIN_UNWRAP_S
+
+    c, box, cfg = _costs(faces=231_017)
+    assert c.unwrap_time_limit(231_017, None) is None  # no budget: no limit
+    left = 400.0
+    limit = c.unwrap_time_limit(231_017, left)
+    assert limit == pytest.approx(left / SAFETY - c.rest_s(231_017) - 231_017 * 1e-5)
+    assert MIN_UNWRAP_S < limit < left
+    assert c.unwrap_time_limit(231_017, 1.0) == MIN_UNWRAP_S  # nothing left: xatlas still gets its floor
+
+
 # ---- a whole micro run: a NaN Gaussian depth is harmless, a NaN occupancy gradient is skipped + diagnosed -----
 
 

@@ -220,6 +220,8 @@ def test_micro_run_under_a_time_budget(scene, tmp_path):
     problem, gt = scene
     r = reconstruct(_micro(time_budget_s=3600.0), tmp_path / "run", problem=problem, gt_mesh=gt)
     assert r.metrics["steps"] == 14 and r.metrics["faces"] > 0
+    # a budgeted run unwraps in a time-limited worker; an hour is plenty, so xatlas charts come back
+    assert r.metrics["mesh_report"]["unwrap_method"] == "xatlas"
 
 
 class _Interrupt(Exception):

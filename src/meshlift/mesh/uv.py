@@ -17,6 +17,7 @@ import logging
 import math
 import warnings
 from dataclasses import replace
+from typing import Optional
 
 import numpy as np
 import torch
@@ -51,6 +52,7 @@ def unwrap(
     max_faces_for_xatlas: int = DEFAULT_MAX_FACES_FOR_XATLAS,
     resolution: int = 1024,
     padding: int = 4,
+    time_limit_s: Optional[float] = None,
 ) -> Mesh:
     """Give ``mesh`` a UV atlas (``v_tex``, ``t_tex_idx``) computed by xatlas.
 
@@ -70,6 +72,10 @@ def unwrap(
         max_faces_for_xatlas: face budget; larger meshes are decimated to this many faces first.
         resolution: texture resolution (texels per side) the atlas is laid out for.
         padding: gap between charts, in texels at ``resolution``.
+        time_limit_s: seconds xatlas may take (it then runs in a spawned worker process that is stopped
+            at the limit; ``<= 0``: do not run it). Over the limit the mesh gets :func:`face_atlas` UVs
+            instead and ``extras["uv_unwrap"]["method"]`` says ``face_atlas``. None (default): no limit,
+            in this process.
 
     Returns:
         A new :class:`Mesh` with float32 ``v_tex [Vt, 2]`` in [0, 1] (internal glTF origin,
@@ -92,7 +98,7 @@ def unwrap(
         raise MeshError(f"unwrap: padding must be >= 0 texels, got {padding}")
     if max_faces_for_xatlas < 4:
         raise MeshError(f"unwrap: max_faces_for_xatlas must be >= 4, got {max_faces_for_xatlas}")
-    xatlas = _import_xatlas()
+    _import_xatlas()  # a clear DependencyError before any work
 
     decimated = mesh.num_faces > max_faces_for_xatlas
     if decimated:
@@ -128,18 +134,18 @@ def unwrap(
     if area <= 0.0:
         raise MeshError("unwrap: every face is degenerate (zero total area); nothing to unwrap")
 
-    atlas = xatlas.Atlas()
-    atlas.add_mesh(pos, tri.astype(np.uint32))
-    chart_options = xatlas.ChartOptions()
-    pack_options = xatlas.PackOptions()
-    pack_options.resolution = 0  # one atlas page whatever its size (several pages would overlap in UV)
-    pack_options.texels_per_unit = float(resolution * math.sqrt(_ASSUMED_ATLAS_UTILIZATION / area))
-    pack_options.padding = int(padding)
-    pack_options.bilinear = True
-    atlas.generate(chart_options, pack_options)
-    if atlas.atlas_count != 1:  # pragma: no cover - resolution=0 always packs one page
-        raise MeshError(f"unwrap: xatlas produced {atlas.atlas_count} atlas pages, expected one")
-    vmapping, indices, uvs = atlas[0]
+    texels_per_unit = float(resolution * math.sqrt(_ASSUMED_ATLAS_UTILIZATION / area))
+    res = _run_xatlas(pos, tri, texels_per_unit, int(padding), time_limit_s)
+    if res is None:  # over the time limit: one square cell per two faces instead of xatlas charts
+        v_tex, t_tex_idx = face_atlas(tri.shape[0], resolution=resolution, padding=padding)
+        info = {"method": "face_atlas", "reason": f"xatlas took longer than its {time_limit_s:.0f} s limit",
+                "decimated": bool(decimated), "faces_in": int(mesh.num_faces), "faces_out": int(base.num_faces)}
+        logger.warning("unwrap: xatlas did not finish within %.0f s; using a per-face atlas (%d faces)",
+                       time_limit_s, tri.shape[0])
+        return _with_uvs(mesh, base, decimated, v_tex.to(mesh.v_pos.device), t_tex_idx.to(mesh.v_pos.device), info)
+    if res["atlas_count"] != 1:  # pragma: no cover - resolution=0 always packs one page
+        raise MeshError(f"unwrap: xatlas produced {res['atlas_count']} atlas pages, expected one")
+    vmapping, indices, uvs = res["vmapping"], res["indices"], res["uvs"]
     if indices.shape[0] != tri.shape[0] or not np.array_equal(vmapping[indices], tri):
         raise MeshError(  # pragma: no cover - xatlas keeps faces in input order
             "unwrap: xatlas changed the face list; cannot attach its UVs to the input faces"
@@ -149,17 +155,88 @@ def unwrap(
     v_tex = torch.from_numpy(np.clip(uvs, 0.0, 1.0).astype(np.float32)).to(dev)
     t_tex_idx = torch.from_numpy(indices.astype(np.int64)).to(dev)
     info = {
-        "atlas_width": int(atlas.width),
-        "atlas_height": int(atlas.height),
-        "charts": int(atlas.chart_count),
-        "utilization": float(atlas.utilization),
+        "method": "xatlas",
+        "atlas_width": res["width"],
+        "atlas_height": res["height"],
+        "charts": res["charts"],
+        "utilization": res["utilization"],
         "decimated": bool(decimated),
         "faces_in": int(mesh.num_faces),
         "faces_out": int(base.num_faces),
     }
     logger.info("unwrap: %s", info)
+    return _with_uvs(mesh, base, decimated, v_tex, t_tex_idx, info)
+
+
+def _with_uvs(mesh: Mesh, base: Mesh, decimated: bool, v_tex: torch.Tensor, t_tex_idx: torch.Tensor,
+              info: dict) -> Mesh:
     extras = dict(mesh.extras)
     extras["uv_unwrap"] = info
     if decimated:
         return replace(base, v_tex=v_tex, t_tex_idx=t_tex_idx, extras=extras)
     return replace(mesh, v_tex=v_tex, t_tex_idx=t_tex_idx, material=None, extras=extras)
+
+
+def _run_xatlas(pos: np.ndarray, tri: np.ndarray, texels_per_unit: float, padding: int,
+                time_limit_s: Optional[float]) -> Optional[dict]:
+    """xatlas in this process (no limit), or in a spawned worker stopped after ``time_limit_s`` (→ None)."""
+    from meshlift.mesh import _xatlas_job
+
+    if time_limit_s is None:
+        return _xatlas_job.generate(pos, tri, texels_per_unit, padding)
+    if time_limit_s <= 0:
+        return None
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        fut = pool.submit(_xatlas_job.generate, pos, tri, texels_per_unit, padding)
+        try:
+            return fut.result(timeout=time_limit_s)
+        except FutureTimeout:
+            for p in list(getattr(pool, "_processes", {}).values()):  # xatlas cannot be interrupted: stop it
+                p.terminate()
+            return None
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def face_atlas(num_faces: int, *, resolution: int = 1024, padding: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+    """A per-face UV atlas: faces in pairs, each pair one square cell of an ``n × n`` grid (``n =
+    ceil(sqrt(ceil(F / 2)))``), face ``2k`` the cell's lower-left half, ``2k + 1`` its upper-right half, each
+    inset by ``padding`` texels at ``resolution`` (at most a sixth of the cell) so bilinear lookups stay
+    inside a face. No seams are shared and texels are spent evenly per face whatever its area: the fallback
+    of :func:`unwrap` when xatlas runs out of time (noisy meshes of real captures make its chart growing
+    slow), and usable on its own for any triangle soup.
+
+    Returns:
+        ``(v_tex [3F, 2] float32 in [0, 1], t_tex_idx [F, 3] int64)``, corner ``j`` of face ``i`` at row
+        ``3 i + j``; UV origin as :func:`unwrap` (docs/conventions.md §7).
+
+    Raises:
+        MeshError: ``num_faces < 1``, ``resolution < 8`` or ``padding < 0``.
+    """
+    if num_faces < 1:
+        raise MeshError(f"face_atlas: num_faces must be >= 1, got {num_faces}")
+    if resolution < 8 or padding < 0:
+        raise MeshError(f"face_atlas: need resolution >= 8 and padding >= 0, got {resolution}, {padding}")
+    cells = (num_faces + 1) // 2
+    n = int(math.ceil(math.sqrt(cells)))
+    size = 1.0 / n
+    inset = min(padding / resolution, size / 6.0)
+    k = torch.arange(num_faces, dtype=torch.int64)
+    cell = k // 2
+    x0 = (cell % n).to(torch.float64) * size
+    y0 = (cell // n).to(torch.float64) * size
+    x1, y1 = x0 + size, y0 + size
+    d = inset * (1.0 + math.sqrt(2.0))  # keeps the hypotenuse `inset` away from the cell's diagonal
+    lower = torch.stack([torch.stack([x0 + inset, y0 + inset], -1), torch.stack([x1 - d, y0 + inset], -1),
+                         torch.stack([x0 + inset, y1 - d], -1)], 1)
+    upper = torch.stack([torch.stack([x1 - inset, y1 - inset], -1), torch.stack([x0 + d, y1 - inset], -1),
+                         torch.stack([x1 - inset, y0 + d], -1)], 1)
+    uv = torch.where((k % 2 == 0)[:, None, None], lower, upper)
+    v_tex = uv.reshape(-1, 2).clamp(0.0, 1.0).float()
+    t_tex_idx = torch.arange(3 * num_faces, dtype=torch.int64).reshape(num_faces, 3)
+    return v_tex, t_tex_idx

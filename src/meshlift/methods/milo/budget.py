@@ -28,13 +28,15 @@ from typing import Callable, Optional
 
 from meshlift.methods.engine import StageCosts
 
-__all__ = ["FACES_PER_PIVOT", "MIN_UNWRAP_FACES", "MiloRates", "MiloStageCosts", "RATES", "SAFETY"]
+__all__ = ["FACES_PER_PIVOT", "MIN_UNWRAP_FACES", "MIN_UNWRAP_S", "MiloRates", "MiloStageCosts", "RATES", "SAFETY"]
 
 #: Marching tets on the pivots' Delaunay gives about this many faces per pivot before cleaning (H200 runs of
 #: 2026-12-01: statue 240,973 raw faces from 96,813 pivots = 2.5; CPU quick fox 26,596 from 9,000 = 3.0).
 FACES_PER_PIVOT = 3.0
 #: The unwrap cap never goes below this (a mesh this small unwraps in seconds).
 MIN_UNWRAP_FACES = 5000
+#: xatlas always gets at least this many seconds before the per-face fallback.
+MIN_UNWRAP_S = 10.0
 #: The estimates are multiplied by this (better to stop training a little early than to be killed in the export).
 SAFETY = 1.25
 
@@ -70,7 +72,9 @@ class MiloRates:
 #: H200 host: 173,988 pivots in 9-10 s) and the xatlas rate of :func:`meshlift.mesh.uv.unwrap` (≈ 0.5 s per
 #: 1k faces); the H200 fox run of 2026-12-01 (colouring, 43 views at 540×960 = 22 Mpx: 5.6 s with a tiny
 #: mesh); the statue run killed during the unwrap + bake of 231k faces (decimated to 100k): more than 60 s
-#: for those two with three processes sharing the host. The rest are guesses that err high; the measured
+#: for those two with three processes sharing the host; session 3 (four processes sharing the host): xatlas
+#: on ~100k faces 29 s (bob, bunny, spot), 77 s (statue), over 300 s (fox: a noisy unmasked mesh; hence
+#: :meth:`MiloStageCosts.unwrap_time_limit`). The rest are guesses that err high; the measured
 #: stage times of every run are in metrics.json (``timings``: ``extract_s``, ``color_s``, ``eval_s``).
 RATES = {
     "cpu": MiloRates(delaunay_s_per_pivot=1.0e-4, render_s_per_pixel=2.0e-6, decimate_s_per_face=2.0e-5,
@@ -160,6 +164,19 @@ class MiloStageCosts:
         spare = seconds_left / SAFETY - self.rest_s(faces) - r.decimate_s_per_face * faces
         cap = int(spare / r.unwrap_s_per_face) if spare > 0 else 0
         return max(MIN_UNWRAP_FACES, min(self.max_unwrap_faces, cap))
+
+    def unwrap_time_limit(self, faces: int, seconds_left: Optional[float]) -> Optional[float]:
+        """Seconds xatlas may take on a ``faces``-face mesh with ``seconds_left`` of the budget (None: no
+        budget, no limit): what is left after the other final stages' estimates (with :data:`SAFETY`) and
+        the decimation, at least :data:`MIN_UNWRAP_S`. xatlas's time is not only a matter of faces: on the
+        noisy meshes of unmasked captures its chart growing is several times slower per face (the H200 fox
+        run of 2026-12-01: over 300 s for 100k faces, against 29 s on bob), so the limit, not the face cap,
+        is what keeps such a run inside its budget; over it :func:`meshlift.mesh.uv.unwrap` falls back to
+        a per-face atlas."""
+        if seconds_left is None or not math.isfinite(seconds_left):
+            return None
+        spare = seconds_left / SAFETY - self.rest_s(faces) - self.rates.decimate_s_per_face * faces
+        return max(MIN_UNWRAP_S, spare)
 
     def __call__(self) -> StageCosts:
         return StageCosts(between_s=self.between_s(), final_s=self.final_s())

@@ -76,7 +76,7 @@ def depth_points(params: dict, views, num_points: int, *, near: float, device: t
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
     st = dataclasses.replace(settings, outputs=("median_depth",))
     bg = torch.zeros(3, device=device)
-    H, W = views.height, views.width
+    W = views.width
     cap = max(1, -(-CANDIDATES_PER_POINT * num_points // max(len(views), 1)))
     cand = []  # (view, pixel index) [n, 2], depth [n], weight [n] of the kept candidate pixels
     for i in range(len(views)):

@@ -270,13 +270,14 @@ def mesh_depth_all(mesh, views, device: torch.device, *, chunk_views: int, max_f
 
 
 def texture_mesh(mesh, views, device: torch.device, *, tol: float, texture_res: int, chunk_views: int = 8,
-                 max_fragments: Optional[int] = None, max_unwrap_faces: Optional[int] = None
-                 ) -> tuple[object, object, dict]:
+                 max_fragments: Optional[int] = None, max_unwrap_faces: Optional[int] = None,
+                 unwrap_time_s: Optional[float] = None) -> tuple[object, object, dict]:
     """Step 3: ``(mesh with v_color, textured mesh (UVs + kd, no v_color), report)``; the textured mesh is
     decimated to ``max_unwrap_faces`` before the unwrap when it has more (None: the unwrap's default cap,
     :data:`meshlift.mesh.uv.DEFAULT_MAX_FACES_FOR_XATLAS`; a time-budgeted run passes what it affords,
-    :meth:`meshlift.methods.milo.budget.MiloStageCosts.unwrap_faces`). Report times: ``color_s`` (all),
-    ``unwrap_s``, ``bake_s``."""
+    :meth:`meshlift.methods.milo.budget.MiloStageCosts.unwrap_faces`), and xatlas stopped after
+    ``unwrap_time_s`` seconds (None: no limit) for a per-face atlas (:func:`meshlift.mesh.uv.face_atlas`;
+    ``unwrap_method`` in the report). Report times: ``color_s`` (all), ``unwrap_s``, ``bake_s``."""
     from meshlift.mesh.bake import bake_field_to_textures
     from meshlift.mesh.uv import DecimationWarning, unwrap
     from meshlift.shading.color import srgb_to_linear
@@ -289,11 +290,14 @@ def texture_mesh(mesh, views, device: torch.device, *, tol: float, texture_res: 
     report = {"vertices_seen_frac": float((n > 0).float().mean())}
     t_uv = time.perf_counter()
     kw = {} if max_unwrap_faces is None else {"max_faces_for_xatlas": int(max_unwrap_faces)}
+    if unwrap_time_s is not None:
+        kw["time_limit_s"] = float(unwrap_time_s)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DecimationWarning)  # the run logs the decimation itself
         uv = unwrap(replace(colored, v_color=None), resolution=texture_res, **kw)
     report["unwrap_s"] = time.perf_counter() - t_uv
     report["unwrap_faces"] = int(uv.num_faces)
+    report["unwrap_method"] = uv.extras.get("uv_unwrap", {}).get("method", "xatlas")
     t_bake = time.perf_counter()
 
     def field_fn(x: torch.Tensor) -> dict:

@@ -332,14 +332,18 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
                     "colouring and baking the albedo texture")
         left = budget.t_start + cfg.time_budget_s - time.perf_counter() if cfg.time_budget_s > 0 else None
         unwrap_cap = costs.unwrap_faces(mesh.num_faces, left)
+        unwrap_limit = costs.unwrap_time_limit(mesh.num_faces, left)
         if mesh.num_faces > unwrap_cap:
             monitor.log(f"unwrap: {mesh.num_faces:,} faces; decimated to {unwrap_cap:,} before xatlas ("
                         + (f"{left:.0f} s of the time budget left" if left is not None else "its face cap") + ")")
         colored, textured, crep = extract.texture_mesh(
             mesh, problem.train, device, tol=cfg.color_depth_tol * problem.scene_scale,
             texture_res=cfg.texture_res, chunk_views=cfg.mesh_chunk_views, max_fragments=cfg.max_fragments or None,
-            max_unwrap_faces=unwrap_cap)
+            max_unwrap_faces=unwrap_cap, unwrap_time_s=unwrap_limit)
         crep["unwrap_face_cap"] = int(unwrap_cap)
+        if crep.get("unwrap_method") == "face_atlas":
+            monitor.log(f"unwrap: xatlas did not finish within {unwrap_limit:.0f} s; the texture uses a per-face "
+                        "atlas (raise time_budget_s, or --simplify, for xatlas charts)")
         state.timings["extract_s"] = time.perf_counter() - t_ex
         reg.close()
 
