@@ -64,3 +64,15 @@ def test_inspect_bad_path_exits_2(tmp_path, capsys):
     assert rc == 2 and "no dataset found" in err
     rc, _, err = _run(capsys, "inspect", str(tmp_path / "missing"))
     assert rc == 2 and "does not exist" in err
+
+
+def test_inspect_a_mesh_file_says_what_to_run(tmp_path, capsys):
+    import trimesh
+
+    p = tmp_path / "ico.ply"
+    trimesh.creation.icosphere(subdivisions=1).export(p)
+    rc, out, _ = _run(capsys, "inspect", str(p))
+    assert rc == 0 and "80 faces" in out and "meshlift reconstruct" in out and "meshlift convert" in out
+    rc, out, _ = _run(capsys, "inspect", str(p), "--json")
+    info = json.loads(out)
+    assert rc == 0 and info["format"] == "mesh" and info["faces"] == 80 and info["vertices"] == 42

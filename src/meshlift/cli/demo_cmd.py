@@ -49,5 +49,4 @@ def register(app: typer.Typer) -> None:
         mesh = make_demo_object()
         data = synthetic_problem(mesh, cfg, dev, name="demo ring")
         result = reconstruct(cfg, out, overwrite=True, monitor=monitor, data=data)
-        print_summary(console, result)
-        console.print(f"demo finished in {time.perf_counter() - t0:.1f} s")
+        print_summary(console, result, wall_s=time.perf_counter() - t0)

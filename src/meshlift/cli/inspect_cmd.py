@@ -24,7 +24,11 @@ def inspect(
     """Describe a dataset: format, images, resolution, camera model, splits, masks, bounds, warnings."""
     from meshlift.data import load_scene
     from meshlift.io.jsonfile import dumps
+    from meshlift.io.mesh import READ_SUFFIXES
 
+    if path.is_file() and path.suffix.lower() in READ_SUFFIXES:
+        _inspect_mesh(path, json_output)
+        return
     scene = load_scene(path, format=format, downscale=downscale, colmap_model=colmap_model, split_every=split_every,
                        camera_convention=camera_convention)
     info = scene.summary()
@@ -61,6 +65,27 @@ def inspect(
     console.print(table)
     for w in info["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {w}")
+
+
+def _inspect_mesh(path: Path, json_output: bool) -> None:
+    """A mesh file is not a dataset: say what it holds and what to run on it."""
+    from meshlift.io.jsonfile import dumps
+    from meshlift.io.mesh import load_mesh
+
+    mesh = load_mesh(path)
+    lo, hi = mesh.v_pos.amin(0).tolist(), mesh.v_pos.amax(0).tolist()
+    info = {"format": "mesh", "path": str(path), "vertices": int(mesh.num_vertices), "faces": int(mesh.num_faces),
+            "uvs": mesh.v_tex is not None, "vertex_colors": mesh.v_color is not None,
+            "material": mesh.material is not None, "bounds": {"min": lo, "max": hi}}
+    if json_output:
+        typer.echo(dumps(info, indent=None))
+        return
+    typer.echo(f"{path}: a mesh, {info['vertices']:,} vertices, {info['faces']:,} faces; UVs "
+               f"{'yes' if info['uvs'] else 'no'}, vertex colours {'yes' if info['vertex_colors'] else 'no'}, "
+               f"material {'yes' if info['material'] else 'no'}; bounds [" + ", ".join(f"{v:.3g}" for v in lo)
+               + "] .. [" + ", ".join(f"{v:.3g}" for v in hi) + "]")
+    typer.echo(f"Not a dataset of photos. To reconstruct it from rendered views: meshlift reconstruct {path}; "
+               f"to clean or convert it: meshlift convert {path} --out-dir OUT")
 
 
 def _camera_row(chk: dict) -> str:
