@@ -339,19 +339,34 @@ def count_ops(prof, steps: int) -> dict:
             p = p.cpu_parent
         return "?"
 
+    backward_at = collections.Counter()
     if any("meshlift/" in e.name for e in events):
         for e in aten:
             if e.name in SYNC_OPS and id(e) not in host_ids:
                 where[(e.name, source(e))] += 1
+        # backward ops: the autograd node that runs them carries the sequence number of the forward op that
+        # recorded it; that op's Python stack says where in meshlift the backward comes from
+        fwd_by_seq = {}
+        for e in aten:
+            if getattr(e, "sequence_nr", -1) >= 0 and not e.name.startswith("autograd::"):
+                fwd_by_seq.setdefault(e.sequence_nr, e)
         for e in kernel_ops:
-            kernels_at[source(e)] += 1
+            node = e.cpu_parent
+            while node is not None and not node.name.startswith("autograd::engine::evaluate_function"):
+                node = node.cpu_parent
+            if node is None:
+                kernels_at[source(e)] += 1
+                continue
+            fwd = fwd_by_seq.get(getattr(node, "sequence_nr", -1))
+            backward_at[source(fwd) if fwd is not None else node.name.split(": ")[-1]] += 1
     return {"aten_ops": len(aten) / n, "kernel_ops": len(kernel_ops) / n, "syncs": sum(syncs.values()) / n,
             "sync_ops": {k: v / n for k, v in syncs.items()}, "launches": launches / n,
             "top": [(k, v / n) for k, v in top],
             "kernel_ops_by_stage": {k: v / n for k, v in by_stage.items()}, "host_reads": len(host_reads) / n,
             "syncs_by_stage": {k: v / n for k, v in syncs_by_stage.items()},
             "sync_sources": [(f"{k[0].removeprefix('aten::')} at {k[1]}", v / n) for k, v in where.most_common(40)],
-            "kernel_sources": [(k, v / n) for k, v in kernels_at.most_common(30)]}
+            "kernel_sources": [(k, v / n) for k, v in kernels_at.most_common(30)],
+            "backward_sources": [(k, v / n) for k, v in backward_at.most_common(30)]}
 
 
 def make_config(preset: str, quick: bool, device: str, overrides: list[str]):
@@ -486,6 +501,8 @@ def table(results: list[dict], header: str) -> str:
                     lines.append(f"  - sync {v:g} × {src}")
                 for src, v in d.get("kernel_sources", []):
                     lines.append(f"  - kernel ops {v:g} × {src}")
+                for src, v in d.get("backward_sources", []):
+                    lines.append(f"  - backward kernel ops {v:g} × (forward at) {src}")
     return "\n".join(lines) + "\n"
 
 

@@ -305,8 +305,7 @@ def render_mesh(
         kd = col if material is None else kd * col
 
     # ---- shading -----------------------------------------------------------------------------------------
-    if gb_tng is None:
-        gb_tng = _fallback_tangent(F.normalize(gb_n, dim=-1, eps=1e-8))
+    # gb_tng is None only without a perturbation, where the tangent frame is not used
     shading_n = prepare_shading_normal(
         gb_pos, view_pos, perturbed, gb_n, gb_tng, gb_geom_n, two_sided_shading=True, opengl=True
     )
