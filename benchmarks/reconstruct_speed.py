@@ -395,6 +395,26 @@ def _commit() -> str:
         return "?"
 
 
+#: Set by ``--cuda-paths``: the passes run with ``MESHLIFT_SHADING_BACKEND=triton`` (interpreted on the CPU).
+CUDA_PATHS = False
+
+
+@contextlib.contextmanager
+def _pass_paths():
+    if not CUDA_PATHS:
+        yield
+        return
+    old = os.environ.get("MESHLIFT_SHADING_BACKEND")
+    os.environ["MESHLIFT_SHADING_BACKEND"] = "triton"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("MESHLIFT_SHADING_BACKEND", None)
+        else:
+            os.environ["MESHLIFT_SHADING_BACKEND"] = old
+
+
 def run_config(label: str, cfg, warmup: int, steps: int, profile_steps: int, log, stacks: bool = False) -> dict:
     from meshlift.methods.engine import Checkpointer, TrainState, resolve_device
     from meshlift.methods.nvdiffrec import passes
@@ -422,7 +442,8 @@ def run_config(label: str, cfg, warmup: int, steps: int, profile_steps: int, log
         mon1 = PhaseMonitor(clock, device, warmup, steps, profile_steps)
         mon1.stacks, mon1.legacy = stacks, not kw1
         t = time.perf_counter()
-        p1 = passes.run_pass1(cfg, data, device, state=state, monitor=mon1, checkpointer=ck, **kw1)
+        with _pass_paths():
+            p1 = passes.run_pass1(cfg, data, device, state=state, monitor=mon1, checkpointer=ck, **kw1)
         result["pass1_total_s"] = time.perf_counter() - t
         result["pass1"] = _pass_result(clock, mon1, steps, profile_steps)
         result["pass1_faces"] = int(p1.mesh.num_faces)
@@ -436,7 +457,8 @@ def run_config(label: str, cfg, warmup: int, steps: int, profile_steps: int, log
         kw2 = {"stages": clock, "prepared": (base, tex)} if "prepared" in sig2 else {}
         mon2 = PhaseMonitor(clock, device, warmup, steps, profile_steps)
         mon2.stacks, mon2.legacy = stacks, not kw2
-        p2 = passes.run_pass2(cfg, data, device, p1, state=state, monitor=mon2, checkpointer=ck, **kw2)
+        with _pass_paths():
+            p2 = passes.run_pass2(cfg, data, device, p1, state=state, monitor=mon2, checkpointer=ck, **kw2)
         result["pass2"] = _pass_result(clock, mon2, steps, profile_steps)
 
     t = time.perf_counter()
@@ -518,7 +540,15 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = leave as is)")
     ap.add_argument("--stacks", action="store_true", help="list where the syncs come from (Python stacks)")
     ap.add_argument("--out", type=Path, default=None, help="also write the table (markdown) here")
+    ap.add_argument("--cuda-paths", action="store_true",
+                    help="CPU op counts of the CUDA code paths: inside the passes only, the shading fast paths "
+                         "(fused Triton kernels) run under the Triton interpreter (MESHLIFT_SHADING_BACKEND=triton, "
+                         "TRITON_INTERPRET=1); data rendering and evaluation stay on the torch paths")
     args = ap.parse_args(argv)
+    if args.cuda_paths:
+        os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
+        global CUDA_PATHS
+        CUDA_PATHS = True
     if args.threads:
         torch.set_num_threads(args.threads)
 
