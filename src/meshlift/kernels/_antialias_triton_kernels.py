@@ -21,8 +21,8 @@ def _px(pos_ptr, vi, m, half_w, half_h, rx, ry, DOWN: tl.constexpr):
     w = tl.load(pos_ptr + vi * 4 + 3, mask=m, other=1.0)
     X = (x / w + 1.0) * half_w - rx
     Y = (y / w + 1.0) * half_h - ry
-    if DOWN:
-        return Y, X, x, y, w
+    if DOWN:  # (no early return: one return per jit function)
+        X, Y = Y, X
     return X, Y, x, y, w
 
 

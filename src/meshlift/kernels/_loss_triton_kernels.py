@@ -31,7 +31,7 @@ def _load(pred_ptr, target_ptr, mask_ptr, offs, m, C: tl.constexpr, MASK: tl.con
         p = p * w
         t = t * w
     else:
-        w = tl.full(p.shape, 1.0, tl.float32)
+        w = tl.zeros_like(p) + 1.0
     return p, t, w
 
 

@@ -59,7 +59,7 @@ def _sn_forward(pos_ptr, view_ptr, pert_ptr, nrm_ptr, tng_ptr, geom_ptr, rows, m
         if TNG4:
             w = tl.where(tl.load(tng_ptr + rows * 4 + 3, mask=m, other=1.0) < 0, -1.0, 1.0)
         else:
-            w = tl.full(tx.shape, 1.0, tl.float32)
+            w = tl.zeros_like(tx) + 1.0
         # bitangent = w · normalize(n × t)
         bx, by, bz, br, bl = _norm(ny * tz - nz * ty, nz * tx - nx * tz, nx * ty - ny * tx)
         qx, qy, qz = _ld3(pert_ptr, rows, m)
@@ -114,7 +114,7 @@ def shading_normal_bwd(pos_ptr, view_ptr, pert_ptr, nrm_ptr, tng_ptr, geom_ptr, 
         if TNG4:
             w = tl.where(tl.load(tng_ptr + rows * 4 + 3, mask=m, other=1.0) < 0, -1.0, 1.0)
         else:
-            w = tl.full(tx.shape, 1.0, tl.float32)
+            w = tl.zeros_like(tx) + 1.0
         bx, by, bz, br, bl = _norm(ny * tz - nz * ty, nz * tx - nx * tz, nx * ty - ny * tx)
         qx, qy, qz = _ld3(pert_ptr, rows, m)
         yy = qy if OPENGL else -qy
@@ -130,7 +130,7 @@ def shading_normal_bwd(pos_ptr, view_ptr, pert_ptr, nrm_ptr, tng_ptr, geom_ptr, 
         front = (gx * vx + gy * vy + gz * vz) > 0
         sgn = tl.where(front, 1.0, -1.0)
     else:
-        sgn = tl.full(gx.shape, 1.0, tl.float32)
+        sgn = tl.zeros_like(gx) + 1.0
     fsx, fsy, fsz = sx * sgn, sy * sgn, sz * sgn
     fgx, fgy, fgz = gx * sgn, gy * sgn, gz * sgn
     qv = (vx * fsx + vy * fsy + vz * fsz) / 0.1
@@ -186,14 +186,17 @@ def shading_normal_bwd(pos_ptr, view_ptr, pert_ptr, nrm_ptr, tng_ptr, geom_ptr, 
 @triton.jit
 def _mip_level(r, lo, hi, nm2, SINGLE: tl.constexpr):
     """``EnvironmentLight.get_mip`` and its derivative d level / d roughness."""
-    if SINGLE:
-        return tl.zeros_like(r), tl.zeros_like(r)
     low = (tl.minimum(tl.maximum(r, lo), hi) - lo) / (hi - lo) * nm2
     high = (tl.minimum(tl.maximum(r, hi), 1.0) - hi) / (1.0 - hi) + nm2
     dlow = tl.where((r >= lo) & (r <= hi), nm2 / (hi - lo), 0.0)
     dhigh = tl.where((r >= hi) & (r <= 1.0), 1.0 / (1.0 - hi), 0.0)
     below = r < hi
-    return tl.where(below, low, high), tl.where(below, dlow, dhigh)
+    level = tl.where(below, low, high)
+    dlevel = tl.where(below, dlow, dhigh)
+    if SINGLE:  # one level: always 0 (no early return: one return per jit function)
+        level = tl.zeros_like(r)
+        dlevel = tl.zeros_like(r)
+    return level, dlevel
 
 
 @triton.jit(do_not_specialize=["n"])

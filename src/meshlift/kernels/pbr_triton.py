@@ -80,7 +80,7 @@ class _ShadingNormalFn(torch.autograd.Function):
         grad = grad.contiguous()
         g_pos, g_view, g_nrm, g_geom = (torch.empty_like(t) for t in (pos, view, nrm, geom))
         g_pert = torch.empty_like(pert) if pert is not None else pos.new_empty(1)
-        g_tng = torch.empty_like(tng) if pert is not None else torch.zeros_like(tng)
+        g_tng = torch.empty_like(tng) if pert is not None else pos.new_empty(1)
         if n:
             with _on(pos.device):
                 k.shading_normal_bwd[_grid(n)](pos, view, pert if pert is not None else pos, nrm, tng, geom, grad,
@@ -88,7 +88,7 @@ class _ShadingNormalFn(torch.autograd.Function):
         need = ctx.needs_input_grad
         return (g_pos if need[0] else None, g_view if need[1] else None,
                 g_pert if (pert is not None and need[2]) else None, g_nrm if need[3] else None,
-                g_tng if need[4] else None, g_geom if need[5] else None, None, None)
+                g_tng if (pert is not None and need[4]) else None, g_geom if need[5] else None, None, None)
 
 
 class _ShadePrepFn(torch.autograd.Function):
@@ -175,13 +175,15 @@ def shading_normal_triton(pos, view_pos, perturbed_nrm, smooth_nrm, smooth_tng, 
     Args:
         pos, view_pos, smooth_nrm, geom_nrm: ``[N, 3]`` float32 (one device).
         perturbed_nrm: ``[N, 3]`` tangent-space perturbation, or None (then ``smooth_tng`` is not read).
-        smooth_tng: ``[N, 3]`` or ``[N, 4]`` (xyz + handedness sign).
+        smooth_tng: ``[N, 3]`` or ``[N, 4]`` (xyz + handedness sign), or None without a perturbation.
         two_sided_shading, opengl: as in ``prepare_shading_normal``.
 
     Returns:
         ``[N, 3]`` float32 shading normals, differentiable with respect to every tensor input (zero for the
         handedness component).
     """
+    if perturbed_nrm is None or smooth_tng is None:  # the tangent is not read: a placeholder without gradient
+        smooth_tng = smooth_nrm.detach()
     args = _rows(pos, view_pos, perturbed_nrm, smooth_nrm, smooth_tng, geom_nrm)
     return _ShadingNormalFn.apply(*args, two_sided_shading, opengl)
 

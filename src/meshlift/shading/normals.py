@@ -126,8 +126,7 @@ def prepare_shading_normal(
     if _fused(backend, pos, view_pos, perturbed_nrm, smooth_nrm, smooth_tng, geom_nrm):
         from meshlift.kernels.pbr_triton import shading_normal_triton
 
-        return shading_normal_triton(pos, view_pos, perturbed_nrm, smooth_nrm,
-                                     smooth_tng if perturbed_nrm is not None else smooth_nrm, geom_nrm,
+        return shading_normal_triton(pos, view_pos, perturbed_nrm, smooth_nrm, smooth_tng, geom_nrm,
                                      two_sided_shading, opengl)
     smooth_nrm = safe_normalize(smooth_nrm)
     view_vec = safe_normalize(view_pos - pos)
