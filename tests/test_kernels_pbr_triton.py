@@ -157,7 +157,7 @@ def test_pbr_kernels_gpu_parity_at_preset_size():
     torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
     for x, y in zip(gb, ga):
         _close_scaled(x, y, 1e-4, 1e-4)
-    light = _make_light(128, 16)
+    light = _make_light(64, 16)
     sins = _shade_inputs(n, 2)
     a, ga = _shade_run(light, "torch", sins, grad)
     b, gb = _shade_run(light, "triton", sins, grad)

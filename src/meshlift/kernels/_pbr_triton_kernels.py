@@ -45,7 +45,8 @@ def _norm_bwd(ux, uy, uz, r, live, gx, gy, gz):
 
 @triton.jit
 def _sn_forward(pos_ptr, view_ptr, pert_ptr, nrm_ptr, tng_ptr, geom_ptr, rows, m,
-                TNG4: tl.constexpr, TS: tl.constexpr, PERT: tl.constexpr, TWO_SIDED: tl.constexpr, OPENGL: tl.constexpr):
+                TNG4: tl.constexpr, TS: tl.constexpr, PERT: tl.constexpr, TWO_SIDED: tl.constexpr,
+                OPENGL: tl.constexpr):
     px, py, pz = _ld3(pos_ptr, rows, m)
     cx, cy, cz = _ld3(view_ptr, rows, m)
     vx, vy, vz, vr, vl = _norm(cx - px, cy - py, cz - pz)
@@ -84,8 +85,8 @@ def _sn_forward(pos_ptr, view_ptr, pert_ptr, nrm_ptr, tng_ptr, geom_ptr, rows, m
 
 @triton.jit(do_not_specialize=["n"])
 def shading_normal_fwd(pos_ptr, view_ptr, pert_ptr, nrm_ptr, tng_ptr, geom_ptr, out_ptr, n,
-                       TNG4: tl.constexpr, TS: tl.constexpr, PERT: tl.constexpr, TWO_SIDED: tl.constexpr, OPENGL: tl.constexpr,
-                       BLOCK: tl.constexpr):
+                       TNG4: tl.constexpr, TS: tl.constexpr, PERT: tl.constexpr, TWO_SIDED: tl.constexpr,
+                       OPENGL: tl.constexpr, BLOCK: tl.constexpr):
     rows = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)
     m = rows < n
     ox, oy, oz = _sn_forward(pos_ptr, view_ptr, pert_ptr, nrm_ptr, tng_ptr, geom_ptr, rows, m,
@@ -96,8 +97,8 @@ def shading_normal_fwd(pos_ptr, view_ptr, pert_ptr, nrm_ptr, tng_ptr, geom_ptr, 
 @triton.jit(do_not_specialize=["n"])
 def shading_normal_bwd(pos_ptr, view_ptr, pert_ptr, nrm_ptr, tng_ptr, geom_ptr, g_ptr,
                        g_pos_ptr, g_view_ptr, g_pert_ptr, g_nrm_ptr, g_tng_ptr, g_geom_ptr, n,
-                       TNG4: tl.constexpr, TS: tl.constexpr, PERT: tl.constexpr, TWO_SIDED: tl.constexpr, OPENGL: tl.constexpr,
-                       BLOCK: tl.constexpr):
+                       TNG4: tl.constexpr, TS: tl.constexpr, PERT: tl.constexpr, TWO_SIDED: tl.constexpr,
+                       OPENGL: tl.constexpr, BLOCK: tl.constexpr):
     rows = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)
     m = rows < n
     # ---- forward, keeping the intermediates

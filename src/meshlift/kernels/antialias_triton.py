@@ -17,9 +17,9 @@ Design (no candidate compaction, so no host sync; memory: two ``[B·H·W]`` floa
   up, down): a gather, so deterministic;
 - backward: ``aa_bwd_color`` (``dL/dc`` by the same gather, and ``dL/dα = <g[target], c[p1] − c[p0]>`` per
   pair), then ``aa_bwd_pos`` per direction: with ``dcs = ds · (Xa Yb − Ya Xb) / (Yb − Ya)`` in the pair's
-  frame, ``∂/∂Xa = Yb/den``, ``∂/∂Xb = −Ya/den``, ``∂/∂Ya = num/den² − Xb/den``, ``∂/∂Yb = Xa/den − num/den²``,
-  and ``X = (x/w + 1) W/2 − rx`` → ``∂X/∂x = W/(2w)``, ``∂X/∂w = −x W/(2w²)``; scattered onto the clip
-  positions with ``tl.atomic_add`` (the summation order differs from torch's in the last bits).
+  frame, ``∂/∂Xa = Yb/den``, ``∂/∂Xb = −Ya/den``, ``∂/∂Ya = num/den² − Xb/den``,
+  ``∂/∂Yb = Xa/den − num/den²``, and ``X = (x/w + 1) W/2 − rx`` → ``∂X/∂x = W/(2w)``,
+  ``∂X/∂w = −x W/(2w²)``; scattered onto the clip positions with ``tl.atomic_add`` (the summation order differs from torch's in the last bits).
 
 Float32 colour and positions; int32/int64 triangles. ``triton`` is imported on first use, never at module
 import.
