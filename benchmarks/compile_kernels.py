@@ -3,7 +3,7 @@
 Usage: ``python benchmarks/compile_kernels.py [--arch 90]``. Catches what the Triton interpreter of the CPU
 tests does not: constructs the compiler rejects (early returns, unsupported builtins, type mismatches).
 Every kernel of ``kernels/_pbr_triton_kernels.py``, ``_loss_triton_kernels.py`` and
-``_antialias_triton_kernels.py`` is compiled in each constexpr variant the wrappers launch.
+``_antialias_triton_kernels.py``, ``_normals_triton_kernels.py`` is compiled in each constexpr variant the wrappers launch.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ if not os.environ.get("PYTHONPATH"):
 def variants():
     from meshlift.kernels import _antialias_triton_kernels as A
     from meshlift.kernels import _loss_triton_kernels as L
+    from meshlift.kernels import _normals_triton_kernels as N
     from meshlift.kernels import _pbr_triton_kernels as P
 
     f, i, i64 = "*fp32", "i32", "*i64"
@@ -56,6 +57,13 @@ def variants():
             yield A.aa_pairs, base | {"alpha_ptr": f, "n": i, "H": i, "W": i, "V": i}, c
             yield A.aa_bwd_pos, base | {"g_alpha_ptr": f, "g_pos_ptr": f, "n": i, "H": i, "W": i, "V": i,
                                         "boost": "fp32"}, c
+    for tri_t in ("*i32", "*i64"):
+        yield N.normals_face_fwd, {"pos_ptr": f, "tri_ptr": tri_t, "face_n_ptr": f, "acc_ptr": f, "n": i}, {"BLOCK": 128}
+        for fg in (False, True):
+            yield N.normals_face_bwd, {"pos_ptr": f, "tri_ptr": tri_t, "g_fn_ptr": f, "g_acc_ptr": f, "g_pos_ptr": f,
+                                       "n": i}, {"FACE_GRAD": fg, "BLOCK": 128}
+    yield N.normals_vertex_fwd, {"acc_ptr": f, "vn_ptr": f, "n": i}, {"BLOCK": 128}
+    yield N.normals_vertex_bwd, {"acc_ptr": f, "g_vn_ptr": f, "g_acc_ptr": f, "n": i}, {"BLOCK": 128}
     for ch in (1, 3, 4):
         c = {"C": ch, "CP": 1 << max(0, (ch - 1).bit_length()), "BLOCK": 128}
         yield A.aa_apply, dict.fromkeys(["color_ptr", "ah_ptr", "av_ptr", "out_ptr"], f) | {"n": i, "H": i, "W": i}, c

@@ -130,7 +130,25 @@ def cases(device):
         p = pos.clone().requires_grad_()
         return [color, p], lambda b: antialias(color, rast, p, tri, backend=b)
 
-    return {"prepare_shading_normal (no perturbation)": lambda: normal(False),
+    def normals():
+        from meshlift.geometry import mesh_ops
+        from meshlift.kernels.normals_triton import mesh_normals_triton
+
+        import test_kernels_normals_triton as N
+
+        N.DEV = str(device)
+        v, f = N._mesh(300, 500, 1)
+        p = v.clone().requires_grad_()
+
+        def fn(b):
+            fn_, vn = (mesh_normals_triton(p, f) if b == "triton"
+                       else (mesh_ops.face_normals(p, f), mesh_ops.vertex_normals(p, f)))
+            return fn_.sum() + vn.sum()  # one output for the counting harness (sums: 2 ops on both paths)
+
+        return [p], fn
+
+    return {"face + vertex normals (render_mesh, both passes)": normals,
+            "prepare_shading_normal (no perturbation)": lambda: normal(False),
             "prepare_shading_normal (perturbed, tangent w)": lambda: normal(True),
             "EnvironmentLight.shade (split-sum)": shade,
             "EnvironmentLight.shade, elementwise torch + Triton cube lookups (before)": lambda: shade(True),
