@@ -339,19 +339,34 @@ def count_ops(prof, steps: int) -> dict:
             p = p.cpu_parent
         return "?"
 
+    backward_at = collections.Counter()
     if any("meshlift/" in e.name for e in events):
         for e in aten:
             if e.name in SYNC_OPS and id(e) not in host_ids:
                 where[(e.name, source(e))] += 1
+        # backward ops: the autograd node that runs them carries the sequence number of the forward op that
+        # recorded it; that op's Python stack says where in meshlift the backward comes from
+        fwd_by_seq = {}
+        for e in aten:
+            if getattr(e, "sequence_nr", -1) >= 0 and not e.name.startswith("autograd::"):
+                fwd_by_seq.setdefault(e.sequence_nr, e)
         for e in kernel_ops:
-            kernels_at[source(e)] += 1
+            node = e.cpu_parent
+            while node is not None and not node.name.startswith("autograd::engine::evaluate_function"):
+                node = node.cpu_parent
+            if node is None:
+                kernels_at[source(e)] += 1
+                continue
+            fwd = fwd_by_seq.get(getattr(node, "sequence_nr", -1))
+            backward_at[source(fwd) if fwd is not None else node.name.split(": ")[-1]] += 1
     return {"aten_ops": len(aten) / n, "kernel_ops": len(kernel_ops) / n, "syncs": sum(syncs.values()) / n,
             "sync_ops": {k: v / n for k, v in syncs.items()}, "launches": launches / n,
             "top": [(k, v / n) for k, v in top],
             "kernel_ops_by_stage": {k: v / n for k, v in by_stage.items()}, "host_reads": len(host_reads) / n,
             "syncs_by_stage": {k: v / n for k, v in syncs_by_stage.items()},
             "sync_sources": [(f"{k[0].removeprefix('aten::')} at {k[1]}", v / n) for k, v in where.most_common(40)],
-            "kernel_sources": [(k, v / n) for k, v in kernels_at.most_common(30)]}
+            "kernel_sources": [(k, v / n) for k, v in kernels_at.most_common(30)],
+            "backward_sources": [(k, v / n) for k, v in backward_at.most_common(30)]}
 
 
 def make_config(preset: str, quick: bool, device: str, overrides: list[str]):
@@ -378,6 +393,26 @@ def _commit() -> str:
         return out.stdout.strip() or "?"
     except OSError:
         return "?"
+
+
+#: Set by ``--cuda-paths``: the passes run with ``MESHLIFT_SHADING_BACKEND=triton`` (interpreted on the CPU).
+CUDA_PATHS = False
+
+
+@contextlib.contextmanager
+def _pass_paths():
+    if not CUDA_PATHS:
+        yield
+        return
+    old = os.environ.get("MESHLIFT_SHADING_BACKEND")
+    os.environ["MESHLIFT_SHADING_BACKEND"] = "triton"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("MESHLIFT_SHADING_BACKEND", None)
+        else:
+            os.environ["MESHLIFT_SHADING_BACKEND"] = old
 
 
 def run_config(label: str, cfg, warmup: int, steps: int, profile_steps: int, log, stacks: bool = False) -> dict:
@@ -407,7 +442,8 @@ def run_config(label: str, cfg, warmup: int, steps: int, profile_steps: int, log
         mon1 = PhaseMonitor(clock, device, warmup, steps, profile_steps)
         mon1.stacks, mon1.legacy = stacks, not kw1
         t = time.perf_counter()
-        p1 = passes.run_pass1(cfg, data, device, state=state, monitor=mon1, checkpointer=ck, **kw1)
+        with _pass_paths():
+            p1 = passes.run_pass1(cfg, data, device, state=state, monitor=mon1, checkpointer=ck, **kw1)
         result["pass1_total_s"] = time.perf_counter() - t
         result["pass1"] = _pass_result(clock, mon1, steps, profile_steps)
         result["pass1_faces"] = int(p1.mesh.num_faces)
@@ -421,7 +457,8 @@ def run_config(label: str, cfg, warmup: int, steps: int, profile_steps: int, log
         kw2 = {"stages": clock, "prepared": (base, tex)} if "prepared" in sig2 else {}
         mon2 = PhaseMonitor(clock, device, warmup, steps, profile_steps)
         mon2.stacks, mon2.legacy = stacks, not kw2
-        p2 = passes.run_pass2(cfg, data, device, p1, state=state, monitor=mon2, checkpointer=ck, **kw2)
+        with _pass_paths():
+            p2 = passes.run_pass2(cfg, data, device, p1, state=state, monitor=mon2, checkpointer=ck, **kw2)
         result["pass2"] = _pass_result(clock, mon2, steps, profile_steps)
 
     t = time.perf_counter()
@@ -486,6 +523,8 @@ def table(results: list[dict], header: str) -> str:
                     lines.append(f"  - sync {v:g} × {src}")
                 for src, v in d.get("kernel_sources", []):
                     lines.append(f"  - kernel ops {v:g} × {src}")
+                for src, v in d.get("backward_sources", []):
+                    lines.append(f"  - backward kernel ops {v:g} × (forward at) {src}")
     return "\n".join(lines) + "\n"
 
 
@@ -501,7 +540,15 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = leave as is)")
     ap.add_argument("--stacks", action="store_true", help="list where the syncs come from (Python stacks)")
     ap.add_argument("--out", type=Path, default=None, help="also write the table (markdown) here")
+    ap.add_argument("--cuda-paths", action="store_true",
+                    help="CPU op counts of the CUDA code paths: inside the passes only, the shading fast paths "
+                         "(fused Triton kernels) run under the Triton interpreter (MESHLIFT_SHADING_BACKEND=triton, "
+                         "TRITON_INTERPRET=1); data rendering and evaluation stay on the torch paths")
     args = ap.parse_args(argv)
+    if args.cuda_paths:
+        os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
+        global CUDA_PATHS
+        CUDA_PATHS = True
     if args.threads:
         torch.set_num_threads(args.threads)
 

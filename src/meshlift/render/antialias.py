@@ -22,6 +22,7 @@ from typing import Optional
 import torch
 
 from meshlift.errors import RenderError
+from meshlift.kernels import get_backend
 from meshlift.render._checks import check_float, check_rast, check_tri
 from meshlift.structures.index_check import derived_cached
 
@@ -82,6 +83,7 @@ def antialias(
     tri: torch.Tensor,
     topology: Optional[torch.Tensor] = None,
     pos_gradient_boost: float = 1.0,
+    backend: Optional[str] = None,
 ) -> torch.Tensor:
     """Antialias silhouette edges of a rendered image (nvdiffrast ``antialias`` semantics).
 
@@ -92,6 +94,10 @@ def antialias(
         tri: ``[T, 3]`` int triangles.
         topology: precomputed :func:`antialias_construct_topology` ``(tri)`` (default: built here).
         pos_gradient_boost: multiplier on the gradient to ``pos`` (nvdiffrast's knob), 1 = exact.
+        backend: rasterizer backend name (None → env ``MESHLIFT_RASTER_BACKEND`` or ``"auto"``:
+            :func:`meshlift.kernels.get_backend`). ``"triton"`` with float32 ``color``/``pos``/``rast`` runs
+            the fused kernels of :mod:`meshlift.kernels.antialias_triton` (three launches forward, four
+            backward, no host sync); this torch code is their reference twin.
 
     Returns:
         ``[B, H, W, C]`` antialiased image, differentiable w.r.t. ``color`` and ``pos``.
@@ -118,6 +124,11 @@ def antialias(
         topology = derived_cached(tri, "antialias_topology", lambda t: antialias_construct_topology(t, V))
     elif topology.shape != tri.shape:
         raise RenderError("topology must come from antialias_construct_topology(tri) for this tri")
+    if (color.dtype == torch.float32 and pos.dtype == torch.float32 and rast.dtype == torch.float32
+            and get_backend(backend, color.device).name == "triton"):
+        from meshlift.kernels.antialias_triton import antialias_triton
+
+        return antialias_triton(color, rast, pos, tri, topology, pos_gradient_boost)
     B, H, W, C = color.shape
     dev = color.device
     tri64 = tri.to(torch.int64)

@@ -123,6 +123,17 @@ def _int32(idx: torch.Tensor) -> torch.Tensor:
     return derived_cached(idx, "int32", lambda t: t.to(torch.int32).contiguous())
 
 
+def _fused_normals(v_pos: torch.Tensor) -> bool:
+    """Whether face and vertex normals take the Triton kernels: ``[V, 3]`` float32 and the shading backend
+    (env ``MESHLIFT_SHADING_BACKEND``, auto = Triton on CUDA) says so; their twins are
+    ``geometry.mesh_ops.face_normals`` / ``vertex_normals``."""
+    if v_pos.ndim != 2 or v_pos.dtype != torch.float32:
+        return False
+    from meshlift.kernels.shading import shading_backend
+
+    return shading_backend(None, v_pos.device, v_pos.dtype) == "triton"
+
+
 def _fallback_tangent(normal: torch.Tensor) -> torch.Tensor:
     """A tangent orthogonal to ``normal [..., 3]`` built from a fixed world axis (used without UVs)."""
     axis = torch.zeros_like(normal)
@@ -228,13 +239,20 @@ def render_mesh(
 
     from meshlift.geometry import mesh_ops
 
-    face_n = mesh_ops.face_normals(v_pos, mesh.t_pos_idx)  # [T, 3] unit
+    own_normals = mesh.v_nrm is not None and mesh.t_nrm_idx is not None
+    if not own_normals and _fused_normals(v_pos):  # face + vertex normals in two kernels (kernels/normals_triton)
+        from meshlift.kernels.normals_triton import mesh_normals_triton
+
+        face_n, v_nrm = mesh_normals_triton(v_pos, tri)  # tri's range was checked by rasterize
+    else:
+        face_n = mesh_ops.face_normals(v_pos, mesh.t_pos_idx)  # [T, 3] unit
+        v_nrm = None if own_normals else mesh_ops.vertex_normals(v_pos, mesh.t_pos_idx)
     tri_id = gather(rast)[:, 3].long() - 1  # [N]
     gb_geom_n = face_n[tri_id]  # [N, 3]
-    if mesh.v_nrm is not None and mesh.t_nrm_idx is not None:
+    if own_normals:
         v_nrm, t_nrm_idx = mesh.v_nrm.to(dtype), mesh.t_nrm_idx
     else:
-        v_nrm, t_nrm_idx = mesh_ops.vertex_normals(v_pos, mesh.t_pos_idx), mesh.t_pos_idx
+        t_nrm_idx = mesh.t_pos_idx
     nrm_idx = _int32(t_nrm_idx)
     gb_n = gather(R.interpolate(v_nrm, rast, nrm_idx)[0])  # [N, 3]
     view_pos = camera_pos.to(device=device, dtype=dtype).index_select(0, pix // (Hs * Ws))  # [N, 3]
@@ -305,8 +323,7 @@ def render_mesh(
         kd = col if material is None else kd * col
 
     # ---- shading -----------------------------------------------------------------------------------------
-    if gb_tng is None:
-        gb_tng = _fallback_tangent(F.normalize(gb_n, dim=-1, eps=1e-8))
+    # gb_tng is None only without a perturbation, where the tangent frame is not used
     shading_n = prepare_shading_normal(
         gb_pos, view_pos, perturbed, gb_n, gb_tng, gb_geom_n, two_sided_shading=True, opengl=True
     )

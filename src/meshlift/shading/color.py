@@ -13,7 +13,7 @@ import torch
 
 from meshlift.errors import ImageError
 
-__all__ = ["srgb_to_linear", "linear_to_srgb", "tonemap_srgb", "background_color", "BACKGROUND_COLORS"]
+__all__ = ["srgb_to_linear", "linear_to_srgb", "tonemap_srgb", "tonemapped_l1", "background_color", "BACKGROUND_COLORS"]
 
 # IEC 61966-2-1:1999 piecewise curve constants.
 _SRGB_ENC_KNEE = 0.0031308  # linear value where the encoding switches from linear to power segment
@@ -86,6 +86,47 @@ def tonemap_srgb(x: torch.Tensor) -> torch.Tensor:
     """
     _check(x, "tonemap_srgb(x)")
     return linear_to_srgb(torch.log(torch.clamp(x, min=0.0, max=_LOG_TONEMAP_MAX) + 1.0))
+
+
+def tonemapped_l1(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None,
+                  backend: str | None = None) -> torch.Tensor:
+    """nvdiffrec's image loss ``mean |T(pred · mask) − T(target · mask)|`` with ``T`` = :func:`tonemap_srgb`.
+
+    Source: Munkberg et al. 2022 (nvdiffrec), Sec. 4 and its ``logl1`` loss (the target premultiplied by the
+    mask where masks exist).
+
+    Args:
+        pred: ``[..., C]`` linear HDR radiance (differentiable).
+        target: ``[..., C]`` the reference, same shape (no gradient is needed through it).
+        mask: ``[..., 1]`` coverage in [0, 1] of the same leading shape, or None (no premultiplication).
+        backend: ``'auto'`` / ``'torch'`` / ``'triton'`` / None (env ``MESHLIFT_SHADING_BACKEND``, else auto:
+            Triton for float32 CUDA tensors; :func:`meshlift.kernels.shading.shading_backend`): one fused
+            kernel forward and one backward (:mod:`meshlift.kernels.loss_triton`; no gradient to
+            ``target``/``mask``), or this torch code, its reference twin.
+
+    Returns:
+        a 0-dim tensor (the mean over every value).
+
+    Raises:
+        ImageError: non-float inputs, or shapes that do not match.
+    """
+    _check(pred, "tonemapped_l1(pred)")
+    _check(target, "tonemapped_l1(target)")
+    if target.shape != pred.shape:
+        raise ImageError(f"tonemapped_l1: target {tuple(target.shape)} must match pred {tuple(pred.shape)}")
+    if mask is not None and (mask.shape != (*pred.shape[:-1], 1)):
+        raise ImageError(f"tonemapped_l1(mask): expected {(*pred.shape[:-1], 1)}, got {tuple(mask.shape)}")
+    from meshlift.kernels.shading import shading_backend
+
+    ts = [t for t in (pred, target, mask) if t is not None]
+    if (all(t.dtype == torch.float32 and t.device == pred.device for t in ts)
+            and shading_backend(backend, pred.device, pred.dtype) == "triton"):
+        from meshlift.kernels.loss_triton import tonemapped_l1_triton
+
+        return tonemapped_l1_triton(pred, target, mask)
+    if mask is not None:
+        pred, target = pred * mask, target * mask
+    return torch.nn.functional.l1_loss(tonemap_srgb(pred), tonemap_srgb(target))
 
 
 #: Named background colours images are composited on (docs/conventions.md §6), as encoded values in [0, 1].

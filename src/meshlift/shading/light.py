@@ -588,6 +588,7 @@ class EnvironmentLight(torch.nn.Module):
         ks: torch.Tensor,
         view_pos: torch.Tensor,
         specular: bool = True,
+        backend: str | None = None,
     ) -> torch.Tensor:
         """Split-sum shading (nvdiffrec ``EnvironmentLight.shade`` semantics).
 
@@ -599,6 +600,12 @@ class EnvironmentLight(torch.nn.Module):
             ks: ``[..., 3]`` (occlusion, roughness, metallic).
             view_pos: ``[..., 3]`` camera positions, broadcastable (e.g. ``[B, 1, 1, 3]``).
             specular: False gives the diffuse-only model (``kd · E_d``, ``ks`` only for occlusion).
+            backend: ``'auto'`` / ``'torch'`` / ``'triton'`` / None (env ``MESHLIFT_SHADING_BACKEND``, else
+                auto: Triton for float32 CUDA tensors; :func:`meshlift.kernels.shading.shading_backend`).
+                With ``'triton'``, ``specular=True`` and all inputs ``[N, 3]`` rows, the elementwise work
+                before and after the two cube lookups runs as two fused kernels
+                (:mod:`meshlift.kernels.pbr_triton`) and the lookups as the cube kernels; this torch code is
+                their reference twin. Otherwise the torch path runs.
 
         Returns:
             ``[..., 3]`` outgoing linear radiance.
@@ -611,6 +618,8 @@ class EnvironmentLight(torch.nn.Module):
         for name, t in (("gb_pos", gb_pos), ("gb_normal", gb_normal), ("kd", kd), ("ks", ks), ("view_pos", view_pos)):
             if t.shape[-1] != 3:
                 raise RenderError(f"EnvironmentLight.shade({name}): expected [..., 3], got {tuple(t.shape)}")
+        if specular and self._fused(backend, gb_pos, gb_normal, kd, ks, view_pos):
+            return self._shade_fused(gb_pos, gb_normal, kd, ks, view_pos, backend)
         wo = safe_normalize(view_pos - gb_pos)
         if specular:
             roughness = ks[..., 1:2]
@@ -621,13 +630,33 @@ class EnvironmentLight(torch.nn.Module):
             diff_col = kd
         lead = torch.broadcast_shapes(wo.shape, gb_normal.shape, kd.shape, ks.shape)
         nrm = gb_normal.expand(lead)
-        shaded = sample_cube(self.diffuse, nrm) * diff_col
+        shaded = sample_cube(self.diffuse, nrm, backend=backend) * diff_col
         if specular:
             wo = wo.expand(lead)
             reflvec = safe_normalize(reflect(wo, nrm))
             n_dot_v = torch.clamp(dot(wo, nrm), min=1e-4)
             fg = lookup_brdf_lut(self._get_lut(nrm.device).to(nrm.dtype), n_dot_v, roughness.expand(*lead[:-1], 1))
             level = self.get_mip(roughness.expand(*lead[:-1], 1))[..., 0]
-            spec = sample_cube_mip(self.specular, reflvec, level)
+            spec = sample_cube_mip(self.specular, reflvec, level, backend=backend)
             shaded = shaded + spec * (spec_col * fg[..., 0:1] + fg[..., 1:2])
         return shaded * (1.0 - ks[..., 0:1])
+
+    @staticmethod
+    def _fused(backend, *rows: torch.Tensor) -> bool:
+        """Whether :meth:`shade` takes the fused Triton path: ``[N, 3]`` float32 rows on one device."""
+        first = rows[0]
+        if first.ndim != 2 or any(t.shape != first.shape or t.device != first.device or t.dtype != torch.float32
+                                  for t in rows):
+            return False
+        return shading_backend(backend, first.device, first.dtype) == "triton"
+
+    def _shade_fused(self, gb_pos, gb_normal, kd, ks, view_pos, backend) -> torch.Tensor:
+        """:meth:`shade` (specular) as prep kernel → two cube lookups → combination kernel."""
+        from meshlift.kernels.pbr_triton import shade_combine_triton, shade_prep_triton
+
+        reflvec, level = shade_prep_triton(gb_pos, gb_normal, view_pos, ks, self.min_roughness,
+                                           self.max_roughness, len(self.specular))
+        diffuse = sample_cube(self.diffuse, gb_normal, backend=backend)
+        spec = sample_cube_mip(self.specular, reflvec, level, backend=backend)
+        lut = self._get_lut(gb_pos.device).to(torch.float32)
+        return shade_combine_triton(gb_pos, gb_normal, view_pos, kd, ks, diffuse, spec, lut)

@@ -67,12 +67,13 @@ def prepare_shading_normal(
     view_pos: torch.Tensor,
     perturbed_nrm: torch.Tensor | None,
     smooth_nrm: torch.Tensor,
-    smooth_tng: torch.Tensor,
+    smooth_tng: torch.Tensor | None,
     geom_nrm: torch.Tensor,
     two_sided_shading: bool = True,
     opengl: bool = True,
     *,
     two_sided: bool | None = None,
+    backend: str | None = None,
 ) -> torch.Tensor:
     """The final world-space shading normal (nvdiffrec ``prepare_shading_normal`` semantics).
 
@@ -87,40 +88,66 @@ def prepare_shading_normal(
         smooth_nrm: interpolated vertex normals (normalised here).
         smooth_tng: interpolated vertex tangents ``[..., 3]``, or ``[..., 4]`` with the handedness ``w = ±1``
             in the last component (:func:`meshlift.geometry.mesh_ops.tangent_frames`); xyz normalised here.
+            May be None when ``perturbed_nrm`` is None (the tangent is only used by the perturbation).
         geom_nrm: geometric (face) normals, unit.
         two_sided_shading: flip normals of faces seen from behind.
         opengl: OpenGL/glTF normal-map orientation (+Y along the bitangent); False for DirectX (-Y).
         two_sided: alias of ``two_sided_shading`` (keyword only).
+        backend: ``'auto'`` / ``'torch'`` / ``'triton'`` / None (env ``MESHLIFT_SHADING_BACKEND``, else auto:
+            Triton for float32 CUDA tensors; :func:`meshlift.kernels.shading.shading_backend`). With
+            ``'triton'`` and all inputs ``[N, C]`` rows of one device, the whole chain is one fused kernel
+            forward and one backward (:func:`meshlift.kernels.pbr_triton.shading_normal_triton`); this torch
+            code is its reference twin. Otherwise the torch path runs.
 
     Returns:
         ``[..., 3]`` shading normals (unit length except where the bent-normal blend mixes two unit
         vectors, exactly as nvdiffrec).
 
     Raises:
-        RenderError: an input does not end in 3.
+        RenderError: an input does not end in 3, or ``smooth_tng`` is None with a perturbation.
     """
     if two_sided is not None:
         two_sided_shading = bool(two_sided)
     for name, t in (("pos", pos), ("view_pos", view_pos), ("smooth_nrm", smooth_nrm), ("geom_nrm", geom_nrm)):
         if t.shape[-1] != 3:
             raise RenderError(f"prepare_shading_normal({name}): expected [..., 3], got {tuple(t.shape)}")
-    if smooth_tng.shape[-1] not in (3, 4):
+    if smooth_tng is None and perturbed_nrm is not None:
+        raise RenderError("prepare_shading_normal(smooth_tng): None, but a perturbed_nrm needs the tangent frame; "
+                          "pass the interpolated tangents")
+    if smooth_tng is not None and smooth_tng.shape[-1] not in (3, 4):
         raise RenderError(
             f"prepare_shading_normal(smooth_tng): expected [..., 3] or [..., 4] (xyz + handedness), "
             f"got {tuple(smooth_tng.shape)}"
         )
+    if perturbed_nrm is not None and perturbed_nrm.shape[-1] != 3:
+        raise RenderError(
+            f"prepare_shading_normal(perturbed_nrm): expected [..., 3], got {tuple(perturbed_nrm.shape)}"
+        )
+    if _fused(backend, pos, view_pos, perturbed_nrm, smooth_nrm, smooth_tng, geom_nrm):
+        from meshlift.kernels.pbr_triton import shading_normal_triton
+
+        return shading_normal_triton(pos, view_pos, perturbed_nrm, smooth_nrm, smooth_tng, geom_nrm,
+                                     two_sided_shading, opengl)
     smooth_nrm = safe_normalize(smooth_nrm)
-    if smooth_tng.shape[-1] == 4:
-        smooth_tng = torch.cat([safe_normalize(smooth_tng[..., :3]), smooth_tng[..., 3:4]], -1)
-    else:
-        smooth_tng = safe_normalize(smooth_tng)
     view_vec = safe_normalize(view_pos - pos)
     if perturbed_nrm is None:
         shading = smooth_nrm
     else:
-        if perturbed_nrm.shape[-1] != 3:
-            raise RenderError(
-                f"prepare_shading_normal(perturbed_nrm): expected [..., 3], got {tuple(perturbed_nrm.shape)}"
-            )
+        if smooth_tng.shape[-1] == 4:
+            smooth_tng = torch.cat([safe_normalize(smooth_tng[..., :3]), smooth_tng[..., 3:4]], -1)
+        else:
+            smooth_tng = safe_normalize(smooth_tng)
         shading = perturb_normal(perturbed_nrm, smooth_nrm, smooth_tng, opengl)
     return bend_normal(view_vec, shading, geom_nrm, two_sided_shading)
+
+
+def _fused(backend, *rows) -> bool:
+    """Whether the fused Triton kernel runs: float32 ``[N, C]`` rows of one device, the backend says so."""
+    ts = [t for t in rows if t is not None]
+    first = ts[0]
+    if any(t.ndim != 2 or t.shape[0] != first.shape[0] or t.device != first.device or t.dtype != torch.float32
+           for t in ts):
+        return False
+    from meshlift.kernels.shading import shading_backend
+
+    return shading_backend(backend, first.device, first.dtype) == "triton"

@@ -67,16 +67,16 @@ def image_loss(out: dict, views: PosedViews, cfg: SurfaceConfig) -> tuple[torch.
 
     Returns ``(loss, srgb_mse)``; the MSE (no gradient) between sRGB-encoded clamped images gives the PSNR.
     """
-    from meshlift.shading.color import linear_to_srgb
+    from meshlift.shading.color import linear_to_srgb, tonemapped_l1
 
     masks = views.masks
     pred = out["shaded"]
     target = views.targets()
-    if masks is not None:
-        color = tonemapped_log_l1(pred * masks, target * masks)
+    if masks is not None:  # the colour term is fused on CUDA (shading.color.tonemapped_l1), the same maths
+        color = tonemapped_l1(pred, target, masks)
         loss = color + cfg.mask_weight * F.mse_loss(out["alpha"], masks)
     else:
-        loss = tonemapped_log_l1(pred, target)
+        loss = tonemapped_l1(pred, target)
     with torch.no_grad():
         mse = F.mse_loss(linear_to_srgb(pred.clamp(0, 1)), linear_to_srgb(target.clamp(0, 1)))
     return loss, mse
