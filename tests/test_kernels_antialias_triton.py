@@ -122,6 +122,10 @@ def test_antialias_gpu_parity_at_preset_size():
     color, rast, pos, tri, grad = _scene(8, 2000, 3, 512, 512, 4)
     a, gca, gpa = _run("torch", color, rast, pos, tri, grad)
     b, gcb, gpb = _run("triton", color, rast, pos, tri, grad)
-    torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(gcb, gca, rtol=1e-5, atol=1e-5)
+    # The coverage of an edge pixel divides differences of nearly equal edge-function values, which
+    # amplifies the compiled kernel's fma rounding: the H200 run of 2026-12-01 measured 7.2e-5 on 0.1% of
+    # the output (colours in [0, 1]); a wrong edge or pixel pair would be off by O(0.1)
+    torch.testing.assert_close(b, a, rtol=1e-4, atol=2e-4)
+    assert float((b - a).abs().gt(1e-5).float().mean()) < 0.01
+    torch.testing.assert_close(gcb, gca, rtol=1e-4, atol=2e-4)
     torch.testing.assert_close(gpb, gpa, rtol=1e-4, atol=1e-4 * float(gpa.abs().max()))

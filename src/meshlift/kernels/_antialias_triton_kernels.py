@@ -124,7 +124,7 @@ def _dcs(ax, ay, aw, bx, by, bw, rx, ry, half_w, half_h, ds, good, DOWN: tl.cons
     return ds * num / den, Xa, Ya, Xb, Yb, num, den
 
 
-@triton.jit(do_not_specialize=["n"])
+@triton.jit(do_not_specialize=["n", "V"])
 def aa_pairs(rast_ptr, pos_ptr, tri_ptr, topo_ptr, alpha_ptr, n, H, W, V,
              BATCHED: tl.constexpr, DOWN: tl.constexpr, BLOCK: tl.constexpr):
     p = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -225,7 +225,7 @@ def _add_vertex(g_pos_ptr, vi, gX, gY, x, y, w, half_w, half_h, m, DOWN: tl.cons
     tl.atomic_add(g_pos_ptr + vi * 4 + 3, gw, mask=m)
 
 
-@triton.jit(do_not_specialize=["n"])
+@triton.jit(do_not_specialize=["n", "V"])
 def aa_bwd_pos(rast_ptr, pos_ptr, tri_ptr, topo_ptr, g_alpha_ptr, g_pos_ptr, n, H, W, V, boost,
                BATCHED: tl.constexpr, DOWN: tl.constexpr, BLOCK: tl.constexpr):
     p = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
