@@ -319,3 +319,24 @@ def test_micro_run_on_cuda(scene, tmp_path):
     r = reconstruct(_micro(device="cuda"), tmp_path / "run", problem=problem, gt_mesh=gt)
     assert r.metrics["faces"] > 0 and r.metrics["peak_gpu_memory_gb"] is not None
     assert r.metrics["device"].startswith("cuda")
+
+
+def test_outputs_of_a_mesh_input_return_to_its_frame():
+    """A mesh input trains in its normalised frame; meshes and Gaussians go back by the inverse similarity."""
+    from meshlift.methods.milo.reconstruct import _to_input_frame
+    from meshlift.structures.gaussians import Gaussians
+    from meshlift.structures.mesh import Mesh
+
+    s, t = 0.25, torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    world_to_normalized = torch.eye(4, dtype=torch.float64)
+    world_to_normalized[:3, :3] *= 1.0 / s
+    world_to_normalized[:3, 3] = -t / s
+    v = torch.tensor([[0.0, 0, 0], [1, 0, 0], [0, 1, 0]])
+    mesh = Mesh(v_pos=v, t_pos_idx=torch.tensor([[0, 1, 2]]))
+    g = Gaussians(means=v.clone(), quats=torch.tensor([[1.0, 0, 0, 0]] * 3), log_scales=torch.zeros(3, 3),
+                  opacity_logits=torch.zeros(3), sh0=torch.zeros(3, 1, 3), shN=torch.zeros(3, 0, 3))
+    m2, none, g2 = _to_input_frame((mesh, None, g), world_to_normalized)
+    expect = (v.double() * s + t).float()
+    assert none is None and torch.allclose(m2.v_pos, expect) and torch.allclose(g2.means, expect)
+    assert torch.allclose(g2.log_scales, torch.full((3, 3), math.log(s))) and torch.equal(g2.quats, g.quats)
+    assert torch.equal(mesh.v_pos, v)  # the input is not modified

@@ -385,6 +385,11 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
         metrics["wall_time_s"] = state.timings["total_s"]
         metrics["peak_gpu_memory_gb"] = _peak_gpu_gb(device)
         gaussians = trainer.gaussians()
+        if gt_mesh is not None:  # a mesh input trains in its normalised frame: export in the input's frame
+            colored, textured, gaussians = _to_input_frame((colored, textured, gaussians),
+                                                           problem.world_to_normalized)
+            metrics["frame"] = ("exported mesh, PLY and Gaussians in the input mesh's frame; Chamfer-L1 in its "
+                                "normalised frame (longest side 2)")
         files: dict = {}
         if out is not None:
             where = "export"
@@ -413,6 +418,34 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
             raise oom_error(cfg, where, trainer.num_gaussians if trainer is not None else 0) from exc
         raise
     return MiloResult(textured, gaussians, metrics, out, files, list(state.history))
+
+
+def _to_input_frame(items: tuple, world_to_normalized: torch.Tensor) -> tuple:
+    """Meshes and :class:`~meshlift.structures.gaussians.Gaussians` of the normalised frame mapped back by
+    the inverse of ``world_to_normalized`` (a uniform scale + translation for mesh inputs,
+    :mod:`meshlift.data.synthetic`): positions and means by the similarity, Gaussian log-scales shifted by
+    its log scale (rotations unchanged: the normalisation has none; anything else raises ConfigError)."""
+    import dataclasses as dc
+    import math as _math
+
+    from meshlift.geometry.similarity import transform_mesh
+    from meshlift.structures.gaussians import Gaussians
+
+    S = torch.linalg.inv(torch.as_tensor(world_to_normalized, dtype=torch.float64).cpu())
+    A = S[:3, :3]
+    s = float(torch.det(A).abs()) ** (1.0 / 3.0)
+    if not torch.allclose(A, s * torch.eye(3, dtype=torch.float64), atol=1e-9 * max(s, 1.0)):
+        raise ConfigError("MILo: the normalisation of a mesh input must be a uniform scale + translation")
+    out = []
+    for x in items:
+        if isinstance(x, Gaussians):
+            means = (x.means.double() * s + S[:3, 3]).to(x.means.dtype)
+            out.append(dc.replace(x, means=means, log_scales=x.log_scales + _math.log(s)))
+        elif x is None:
+            out.append(None)
+        else:
+            out.append(transform_mesh(x, S))
+    return tuple(out)
 
 
 def summary_lines(result: MiloResult) -> list[str]:
