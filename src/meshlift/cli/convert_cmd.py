@@ -120,7 +120,7 @@ def convert(
     table.add_row("signed volume", vol(before), vol(after))
     table.add_row("up axis", before["up_axis"], after["up_axis"])
     table.add_row("bbox", bbox(before), bbox(after))
-    console = Console()
+    console = Console(soft_wrap=True)  # no hard line breaks in logs and pipes (paths stay whole)
     console.print(table)
     if clean_info:
         changed = {k: v for k, v in clean_info.items() if v}

@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
 
         from meshlift.methods.engine import prepare_output_dir
 
-        console = Console()
+        console = Console(soft_wrap=True)  # no hard line breaks in logs and pipes (paths stay whole)
         t0 = time.perf_counter()
         # The demo regenerates the same deterministic result: it replaces an earlier demo in OUT, but a file
         # or an unwritable folder given as --out is refused before anything is built.

@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
                 table.add_column(col, overflow="fold")
             for r in rows:
                 table.add_row(escape(r.check), f"[{_STYLE[r.status]}]{r.status}[/]", escape(r.detail), escape(r.fix))
-            console = Console()
+            console = Console(soft_wrap=True)  # no hard line breaks in logs and pipes (paths stay whole)
             console.print(table)
             console.print("[green]meshlift can run here.[/]" if ok else
                           "[bold red]meshlift cannot run here: fix the error rows above.[/]")

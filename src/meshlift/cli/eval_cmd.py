@@ -81,7 +81,7 @@ def eval_mesh(
     how = "absolute" if res["threshold_frac"] is None else f"{res['threshold_frac']:g} x bbox diagonal {res['gt_bbox_diagonal']:.4g}"
     table.add_row("threshold", f"{res['threshold']:.6g} ({how})")
     table.add_row("samples", f"pred {res['n_pred_points']:,}, gt {res['n_gt_points']:,} (seed {res['seed']})")
-    console = Console()
+    console = Console(soft_wrap=True)  # no hard line breaks in logs and pipes (paths stay whole)
     console.print(table)
     if res["message"]:
         console.print(f"[yellow]note:[/yellow] {res['message']}")
@@ -171,7 +171,7 @@ def eval_images(
         for r in per:
             table.add_row(r["name"], fmt(r["psnr"], 2), fmt(r["ssim"], 4), fmt(r["lpips"], 4))
     table.add_row("[bold]mean[/bold]", fmt(res["psnr"], 2), fmt(res["ssim"], 4), fmt(res["lpips"], 4))
-    console = Console()
+    console = Console(soft_wrap=True)  # no hard line breaks in logs and pipes (paths stay whole)
     console.print(table)
     if res["unmatched_pred"] or res["unmatched_gt"]:
         console.print(f"[yellow]note:[/yellow] unmatched images: {res['unmatched_pred']} in {pred_dir}, {res['unmatched_gt']} in {gt_dir}")

@@ -61,7 +61,7 @@ def inspect(
     ]
     for k, v in rows:
         table.add_row(k, v)
-    console = Console()
+    console = Console(soft_wrap=True)  # no hard line breaks in logs and pipes (paths stay whole)
     console.print(table)
     for w in info["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {w}")

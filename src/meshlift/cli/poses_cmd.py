@@ -110,7 +110,7 @@ def poses(
     opts = PosesOptions(matcher=matcher, camera_model=camera_model, single_camera=single_camera,
                         max_image_size=max_image_size, fps=fps, max_frames=max_frames, mask_dir=mask_dir,
                         vocab_tree=vocab_tree, write_transforms=transforms)
-    console = Console()
+    console = Console(soft_wrap=True)  # no hard line breaks in logs and pipes (paths stay whole)
     report = run_poses(input, out, opts, progress=make_stage_progress(), overwrite=overwrite)
     if json_output:
         typer.echo(json.dumps(report.to_dict()))

@@ -40,7 +40,7 @@ def make_monitor(console=None):
 
     from meshlift.methods.engine import Monitor
 
-    console = console or Console(stderr=True)
+    console = console or Console(stderr=True, soft_wrap=True)
 
     class RichMonitor(Monitor):
         def __init__(self) -> None:
@@ -152,7 +152,7 @@ def register(app: typer.Typer) -> None:
 
         from meshlift.errors import ConfigError
 
-        console = Console()
+        console = Console(soft_wrap=True)  # no hard line breaks in logs and pipes (paths stay whole)
         if method not in ("nvdiffrec", "gaussians", "milo"):
             raise ConfigError(f"--method {method!r}: choose nvdiffrec, gaussians or milo")
         if simplify is not None and method != "milo":

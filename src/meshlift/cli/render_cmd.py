@@ -146,7 +146,7 @@ def render(
         return
     from rich.console import Console
 
-    console = Console()
+    console = Console(soft_wrap=True)  # no hard line breaks in logs and pipes (paths stay whole)
     console.print(f"rendered {mesh_path} ({mode}, background {background})")
     if "num_views" in result:
         console.print(f"{result['num_views']} views of split {split!r} -> {out / 'renders'}")

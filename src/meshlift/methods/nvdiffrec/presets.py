@@ -125,7 +125,8 @@ def preset_names() -> list[str]:
 def get_preset(name: str, *, quick: bool = False) -> SurfaceConfig:
     """The preset ``name`` (a copy), CPU-sized when ``quick``; raises ConfigError for an unknown name."""
     if name not in PRESETS:
-        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(preset_names())}")
+        raise ConfigError(f"unknown preset {name!r} for --method nvdiffrec; choose one of {', '.join(preset_names())} "
+                          "(a preset of MILo or of Gaussian splatting needs --method milo or --method gaussians)")
     cfg = dataclasses.replace(PRESETS[name])
     if quick and name != "demo":
         changes = dict(QUICK_CHANGES)
