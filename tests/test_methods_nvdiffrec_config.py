@@ -117,6 +117,8 @@ def test_default_preset_follows_the_input_and_the_shared_layering(tmp_path):
     assert cfg.iter_pass1 == 7 and cfg.data == str(mesh)
     with pytest.raises(ConfigError, match="no input"):
         build_config("", "spot", False, None, [])
+    with pytest.raises(ConfigError, match="no run to resume"):  # --resume of an --out that holds no run
+        build_config("", None, False, None, [], out=tmp_path / "never", resume=True)
     out = tmp_path / "run"
     out.mkdir()
     (out / "config.json").write_text("[1, 2]")

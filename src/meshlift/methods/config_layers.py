@@ -66,6 +66,9 @@ def build_layered_config(layers: ConfigLayers, data: str, preset: Optional[str],
         values["data"] = str(data)
     cfg = layers.apply(cfg, values, source="command line")
     if not cfg.data:
+        if resume and not data:
+            raise ConfigError(f"--resume: there is no run to resume in {out} (no config.json there); give DATA to "
+                              "start one, or the --out of an earlier run")
         raise ConfigError(layers.no_data)
     return cfg
 

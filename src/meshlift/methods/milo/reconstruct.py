@@ -456,7 +456,8 @@ def summary_lines(result: MiloResult) -> list[str]:
         return "n/a" if x is None else format(x, spec)
 
     lines = [f"[bold]mesh render PSNR[/bold] {f(m['mesh_psnr'], '.2f')} dB  SSIM {f(m['mesh_ssim'], '.4f')}"
-             f"  LPIPS {f(m['mesh_lpips'], '.4f')}   [bold]Gaussian PSNR[/bold] {f(m['gaussian_psnr'], '.2f')} dB"
+             f"  LPIPS {'off (lpips=false)' if m['mesh_lpips'] is None else f(m['mesh_lpips'], '.4f')}"
+             f"   [bold]Gaussian PSNR[/bold] {f(m['gaussian_psnr'], '.2f')} dB"
              f"   ({m['test_views']} views on {m['background']})",
              f"{m['vertices']:,} vertices, {m['faces']:,} faces from {m['pivots']:,} pivots; {m['gaussians']:,} "
              f"Gaussians, {m['steps']} steps, {m['triangulations']} Delaunay runs"]

@@ -37,7 +37,8 @@ class SurfaceConfig:
     test_split: str = "test"
     """Split used for held-out metrics (falls back to ``val``, then to every 8th training view)."""
     train_res: int = 512
-    """Longest image side in pixels used for training and evaluation (images are resized; 0 = as loaded)."""
+    """Longest image side in pixels used for training and evaluation (images are resized; 0 = as loaded, or 512
+    for the rendered views of a mesh input)."""
     max_test_views: int = 16
     """At most this many held-out views are evaluated (evenly spaced)."""
     background: str = "white"

@@ -116,7 +116,7 @@ def synthetic_problem(mesh: Mesh, cfg: SurfaceConfig, device: torch.device, name
         env_res=max(64, cfg.env_res),
         n_train=cfg.ref_views,
         n_test=cfg.ref_test_views,
-        resolution=cfg.train_res,
+        resolution=cfg.train_res or 512,  # 0 = "as loaded", which a mesh input does not have
         fov=math.radians(cfg.ref_fov_deg),
         radius=cfg.ref_camera_radius,
         seed=cfg.seed,
