@@ -7,25 +7,7 @@ Imported only by that module, on first use (``triton`` is imported here at modul
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _ld3(ptr, rows, m):
-    return (tl.load(ptr + rows * 3, mask=m, other=0.0), tl.load(ptr + rows * 3 + 1, mask=m, other=0.0),
-            tl.load(ptr + rows * 3 + 2, mask=m, other=0.0))
-
-
-@triton.jit
-def _st3(ptr, rows, m, x, y, z):
-    tl.store(ptr + rows * 3, x, mask=m)
-    tl.store(ptr + rows * 3 + 1, y, mask=m)
-    tl.store(ptr + rows * 3 + 2, z, mask=m)
-
-
-@triton.jit
-def _add3(ptr, rows, m, x, y, z):
-    tl.atomic_add(ptr + rows * 3, x, mask=m)
-    tl.atomic_add(ptr + rows * 3 + 1, y, mask=m)
-    tl.atomic_add(ptr + rows * 3 + 2, z, mask=m)
+from meshlift.kernels._rows_jit import ld3 as _ld3, st3 as _st3, add3 as _add3
 
 
 @triton.jit

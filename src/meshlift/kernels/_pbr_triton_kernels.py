@@ -8,19 +8,7 @@ Imported only by that module, on first use (``triton`` is imported here at modul
 import triton
 import triton.language as tl
 
-
-
-@triton.jit
-def _ld3(ptr, rows, m):
-    return (tl.load(ptr + rows * 3, mask=m, other=0.0), tl.load(ptr + rows * 3 + 1, mask=m, other=0.0),
-            tl.load(ptr + rows * 3 + 2, mask=m, other=0.0))
-
-
-@triton.jit
-def _st3(ptr, rows, m, x, y, z):
-    tl.store(ptr + rows * 3, x, mask=m)
-    tl.store(ptr + rows * 3 + 1, y, mask=m)
-    tl.store(ptr + rows * 3 + 2, z, mask=m)
+from meshlift.kernels._rows_jit import ld3 as _ld3, st3 as _st3
 
 
 @triton.jit
@@ -44,9 +32,13 @@ def _norm_bwd(ux, uy, uz, r, live, gx, gy, gz):
 
 
 @triton.jit
-def _sn_forward(pos_ptr, view_ptr, pert_ptr, nrm_ptr, tng_ptr, geom_ptr, rows, m,
-                TNG4: tl.constexpr, TS: tl.constexpr, PERT: tl.constexpr, TWO_SIDED: tl.constexpr,
-                OPENGL: tl.constexpr):
+def _sn_terms(pos_ptr, view_ptr, pert_ptr, nrm_ptr, tng_ptr, geom_ptr, rows, m,
+              TNG4: tl.constexpr, TS: tl.constexpr, PERT: tl.constexpr, TWO_SIDED: tl.constexpr,
+              OPENGL: tl.constexpr):
+    """The forward's intermediates (the backward reuses them): view ``v`` and normal ``n`` (unit, 1/r, mask),
+    tangent ``t``, handedness ``w``, bitangent ``b``, the perturbation's ``qx, qz, yy, zp``, the shading
+    normal ``s`` (unit, 1/r, mask; ``n`` without a perturbation), the geometric normal ``g`` and the
+    two-sided sign. Without ``PERT`` the tangent-frame terms are unused placeholders."""
     px, py, pz = _ld3(pos_ptr, rows, m)
     cx, cy, cz = _ld3(view_ptr, rows, m)
     vx, vy, vz, vr, vl = _norm(cx - px, cy - py, cz - pz)
@@ -71,16 +63,25 @@ def _sn_forward(pos_ptr, view_ptr, pert_ptr, nrm_ptr, tng_ptr, geom_ptr, rows, m
         s0z = tz * qx + (bz * w) * yy + nz * zp
         sx, sy, sz, sr, sl = _norm(s0x, s0y, s0z)
     else:
-        sx, sy, sz = nx, ny, nz
+        tx, ty, tz, tr, tlv = nx, ny, nz, nr, nl
+        w = tl.zeros_like(nx) + 1.0
+        bx, by, bz, br, bl = nx, ny, nz, nr, nl
+        qx, qz, yy, zp = nx, nx, nx, nx
+        sx, sy, sz, sr, sl = nx, ny, nz, nr, nl
     gx, gy, gz = _ld3(geom_ptr, rows, m)
     if TWO_SIDED:
-        front = (gx * vx + gy * vy + gz * vz) > 0
-        sgn = tl.where(front, 1.0, -1.0)
-        sx, sy, sz = sx * sgn, sy * sgn, sz * sgn
-        gx, gy, gz = gx * sgn, gy * sgn, gz * sgn
-    qv = (vx * sx + vy * sy + vz * sz) / 0.1
-    t = tl.minimum(tl.maximum(qv, 0.0), 1.0)
-    return (gx + t * (sx - gx), gy + t * (sy - gy), gz + t * (sz - gz))
+        sgn = tl.where((gx * vx + gy * vy + gz * vz) > 0, 1.0, -1.0)
+    else:
+        sgn = tl.zeros_like(gx) + 1.0
+    return (vx, vy, vz, vr, vl, nx, ny, nz, nr, nl, tx, ty, tz, tr, tlv, w, bx, by, bz, br, bl,
+            qx, qz, yy, zp, sx, sy, sz, sr, sl, gx, gy, gz, sgn)
+
+
+@triton.jit
+def _sn_lerp_t(vx, vy, vz, fsx, fsy, fsz):
+    """The bent-normal weight ``clamp(<v, s'> / 0.1, 0, 1)`` and its unclamped argument."""
+    qv = (vx * fsx + vy * fsy + vz * fsz) / 0.1
+    return tl.minimum(tl.maximum(qv, 0.0), 1.0), qv
 
 
 @triton.jit(do_not_specialize=["n"])
@@ -89,9 +90,12 @@ def shading_normal_fwd(pos_ptr, view_ptr, pert_ptr, nrm_ptr, tng_ptr, geom_ptr, 
                        OPENGL: tl.constexpr, BLOCK: tl.constexpr):
     rows = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)
     m = rows < n
-    ox, oy, oz = _sn_forward(pos_ptr, view_ptr, pert_ptr, nrm_ptr, tng_ptr, geom_ptr, rows, m,
-                             TNG4, TS, PERT, TWO_SIDED, OPENGL)
-    _st3(out_ptr, rows, m, ox, oy, oz)
+    (vx, vy, vz, vr, vl, nx, ny, nz, nr, nl, tx, ty, tz, tr, tlv, w, bx, by, bz, br, bl,
+     qx, qz, yy, zp, sx, sy, sz, sr, sl, gx, gy, gz, sgn) = _sn_terms(
+        pos_ptr, view_ptr, pert_ptr, nrm_ptr, tng_ptr, geom_ptr, rows, m, TNG4, TS, PERT, TWO_SIDED, OPENGL)
+    sx, sy, sz, gx, gy, gz = sx * sgn, sy * sgn, sz * sgn, gx * sgn, gy * sgn, gz * sgn
+    t, _ = _sn_lerp_t(vx, vy, vz, sx, sy, sz)
+    _st3(out_ptr, rows, m, gx + t * (sx - gx), gy + t * (sy - gy), gz + t * (sz - gz))
 
 
 @triton.jit(do_not_specialize=["n"])
@@ -102,40 +106,12 @@ def shading_normal_bwd(pos_ptr, view_ptr, pert_ptr, nrm_ptr, tng_ptr, geom_ptr, 
     rows = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)
     m = rows < n
     # ---- forward, keeping the intermediates
-    px, py, pz = _ld3(pos_ptr, rows, m)
-    cx, cy, cz = _ld3(view_ptr, rows, m)
-    vx, vy, vz, vr, vl = _norm(cx - px, cy - py, cz - pz)
-    a, b, c = _ld3(nrm_ptr, rows, m)
-    nx, ny, nz, nr, nl = _norm(a, b, c)
-    if PERT:
-        tx = tl.load(tng_ptr + rows * TS, mask=m, other=1.0)
-        ty = tl.load(tng_ptr + rows * TS + 1, mask=m, other=0.0)
-        tz = tl.load(tng_ptr + rows * TS + 2, mask=m, other=0.0)
-        tx, ty, tz, tr, tlv = _norm(tx, ty, tz)
-        if TNG4:
-            w = tl.where(tl.load(tng_ptr + rows * 4 + 3, mask=m, other=1.0) < 0, -1.0, 1.0)
-        else:
-            w = tl.zeros_like(tx) + 1.0
-        bx, by, bz, br, bl = _norm(ny * tz - nz * ty, nz * tx - nx * tz, nx * ty - ny * tx)
-        qx, qy, qz = _ld3(pert_ptr, rows, m)
-        yy = qy if OPENGL else -qy
-        zp = tl.maximum(qz, 0.0)
-        s0x = tx * qx + (bx * w) * yy + nx * zp
-        s0y = ty * qx + (by * w) * yy + ny * zp
-        s0z = tz * qx + (bz * w) * yy + nz * zp
-        sx, sy, sz, sr, sl = _norm(s0x, s0y, s0z)
-    else:
-        sx, sy, sz = nx, ny, nz
-    gx, gy, gz = _ld3(geom_ptr, rows, m)
-    if TWO_SIDED:
-        front = (gx * vx + gy * vy + gz * vz) > 0
-        sgn = tl.where(front, 1.0, -1.0)
-    else:
-        sgn = tl.zeros_like(gx) + 1.0
+    (vx, vy, vz, vr, vl, nx, ny, nz, nr, nl, tx, ty, tz, tr, tlv, w, bx, by, bz, br, bl,
+     qx, qz, yy, zp, sx, sy, sz, sr, sl, gx, gy, gz, sgn) = _sn_terms(
+        pos_ptr, view_ptr, pert_ptr, nrm_ptr, tng_ptr, geom_ptr, rows, m, TNG4, TS, PERT, TWO_SIDED, OPENGL)
     fsx, fsy, fsz = sx * sgn, sy * sgn, sz * sgn
     fgx, fgy, fgz = gx * sgn, gy * sgn, gz * sgn
-    qv = (vx * fsx + vy * fsy + vz * fsz) / 0.1
-    t = tl.minimum(tl.maximum(qv, 0.0), 1.0)
+    t, qv = _sn_lerp_t(vx, vy, vz, fsx, fsy, fsz)
     # ---- backward of the bent-normal lerp: out = g' + t (s' − g')
     ox, oy, oz = _ld3(g_ptr, rows, m)
     dt = ox * (fsx - fgx) + oy * (fsy - fgy) + oz * (fsz - fgz)
