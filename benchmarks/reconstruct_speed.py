@@ -203,9 +203,12 @@ class PhaseMonitor:
     for ``warmup + steps + profile_steps + 1`` steps; the extra step's start closes the profiled window.
     """
 
-    def __init__(self, clock: StageClock, device: torch.device, warmup: int, steps: int, profile_steps: int) -> None:
+    def __init__(self, clock: StageClock, device: torch.device, warmup: int, steps: int, profile_steps: int,
+                 cprofile_steps: int = 0) -> None:
         self.clock, self.device = clock, device
         self.warmup, self.steps, self.profile_steps = warmup, steps, profile_steps
+        self.cprofile_steps = cprofile_steps
+        self._cprof = None
         self.n = 0
         self.t_timed = None
         self.wall_s = None
@@ -229,6 +232,9 @@ class PhaseMonitor:
 
     def end_pass(self):
         self.clock.on_step = None
+        if self._cprof is not None:
+            self._cprof.disable()
+            self._cprof = None
         if self.prof is not None and self.clock.profiling:
             self._end_profile()
 
@@ -255,6 +261,18 @@ class PhaseMonitor:
                 self._begin_profile()
         if self.profile_steps and self.n == self.warmup + self.steps + self.profile_steps:
             self._end_profile()
+        k = self.warmup + self.steps + self.profile_steps
+        if self.cprofile_steps and self.n == k:
+            import cProfile
+
+            self._sync()
+            self._cprof = cProfile.Profile()
+            self._cprof.enable()
+        if self._cprof is not None and self.n == k + self.cprofile_steps:
+            self._sync()
+            self._cprof.disable()
+            print_cprofile(self._cprof, self.cprofile_steps)
+            self._cprof = None
         self.n += 1
 
     def _begin_profile(self):
@@ -282,21 +300,43 @@ class PhaseMonitor:
 
 
 def print_kernel_table(prof, steps: int, rows: int = 25) -> None:
-    """The GPU side of the profiled steps: device-busy ms per step and the kernels that take it."""
-    avgs = prof.key_averages()
+    """The GPU side of the profiled steps: device-busy ms per step and the kernels that take it.
 
-    def dev_us(e) -> float:
-        return float(getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0) or 0.0)
+    Busy time is the sum of the durations of device events (kernels, copies) that are not user annotations
+    (the ``stage::`` ranges and autograd-function names also carry device times in ``key_averages``; adding
+    those counted the same kernels two or three times)."""
+    from torch.autograd import DeviceType
 
-    busy = sum(dev_us(e) for e in avgs) / 1000.0 / max(1, steps)
-    print(f"GPU busy per profiled step: {busy:.2f} ms (sum of kernel self times; the profiler adds host cost)")
-    top = sorted(avgs, key=dev_us, reverse=True)[:rows]
-    print("| kernel / op | device ms per step | calls per step |")
+    per = collections.defaultdict(lambda: [0.0, 0])
+    for e in prof.events():
+        if e.device_type != DeviceType.CUDA or getattr(e, "is_user_annotation", False):
+            continue
+        if e.name.startswith("stage::"):
+            continue
+        per[e.name][0] += e.time_range.elapsed_us()
+        per[e.name][1] += 1
+    n = max(1, steps)
+    busy = sum(v[0] for v in per.values()) / 1000.0 / n
+    print(f"GPU busy per profiled step: {busy:.2f} ms (sum of kernel and copy durations; the profiler adds host "
+          f"cost, so the step's wall time is not comparable)")
+    print("| kernel | device ms per step | launches per step |")
     print("|---|---:|---:|")
-    for e in top:
-        if dev_us(e) <= 0:
-            break
-        print(f"| {e.key[:90]} | {dev_us(e) / 1000.0 / max(1, steps):.3f} | {e.count / max(1, steps):.0f} |")
+    for name, (us, cnt) in sorted(per.items(), key=lambda kv: kv[1][0], reverse=True)[:rows]:
+        print(f"| {name[:90]} | {us / 1000.0 / n:.3f} | {cnt / n:.0f} |")
+
+
+def print_cprofile(pr, steps: int, rows: int = 45) -> None:
+    """Host time of the cProfiled steps: the functions with the most own time and the most cumulative time."""
+    import io
+    import pstats
+
+    for key in ("tottime", "cumulative"):
+        buf = io.StringIO()
+        st = pstats.Stats(pr, stream=buf)
+        st.sort_stats(key).print_stats(rows)
+        print(f"cProfile of {steps} steps, sorted by {key} (times are totals over the steps):")
+        text = buf.getvalue()
+        print(text[text.find("   ncalls"):])
 
 
 def count_ops(prof, steps: int) -> dict:
@@ -415,14 +455,15 @@ def _pass_paths():
             os.environ["MESHLIFT_SHADING_BACKEND"] = old
 
 
-def run_config(label: str, cfg, warmup: int, steps: int, profile_steps: int, log, stacks: bool = False) -> dict:
+def run_config(label: str, cfg, warmup: int, steps: int, profile_steps: int, log, stacks: bool = False,
+               cprofile_steps: int = 0) -> dict:
     from meshlift.methods.engine import Checkpointer, TrainState, resolve_device
     from meshlift.methods.nvdiffrec import passes
     from meshlift.methods.nvdiffrec.evaluate import image_metrics, render_views
     from meshlift.methods.nvdiffrec.reconstruct import load_problem
 
     device = resolve_device(cfg.device)
-    n_total = warmup + steps + profile_steps + 1  # the last step only closes the profiled window
+    n_total = warmup + steps + profile_steps + cprofile_steps + 1  # the last step only closes the last window
     cfg = dataclasses.replace(cfg, iter_pass1=n_total, iter_pass2=n_total)
     torch.manual_seed(cfg.seed)
     t = time.perf_counter()
@@ -439,7 +480,7 @@ def run_config(label: str, cfg, warmup: int, steps: int, profile_steps: int, log
     sig2 = inspect.signature(passes.run_pass2).parameters
     kw1 = {"stages": clock} if "stages" in sig1 else {}  # older trees (the "before" counts) have no stage seam
     with render_stages(clock):
-        mon1 = PhaseMonitor(clock, device, warmup, steps, profile_steps)
+        mon1 = PhaseMonitor(clock, device, warmup, steps, profile_steps, cprofile_steps)
         mon1.stacks, mon1.legacy = stacks, not kw1
         t = time.perf_counter()
         with _pass_paths():
@@ -455,7 +496,7 @@ def run_config(label: str, cfg, warmup: int, steps: int, profile_steps: int, log
         result["unwrap_bake_s"] = time.perf_counter() - t
         result["pass2_faces"] = int(base.num_faces)
         kw2 = {"stages": clock, "prepared": (base, tex)} if "prepared" in sig2 else {}
-        mon2 = PhaseMonitor(clock, device, warmup, steps, profile_steps)
+        mon2 = PhaseMonitor(clock, device, warmup, steps, profile_steps, cprofile_steps)
         mon2.stacks, mon2.legacy = stacks, not kw2
         with _pass_paths():
             p2 = passes.run_pass2(cfg, data, device, p1, state=state, monitor=mon2, checkpointer=ck, **kw2)
@@ -536,6 +577,8 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=5, help="unmeasured steps per pass (compile, caches)")
     ap.add_argument("--steps", type=int, default=20, help="timed steps per pass")
     ap.add_argument("--profile-steps", type=int, default=2, help="profiled steps per pass (op / sync counts)")
+    ap.add_argument("--cprofile-steps", type=int, default=0,
+                    help="after the profiled steps, this many more under cProfile (host time by Python function)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override field=value")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = leave as is)")
     ap.add_argument("--stacks", action="store_true", help="list where the syncs come from (Python stacks)")
@@ -559,7 +602,8 @@ def main(argv=None) -> int:
     for c in args.configs:
         cfg = make_config(args.preset, c == "quick", args.device, args.overrides)
         label = f"{args.preset}{' --quick' if c == 'quick' else ''}"
-        results.append(run_config(label, cfg, args.warmup, args.steps, args.profile_steps, log, args.stacks))
+        results.append(run_config(label, cfg, args.warmup, args.steps, args.profile_steps, log, args.stacks,
+                                  args.cprofile_steps))
     commit = _commit()
     dev = results[0]["device"]
     name = torch.cuda.get_device_name() if dev.startswith("cuda") else "CPU"

@@ -43,8 +43,10 @@ class SurfaceConfig:
     """At most this many held-out views are evaluated (evenly spaced)."""
     background: str = "white"
     """Background that images are composited on where masks/alpha exist (and metrics use): ``white`` or ``black``."""
-    data_device: str = "cpu"
-    """Where the training images are kept (``cpu`` saves GPU memory; batches are moved to ``device``)."""
+    data_device: str = "auto"
+    """Where the training images are kept: ``auto`` = on the compute device when it is a GPU and they take at
+    most 1/8 of its memory (no host-to-device copy per step), else the CPU; ``cpu`` saves GPU memory
+    (each step's batch is copied to ``device``); ``cuda`` (or ``cuda:N``) keeps them on the GPU."""
     device: str = "auto"
     """Compute device: ``auto`` (CUDA when available), ``cpu`` or ``cuda[:N]``."""
 

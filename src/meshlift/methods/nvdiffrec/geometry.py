@@ -146,22 +146,25 @@ def visual_hull_occupancy(points: torch.Tensor, views: PosedViews, threshold: fl
     below ``threshold``; points outside every image are kept (Laurentini 1994, "The visual hull concept").
 
     Returns:
-        ``[N]`` bool, True inside the hull.
+        ``[N]`` bool on the CPU, True inside the hull (computed on the masks' device).
 
     Raises:
         DatasetError: ``views`` has no masks.
     """
     if views.masks is None:
         raise DatasetError("visual_hull init needs masks; the dataset has none (use --set sdf_init=sphere)")
-    masks = views.masks.permute(0, 3, 1, 2).float().cpu()  # [V, 1, H, W]
-    inside = torch.ones(points.shape[0], dtype=torch.bool)
-    pts = points.detach().float().cpu()
+    # computed where the masks are (the GPU when the training images are kept there: data_device)
+    masks = views.masks.permute(0, 3, 1, 2).float()  # [V, 1, H, W]
+    dev = masks.device
+    inside = torch.ones(points.shape[0], dtype=torch.bool, device=dev)
+    pts = points.detach().float().to(dev)
+    w2c = views.world_to_clip.float().to(dev)
     for s in range(0, pts.shape[0], chunk):
         p = pts[s:s + chunk]
         homog = torch.cat([p, torch.ones_like(p[:, :1])], -1)
-        keep = torch.ones(p.shape[0], dtype=torch.bool)
+        keep = torch.ones(p.shape[0], dtype=torch.bool, device=dev)
         for v in range(views.world_to_clip.shape[0]):
-            clip = homog @ views.world_to_clip[v].float().cpu().T  # [n, 4]
+            clip = homog @ w2c[v].T  # [n, 4]
             w = clip[:, 3]
             front = w > 1e-6
             ndc = clip[:, :2] / w.clamp(min=1e-6)[:, None]
@@ -170,7 +173,7 @@ def visual_hull_occupancy(points: torch.Tensor, views: PosedViews, threshold: fl
             val = F.grid_sample(masks[v:v + 1], ndc[None, None], mode="bilinear", align_corners=False)[0, 0, 0]
             keep &= ~(in_img & (val < threshold))
         inside[s:s + chunk] = keep
-    return inside
+    return inside.cpu()
 
 
 def occupancy_to_sdf(occ: torch.Tensor, grid_shape: tuple[int, int, int], spacing: float) -> torch.Tensor:

@@ -75,6 +75,45 @@ def oom_error(cfg: SurfaceConfig, where: str) -> OutOfMemoryError:
     )
 
 
+#: With ``data_device=auto`` the training images go to the GPU when they take at most this share of its memory.
+AUTO_DATA_DEVICE_SHARE = 1.0 / 8.0
+
+
+def training_images_device(cfg: SurfaceConfig, device: torch.device, image_bytes: int) -> torch.device:
+    """Where the training images live: ``cfg.data_device``, with ``auto`` resolved (the compute device when it
+    is a GPU and ``image_bytes`` is at most :data:`AUTO_DATA_DEVICE_SHARE` of its total memory, else the CPU).
+    Raises ConfigError for a device name torch does not know."""
+    name = str(cfg.data_device)
+    device = torch.device(device)
+    if name == "auto":
+        if device.type == "cuda" and torch.cuda.is_available():
+            total = torch.cuda.get_device_properties(device.index or 0).total_memory
+            if image_bytes <= AUTO_DATA_DEVICE_SHARE * total:
+                return device
+        return torch.device("cpu")
+    try:
+        return torch.device(name)
+    except (RuntimeError, TypeError) as e:
+        raise ConfigError(f"config field 'data_device' = {name!r}: {e}; use auto, cpu or cuda") from e
+
+
+def _images_bytes(views) -> int:
+    n = views.images.numel() * views.images.element_size()
+    return n + (0 if views.masks is None else views.masks.numel() * views.masks.element_size())
+
+
+def _place_training_images(data: ProblemData, cfg: SurfaceConfig, device: torch.device) -> ProblemData:
+    """``data`` with its training images (and masks) moved where :func:`training_images_device` says; the
+    held-out views stay where they were loaded (the evaluation moves them per view)."""
+    where = training_images_device(cfg, device, _images_bytes(data.train))
+    tr = data.train
+    if tr.images.device == where:
+        return data
+    moved = dataclasses.replace(tr, images=tr.images.to(where),
+                                masks=None if tr.masks is None else tr.masks.to(where))
+    return dataclasses.replace(data, train=moved)
+
+
 def load_problem(cfg: SurfaceConfig, device: torch.device) -> ProblemData:
     """Read ``cfg.data`` (dataset folder or mesh file) into a :class:`ProblemData`.
 
@@ -86,10 +125,11 @@ def load_problem(cfg: SurfaceConfig, device: torch.device) -> ProblemData:
     if sniff_input(cfg.data) == "mesh":
         from meshlift.io.mesh import load_mesh
 
-        return synthetic_problem(load_mesh(cfg.data), cfg, device, name=Path(cfg.data).name)
+        return _place_training_images(synthetic_problem(load_mesh(cfg.data), cfg, device, name=Path(cfg.data).name),
+                                      cfg, device)
     data = scene_problem(cfg.data, background="black" if cfg.background == "black" else "white",
                          train_split=cfg.train_split, test_split=cfg.test_split, max_test_views=cfg.max_test_views,
-                         train_res=cfg.train_res, data_device=cfg.data_device,
+                         train_res=cfg.train_res, data_device="cpu" if cfg.data_device == "auto" else cfg.data_device,
                          camera_convention=cfg.camera_convention)
     if data.train.masks is None:
         from meshlift.errors import DatasetError
@@ -98,7 +138,7 @@ def load_problem(cfg: SurfaceConfig, device: torch.device) -> ProblemData:
             f"{cfg.data}: the images have neither masks nor an alpha channel; the surface method (nvdiffrec) "
             "needs the object separated from its background. For a real scene without masks use the Gaussian "
             "method (--method gaussians), or add masks (a masks/ folder, or RGBA images)")
-    return data
+    return _place_training_images(data, cfg, device)
 
 
 def synthetic_problem(mesh: Mesh, cfg: SurfaceConfig, device: torch.device, name: str = "mesh") -> ProblemData:
@@ -123,7 +163,8 @@ def synthetic_problem(mesh: Mesh, cfg: SurfaceConfig, device: torch.device, name
         background="black" if cfg.background == "black" else "white",
         device=device,
     )
-    return views_of(ds, background=cfg.background, data_device=cfg.data_device, name=name)
+    return views_of(ds, background=cfg.background, data_device="cpu" if cfg.data_device == "auto" else cfg.data_device,
+                    name=name)
 
 
 @dataclass
@@ -147,14 +188,20 @@ class ReconstructionResult:
     history: list = field(default_factory=list)
 
 
-def estimate_training_bytes(cfg: SurfaceConfig, n_views: int, height: int, width: int) -> int:
-    """A floor on the training memory: the training images (float32 RGBA) on ``data_device`` plus about 40
-    float32 buffers per rendered pixel of a batch (G-buffer, shading, their gradients) — what grows with
-    resolution × batch × views before any allocation happens."""
+def estimate_training_bytes(cfg: SurfaceConfig, n_views: int, height: int, width: int,
+                            device: Optional[torch.device] = None) -> int:
+    """A floor on the training memory: the training images (float32 RGBA) when they are kept on the GPU
+    (:func:`training_images_device` on ``device``; with ``device`` None: unless ``data_device`` is ``cpu``)
+    plus about 40 float32 buffers per rendered pixel of a batch (G-buffer, shading, their gradients) — what
+    grows with resolution × batch × views before any allocation happens."""
     per_pixel = 40 * 4
     batch_px = cfg.batch * cfg.spp * height * width
     images = n_views * height * width * 4 * 4
-    return int(batch_px * per_pixel + (images if cfg.data_device != "cpu" else 0))
+    if device is None:
+        on_gpu = cfg.data_device != "cpu"
+    else:
+        on_gpu = training_images_device(cfg, device, images).type != "cpu"
+    return int(batch_px * per_pixel + (images if on_gpu else 0))
 
 
 def reconstruct(
@@ -221,12 +268,12 @@ def reconstruct(
             if cfg.data and sniff_input(cfg.data) == "mesh" and cfg.train_res > 0:
                 # synthetic views are rendered at train_res: refuse before rendering them
                 n_views = cfg.ref_views + cfg.ref_test_views
-                check_memory(estimate_training_bytes(cfg, n_views, cfg.train_res, cfg.train_res), device,
+                check_memory(estimate_training_bytes(cfg, n_views, cfg.train_res, cfg.train_res, device), device,
                              "rendering the synthetic views and training", knobs + f", ref_views={cfg.ref_views}")
             monitor.log(f"loading {cfg.data}")
             data = load_problem(cfg, device)
         h, w = data.train.resolution
-        check_memory(estimate_training_bytes(cfg, len(data.train), h, w), device, "training", knobs)
+        check_memory(estimate_training_bytes(cfg, len(data.train), h, w, device), device, "training", knobs)
         if out is not None and dist.is_main:  # only once the input has loaded: a bad input leaves no folder
             out.mkdir(parents=True, exist_ok=True)
             if overwrite and not resume:  # the old run's checkpoint and metrics must not outlive it
