@@ -278,3 +278,26 @@ def test_reconstruct_up_axis_rotates_exports_only(finished_run, torus_obj, tmp_p
     raw = (out / "mesh.glb").read_bytes()
     js = json.loads(raw[20:20 + int.from_bytes(raw[12:16], "little")])
     assert js["asset"]["extras"]["meshlift"]["up_axis_conversion"]["from"] == "+z"
+
+
+def test_background_checkpointer_writes_a_snapshot_of_the_payload(tmp_path):
+    c = engine.Checkpointer(tmp_path, background=True)
+    w = torch.ones(4)
+    payload = {"state": {"it": 3}, "config": {"a": [1, 2]}, "w": w, "pair": (torch.zeros(2), "x")}
+    assert c.save(payload)
+    w.add_(5.0)  # training goes on changing its tensors while the file is written
+    payload["state"]["it"] = 99
+    c.flush()
+    got = engine.load_checkpoint(tmp_path / "checkpoint.pt")
+    assert torch.equal(got["w"], torch.ones(4)) and got["state"]["it"] == 3 and got["pair"][1] == "x"
+    assert not (tmp_path / "checkpoint.tmp").exists()
+    assert c.save({"state": {}, "config": {}, "w": torch.full((2,), 7.0)})
+    assert c.load()["w"].tolist() == [7.0, 7.0]  # load waits for the write
+
+
+def test_background_checkpointer_reports_a_failed_write(tmp_path):
+    c = engine.Checkpointer(tmp_path / "gone", background=True)  # the folder does not exist
+    assert c.save({"w": torch.ones(1)})
+    with pytest.raises((OSError, RuntimeError), match="gone"):  # torch.save: "Parent directory ... does not exist"
+        c.flush()
+    c.flush()  # the error is reported once

@@ -470,9 +470,10 @@ class DistCheckpointer(Checkpointer):
         return wrote
 
 
-def make_checkpointer(out_dir: Optional[Path], ctx: DistContext) -> Checkpointer:
-    """A plain :class:`Checkpointer` for one process, a :class:`DistCheckpointer` for several."""
-    return DistCheckpointer(out_dir, ctx) if ctx.enabled else Checkpointer(out_dir)
+def make_checkpointer(out_dir: Optional[Path], ctx: DistContext, background: bool = False) -> Checkpointer:
+    """A plain :class:`Checkpointer` for one process (writing on a worker thread when ``background``), a
+    :class:`DistCheckpointer` for several (always synchronous: its barrier means "on disk")."""
+    return DistCheckpointer(out_dir, ctx) if ctx.enabled else Checkpointer(out_dir, background=background)
 
 
 def init_from_env(device: torch.device, timeout_s: Optional[float] = None) -> DistContext:

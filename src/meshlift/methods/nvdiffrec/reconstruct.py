@@ -256,7 +256,7 @@ def reconstruct(
         return loaded
 
     checkpoint = dist.from_main(check_and_load)
-    checkpointer = make_checkpointer(out, dist)
+    checkpointer = make_checkpointer(out, dist, background=True)  # checkpoints written off the training thread
     torch.manual_seed(cfg.seed)
 
     budget = budget_for(cfg)
@@ -344,4 +344,6 @@ def reconstruct(
         if is_oom(exc):
             raise oom_error(cfg, where) from exc
         raise
+    finally:  # the last checkpoint is on disk when this returns or raises (--resume can use it)
+        checkpointer.flush()
     return ReconstructionResult(mesh_world, dmtet_world, metrics, out, files, list(state.history))
