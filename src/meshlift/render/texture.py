@@ -357,23 +357,145 @@ def _level_tables(shapes: Tuple[Tuple[int, int], ...], device: str) -> Tuple[tor
     return mk(offs), mk([h for h, _ in shapes]), mk([w for _, w in shapes])
 
 
-def texture_mip_stack(tex: torch.Tensor, max_mip_level: Optional[int] = None) -> MipStack:
+def _mip_shapes(h: int, w: int, max_mip_level: Optional[int]) -> Tuple[Tuple[int, int], ...]:
+    """Level sizes ``((H₀, W₀), (H₁, W₁), ...)`` of :func:`texture_construct_mip`'s chain (its stop rule)."""
+    shapes = [(h, w)]
+    while not ((h == 1 and w == 1) or (max_mip_level is not None and len(shapes) - 1 >= max_mip_level)):
+        h, w = max(1, h // 2), max(1, w // 2)
+        shapes.append((h, w))
+    return tuple(shapes)
+
+
+def _pool_into(x: torch.Tensor, out: torch.Tensor) -> None:
+    """``F.adaptive_avg_pool2d(x, out.shape[-2:])`` (``x [1, C, h, w]``) written into the view ``out``.
+
+    The same kernels as the functional form (whose 1×1 case is ``mean``), so the values are identical; if
+    the out= kernel re-laid ``out``'s strides (it follows ``x``'s memory format), the values are moved back.
+    """
+    ptr, strides = out.data_ptr(), out.stride()
+    res = out.as_strided(out.shape, out.stride())  # a second handle: resize_ inside out= may restride it
+    if tuple(out.shape[-2:]) == (1, 1):
+        torch.mean(x, (-1, -2), keepdim=True, out=res)
+    else:
+        torch._C._nn.adaptive_avg_pool2d(x, tuple(out.shape[-2:]), out=res)
+    if res.data_ptr() != ptr or res.stride() != strides:
+        out.copy_(res.clone())
+
+
+class _MipStackFn(torch.autograd.Function):
+    """The flat mip chain of channel-concatenated maps as one autograd node (:func:`texture_mip_stack`).
+
+    Forward (no autograd recording): level 0 is the maps concatenated along channels, written into rows
+    ``[0, H₀W₀)`` of a preallocated ``flat [Σ H_l W_l, C]``; level ``l + 1`` is ``adaptive_avg_pool2d`` of
+    level ``l`` (2×2 box, area averaging at odd sizes), written straight into its rows. Backward: the adjoint
+    of that chain, coarse to fine, ``acc_l = g_l + pool_lᵀ(acc_{l+1})`` with ``pool_lᵀ`` the pooling's own
+    backward kernel (``mean``'s for a 1×1 level), then ``acc_0``'s channel slices for the maps.
+    """
+
+    @staticmethod
+    def forward(ctx, shapes, *maps):
+        dtype = functools.reduce(torch.promote_types, [t.dtype for t in maps])
+        ts = [(t if t.ndim == 4 else t[None]).to(dtype) for t in maps]
+        C = sum(t.shape[-1] for t in ts)
+        sizes = [h * w for h, w in shapes]
+        offs = [sum(sizes[:i]) for i in range(len(sizes))]
+        flat = torch.empty(sum(sizes), C, dtype=dtype, device=ts[0].device)
+        H, W = shapes[0]
+        lvl0 = flat[: sizes[0]].view(1, H, W, C)
+        if len(ts) == 1:
+            lvl0.copy_(ts[0])
+        else:
+            torch.cat(ts, -1, out=lvl0)
+        for l in range(1, len(shapes)):
+            (h, w), (nh, nw) = shapes[l - 1], shapes[l]
+            x = flat[offs[l - 1]: offs[l - 1] + sizes[l - 1]].view(1, h, w, C).permute(0, 3, 1, 2)
+            _pool_into(x, flat[offs[l]: offs[l] + sizes[l]].view(1, nh, nw, C).permute(0, 3, 1, 2))
+        ctx.shapes, ctx.offs, ctx.sizes = shapes, offs, sizes
+        ctx.map_meta = [(t.shape, t.dtype, t.shape[-1]) for t in maps]
+        return flat
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        shapes, offs, sizes = ctx.shapes, ctx.offs, ctx.sizes
+        C = g.shape[1]
+        acc = None  # [1, C, h, w] gradient of the current level (fine-ward accumulation)
+        for l in range(len(shapes) - 1, -1, -1):
+            h, w = shapes[l]
+            gl = g[offs[l]: offs[l] + sizes[l]].reshape(1, h, w, C).permute(0, 3, 1, 2)
+            if acc is None:
+                acc = gl
+                continue
+            nh, nw = shapes[l + 1]
+            if (nh, nw) == (1, 1):
+                up = acc.expand(1, C, h, w) / (h * w)
+            else:
+                like = torch.empty(1, h, w, C, dtype=g.dtype, device=g.device).permute(0, 3, 1, 2)
+                up = torch.ops.aten._adaptive_avg_pool2d_backward(acc, like)
+            acc = gl + up
+        g0 = acc.permute(0, 2, 3, 1)  # [1, H, W, C]
+        grads, c0 = [], 0
+        for i, (shape, dtype, ci) in enumerate(ctx.map_meta):
+            gi = None
+            if ctx.needs_input_grad[i + 1]:
+                gi = g0[..., c0: c0 + ci].reshape(shape).to(dtype)
+            grads.append(gi)
+            c0 += ci
+        return (None, *grads)
+
+
+def _check_maps(tex) -> List[torch.Tensor]:
+    maps = list(tex) if isinstance(tex, (list, tuple)) else [tex]
+    if not maps:
+        raise RenderError("texture_mip_stack: tex is an empty list; pass at least one [Ht, Wt, C] texture")
+    for i, t in enumerate(maps):
+        check_float(f"tex[{i}]" if len(maps) > 1 else "tex", t)
+        if not (t.ndim == 3 or (t.ndim == 4 and t.shape[0] == 1)):
+            raise RenderError(f"texture_mip_stack: tex must be [Ht, Wt, C] or [1, Ht, Wt, C], got {tuple(t.shape)}")
+        if t.numel() == 0:
+            raise RenderError(f"texture_mip_stack: tex has no texels, shape {tuple(t.shape)}; pass a non-empty map")
+        if tuple(t.shape[-3:-1]) != tuple(maps[0].shape[-3:-1]) or t.device != maps[0].device:
+            raise RenderError(
+                f"texture_mip_stack: the maps must share one size and device; map {i} is "
+                f"{tuple(t.shape[-3:-1])} on {t.device}, map 0 {tuple(maps[0].shape[-3:-1])} on {maps[0].device}")
+    return maps
+
+
+def texture_mip_stack(tex, max_mip_level: Optional[int] = None) -> MipStack:
     """Build the mip chain of ``tex`` (:func:`texture_construct_mip`) as one flat :class:`MipStack`.
 
+    One autograd node (``_MipStackFn``: the levels computed without recording, each written into its rows
+    of ``flat``; the backward is the chain's adjoint) in place of ~4 nodes per level; the values are
+    those of :func:`texture_mip_stack_reference` (its twin: the same kernels in the same order).
+
     Args:
-        tex: ``[Ht, Wt, C]`` or ``[1, Ht, Wt, C]`` float texture (one image; shared by every lookup).
+        tex: ``[Ht, Wt, C]`` or ``[1, Ht, Wt, C]`` float texture (one image; shared by every lookup), or a
+            list of such maps of one size, concatenated along channels (e.g. kd | ks | normal).
         max_mip_level: most downsamplings (None: down to 1×1).
 
     Returns:
-        :class:`MipStack`, differentiable with respect to ``tex`` through ``flat``.
+        :class:`MipStack` (``flat`` in the maps' promoted dtype), differentiable with respect to every map
+        through ``flat`` (first-order gradients only).
 
     Raises:
-        RenderError: ``tex`` not a float ``[Ht, Wt, C]`` / ``[1, Ht, Wt, C]`` tensor.
+        RenderError: a map not a non-empty float ``[Ht, Wt, C]`` / ``[1, Ht, Wt, C]`` tensor; maps of several
+            sizes or devices; an empty list.
     """
-    check_float("tex", tex)
-    t = tex[None] if tex.ndim == 3 else tex
-    if t.ndim != 4 or t.shape[0] != 1:
-        raise RenderError(f"texture_mip_stack: tex must be [Ht, Wt, C] or [1, Ht, Wt, C], got {tuple(tex.shape)}")
+    maps = _check_maps(tex)
+    H, W = int(maps[0].shape[-3]), int(maps[0].shape[-2])
+    shapes = _mip_shapes(H, W, max_mip_level)
+    flat = _MipStackFn.apply(shapes, *maps)
+    offs, hs, ws = _level_tables(shapes, str(flat.device))
+    return MipStack(flat, offs, hs, ws, shapes[0])
+
+
+def texture_mip_stack_reference(tex, max_mip_level: Optional[int] = None) -> MipStack:
+    """Reference twin of :func:`texture_mip_stack`: autograd-recorded ops (``torch.cat`` of the maps,
+    :func:`texture_construct_mip`, ``torch.cat`` of the levels). Same arguments, returns and errors."""
+    maps = _check_maps(tex)
+    dtype = functools.reduce(torch.promote_types, [t.dtype for t in maps])
+    ts = [(t if t.ndim == 4 else t[None]).to(dtype) for t in maps]
+    t = ts[0] if len(ts) == 1 else torch.cat(ts, -1)
     levels = texture_construct_mip(t, max_mip_level)
     C = t.shape[-1]
     flat = torch.cat([lv.reshape(-1, C) for lv in levels], 0)
@@ -449,5 +571,5 @@ def texture_rows(
     return at_level(l0) * (1 - fr) + at_level(l1) * fr
 
 
-__all__ = ["texture", "texture_rows", "texture_mip_stack", "MipStack", "texture_construct_mip", "cube_to_face_uv",
-           "face_uv_to_dir", "FILTER_MODES", "BOUNDARY_MODES"]
+__all__ = ["texture", "texture_rows", "texture_mip_stack", "texture_mip_stack_reference", "MipStack",
+           "texture_construct_mip", "cube_to_face_uv", "face_uv_to_dir", "FILTER_MODES", "BOUNDARY_MODES"]

@@ -80,8 +80,9 @@ def _sample_material(material: Material, uv: torch.Tensor, uv_da: Optional[torch
     """Sample the textures of ``material`` at the covered pixels' ``uv [N, 2]`` (trilinear mips, wrap mode).
 
     Textures of one size are concatenated along channels and sampled by one lookup
-    (``render.texture_mip_stack`` + ``render.texture_rows``: one mip chain, one kernel on the Triton path;
-    the values are those of separate lookups); ``uv_j [N, 2]`` (jittered UVs, or None) samples the kd columns
+    (``render.texture_mip_stack`` of the list of maps: the concatenation and the mip chain are one autograd
+    node; + ``render.texture_rows``: one kernel on the Triton path; the values are those of separate
+    lookups); ``uv_j [N, 2]`` (jittered UVs, or None) samples the kd columns
     of kd's stack again. ``uv_da [N, 4]`` or None (bilinear, no mips). Returns ``{"kd", "ks", "normal",
     "kd_j"}`` ``[N, C]`` tensors (absent maps are missing).
     """
@@ -89,19 +90,20 @@ def _sample_material(material: Material, uv: torch.Tensor, uv_da: Optional[torch
 
     dtype = uv.dtype
     maps = [(k, getattr(material, k)) for k in ("kd", "ks", "normal")]
-    maps = [(k, (t if t.ndim == 4 else t[None]).to(dtype)) for k, t in maps if t is not None]
     out = {}
     if uv_da is None:  # no screen derivatives: bilinear lookups of level 0
+        maps = [(k, (t if t.ndim == 4 else t[None]).to(dtype)) for k, t in maps if t is not None]
         for k, t in maps + ([("kd_j", maps[0][1])] if uv_j is not None else []):
             rows = uv_j if k == "kd_j" else uv
             out[k] = R.texture(t.contiguous(), rows[None, None], filter_mode="linear", boundary_mode="wrap")[0, 0]
         return out
     groups: dict = {}
     for k, t in maps:
-        groups.setdefault(tuple(t.shape[1:3]), []).append((k, t))
+        if t is not None:  # [H, W, C] or [1, H, W, C]: texture_mip_stack takes both (no view node here)
+            groups.setdefault(tuple(t.shape[-3:-1]), []).append((k, t))
     for members in groups.values():
-        ts = [t for _, t in members]
-        stack = R.texture_mip_stack(ts[0] if len(ts) == 1 else torch.cat(ts, -1))
+        ts = [t.to(dtype) for _, t in members]  # a no-op (no node) in the usual float32 case
+        stack = R.texture_mip_stack(ts)
         vals = R.texture_rows(stack, uv, uv_da, boundary_mode="wrap")
         start = 0
         for k, t in members:
