@@ -210,6 +210,62 @@ def _pad_cube(cube: torch.Tensor) -> torch.Tensor:
     return flat.reshape(6, res + 2, res + 2, ch)
 
 
+def _csr_pair(row: torch.Tensor, col: torch.Tensor, val: torch.Tensor, shape: tuple[int, int]):
+    """int32 CSR ``M`` [shape] from COO triplets (duplicates kept) and ``M^T``, rows and columns sorted."""
+    import warnings
+
+    out = []
+    for r, c, (n_r, n_c) in ((row, col, shape), (col, row, shape[::-1])):
+        order = torch.argsort(r * n_c + c, stable=True)
+        crow = torch.zeros(n_r + 1, dtype=torch.int64, device=r.device)
+        crow[1:] = torch.cumsum(torch.bincount(r, minlength=n_r), 0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "sparse CSR support is in beta"
+            out.append(torch.sparse_csr_tensor(crow.to(torch.int32), c[order].to(torch.int32), val[order],
+                                               (n_r, n_c), check_invariants=False))
+    return out[0], out[1]
+
+
+@functools.lru_cache(maxsize=32)
+def _pad_operator(sizes: tuple[int, ...], dtype: torch.dtype, device_str: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_pad_cube` of a whole mip chain as one fixed sparse matrix, and its transpose.
+
+    ``W @ cat([c.reshape(-1, C) for c in levels]) == cat([_pad_cube(c).reshape(-1, C) for c in levels])``
+    for levels of face sizes ``sizes``: a padded texel's row is a single 1 at its interior texel, or the
+    four bilinear taps and weights of :func:`_border_taps` (the same tensors, so the same weights); rows
+    follow :func:`_mip_layout`'s offsets. ``W`` is ``[sum 6 (R_l+2)^2, sum 6 R_l^2]`` CSR with int32
+    indices (``dtype`` values, 1 or 4 entries a row), ``W^T`` CSR likewise (for
+    :func:`meshlift.kernels.prefilter_triton.csr_apply_cat_triton`'s backward). Cached per process.
+    """
+    device = torch.device(device_str)
+    rows, cols, vals = [], [], []
+    row_off = col_off = 0
+    for res in sizes:
+        st = res + 2
+        tap, w, idx = _border_taps(res, dtype, device_str)
+        ii, jj = torch.meshgrid(torch.arange(res, device=device), torch.arange(res, device=device), indexing="ij")
+        inner = ((ii + 1) * st + (jj + 1)).reshape(-1)  # interior positions in a padded face
+        face = torch.arange(6, device=device)[:, None]
+        rows.append((row_off + face * st * st + inner).reshape(-1))
+        cols.append(col_off + torch.arange(6 * res * res, device=device))
+        vals.append(torch.ones(6 * res * res, dtype=dtype, device=device))
+        border_rows = (row_off + face * st * st + idx[None]).reshape(-1)  # [6B], face-major like tap's
+        rows.append(border_rows.repeat(4))
+        cols.append(col_off + tap)
+        vals.append(w.reshape(-1))
+        row_off += 6 * st * st
+        col_off += 6 * res * res
+    return _csr_pair(torch.cat(rows), torch.cat(cols), torch.cat(vals), (row_off, col_off))
+
+
+def _padded_table(levels: list[torch.Tensor]) -> torch.Tensor:
+    """``cat([_pad_cube(c).reshape(-1, C) for c in levels])`` in one fused CSR apply (float32, Triton)."""
+    from meshlift.kernels.prefilter_triton import csr_apply_cat_triton
+
+    fwd, bwd = _pad_operator(tuple(int(c.shape[1]) for c in levels), levels[0].dtype, str(levels[0].device))
+    return csr_apply_cat_triton(levels, fwd, bwd)
+
+
 def _sample_padded(padded: torch.Tensor, face: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     stride = padded.shape[1]
     res = stride - 2
@@ -226,7 +282,9 @@ def sample_cube(cube: torch.Tensor, dirs: torch.Tensor, backend: str | None = No
         dirs: ``[..., 3]`` directions (need not be normalised).
         backend: ``'auto'`` / ``'torch'`` / ``'triton'`` / None (env ``MESHLIFT_SHADING_BACKEND``, else auto;
             :func:`meshlift.kernels.shading.shading_backend`): the Triton kernel
-            (:mod:`meshlift.kernels.cube_triton`, float32) or this torch path, its reference twin.
+            (:mod:`meshlift.kernels.cube_triton`, float32; the padding there is one CSR apply of
+            :func:`_pad_operator`, :func:`meshlift.kernels.prefilter_triton.csr_apply_cat_triton`) or this
+            torch path (:func:`_pad_cube`), its reference twin.
 
     Returns:
         ``[..., C]``, differentiable with respect to ``cube`` and ``dirs``.
@@ -242,11 +300,19 @@ def sample_cube(cube: torch.Tensor, dirs: torch.Tensor, backend: str | None = No
         from meshlift.kernels.cube_triton import sample_cube_table_triton
 
         strides, offsets = _mip_layout((int(cube.shape[1]),), str(cube.device))
-        table = _pad_cube(cube).reshape(-1, cube.shape[-1])
-        return sample_cube_table_triton(table, strides, offsets, dirs.reshape(-1, 3), None).reshape(*lead, cube.shape[-1])
+        table = _padded_table([cube])
+        out = sample_cube_table_triton(table, strides, offsets, _shaped(dirs, (-1, 3)), None)
+        return _shaped(out, (*lead, cube.shape[-1]))
     face, x, y = dir_to_cube(dirs.reshape(-1, 3).to(cube.dtype))
     out = _sample_padded(_pad_cube(cube), face, x, y)
     return out.reshape(*lead, cube.shape[-1])
+
+
+def _shaped(t: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """``t.reshape(shape)``, or ``t`` itself when it has that shape already (no view node in the graph)."""
+    n_known = math.prod(d for d in shape if d != -1)
+    want = tuple(t.numel() // max(n_known, 1) if d == -1 else d for d in shape)
+    return t if tuple(t.shape) == want else t.reshape(shape)
 
 
 def _use_triton(backend: str | None, cube: torch.Tensor, dirs: torch.Tensor) -> bool:
@@ -299,7 +365,8 @@ def sample_cube_mip(levels: list[torch.Tensor], dirs: torch.Tensor, level: torch
         levels: list of ``[6, R_l, R_l, C]`` cube maps, finest first.
         dirs: ``[..., 3]`` directions.
         level: ``[...]`` fractional mip level (clamped to [0, len(levels) - 1]).
-        backend: as for :func:`sample_cube` (the Triton kernel does all levels in one launch).
+        backend: as for :func:`sample_cube` (the Triton kernel does all levels in one launch, after one
+            fused CSR apply pads all of them: two autograd nodes per call whatever the number of levels).
 
     Returns:
         ``[..., C]``, differentiable with respect to the levels, ``dirs`` and ``level``.
@@ -317,9 +384,9 @@ def sample_cube_mip(levels: list[torch.Tensor], dirs: torch.Tensor, level: torch
         from meshlift.kernels.cube_triton import sample_cube_table_triton
 
         strides, offsets = _mip_layout(tuple(int(c.shape[1]) for c in levels), str(dirs.device))
-        table = torch.cat([_pad_cube(c).reshape(-1, ch) for c in levels])
-        out = sample_cube_table_triton(table, strides, offsets, dirs.reshape(-1, 3), level.reshape(-1))
-        return out.reshape(*lead, ch)
+        table = _padded_table(levels)
+        out = sample_cube_table_triton(table, strides, offsets, _shaped(dirs, (-1, 3)), _shaped(level, (-1,)))
+        return _shaped(out, (*lead, ch))
     face, x, y = dir_to_cube(dirs.reshape(-1, 3).to(dtype))
     lv = torch.clamp(level.reshape(-1).to(dtype), 0.0, len(levels) - 1.0)
     l0 = torch.clamp(torch.floor(lv.detach()), max=len(levels) - 2.0)
