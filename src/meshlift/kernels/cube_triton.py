@@ -3,8 +3,9 @@
 The specification is the torch path of :func:`meshlift.shading.cubemap.sample_cube` and
 :func:`~meshlift.shading.cubemap.sample_cube_mip` (faces padded by one texel resampled from their
 neighbours, OpenGL face selection, docs/conventions.md §8); tests/test_kernels_cube_triton.py compares
-them forward and backward. The padding itself stays a torch op (one gather per level, differentiable);
-this module replaces what follows it.
+them forward and backward. The padded table itself is built by one fixed sparse map of all levels
+(``cubemap._padded_table``: ``prefilter_triton.csr_apply_cat_triton``, one autograd node); this module
+replaces what follows it.
 
 Why a kernel: per lookup the torch path selects the face with ~30 elementwise ops, forms tap indices and
 weights for two levels, gathers ``[8N, C]`` texels and blends them; its backward is as long again, and the
