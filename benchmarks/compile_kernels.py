@@ -3,7 +3,7 @@
 Usage: ``python benchmarks/compile_kernels.py [--arch 90]``. Catches what the Triton interpreter of the CPU
 tests does not: constructs the compiler rejects (early returns, unsupported builtins, type mismatches).
 Every kernel of ``kernels/_pbr_triton_kernels.py``, ``_loss_triton_kernels.py`` and
-``_antialias_triton_kernels.py``, ``_normals_triton_kernels.py`` is compiled in each constexpr variant the wrappers launch.
+``_antialias_triton_kernels.py``, ``_normals_triton_kernels.py`` and the CSR kernels of ``prefilter_triton.py`` is compiled in each constexpr variant the wrappers launch.
 """
 
 from __future__ import annotations
@@ -69,6 +69,12 @@ def variants():
         yield A.aa_apply, dict.fromkeys(["color_ptr", "ah_ptr", "av_ptr", "out_ptr"], f) | {"n": i, "H": i, "W": i}, c
         yield A.aa_bwd_color, dict.fromkeys(["g_ptr", "color_ptr", "ah_ptr", "av_ptr", "g_color_ptr", "g_ah_ptr",
                                              "g_av_ptr"], f) | {"n": i, "H": i, "W": i}, c
+    from meshlift.kernels import prefilter_triton as PF
+
+    _, _rows, short_rows = PF._kernels()
+    csr = {"crow_ptr": "*i32", "col_ptr": "*i32", "val_ptr": f, "x_ptr": f, "y_ptr": f}
+    yield _rows, csr, {"C": 3, "BLOCK_K": PF._BLOCK_K, "BLOCK_C": 4}
+    yield short_rows, csr | {"n_rows": i}, {"C": 3, "BLOCK_R": PF._BLOCK_R, "BLOCK_C": 4}
 
 
 def main(argv=None) -> int:
