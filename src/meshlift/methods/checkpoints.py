@@ -33,9 +33,10 @@ class Checkpointer:
 
     With ``background=True`` :meth:`save` copies the payload's tensors to host memory (so training may go on
     changing them) and writes the file on a worker thread, one write at a time: the training loop does not
-    wait for the disk (a pass-2 checkpoint of the surface method at 2048² textures is ~0.6 GB). A write that
-    failed raises at the next :meth:`save`, :meth:`flush` or :meth:`load`; the previous checkpoint stays
-    valid until a new one is complete (the rename). Call :meth:`flush` before relying on the file.
+    wait for the disk (a pass-2 checkpoint of the surface method at 2048² textures holds ~0.8 GB of
+    tensors). A write that failed raises at the next :meth:`save`, :meth:`flush` or :meth:`load`; the
+    previous checkpoint stays valid until a new one is complete (the rename). Call :meth:`flush` before
+    relying on the file.
     """
 
     def __init__(self, out_dir: Optional[Path], background: bool = False) -> None:
