@@ -94,3 +94,25 @@ def test_missing_asset_path_is_named_as_missing(tmp_path):
 
     with pytest.raises(MeshError, match="does not exist"):
         find_asset(tmp_path / "no_such_run")
+
+
+def test_auto_up_follows_the_runs_dataset(tmp_path):
+    """``--up auto``: z for an asset whose run trained on a Blender scene and kept its frame, else y."""
+    from meshlift.cli.render_cmd import _auto_up
+
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    (ds / "transforms_train.json").write_text('{"frames": []}')
+    run = tmp_path / "run"
+    (run / "mesh").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"data": str(ds), "up_axis": "keep"}))
+    up, note = _auto_up(run / "mesh" / "mesh.obj")
+    assert up == "z" and "Blender" in note and "--up y" in note
+    assert _auto_up(run)[0] == "z"
+    (run / "config.json").write_text(json.dumps({"data": str(ds), "up_axis": "z"}))  # exports turned to +Y
+    assert _auto_up(run) == ("y", None)
+    (run / "config.json").write_text(json.dumps({"data": str(tmp_path / "missing")}))
+    assert _auto_up(run) == ("y", None)
+    (run / "config.json").write_text("{not json")
+    assert _auto_up(run) == ("y", None)
+    assert _auto_up(tmp_path / "elsewhere.ply") == ("y", None)

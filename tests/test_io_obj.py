@@ -171,3 +171,13 @@ def test_obj_always_has_normals_and_a_material(tmp_path):
     assert torch.allclose(r.v_nrm[r.t_nrm_idx], n[ti], atol=1e-6)
     assert torch.allclose(r.material.kd.reshape(3), torch.full((3,), 0.5), atol=1e-6)
     assert torch.allclose(r.material.ks.reshape(3), torch.tensor([0.0, 0.5, 0.0]))
+
+
+def test_corrupt_line_names_the_line_and_the_fix(tmp_path):
+    from meshlift.errors import MeshError
+    from meshlift.io.obj import load_obj
+
+    p = tmp_path / "bad.obj"
+    p.write_text("v 0 0 0\nv 1 0 0\nv 0 1 x\nf 1 2 3\n")
+    with pytest.raises(MeshError, match=r"bad\.obj:3: cannot parse .*re-export the mesh"):
+        load_obj(p)

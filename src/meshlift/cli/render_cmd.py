@@ -21,6 +21,7 @@ with PSNR / SSIM / LPIPS (``metrics.json``).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -41,7 +42,8 @@ def render(
     turntable: bool = typer.Option(False, "--turntable", help="Also write a turntable GIF and a contact-sheet PNG."),
     frames: int = typer.Option(36, "--frames", help="Turntable frames."),
     size: int = typer.Option(512, "--size", help="Turntable image size in pixels."),
-    up: str = typer.Option("y", "--up", help="Turntable up axis: y (OBJ/glTF) or z (Blender/COLMAP scenes)."),
+    up: str = typer.Option("auto", "--up", help="Turntable up axis: y (OBJ/glTF), z (Blender/COLMAP scenes), or "
+                           "auto (z when the asset's run trained on a Blender scene and kept its frame, else y)."),
     no_lpips: bool = typer.Option(False, "--no-lpips", help="Skip LPIPS."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -61,8 +63,11 @@ def render(
         raise ConfigError(f"--background must be white or black, got {background!r}")
     if mode not in ("auto", "pbr", "unlit"):
         raise ConfigError(f"--mode must be auto, pbr or unlit, got {mode!r}")
-    if up not in ("y", "z"):
-        raise ConfigError(f"--up must be y or z, got {up!r}")
+    if up not in ("y", "z", "auto"):
+        raise ConfigError(f"--up must be y, z or auto, got {up!r}")
+    up_note = None
+    if up == "auto":
+        up, up_note = _auto_up(Path(asset))
     from meshlift.methods.engine import prepare_output_dir
 
     prepare_output_dir(Path(out), resume=False, overwrite=True)  # a file or read-only --out: before loading
@@ -155,7 +160,36 @@ def render(
         console.print(f"PSNR {result['psnr']:.2f} dB  SSIM {result['ssim']:.4f}  LPIPS "
                       + ("n/a" if lpv is None else f"{lpv:.4f}") + f"  -> {out / 'metrics.json'}")
     if turntable:
+        if up_note:
+            console.print(up_note)
         console.print(f"turntable -> {result['turntable']}, contact sheet -> {result['contact_sheet']}")
+
+
+def _auto_up(asset: Path) -> tuple[str, Optional[str]]:
+    """``--up auto``: ``("z", note)`` when the run that wrote ``asset`` (its ``config.json``, in the asset's
+    folder or one of its two parents) trained on a Blender scene (Z-up world) and did not turn its exports
+    to +Y (the surface method's ``up_axis``); else ``("y", None)``."""
+    import json
+
+    from meshlift.data import detect_format
+
+    start = asset if asset.is_dir() else asset.parent
+    for folder in (start, start.parent, start.parent.parent):
+        cfg_path = folder / "config.json"
+        if not cfg_path.is_file():
+            continue
+        try:
+            cfg = json.loads(cfg_path.read_text())
+            data = Path(cfg.get("data") or "")
+            kept = str(cfg.get("up_axis", "keep")) == "keep"
+            fmt = detect_format(data) if kept and str(data) and data.exists() else None
+        except Exception:  # noqa: BLE001 - an unreadable config or dataset: the plain default
+            return "y", None
+        if fmt == "blender":
+            return "z", (f"turntable up axis z: {cfg_path} says the run trained on a Blender scene ({data}), "
+                         "whose world is Z-up (pass --up y to override)")
+        return "y", None
+    return "y", None
 
 
 def _gaussian_asset(asset: Path):

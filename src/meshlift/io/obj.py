@@ -39,6 +39,11 @@ _MAP_OPTION_ARGS = {
 }
 
 
+#: The advice of a parse error (the line is named before it).
+_FIX = ("fix or delete that line in a text editor, or re-export the mesh (e.g. from Blender, or with "
+        "`meshlift convert` from another format)")
+
+
 def _map_filename(tokens: list[str]) -> str:
     """File name of a ``map_*`` statement, skipping its options (numeric args of -o/-s/-t optional)."""
     i = 0
@@ -86,7 +91,8 @@ def _parse_mtl(path: Path) -> dict[str, dict]:
             try:
                 current[key] = [float(p) for p in parts[1:4]]
             except ValueError as exc:
-                raise MeshError(f"{path}: bad number in line {raw!r}") from exc
+                raise MeshError(f"{path}: bad number in line {raw!r}; fix that line of the material library or "
+                                "re-export it with the mesh") from exc
     return materials
 
 
@@ -185,7 +191,7 @@ def _parse_general(text: str, path: Path) -> dict:
                     mat_names.append(name)
                 cur_mat = mat_names.index(name)
         except (ValueError, IndexError) as exc:
-            raise MeshError(f"{path}:{lineno}: cannot parse {raw.strip()!r} ({exc})") from exc
+            raise MeshError(f"{path}:{lineno}: cannot parse {raw.strip()!r} ({exc}); {_FIX}") from exc
 
     as_f = lambda x, k: np.asarray(x, dtype=np.float64).reshape(-1, k)  # noqa: E731
     as_i = lambda x: np.asarray(x, dtype=np.int64).reshape(-1, 3)  # noqa: E731
@@ -308,7 +314,7 @@ def load_obj(path: str | Path) -> Mesh:
     if t_pos.numel() and (int(t_pos.min()) < 0 or int(t_pos.max()) >= len(pos)):
         raise MeshError(
             f"{path}: a face references vertex {int(t_pos.max()) + 1 if int(t_pos.max()) >= len(pos) else 0} "
-            f"but the file has {len(pos)} vertices; the file is truncated or corrupt"
+            f"but the file has {len(pos)} vertices; the file is truncated or corrupt: re-export the mesh"
         )
 
     v_tex = t_tex = None
@@ -321,7 +327,8 @@ def load_obj(path: str | Path) -> Mesh:
             uv = torch.cat([uv, torch.zeros(1, 2)])
             t_tex = torch.where(t_tex < 0, torch.full_like(t_tex, len(uvs)), t_tex)
         if int(t_tex.max()) >= uv.shape[0] or int(t_tex.min()) < 0:
-            raise MeshError(f"{path}: a face references a texture coordinate past the {len(uvs)} vt lines")
+            raise MeshError(f"{path}: a face references a texture coordinate past the {len(uvs)} vt lines; the file "
+                              "is truncated or corrupt: re-export the mesh")
         v_tex = uv
     v_nrm = t_nrm = None
     if len(nrms) and len(f_nrm):
@@ -332,7 +339,8 @@ def load_obj(path: str | Path) -> Mesh:
             t_nrm = None
         else:
             if int(t_nrm.max()) >= len(nrms) or int(t_nrm.min()) < 0:
-                raise MeshError(f"{path}: a face references a normal past the {len(nrms)} vn lines")
+                raise MeshError(f"{path}: a face references a normal past the {len(nrms)} vn lines; the file is "
+                                  "truncated or corrupt: re-export the mesh")
             v_nrm = torch.nn.functional.normalize(torch.from_numpy(nrms.astype(np.float32)), dim=-1)
     v_color = None
     if len(col) and len(col) == len(pos):
