@@ -541,6 +541,7 @@ __all__ = [
     "vertex_tangents",
     "smooth_vertex_normals",
     "tangent_frames",
+    "tangent_grouping",
     "CREASE_ANGLE_DEG",
     "edges",
     "edge_lengths",

@@ -83,7 +83,7 @@ class _TangentsFn(torch.autograd.Function):
 def _index(name: str, idx: torch.Tensor, n: int, what: str) -> torch.Tensor:
     from meshlift.structures.index_check import index_range_ok
 
-    ok, lo, hi = index_range_ok(idx, n)  # cached per tensor: one read-back while the list is fixed
+    ok, _, _ = index_range_ok(idx, n)  # cached per tensor: one read-back while the list is fixed
     if not ok:
         raise MeshError(f"tangent_frames_triton: {name} has entries outside [0, {n}) ({what}); fix the index list")
     return idx.contiguous()
