@@ -3,7 +3,8 @@
 Usage: ``python benchmarks/compile_kernels.py [--arch 90]``. Catches what the Triton interpreter of the CPU
 tests does not: constructs the compiler rejects (early returns, unsupported builtins, type mismatches).
 Every kernel of ``kernels/_pbr_triton_kernels.py``, ``_loss_triton_kernels.py`` and
-``_antialias_triton_kernels.py``, ``_normals_triton_kernels.py`` and the CSR kernels of ``prefilter_triton.py`` is compiled in each constexpr variant the wrappers launch.
+``_antialias_triton_kernels.py``, ``_normals_triton_kernels.py``, ``_tangents_triton_kernels.py`` and the CSR
+kernels of ``prefilter_triton.py`` is compiled in each constexpr variant the wrappers launch.
 """
 
 from __future__ import annotations
@@ -64,6 +65,19 @@ def variants():
                                        "n": i}, {"FACE_GRAD": fg, "BLOCK": 128}
     yield N.normals_vertex_fwd, {"acc_ptr": f, "vn_ptr": f, "n": i}, {"BLOCK": 128}
     yield N.normals_vertex_bwd, {"acc_ptr": f, "g_vn_ptr": f, "g_acc_ptr": f, "n": i}, {"BLOCK": 128}
+    from meshlift.kernels import _tangents_triton_kernels as TG
+
+    for tri_t in ("*i32", "*i64"):  # the face lists as the caller passes them; the grouping is int64
+        idx = {"tri_ptr": tri_t, "ttri_ptr": tri_t, "ntri_ptr": tri_t, "gi_ptr": i64}
+        grp = {"ttri_ptr": tri_t, "ntri_ptr": tri_t, "first_ptr": i64}
+        yield TG.tangents_face_fwd, {"pos_ptr": f, "tex_ptr": f, "nrm_ptr": f} | idx | {"acc_ptr": f, "n": i}, {
+            "BLOCK": 128}
+        yield TG.tangents_group_fwd, {"tex_ptr": f, "nrm_ptr": f} | grp | {"acc_ptr": f, "out_ptr": f, "n": i}, {
+            "BLOCK": 128}
+        yield TG.tangents_group_bwd, {"tex_ptr": f, "nrm_ptr": f} | grp | {"acc_ptr": f, "g_out_ptr": f, "g_acc_ptr": f,
+                                                                           "g_nrm_ptr": f, "n": i}, {"BLOCK": 128}
+        yield TG.tangents_face_bwd, {"pos_ptr": f, "tex_ptr": f, "nrm_ptr": f} | idx | {
+            "g_acc_ptr": f, "g_pos_ptr": f, "g_nrm_ptr": f, "n": i}, {"BLOCK": 128}
     for ch in (1, 3, 4):
         c = {"C": ch, "CP": 1 << max(0, (ch - 1).bit_length()), "BLOCK": 128}
         yield A.aa_apply, dict.fromkeys(["color_ptr", "ah_ptr", "av_ptr", "out_ptr"], f) | {"n": i, "H": i, "W": i}, c

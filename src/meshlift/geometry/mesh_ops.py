@@ -332,18 +332,7 @@ def tangent_frames(
     # file-space v = 1 - v flips the orientation: signed area in (u, v_file) = -den
     w_f = torch.where(den.detach() < 0, 1.0, -1.0).to(v_pos.dtype)[:, 0]  # [T]
 
-    keys = (t_pos_idx, t_tex_idx, t_nrm_idx, v_tex_in)
-    grouping = _GROUPINGS.get(keys)
-    if grouping is None:
-        sign = (w_f.detach() > 0).to(torch.int64).repeat_interleave(3)
-        gi = _group_ids([t.reshape(-1), tt.reshape(-1), tn.reshape(-1), sign])
-        n_groups = int(gi.max()) + 1
-        first = torch.zeros(n_groups, dtype=torch.int64, device=v_pos.device)
-        first[gi] = torch.arange(3 * T, device=v_pos.device)
-        gi_t = gi.reshape(T, 3)
-        _GROUPINGS.put(keys, (gi, n_groups, first, gi_t))
-    else:
-        gi, n_groups, first, gi_t = grouping
+    gi, n_groups, first, gi_t = _grouping((t_pos_idx, t_tex_idx, t_nrm_idx, v_tex_in), lambda: (t, tt, tn, w_f))
 
     n_c = safe_normalize(v_nrm[tn.reshape(-1)])  # [3T, 3] corner normals
     t_c = tang_f[:, None, :].expand(T, 3, 3).reshape(-1, 3)
@@ -360,6 +349,73 @@ def tangent_frames(
     w_g = torch.where(ok[:, 0], w_g, torch.ones_like(w_g))
     # the same index tensor while the grouping is cached (so its range check and int32 copy are reused)
     return torch.cat([tan, w_g[:, None]], -1), gi_t
+
+
+def _grouping(keys, cols):
+    """The corner grouping of :func:`tangent_frames`, cached by ``keys`` (see :class:`_IdentityCache`).
+
+    ``cols()`` gives ``(t, tt, tn, w_f)``: the ``[T, 3]`` int64 position, UV and normal indices and the ``[T]``
+    face handedness ``±1`` (called only when the grouping is not cached). Returns ``(gi [3T] int64,
+    n_groups, first [K] int64, gi_t [T, 3] int64)``: the group of each corner (corner ``3 f + k``), the
+    number of groups, one corner of each group, and ``gi`` as ``[T, 3]``.
+    """
+    grouping = _GROUPINGS.get(keys)
+    if grouping is None:
+        t, tt, tn, w_f = cols()
+        T = t.shape[0]
+        sign = (w_f.detach() > 0).to(torch.int64).repeat_interleave(3)
+        gi = _group_ids([t.reshape(-1), tt.reshape(-1), tn.reshape(-1), sign])
+        n_groups = int(gi.max()) + 1
+        first = torch.zeros(n_groups, dtype=torch.int64, device=t.device)
+        first[gi] = torch.arange(3 * T, device=t.device)
+        gi_t = gi.reshape(T, 3)
+        grouping = (gi, n_groups, first, gi_t)
+        _GROUPINGS.put(keys, grouping)
+    return grouping
+
+
+def tangent_grouping(
+    v_pos: torch.Tensor,
+    t_pos_idx: torch.Tensor,
+    v_tex: torch.Tensor,
+    t_tex_idx: torch.Tensor,
+    v_nrm: torch.Tensor,
+    t_nrm_idx: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, int, torch.Tensor, torch.Tensor]:
+    """The discrete corner grouping of :func:`tangent_frames`, for fused implementations of it.
+
+    Validates the arguments as :func:`tangent_frames` does and returns the same (cached) grouping it uses:
+    corners are grouped by ``(position index, uv index, normal index, handedness)``.
+
+    Args: as :func:`tangent_frames` (``T ≥ 1`` faces).
+
+    Returns:
+        ``(gi [3T] int64, n_groups K, first [K] int64, gi_t [T, 3] int64)``: the group of corner
+        ``3 f + k``, the number of groups, one corner of each group, and ``gi`` as ``[T, 3]`` (the
+        ``t_tng_idx`` that :func:`tangent_frames` returns).
+
+    Raises:
+        MeshError: bad shapes or indices, or no faces.
+    """
+    t = _check(v_pos, t_pos_idx)
+    if v_pos.ndim != 2:
+        raise MeshError("tangent_frames takes one mesh: v_pos [V, 3]")
+    if t_tex_idx is None or tuple(t_tex_idx.shape) != tuple(t.shape) or v_tex.ndim != 2 or v_tex.shape[1] != 2:
+        raise MeshError("tangent_frames needs v_tex [Vt, 2] and t_tex_idx [T, 3] matching t_pos_idx")
+    tn = t if t_nrm_idx is None else t_nrm_idx
+    if v_nrm.ndim != 2 or v_nrm.shape[1] != 3 or tuple(tn.shape) != tuple(t.shape):
+        raise MeshError("tangent_frames needs v_nrm [Vn, 3] and t_nrm_idx [T, 3] matching t_pos_idx")
+    if t.shape[0] == 0:
+        raise MeshError("tangent_grouping: the mesh has no faces (tangent_frames returns empty tensors for it)")
+
+    def cols():  # only on a cache miss; w_f as in tangent_frames (same dtype, same rule)
+        tt = t_tex_idx.to(torch.int64)
+        uv = v_tex.detach().to(v_pos.dtype)
+        duv1, duv2 = uv[tt[:, 1]] - uv[tt[:, 0]], uv[tt[:, 2]] - uv[tt[:, 0]]
+        den = duv1[:, 0] * duv2[:, 1] - duv1[:, 1] * duv2[:, 0]
+        return t, tt, tn.to(torch.int64), torch.where(den < 0, 1.0, -1.0)
+
+    return _grouping((t_pos_idx, t_tex_idx, t_nrm_idx, v_tex), cols)
 
 
 class _IdentityCache:
@@ -485,6 +541,7 @@ __all__ = [
     "vertex_tangents",
     "smooth_vertex_normals",
     "tangent_frames",
+    "tangent_grouping",
     "CREASE_ANGLE_DEG",
     "edges",
     "edge_lengths",

@@ -136,6 +136,13 @@ def _fused_normals(v_pos: torch.Tensor) -> bool:
     return shading_backend(None, v_pos.device, v_pos.dtype) == "triton"
 
 
+def _fused_tangents(v_pos: torch.Tensor, v_tex: torch.Tensor, v_nrm: torch.Tensor) -> bool:
+    """Whether the tangent frames take the Triton kernels: as :func:`_fused_normals`, with float32 ``[Vn, 3]``
+    normals and UVs that need no gradient (the kernels give none); the twin is ``mesh_ops.tangent_frames``."""
+    return (v_nrm.ndim == 2 and v_nrm.dtype == torch.float32 and v_tex.dtype == torch.float32
+            and not v_tex.requires_grad and _fused_normals(v_pos))
+
+
 def _fallback_tangent(normal: torch.Tensor) -> torch.Tensor:
     """A tangent orthogonal to ``normal [..., 3]`` built from a fixed world axis (used without UVs)."""
     axis = torch.zeros_like(normal)
@@ -298,8 +305,12 @@ def render_mesh(
             ks = torch.tensor(DEFAULT_KS, device=device, dtype=dtype).expand(N, 3)
         if material.normal is not None:
             perturbed = looked["normal"][..., :3]
-            v_tng, t_tng_idx = mesh_ops.tangent_frames(v_pos, mesh.t_pos_idx, mesh.v_tex.to(dtype), mesh.t_tex_idx,
-                                                       v_nrm, t_nrm_idx)
+            v_tex = mesh.v_tex.to(dtype)
+            if _fused_tangents(v_pos, v_tex, v_nrm):  # kernels/tangents_triton (pass 2: vertices move, UVs fixed)
+                from meshlift.kernels.tangents_triton import tangent_frames_triton as tangent_frames
+            else:
+                tangent_frames = mesh_ops.tangent_frames
+            v_tng, t_tng_idx = tangent_frames(v_pos, mesh.t_pos_idx, v_tex, mesh.t_tex_idx, v_nrm, t_nrm_idx)
             gb_tng = gather(R.interpolate(v_tng, rast, _int32(t_tng_idx))[0])  # xyz + w
         if field_jitter > 0:
             kd_grad = (looked["kd_j"][..., :3] - kd).abs().sum(-1, keepdim=True) / 3.0
