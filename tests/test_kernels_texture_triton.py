@@ -149,7 +149,12 @@ def _textured_sphere(res=16):
     for i in range(nv):
         for j in range(nu):
             a = i * (nu + 1) + j
-            f += [[a, a + nu + 1, a + 1], [a + 1, a + nu + 1, a + nu + 2]]
+            # the pole rows are copies of one point: leave out the triangles with two corners there (zero
+            # area; their float32 tangent gradients are rounding noise, see tests/test_kernels_tangents_triton.py)
+            if i > 0:
+                f.append([a, a + nu + 1, a + 1])
+            if i < nv - 1:
+                f.append([a + 1, a + nu + 1, a + nu + 2])
     f = torch.tensor(f, device=DEV)
     g = torch.Generator().manual_seed(0)
     kd = torch.rand(res, res, 3, generator=g).to(DEV).requires_grad_()
