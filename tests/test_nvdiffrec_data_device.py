@@ -37,9 +37,12 @@ def test_estimate_counts_the_images_only_where_they_are_kept(monkeypatch):
     assert R.estimate_training_bytes(cfg, 10, 8, 8, torch.device("cuda")) == pixels_only + 10 * 8 * 8 * 16
 
 
-def test_unknown_data_device_is_a_config_error():
+def test_unknown_data_device_is_a_config_error(monkeypatch):
     with pytest.raises(ConfigError, match="data_device"):
         R.training_images_device(SurfaceConfig(data_device="gpu0"), torch.device("cpu"), 1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match="no CUDA device"):
+        R.training_images_device(SurfaceConfig(data_device="cuda"), torch.device("cpu"), 1)
 
 
 def test_place_moves_only_the_training_images():

@@ -92,9 +92,12 @@ def training_images_device(cfg: SurfaceConfig, device: torch.device, image_bytes
                 return device
         return torch.device("cpu")
     try:
-        return torch.device(name)
+        where = torch.device(name)
     except (RuntimeError, TypeError) as e:
         raise ConfigError(f"config field 'data_device' = {name!r}: {e}; use auto, cpu or cuda") from e
+    if where.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"config field 'data_device' = {name!r}, but no CUDA device is available; use auto or cpu")
+    return where
 
 
 def _images_bytes(views) -> int:
@@ -122,6 +125,7 @@ def load_problem(cfg: SurfaceConfig, device: torch.device) -> ProblemData:
     """
     if not cfg.data:
         raise ConfigError("no input: give DATA (a dataset folder or a mesh file)")
+    training_images_device(cfg, device, 0)  # a bad data_device fails here, before any reading
     if sniff_input(cfg.data) == "mesh":
         from meshlift.io.mesh import load_mesh
 
