@@ -83,3 +83,13 @@ def test_usage_errors_are_one_message_exit_2(capsys):
     assert main(["convert", "x.ply", "--bogus"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "No such option" in err
+
+
+def test_out_dir_that_is_a_file_names_the_right_option(tmp_path, capsys):
+    import trimesh
+
+    trimesh.creation.icosphere(subdivisions=1).export(tmp_path / "s.ply")
+    (tmp_path / "afile").write_text("x")
+    assert main(["convert", str(tmp_path / "s.ply"), "--out-dir", str(tmp_path / "afile")]) == 2
+    err = capsys.readouterr().err
+    assert "--out-dir" in err and "choose another --out-dir" in err

@@ -60,3 +60,30 @@ def test_reconstruct_cli_errors_are_one_line(args, message, tmp_path, capsys, mo
     monkeypatch.chdir(tmp_path)
     assert main(args) == 2
     assert message in capsys.readouterr().err
+
+
+def test_exit_codes_of_commands_reach_the_shell(monkeypatch, capsys):
+    """typer returns (not raises) a command's `typer.Exit(code)` without standalone mode: main passes it on,
+    and Ctrl-C (typer's 130) says how to go on."""
+    import typer
+
+    from meshlift.cli import main as cli
+
+    app = typer.Typer()
+
+    @app.command()
+    def fail(code: int = 3, interrupt: bool = False) -> None:
+        if interrupt:
+            raise KeyboardInterrupt
+        raise typer.Exit(code)
+
+    @app.command()
+    def ok() -> None:
+        pass
+
+    monkeypatch.setattr(cli, "app", app)
+    assert cli.main(["fail", "--code", "3"]) == 3
+    assert cli.main(["fail", "--code", "0"]) == 0
+    assert cli.main(["ok"]) == 0
+    assert cli.main(["fail", "--interrupt"]) == cli.INTERRUPTED
+    assert "--resume" in capsys.readouterr().err

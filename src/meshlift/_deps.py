@@ -67,7 +67,7 @@ DEPENDENCIES: dict[str, Dependency] = {d.module: d for d in (
                "the pure-PyTorch paths are used without it"),
     Dependency("gradio", "gradio", "app", "the web app (meshlift app)"),
     Dependency("spaces", "spaces", "app", "GPU allocation on Hugging Face ZeroGPU hosting (a no-op elsewhere)"),
-    Dependency("pycolmap", "pycolmap", None, "COLMAP models and pose estimation for unposed photos"),
+    Dependency("pycolmap", "pycolmap", "poses", "COLMAP models and pose estimation for unposed photos"),
     Dependency("selenium", "selenium", "dev", "the web app's browser test"),
     # Third-party CUDA extensions users often have installed; meshlift needs none of them.
     Dependency("nvdiffrast.torch", "nvdiffrast", None, "", needed=False),

@@ -57,7 +57,7 @@ def convert(
     if out_dir is not None:  # a file or an unwritable --out-dir: one line, before anything is loaded
         from meshlift.methods.engine import prepare_output_dir
 
-        prepare_output_dir(Path(out_dir), resume=False, overwrite=True)
+        prepare_output_dir(Path(out_dir), resume=False, overwrite=True, option="--out-dir")
     notes: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -41,6 +41,8 @@ def register(app: typer.Typer) -> None:
         t0 = time.perf_counter()
         # The demo regenerates the same deterministic result: it replaces an earlier demo in OUT, but a file
         # or an unwritable folder given as --out is refused before anything is built.
+        if (Path(out) / "metrics.json").is_file():
+            console.print(f"replacing the earlier demo in {out} (give --out DIR to keep it)")
         prepare_output_dir(out, resume=False, overwrite=True)
         cfg = apply_dict(get_preset("demo"), {"device": device, **parse_overrides(list(set_ or []))})
         dev = resolve_device(cfg.device)

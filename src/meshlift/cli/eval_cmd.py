@@ -92,7 +92,8 @@ def _list_images(folder: Path) -> dict:
     from meshlift.io.images import IMAGE_EXTENSIONS
 
     if not folder.is_dir():
-        raise ImageError(f"{folder}: not a folder of images")
+        raise ImageError(f"{folder}: not a folder of images; give a folder holding the PNG/JPG files (e.g. a run's "
+                         "renders/ folder)")
     files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file())
     out: dict = {}
     for p in files:

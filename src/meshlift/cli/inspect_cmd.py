@@ -84,8 +84,8 @@ def _inspect_mesh(path: Path, json_output: bool) -> None:
                f"{'yes' if info['uvs'] else 'no'}, vertex colours {'yes' if info['vertex_colors'] else 'no'}, "
                f"material {'yes' if info['material'] else 'no'}; bounds [" + ", ".join(f"{v:.3g}" for v in lo)
                + "] .. [" + ", ".join(f"{v:.3g}" for v in hi) + "]")
-    typer.echo(f"Not a dataset of photos. To reconstruct it from rendered views: meshlift reconstruct {path}; "
-               f"to clean or convert it: meshlift convert {path} --out-dir OUT")
+    typer.echo(f"Not a dataset of photos. To reconstruct it from rendered views: meshlift reconstruct {path} "
+               f"--out out/{Path(path).stem}; to clean or convert it: meshlift convert {path} --out-dir OUT")
 
 
 def _camera_row(chk: dict) -> str:

@@ -59,6 +59,10 @@ def _register_all() -> None:
 _register_all()
 
 
+#: Exit status of a run stopped with Ctrl-C (typer's, the shell convention 128 + SIGINT).
+INTERRUPTED = 130
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status (2 for a MeshliftError).
 
@@ -76,7 +80,13 @@ def main(argv: list[str] | None = None) -> int:
             from meshlift._threads import configure_cpu_threads
 
             configure_cpu_threads()
-        app(args=argv, standalone_mode=False)
+        # without standalone mode typer *returns* the code of a `typer.Exit(code)` (also 130 for Ctrl-C)
+        # instead of raising it; a command that ends normally returns None
+        rv = app(args=argv, standalone_mode=False)
+        if isinstance(rv, int) and not isinstance(rv, bool):
+            if rv == INTERRUPTED:
+                typer.echo("interrupted (an --out folder keeps its last checkpoint: --resume continues)", err=True)
+            return rv
     except MeshliftError as exc:
         typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
         return 2

@@ -94,9 +94,14 @@ def render(
         if mode == "pbr" or (mode == "auto" and probe is not None):
             if probe is None:
                 raise ConfigError("--mode pbr needs a light: --light PROBE.hdr (or probe.hdr in the asset folder)")
-            from meshlift.io.hdr import read_light
+            from meshlift.io.hdr import read_hdr
+            from meshlift.shading.light import EnvironmentLight
 
-            env = read_light(probe, trainable=False)
+            latlong = read_hdr(probe)
+            # cube faces of half the probe's height: its own angular resolution (a 90° face of H/2 texels
+            # against H rows over 180°); more only adds prefilter memory
+            res = max(16, min(256, int(latlong.shape[0]) // 2))
+            env = EnvironmentLight.from_latlong(latlong, res, trainable=False)
             env.build_mips()
             mode = "pbr"
         else:

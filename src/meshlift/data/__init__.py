@@ -38,7 +38,8 @@ def detect_format(path: str | Path) -> str:
 
     p = Path(path)
     if not p.exists():
-        raise DatasetError(f"dataset path {p} does not exist")
+        raise DatasetError(f"dataset path {p} does not exist; check the path (a relative one starts from the current "
+                           f"folder, {Path.cwd()})")
     if p.is_file():
         if p.suffix.lower() == ".json":
             return "blender" if p.name.startswith("transforms_") and (p.parent / "transforms_train.json").is_file() \

@@ -434,8 +434,10 @@ class StageClock:
 FINISHED_MARKER = "metrics.json"
 
 
-def prepare_output_dir(out: Optional[Path], *, resume: bool, overwrite: bool) -> None:
+def prepare_output_dir(out: Optional[Path], *, resume: bool, overwrite: bool, option: str = "--out") -> None:
     """Check ``out`` before anything is loaded, so a bad ``--out`` costs nothing and loses nothing.
+
+    ``option`` names the command's flag in the messages (``--out``, or ``--out-dir`` for ``convert``).
 
     Raises:
         OutputError: ``out`` is an existing file; it (or the nearest existing parent) is not writable; it
@@ -448,12 +450,12 @@ def prepare_output_dir(out: Optional[Path], *, resume: bool, overwrite: bool) ->
         return
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise OutputError(f"--out {out}: is an existing file, not a folder; choose another --out")
+        raise OutputError(f"{option} {out}: is an existing file, not a folder; choose another {option}")
     probe = out
     while not probe.exists():
         probe = probe.parent
     if not os.access(probe, os.W_OK | os.X_OK):
-        raise OutputError(f"--out {out}: {probe} is not writable; choose a folder you can write to")
+        raise OutputError(f"{option} {out}: {probe} is not writable; choose a folder you can write to")
     if resume or overwrite or not out.is_dir():
         return
     if (out / FINISHED_MARKER).is_file():
