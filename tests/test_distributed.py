@@ -499,3 +499,15 @@ def test_milo_regulariser_state_identical_on_two_ranks(tmp_path):
     for k in ("idx", "base", "shift", "tets", "labels"):
         assert torch.equal(g0[k], g1[k]), k
     assert torch.equal(g0["opt"]["state"][0]["exp_avg_sq"], g1["opt"]["state"][0]["exp_avg_sq"])
+
+
+def test_cli_gpus_checks_a_missing_input_before_starting_ranks(tmp_path, capsys, monkeypatch):
+    """A missing DATA under --gpus 2 is one error line from the launcher, and no rank is started."""
+    from meshlift.cli import launch
+    from meshlift.cli.main import main
+
+    started = []
+    monkeypatch.setattr(launch, "run_under_torchrun", lambda *a, **k: started.append(1) or 0)
+    code = main(["reconstruct", str(tmp_path / "nope"), "--gpus", "2", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and not started and "does not exist" in err and err.count("error:") == 1
