@@ -511,3 +511,16 @@ def test_cli_gpus_checks_a_missing_input_before_starting_ranks(tmp_path, capsys,
     code = main(["reconstruct", str(tmp_path / "nope"), "--gpus", "2", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2 and not started and "does not exist" in err and err.count("error:") == 1
+
+
+@pytest.mark.shared_data
+def test_cli_gpus_refuses_a_dataset_without_masks_before_starting_ranks(dataset, tmp_path, capsys, monkeypatch):
+    """The fox has no masks: the surface method under --gpus 2 says so once, before any rank starts."""
+    from meshlift.cli import launch
+    from meshlift.cli.main import main
+
+    started = []
+    monkeypatch.setattr(launch, "run_under_torchrun", lambda *a, **k: started.append(1) or 0)
+    code = main(["reconstruct", str(dataset("fox")), "--gpus", "2", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and not started and "--method gaussians" in err and err.count("error:") == 1

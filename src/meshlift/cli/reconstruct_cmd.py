@@ -184,10 +184,15 @@ def register(app: typer.Typer) -> None:
         if gpus != 1 and env_world_size() == 1:  # not yet a rank: start the ranks and wait for them
             from meshlift.cli.launch import run_under_torchrun
 
-            if data and not resume:  # a missing or unreadable input: one line here, not one per rank
-                from meshlift.data.views import sniff_input
+            if data and not resume:  # an input the method cannot use: one line here, not one per rank
+                if method == "nvdiffrec":
+                    from meshlift.methods.nvdiffrec.reconstruct import check_input
 
-                sniff_input(data)
+                    check_input(data, camera_convention)
+                else:
+                    from meshlift.data.views import sniff_input
+
+                    sniff_input(data)
 
             code = run_under_torchrun(gpus, echo=lambda line: console.print(f"[dim]{line}[/dim]"))
             raise typer.Exit(code)

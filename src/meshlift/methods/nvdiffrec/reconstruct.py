@@ -117,6 +117,32 @@ def _place_training_images(data: ProblemData, cfg: SurfaceConfig, device: torch.
     return dataclasses.replace(data, train=moved)
 
 
+def _no_masks_error(data: str):
+    from meshlift.errors import DatasetError
+
+    return DatasetError(
+        f"{data}: the images have neither masks nor an alpha channel; the surface method (nvdiffrec) "
+        "needs the object separated from its background. For a real scene without masks use the Gaussian "
+        "method (--method gaussians), or add masks (a masks/ folder, or RGBA images)")
+
+
+def check_input(data: str, camera_convention: Optional[str] = None) -> None:
+    """Refuse an input the surface method cannot use, reading only what that needs (file names, image
+    headers): a path that is neither a mesh nor a dataset, or a dataset without masks or alpha. The CLI
+    calls it before starting ``--gpus N`` ranks, so a bad input is one error, not one per rank.
+
+    Raises:
+        DatasetError: as :func:`load_problem` would for the same input.
+    """
+    if sniff_input(data) == "mesh":
+        return
+    from meshlift.data import load_scene
+
+    kwargs = {} if camera_convention is None else {"camera_convention": camera_convention}
+    if not load_scene(data, **kwargs).has_masks:
+        raise _no_masks_error(data)
+
+
 def load_problem(cfg: SurfaceConfig, device: torch.device) -> ProblemData:
     """Read ``cfg.data`` (dataset folder or mesh file) into a :class:`ProblemData`.
 
@@ -136,12 +162,7 @@ def load_problem(cfg: SurfaceConfig, device: torch.device) -> ProblemData:
                          train_res=cfg.train_res, data_device="cpu" if cfg.data_device == "auto" else cfg.data_device,
                          camera_convention=cfg.camera_convention)
     if data.train.masks is None:
-        from meshlift.errors import DatasetError
-
-        raise DatasetError(
-            f"{cfg.data}: the images have neither masks nor an alpha channel; the surface method (nvdiffrec) "
-            "needs the object separated from its background. For a real scene without masks use the Gaussian "
-            "method (--method gaussians), or add masks (a masks/ folder, or RGBA images)")
+        raise _no_masks_error(cfg.data)
     return _place_training_images(data, cfg, device)
 
 
