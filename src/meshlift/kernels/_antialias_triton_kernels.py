@@ -7,6 +7,8 @@ Imported only by that module, on first use (``triton`` is imported here at modul
 import triton
 import triton.language as tl
 
+from meshlift.kernels._rows_jit import ld3_index as _ld3_index
+
 
 @triton.jit
 def _signbit(x):
@@ -55,9 +57,7 @@ def _pair(rast_ptr, pos_ptr, tri_ptr, topo_ptr, p, valid, H, W, V,
     t = tl.maximum(tl.where(use1, id1, id0), 0)
     ref = tl.where(use1, q, p)
     ds = tl.where(use1, -1.0, 1.0)
-    v0 = tl.load(tri_ptr + t * 3, mask=cand, other=0).to(tl.int64)
-    v1 = tl.load(tri_ptr + t * 3 + 1, mask=cand, other=0).to(tl.int64)
-    v2 = tl.load(tri_ptr + t * 3 + 2, mask=cand, other=0).to(tl.int64)
+    v0, v1, v2 = _ld3_index(tri_ptr, t, cand)
     o0 = tl.load(topo_ptr + t * 3, mask=cand, other=-1)
     o1 = tl.load(topo_ptr + t * 3 + 1, mask=cand, other=-1)
     o2 = tl.load(topo_ptr + t * 3 + 2, mask=cand, other=-1)

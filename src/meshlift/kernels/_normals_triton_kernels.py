@@ -7,7 +7,7 @@ Imported only by that module, on first use (``triton`` is imported here at modul
 import triton
 import triton.language as tl
 
-from meshlift.kernels._rows_jit import ld3 as _ld3, st3 as _st3, add3 as _add3
+from meshlift.kernels._rows_jit import ld3 as _ld3, ld3_index as _ld3_index, st3 as _st3, add3 as _add3
 
 
 @triton.jit
@@ -26,9 +26,7 @@ def _norm_bwd(ux, uy, uz, s, live, gx, gy, gz):
 
 @triton.jit
 def _face(pos_ptr, tri_ptr, f, m):
-    i0 = tl.load(tri_ptr + f * 3, mask=m, other=0).to(tl.int64)
-    i1 = tl.load(tri_ptr + f * 3 + 1, mask=m, other=0).to(tl.int64)
-    i2 = tl.load(tri_ptr + f * 3 + 2, mask=m, other=0).to(tl.int64)
+    i0, i1, i2 = _ld3_index(tri_ptr, f, m)
     ax, ay, az = _ld3(pos_ptr, i0, m)
     bx, by, bz = _ld3(pos_ptr, i1, m)
     cx, cy, cz = _ld3(pos_ptr, i2, m)

@@ -10,7 +10,7 @@ import triton
 import triton.language as tl
 
 from meshlift.kernels._normals_triton_kernels import _norm, _norm_bwd
-from meshlift.kernels._rows_jit import ld3 as _ld3, st3 as _st3, add3 as _add3
+from meshlift.kernels._rows_jit import ld3 as _ld3, ld3_index as _ld3_index, st3 as _st3, add3 as _add3
 
 
 @triton.jit
@@ -87,9 +87,7 @@ def _angle_bwd(ax, ay, az, bx, by, bz, dth):
 @triton.jit
 def _uv_den(tex_ptr, ttri_ptr, f, m):
     """The face's UV derivatives: ``Δv₁, Δv₂`` (internal v) and ``den = Δu₁ Δv₂ − Δv₁ Δu₂``."""
-    j0 = tl.load(ttri_ptr + f * 3, mask=m, other=0).to(tl.int64)
-    j1 = tl.load(ttri_ptr + f * 3 + 1, mask=m, other=0).to(tl.int64)
-    j2 = tl.load(ttri_ptr + f * 3 + 2, mask=m, other=0).to(tl.int64)
+    j0, j1, j2 = _ld3_index(ttri_ptr, f, m)
     u0 = tl.load(tex_ptr + j0 * 2, mask=m, other=0.0)
     w0 = tl.load(tex_ptr + j0 * 2 + 1, mask=m, other=0.0)
     du1 = tl.load(tex_ptr + j1 * 2, mask=m, other=0.0) - u0
@@ -102,9 +100,7 @@ def _uv_den(tex_ptr, ttri_ptr, f, m):
 @triton.jit
 def _face(pos_ptr, tex_ptr, tri_ptr, ttri_ptr, f, m):
     """Corner positions, ``T_f = (Δp₁ Δv₂ − Δp₂ Δv₁) / den`` (den := 1 where unusable), the factors."""
-    i0 = tl.load(tri_ptr + f * 3, mask=m, other=0).to(tl.int64)
-    i1 = tl.load(tri_ptr + f * 3 + 1, mask=m, other=0).to(tl.int64)
-    i2 = tl.load(tri_ptr + f * 3 + 2, mask=m, other=0).to(tl.int64)
+    i0, i1, i2 = _ld3_index(tri_ptr, f, m)
     ax, ay, az = _ld3(pos_ptr, i0, m)
     bx, by, bz = _ld3(pos_ptr, i1, m)
     cx, cy, cz = _ld3(pos_ptr, i2, m)

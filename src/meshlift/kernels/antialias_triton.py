@@ -27,18 +27,14 @@ import.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 from torch.autograd.function import once_differentiable
+
+from meshlift.kernels._launch import on_device
 
 __all__ = ["antialias_triton"]
 
 _BLOCK = 128
-
-
-def _on(device: torch.device):
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def _cp(c: int) -> int:
@@ -58,7 +54,7 @@ class _AntialiasFn(torch.autograd.Function):
         av = torch.empty_like(ah)
         out = torch.empty_like(color)
         grid = ((n + _BLOCK - 1) // _BLOCK,)
-        with _on(color.device):
+        with on_device(color.device):
             for down, a in ((False, ah), (True, av)):
                 k.aa_pairs[grid](rast, pos, tri, topology, a, n, H, W, V, BATCHED=batched, DOWN=down, BLOCK=_BLOCK)
             k.aa_apply[grid](color, ah, av, out, n, H, W, C=C, CP=_cp(C), BLOCK=_BLOCK)
@@ -81,7 +77,7 @@ class _AntialiasFn(torch.autograd.Function):
         need_pos = ctx.needs_input_grad[1]
         g_pos = torch.zeros_like(pos) if need_pos else None
         grid = ((n + _BLOCK - 1) // _BLOCK,)
-        with _on(color.device):
+        with on_device(color.device):
             k.aa_bwd_color[grid](grad, color, ah, av, g_color, g_ah, g_av, n, H, W, C=C, CP=_cp(C), BLOCK=_BLOCK)
             if need_pos:
                 for down, ga in ((False, g_ah), (True, g_av)):

@@ -29,18 +29,14 @@ float32 only; differentiable once. ``triton`` is imported on first use, never at
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 from torch.autograd.function import once_differentiable
+
+from meshlift.kernels._launch import on_device
 
 __all__ = ["sample_cube_table_triton"]
 
 _BLOCK = 128
-
-
-def _on(device: torch.device):
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def _cp(c: int) -> int:
@@ -61,7 +57,7 @@ class _CubeFn(torch.autograd.Function):
         lmax = float(strides.shape[0] - 1)
         out = torch.empty(n, c, dtype=table.dtype, device=table.device)
         if n:
-            with _on(dirs.device):
+            with on_device(dirs.device):
                 k.cube_fwd[(triton.cdiv(n, _BLOCK),)](table, strides, offsets, dirs, level if mip else dirs, out, n,
                                                       lmax, C=c, CP=_cp(c), MIP=mip, BLOCK=_BLOCK)
         ctx.save_for_backward(table, dirs, level if mip else None, strides, offsets)
@@ -84,7 +80,7 @@ class _CubeFn(torch.autograd.Function):
         g_dir = torch.empty_like(dirs) if need_dir else dirs.new_empty(1)
         g_lvl = torch.empty(n, dtype=dirs.dtype, device=dirs.device) if (need_dir and ctx.mip) else dirs.new_empty(1)
         if n and (need_tab or need_dir):
-            with _on(dirs.device):
+            with on_device(dirs.device):
                 k.cube_bwd[(triton.cdiv(n, _BLOCK),)](
                     table, strides, offsets, dirs, level if ctx.mip else dirs, grad, g_tab, g_dir, g_lvl, n,
                     float(strides.shape[0] - 1), C=c, CP=_cp(c), MIP=ctx.mip, NEED_TAB=need_tab, NEED_DIR=need_dir,

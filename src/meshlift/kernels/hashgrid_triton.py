@@ -32,11 +32,12 @@ use, never at module import.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 
 import torch
 from torch.autograd.function import once_differentiable
+
+from meshlift.kernels._launch import on_device
 
 __all__ = ["hash_grid_encode_triton"]
 
@@ -232,11 +233,6 @@ def _kernels():
     return triton, _fwd, _bwd
 
 
-def _on(device: torch.device):
-    """Launch on the tensors' GPU (Triton launches on the current CUDA device)."""
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
-
-
 class _HashGridFn(torch.autograd.Function):
     """``(x [N, d] in [0,1], table [T_all, F]) -> [N, L·F]``; level metadata as non-differentiable tensors."""
 
@@ -249,7 +245,7 @@ class _HashGridFn(torch.autograd.Function):
         out = torch.empty(n, n_levels * f, dtype=table.dtype, device=table.device)
         if n:
             grid = (triton.cdiv(n, _BLOCK),)
-            with _on(x.device):
+            with on_device(x.device):
                 fwd[grid](x, table, out, res, strides, offsets, dense, n, n_levels, (1 << log2_t) - 1, _P1, _P2,
                           D=d, F=f, BLOCK=_BLOCK)
         ctx.save_for_backward(x, table, res, strides, offsets, dense)
@@ -269,7 +265,7 @@ class _HashGridFn(torch.autograd.Function):
         g_x = torch.empty_like(x) if need_x else x.new_empty(1)
         if n:
             grid = (triton.cdiv(n, _BLOCK),)
-            with _on(x.device):
+            with on_device(x.device):
                 bwd[grid](x, table, grad, g_table, g_x, res, strides, offsets, dense, n, res.shape[0],
                           (1 << ctx.log2_t) - 1, _P1, _P2, D=d, F=f, NEED_X=need_x, BLOCK=_BLOCK)
         return (g_x if need_x else None), g_table, None, None, None, None, None

@@ -18,18 +18,14 @@ Sec. 4 (log-sRGB tone-mapped L1 on HDR colour).
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 from torch.autograd.function import once_differentiable
+
+from meshlift.kernels._launch import on_device
 
 __all__ = ["tonemapped_l1_triton"]
 
 _BLOCK = 1024
-
-
-def _on(device: torch.device):
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 class _TonemappedL1Fn(torch.autograd.Function):
@@ -42,7 +38,7 @@ class _TonemappedL1Fn(torch.autograd.Function):
         blocks = (n + _BLOCK - 1) // _BLOCK
         part = torch.empty(max(blocks, 1), dtype=pred.dtype, device=pred.device)
         if blocks:
-            with _on(pred.device):
+            with on_device(pred.device):
                 k.tonemapped_l1_fwd[(blocks,)](pred, target, mask if mask is not None else pred, part, n, 1.0 / n,
                                                C=c, MASK=mask is not None, BLOCK=_BLOCK)
         else:
@@ -60,7 +56,7 @@ class _TonemappedL1Fn(torch.autograd.Function):
         g_pred = torch.empty_like(pred)
         blocks = (n + _BLOCK - 1) // _BLOCK
         if blocks and ctx.needs_input_grad[0]:
-            with _on(pred.device):
+            with on_device(pred.device):
                 k.tonemapped_l1_bwd[(blocks,)](pred, target, mask if mask is not None else pred,
                                                grad.reshape(1).to(pred.dtype).contiguous(), g_pred, n, 1.0 / n,
                                                C=int(pred.shape[-1]), MASK=mask is not None, BLOCK=_BLOCK)

@@ -20,22 +20,17 @@ tests/test_kernels_normals_triton.py. ``triton`` is imported on first use, never
 
 from __future__ import annotations
 
-import contextlib
+import functools
 
 import torch
 from torch.autograd.function import once_differentiable
 
+from meshlift.kernels._launch import grid_1d, on_device
+
 __all__ = ["mesh_normals_triton"]
 
 _BLOCK = 128
-
-
-def _on(device: torch.device):
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
-
-
-def _grid(n: int):
-    return (max(1, (n + _BLOCK - 1) // _BLOCK),)
+_grid = functools.partial(grid_1d, block=_BLOCK)  # one program per _BLOCK elements
 
 
 class _NormalsFn(torch.autograd.Function):
@@ -47,7 +42,7 @@ class _NormalsFn(torch.autograd.Function):
         face_n = torch.empty(T, 3, dtype=v_pos.dtype, device=v_pos.device)
         acc = torch.zeros_like(v_pos)
         vn = torch.empty_like(v_pos)
-        with _on(v_pos.device):
+        with on_device(v_pos.device):
             if T:
                 k.normals_face_fwd[_grid(T)](v_pos, tri, face_n, acc, T, BLOCK=_BLOCK)
             if V:
@@ -64,7 +59,7 @@ class _NormalsFn(torch.autograd.Function):
         T, V = tri.shape[0], v_pos.shape[0]
         g_pos = torch.zeros_like(v_pos)
         g_acc = torch.zeros_like(v_pos)
-        with _on(v_pos.device):
+        with on_device(v_pos.device):
             if g_vn is not None and V:
                 k.normals_vertex_bwd[_grid(V)](acc, g_vn.contiguous(), g_acc, V, BLOCK=_BLOCK)
             if T:

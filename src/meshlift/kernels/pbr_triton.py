@@ -33,22 +33,17 @@ Images", CVPR 2022, Sec. 4 (split-sum, Karis 2013), and nvdiffrec's ``bsdf_prepa
 
 from __future__ import annotations
 
-import contextlib
+import functools
 
 import torch
 from torch.autograd.function import once_differentiable
 
+from meshlift.kernels._launch import grid_1d, on_device
+
 __all__ = ["shading_normal_triton", "shade_prep_triton", "shade_combine_triton"]
 
 _BLOCK = 128
-
-
-def _on(device: torch.device):
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
-
-
-def _grid(n: int):
-    return ((n + _BLOCK - 1) // _BLOCK,)
+_grid = functools.partial(grid_1d, block=_BLOCK)  # one program per _BLOCK elements
 
 
 class _ShadingNormalFn(torch.autograd.Function):
@@ -64,7 +59,7 @@ class _ShadingNormalFn(torch.autograd.Function):
                      OPENGL=bool(opengl), BLOCK=_BLOCK)
         out = torch.empty_like(pos)
         if n:
-            with _on(pos.device):
+            with on_device(pos.device):
                 k.shading_normal_fwd[_grid(n)](pos, view, pert if has_pert else pos, nrm, tng, geom, out, n, **flags)
         ctx.save_for_backward(pos, view, pert, nrm, tng, geom)
         ctx.flags = flags
@@ -82,7 +77,7 @@ class _ShadingNormalFn(torch.autograd.Function):
         g_pert = torch.empty_like(pert) if pert is not None else pos.new_empty(1)
         g_tng = torch.empty_like(tng) if pert is not None else pos.new_empty(1)
         if n:
-            with _on(pos.device):
+            with on_device(pos.device):
                 k.shading_normal_bwd[_grid(n)](pos, view, pert if pert is not None else pos, nrm, tng, geom, grad,
                                                g_pos, g_view, g_pert, g_nrm, g_tng, g_geom, n, **ctx.flags)
         need = ctx.needs_input_grad
@@ -104,7 +99,7 @@ class _ShadePrepFn(torch.autograd.Function):
         consts = (float(lo), float(hi), float(n_levels - 2))
         single = int(n_levels) == 1
         if n:
-            with _on(pos.device):
+            with on_device(pos.device):
                 k.shade_prep_fwd[_grid(n)](pos, nrm, view, ks, refl, level, n, *consts, SINGLE=single, BLOCK=_BLOCK)
         ctx.save_for_backward(pos, nrm, view, ks)
         ctx.consts, ctx.single = consts, single
@@ -121,7 +116,7 @@ class _ShadePrepFn(torch.autograd.Function):
         g_level = pos.new_zeros(n) if g_level is None else g_level.contiguous()
         g_pos, g_nrm, g_view, g_ks = (torch.empty_like(t) for t in (pos, nrm, view, ks))
         if n:
-            with _on(pos.device):
+            with on_device(pos.device):
                 k.shade_prep_bwd[_grid(n)](pos, nrm, view, ks, g_refl, g_level, g_pos, g_nrm, g_view, g_ks, n,
                                            *ctx.consts, SINGLE=ctx.single, BLOCK=_BLOCK)
         need = ctx.needs_input_grad
@@ -140,7 +135,7 @@ class _ShadeCombineFn(torch.autograd.Function):
         out = torch.empty_like(pos)
         lh, lw = int(lut.shape[0]), int(lut.shape[1])
         if n:
-            with _on(pos.device):
+            with on_device(pos.device):
                 k.shade_combine_fwd[_grid(n)](pos, nrm, view, kd, ks, diffuse, spec, lut, out, n, lh, lw,
                                               BLOCK=_BLOCK)
         ctx.save_for_backward(pos, nrm, view, kd, ks, diffuse, spec, lut)
@@ -157,7 +152,7 @@ class _ShadeCombineFn(torch.autograd.Function):
         grad = grad.contiguous()
         gs = [torch.empty_like(t) for t in (pos, nrm, view, kd, ks, diffuse, spec)]
         if n:
-            with _on(pos.device):
+            with on_device(pos.device):
                 k.shade_combine_bwd[_grid(n)](pos, nrm, view, kd, ks, diffuse, spec, lut, grad, *gs, n,
                                               *ctx.lut_size, BLOCK=_BLOCK)
         need = ctx.needs_input_grad

@@ -28,24 +28,18 @@ grouping look-up included (int64 index lists; an int32 face list adds its int64 
 
 from __future__ import annotations
 
-import contextlib
+import functools
 
 import torch
 from torch.autograd.function import once_differentiable
 
 from meshlift.errors import MeshError
+from meshlift.kernels._launch import grid_1d, on_device
 
 __all__ = ["tangent_frames_triton"]
 
 _BLOCK = 128
-
-
-def _on(device: torch.device):
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
-
-
-def _grid(n: int):
-    return (max(1, (n + _BLOCK - 1) // _BLOCK),)
+_grid = functools.partial(grid_1d, block=_BLOCK)  # one program per _BLOCK elements
 
 
 class _TangentsFn(torch.autograd.Function):
@@ -56,7 +50,7 @@ class _TangentsFn(torch.autograd.Function):
         T, K = tri.shape[0], first.shape[0]
         acc = torch.zeros(K, 3, dtype=v_pos.dtype, device=v_pos.device)
         out = torch.empty(K, 4, dtype=v_pos.dtype, device=v_pos.device)
-        with _on(v_pos.device):
+        with on_device(v_pos.device):
             k.tangents_face_fwd[_grid(T)](v_pos, v_tex, v_nrm, tri, ttri, ntri, gi_t, acc, T, BLOCK=_BLOCK)
             k.tangents_group_fwd[_grid(K)](v_tex, v_nrm, ttri, ntri, first, acc, out, K, BLOCK=_BLOCK)
         ctx.save_for_backward(v_pos, v_nrm, v_tex, tri, ttri, ntri, gi_t, first, acc)
@@ -72,7 +66,7 @@ class _TangentsFn(torch.autograd.Function):
         g_acc = torch.empty_like(acc)
         g_pos = torch.zeros_like(v_pos)
         g_nrm = torch.zeros_like(v_nrm)
-        with _on(v_pos.device):
+        with on_device(v_pos.device):
             k.tangents_group_bwd[_grid(K)](v_tex, v_nrm, ttri, ntri, first, acc, g_out.contiguous(), g_acc, g_nrm, K,
                                            BLOCK=_BLOCK)
             k.tangents_face_bwd[_grid(T)](v_pos, v_tex, v_nrm, tri, ttri, ntri, gi_t, g_acc, g_pos, g_nrm, T,

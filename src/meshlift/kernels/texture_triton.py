@@ -30,10 +30,10 @@ on first use, never at module import.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 from torch.autograd.function import once_differentiable
+
+from meshlift.kernels._launch import on_device
 
 __all__ = ["texture_rows_triton"]
 
@@ -44,11 +44,6 @@ def _kernels():
     from meshlift.kernels import _texture_triton_kernels as k
 
     return k
-
-
-def _on(device: torch.device):
-    """Launch on the tensors' GPU (Triton launches on the current CUDA device)."""
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def _cp(c: int) -> int:
@@ -69,7 +64,7 @@ class _TextureRowsFn(torch.autograd.Function):
         lmax = float(offsets.shape[0] - 1)
         out = torch.empty(n, channels, dtype=flat.dtype, device=flat.device)
         if n:
-            with _on(uv.device):
+            with on_device(uv.device):
                 k.tex_fwd[(triton.cdiv(n, _BLOCK),)](
                     flat, uv, uv_da, offsets, heights, widths, out, n, float(w0), float(h0), lmax, int(lmax), ct,
                     C=channels, CP=_cp(channels), WRAP=wrap, BLOCK=_BLOCK)
@@ -93,7 +88,7 @@ class _TextureRowsFn(torch.autograd.Function):
         g_uv = torch.empty_like(uv) if need_uv else uv.new_empty(1)
         g_da = torch.empty_like(uv_da) if need_uv else uv.new_empty(1)
         if n and (need_tex or need_uv):
-            with _on(uv.device):
+            with on_device(uv.device):
                 k.tex_bwd[(triton.cdiv(n, _BLOCK),)](
                     flat, uv, uv_da, offsets, heights, widths, grad, g_flat, g_uv, g_da, n, float(w0), float(h0),
                     lmax, int(lmax), flat.shape[1], C=channels, CP=_cp(channels), WRAP=wrap, NEED_TEX=need_tex,

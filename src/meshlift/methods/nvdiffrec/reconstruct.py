@@ -155,12 +155,10 @@ def load_problem(cfg: SurfaceConfig, device: torch.device) -> ProblemData:
     if sniff_input(cfg.data) == "mesh":
         from meshlift.io.mesh import load_mesh
 
-        return _place_training_images(synthetic_problem(load_mesh(cfg.data), cfg, device, name=Path(cfg.data).name),
-                                      cfg, device)
+        return synthetic_problem(load_mesh(cfg.data), cfg, device, name=Path(cfg.data).name)
     data = scene_problem(cfg.data, background="black" if cfg.background == "black" else "white",
                          train_split=cfg.train_split, test_split=cfg.test_split, max_test_views=cfg.max_test_views,
-                         train_res=cfg.train_res, data_device="cpu" if cfg.data_device == "auto" else cfg.data_device,
-                         camera_convention=cfg.camera_convention)
+                         train_res=cfg.train_res, camera_convention=cfg.camera_convention)  # read into host memory
     if data.train.masks is None:
         raise _no_masks_error(cfg.data)
     return _place_training_images(data, cfg, device)
@@ -188,8 +186,9 @@ def synthetic_problem(mesh: Mesh, cfg: SurfaceConfig, device: torch.device, name
         background="black" if cfg.background == "black" else "white",
         device=device,
     )
-    return views_of(ds, background=cfg.background, data_device="cpu" if cfg.data_device == "auto" else cfg.data_device,
-                    name=name)
+    # rendered views land in host memory; the training ones then go where data_device says (the demo, which
+    # calls this directly, too)
+    return _place_training_images(views_of(ds, background=cfg.background, name=name), cfg, device)
 
 
 @dataclass
@@ -213,19 +212,15 @@ class ReconstructionResult:
     history: list = field(default_factory=list)
 
 
-def estimate_training_bytes(cfg: SurfaceConfig, n_views: int, height: int, width: int,
-                            device: Optional[torch.device] = None) -> int:
+def estimate_training_bytes(cfg: SurfaceConfig, n_views: int, height: int, width: int, device: torch.device) -> int:
     """A floor on the training memory: the training images (float32 RGBA) when they are kept on the GPU
-    (:func:`training_images_device` on ``device``; with ``device`` None: unless ``data_device`` is ``cpu``)
-    plus about 40 float32 buffers per rendered pixel of a batch (G-buffer, shading, their gradients) — what
-    grows with resolution × batch × views before any allocation happens."""
+    (:func:`training_images_device` on ``device``) plus about 40 float32 buffers per rendered pixel of a
+    batch (G-buffer, shading, their gradients) — what grows with resolution × batch × views before any
+    allocation happens."""
     per_pixel = 40 * 4
     batch_px = cfg.batch * cfg.spp * height * width
     images = n_views * height * width * 4 * 4
-    if device is None:
-        on_gpu = cfg.data_device != "cpu"
-    else:
-        on_gpu = training_images_device(cfg, device, images).type != "cpu"
+    on_gpu = training_images_device(cfg, device, images).type != "cpu"
     return int(batch_px * per_pixel + (images if on_gpu else 0))
 
 
