@@ -3,7 +3,8 @@
 Usage: ``python benchmarks/compile_kernels.py [--arch 90]``. Catches what the Triton interpreter of the CPU
 tests does not: constructs the compiler rejects (early returns, unsupported builtins, type mismatches).
 Every kernel of ``kernels/_pbr_triton_kernels.py``, ``_loss_triton_kernels.py`` and
-``_antialias_triton_kernels.py``, ``_normals_triton_kernels.py``, ``_tangents_triton_kernels.py`` and the CSR
+``_antialias_triton_kernels.py``, ``_normals_triton_kernels.py``, the raster and raster-backward kernels of
+``_raster_triton_kernels.py``, ``_tangents_triton_kernels.py`` and the CSR
 kernels of ``prefilter_triton.py`` is compiled in each constexpr variant the wrappers launch.
 """
 
@@ -83,6 +84,22 @@ def variants():
         yield A.aa_apply, dict.fromkeys(["color_ptr", "ah_ptr", "av_ptr", "out_ptr"], f) | {"n": i, "H": i, "W": i}, c
         yield A.aa_bwd_color, dict.fromkeys(["g_ptr", "color_ptr", "ah_ptr", "av_ptr", "g_color_ptr", "g_ah_ptr",
                                              "g_av_ptr"], f) | {"n": i, "H": i, "W": i}, c
+    from meshlift.kernels import _raster_triton_kernels as R
+    from meshlift.kernels import raster_triton as RT
+
+    th, tw = RT.DEFAULT_TILE
+    bh, bw = RT._BWD_TILE
+    for rng, gdb, final, unroll in itertools.product([False, True], [False, True], [False, True], [1, 2]):
+        c = {"RANGE": rng, "GRAD_DB": gdb, "TILE_H": th, "TILE_W": tw, "UNROLL": unroll, "FINAL": final}
+        yield R._raster_kernel, {"pos_ptr": f, "tri_ptr": "*i32", "offs_ptr": "*i32", "list_ptr": "*i32",
+                                 "xtab_ptr": f, "ytab_ptr": f, "scale_ptr": f, "rast_ptr": f, "db_ptr": f,
+                                 "key_ptr": i64, "vstride": i, "H": i, "W": i, "n_tx": i, "n_tiles": i}, c
+    for rng, has_g, has_db in itertools.product([False, True], repeat=3):
+        c = {"RANGE": rng, "HAS_G": has_g, "HAS_DB": has_db, "BH": bh, "BW": bw, "MAX_IDS": 8,
+             "MIN_PIX": RT._BWD_MIN_PIX}
+        yield R._raster_bwd_kernel, dict.fromkeys(["pos_ptr"], f) | {"tri_ptr": "*i32"} | dict.fromkeys(
+            ["rast_ptr", "grast_ptr", "gdb_ptr", "xtab_ptr", "ytab_ptr", "scale_ptr", "gpos_ptr"], f) | dict.fromkeys(
+            ["vstride", "H", "W", "n_tx", "gsb", "gsh", "gsw", "gsc", "dsb", "dsh", "dsw", "dsc"], i), c
     from meshlift.kernels import prefilter_triton as PF
 
     _, _rows, short_rows = PF._kernels()

@@ -188,6 +188,43 @@ def test_divergence_stops_cleanly_and_keeps_the_good_checkpoint(tmp_path, torus_
     assert (out / "mesh.glb").read_bytes() == glb and not (out / "metrics.json").exists()
 
 
+def test_diagnose_nonfinite_names_the_backward_op(tmp_path, torus_obj, monkeypatch, capsys):
+    """A finite forward whose backward makes a NaN (sqrt'(0) · 0) at the 3rd loss: the probe stops at that
+    step and names the gradient and PyTorch's backward function."""
+    import meshlift.methods.nvdiffrec.passes as passes
+
+    real, calls = passes.image_loss, {"n": 0}
+
+    def fake(out, views, cfg):
+        loss, mse = real(out, views, cfg)
+        calls["n"] += 1
+        if calls["n"] >= 3:
+            loss = loss + 0.0 * torch.sqrt(out["shaded"] - out["shaded"].detach()).sum()
+        return loss, mse
+
+    monkeypatch.setattr(passes, "image_loss", fake)
+    out = tmp_path / "out"
+    assert _run(torus_obj, out, "--set", "iter_pass1=6", "--set", "diagnose_nonfinite=true") == 2
+    err = capsys.readouterr().err
+    assert "pass 1, step 2: non-finite values: gradient of " in err, err
+    assert "SqrtBackward0" in err and "rolled back" not in err
+
+
+def test_diagnose_nonfinite_names_a_forward_tensor(tmp_path, torus_obj, monkeypatch, capsys):
+    _nan_loss_from(monkeypatch, 2)
+    out = tmp_path / "out"
+    assert _run(torus_obj, out, "--set", "iter_pass1=6", "--set", "diagnose_nonfinite=true") == 2
+    err = capsys.readouterr().err
+    assert "pass 1, step 1: non-finite values: forward image loss (1 NaN, 0 inf)" in err, err
+    assert "non-finite in the forward" in err
+
+
+def test_diagnose_nonfinite_leaves_a_finite_run_alone(tmp_path, torus_obj):
+    out = tmp_path / "out"
+    assert _run(torus_obj, out, "--set", "iter_pass1=3", "--set", "diagnose_nonfinite=true") == 0
+    assert math.isfinite(json.loads((out / "metrics.json").read_text())["psnr"])
+
+
 def test_divergence_guard_unit():
     p = torch.nn.Parameter(torch.ones(3))
     opt = torch.optim.Adam([p], lr=0.1)

@@ -246,6 +246,36 @@ def _raster_kernel(
 
 
 @triton.jit
+def _well_conditioned(e0, e1, e2, w0, w1, w2, cov):
+    """``(good, S, D)`` as ``rasterize.well_conditioned``: covered pixels whose ``Σe ≠ 0``, ``Σ e w ≠ 0`` and
+    whose edge values all have the sign of ``Σe`` (docs/conventions.md §3); ``S, D`` are 1 elsewhere."""
+    S = (e0 + e1) + e2
+    D = (e0 * w0 + e1 * w1) + e2 * w2
+    sg = tl.where(S < 0, -1.0, 1.0).to(e0.dtype)
+    good = cov & (S != 0) & (D != 0) & (e0 * sg >= 0) & (e1 * sg >= 0) & (e2 * sg >= 0)
+    return good, tl.where(good, S, 1.0), tl.where(good, D, 1.0)
+
+
+@triton.jit
+def _clamped_uvz(e0, e1, e2, z0, z1, z2, w0, w1, w2):
+    """``(u, v, z/w)`` of the clamped edge values, as ``rasterize.clamped_barycentrics``."""
+    S = (e0 + e1) + e2
+    sg = tl.where(S < 0, -1.0, 1.0).to(e0.dtype)
+    h0 = tl.maximum(e0 * sg, 0.0)
+    h1 = tl.maximum(e1 * sg, 0.0)
+    h2 = tl.maximum(e2 * sg, 0.0)
+    zero = (h0 + h1 + h2) <= 0
+    h0 = tl.where(zero, 1.0, h0).to(e0.dtype)
+    h1 = tl.where(zero, 1.0, h1).to(e0.dtype)
+    h2 = tl.where(zero, 1.0, h2).to(e0.dtype)
+    Sh = (h0 + h1) + h2
+    num = (h0 * z0 + h1 * z1) + h2 * z2
+    den = (h0 * w0 + h1 * w1) + h2 * w2
+    zw = tl.where(den != 0, _div(num, tl.where(den != 0, den, 1.0)), 0.0)
+    return _div(h0, Sh), _div(h1, Sh), zw
+
+
+@triton.jit
 def _write_rast(pos_ptr, tri_ptr, scale_ptr, rast_ptr, db_ptr, best_t, px, py, pix, inimg, vbase, big_t, GRAD_DB: tl.constexpr):
     """rast (u, v, z/w, id + 1) and, with GRAD_DB, rast_db of the winners (0 where empty)."""
     cov = inimg & (best_t != big_t)
@@ -263,11 +293,11 @@ def _write_rast(pos_ptr, tri_ptr, scale_ptr, rast_ptr, db_ptr, best_t, px, py, p
     e0 = qa1 * qc2 - qa2 * qc1
     e1 = qa2 * qc0 - qa0 * qc2
     e2 = qa0 * qc1 - qa1 * qc0
-    S = tl.where(cov, (e0 + e1) + e2, 1.0)
-    D = tl.where(cov, (e0 * w0 + e1 * w1) + e2 * w2, 1.0)
-    u = tl.where(cov, _div(e0, S), 0.0)
-    v = tl.where(cov, _div(e1, S), 0.0)
-    zw = tl.where(cov, _div((e0 * z0 + e1 * z1) + e2 * z2, D), 0.0)
+    good, S, D = _well_conditioned(e0, e1, e2, w0, w1, w2, cov)
+    hu, hv, hzw = _clamped_uvz(e0, e1, e2, z0, z1, z2, w0, w1, w2)
+    u = tl.where(good, _div(e0, S), tl.where(cov, hu, 0.0))
+    v = tl.where(good, _div(e1, S), tl.where(cov, hv, 0.0))
+    zw = tl.where(good, _div((e0 * z0 + e1 * z1) + e2 * z2, D), tl.where(cov, hzw, 0.0))
     idf = tl.where(cov, (tw + 1).to(px.dtype), 0.0)
     ch = tl.arange(0, 4)
     c2d = ch[None, :]
@@ -286,10 +316,10 @@ def _write_rast(pos_ptr, tri_ptr, scale_ptr, rast_ptr, db_ptr, best_t, px, py, p
         dSy = de0y + de1y + de2y
         sx = tl.load(scale_ptr + 0)  # (2/W, 2/H) in the dtype, as torch's scale tensor
         sy = tl.load(scale_ptr + 1)
-        dudx = tl.where(cov, (de0x - u * dSx) * iS * sx, 0.0)
-        dudy = tl.where(cov, (de0y - u * dSy) * iS * sy, 0.0)
-        dvdx = tl.where(cov, (de1x - v * dSx) * iS * sx, 0.0)
-        dvdy = tl.where(cov, (de1y - v * dSy) * iS * sy, 0.0)
+        dudx = tl.where(good, (de0x - u * dSx) * iS * sx, 0.0)
+        dudy = tl.where(good, (de0y - u * dSy) * iS * sy, 0.0)
+        dvdx = tl.where(good, (de1x - v * dSx) * iS * sx, 0.0)
+        dvdy = tl.where(good, (de1y - v * dSy) * iS * sy, 0.0)
         dval = tl.where(c2d == 0, dudx[:, None], tl.where(c2d == 1, dudy[:, None], tl.where(c2d == 2, dvdx[:, None], dvdy[:, None])))
         tl.store(db_ptr + pix[:, None] * 4 + c2d, dval, mask=inimg[:, None])
 
@@ -359,8 +389,12 @@ def _raster_bwd_kernel(
     e0 = qa1 * qc2 - qa2 * qc1
     e1 = qa2 * qc0 - qa0 * qc2
     e2 = qa0 * qc1 - qa1 * qc0
-    iS = 1.0 / tl.where(cov, (e0 + e1) + e2, 1.0)
-    iD = 1.0 / tl.where(cov, (e0 * w0 + e1 * w1) + e2 * w2, 1.0)
+    cov, S, D = _well_conditioned(e0, e1, e2, w0, w1, w2, cov)  # ill-conditioned pixels: no gradient
+    iS = 1.0 / S
+    iD = 1.0 / D
+    gu = tl.where(cov, gu, 0.0)
+    gv = tl.where(cov, gv, 0.0)
+    gzw = tl.where(cov, gzw, 0.0)
     gz = gzw * iD
     gS = tl.zeros([BH * BW], dtype=u.dtype)
     if HAS_DB:

@@ -104,6 +104,40 @@ def visible_triangles(
         ) from e
 
 
+def well_conditioned(e: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Which covered pixels have trustworthy barycentrics (docs/conventions.md §3), and safe denominators.
+
+    Args:
+        e: ``[P, 3]`` edge values ``e_k`` at the points; w: ``[P, 3]`` the vertices' clip ``w``.
+
+    Returns:
+        ``(ok [P] bool, S [P], D [P])``: ``ok`` where ``Σe ≠ 0``, ``Σ e_k w_k ≠ 0`` and no ``e_k`` has the
+        opposite sign of ``Σe``; ``S = Σe`` and ``D = Σ e_k w_k`` where ``ok`` and 1 elsewhere (so that
+        divisions by them are finite everywhere, and so are their gradients under ``torch.where``).
+    """
+    S = (e[:, 0] + e[:, 1]) + e[:, 2]
+    D = (e[:, 0] * w[:, 0] + e[:, 1] * w[:, 1]) + e[:, 2] * w[:, 2]
+    sg = torch.where(S < 0, -1.0, 1.0).to(e.dtype).unsqueeze(1)
+    ok = (S != 0) & (D != 0) & ((e * sg) >= 0).all(1)
+    return ok, torch.where(ok, S, 1.0), torch.where(ok, D, 1.0)
+
+
+def clamped_barycentrics(e: torch.Tensor, z: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``(u, v, z/w) [P, 3]`` of the clamped edge values ``max(sign(Σe)·e_k, 0)`` (no gradient): the values
+    an ill-conditioned pixel takes (docs/conventions.md §3). The centroid where all clamp to 0, ``z/w`` 0
+    where its denominator is 0."""
+    e = e.detach()
+    S = (e[:, 0] + e[:, 1]) + e[:, 2]
+    sg = torch.where(S < 0, -1.0, 1.0).to(e.dtype).unsqueeze(1)
+    eh = (e * sg).clamp(min=0)
+    eh = torch.where((eh.sum(1, keepdim=True) > 0), eh, torch.ones_like(eh))  # all zero: the centroid
+    Sh = eh.sum(1)
+    num = (eh * z.detach()).sum(1)
+    den = (eh * w.detach()).sum(1)
+    zw = torch.where(den != 0, num / torch.where(den != 0, den, 1.0), 0.0)
+    return torch.stack([eh[:, 0] / Sh, eh[:, 1] / Sh, zw], dim=-1)
+
+
 def barycentrics_at(
     verts: torch.Tensor, px: torch.Tensor, py: torch.Tensor, grad_db: bool = True
 ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -116,7 +150,8 @@ def barycentrics_at(
 
     Returns:
         ``uvz [P, 3]`` = ``(u, v, z/w)`` with ``u, v`` the weights of the first and second vertex, and
-        ``db [P, 4]`` = ``(du/dpx, du/dpy, dv/dpx, dv/dpy)`` in NDC units (or None).
+        ``db [P, 4]`` = ``(du/dpx, du/dpy, dv/dpx, dv/dpy)`` in NDC units (or None). Ill-conditioned points
+        (:func:`well_conditioned`) take :func:`clamped_barycentrics`, ``db = 0`` and no gradient.
 
     Formula (homogeneous rasterization, Olano & Greer 1997): with ``a_k = x_k − px·w_k``,
     ``c_k = y_k − py·w_k``, ``e_k = a_{k+1} c_{k+2} − a_{k+2} c_{k+1}``, ``u = e_0/Σe``, ``v = e_1/Σe``,
@@ -131,12 +166,13 @@ def barycentrics_at(
     e0 = a1 * c2 - a2 * c1
     e1 = a2 * c0 - a0 * c2
     e2 = a0 * c1 - a1 * c0
-    S = e0 + e1 + e2
+    e = torch.stack([e0, e1, e2], 1)
+    ok, S, D = well_conditioned(e, w)
     inv = 1.0 / S
     u = e0 * inv
     v = e1 * inv
-    zw = (e0 * z[:, 0] + e1 * z[:, 1] + e2 * z[:, 2]) / (e0 * w0 + e1 * w1 + e2 * w2)
-    uvz = torch.stack([u, v, zw], dim=-1)
+    zw = (e0 * z[:, 0] + e1 * z[:, 1] + e2 * z[:, 2]) / D
+    uvz = torch.where(ok.unsqueeze(1), torch.stack([u, v, zw], dim=-1), clamped_barycentrics(e, z, w))
     if not grad_db:
         return uvz, None
     # d a_k / d px = -w_k ; d c_k / d py = -w_k
@@ -152,7 +188,8 @@ def barycentrics_at(
     dudy = (de0y - u * dSy) * inv
     dvdx = (de1x - v * dSx) * inv
     dvdy = (de1y - v * dSy) * inv
-    return uvz, torch.stack([dudx, dudy, dvdx, dvdy], dim=-1)
+    db = torch.where(ok.unsqueeze(1), torch.stack([dudx, dudy, dvdx, dvdy], dim=-1), 0.0)
+    return uvz, db
 
 
 def _uvz_lean(verts: torch.Tensor, px: torch.Tensor, py: torch.Tensor) -> torch.Tensor:
@@ -161,8 +198,11 @@ def _uvz_lean(verts: torch.Tensor, px: torch.Tensor, py: torch.Tensor) -> torch.
     ac = verts[..., :2].permute(2, 0, 1) - torch.stack([px, py]).unsqueeze(2) * verts[..., 3]  # [2, P, 3]
     ac1, ac2 = ac.roll(-1, 2), ac.roll(-2, 2)  # vertex k + 1, k + 2
     e = ac1[0] * ac2[1] - ac2[0] * ac1[1]  # [P, 3] edge functions
-    zw = (e.unsqueeze(1) * verts[..., 2:].transpose(1, 2)).sum(2)  # [P, 2] = (Σ e z, Σ e w)
-    return torch.cat([e[:, :2] / e.sum(1, keepdim=True), zw[:, :1] / zw[:, 1:]], 1)
+    w = verts[..., 3]
+    ok, S, D = well_conditioned(e, w)
+    zw = (e * verts[..., 2]).sum(1)
+    lean = torch.cat([e[:, :2] / S.unsqueeze(1), (zw / D).unsqueeze(1)], 1)
+    return torch.where(ok.unsqueeze(1), lean, clamped_barycentrics(e, verts[..., 2], w))
 
 
 class _Barycentrics(torch.autograd.Function):
@@ -197,10 +237,12 @@ class _Barycentrics(torch.autograd.Function):
             a1, c1 = a.roll(-1, 1), c.roll(-1, 1)  # k + 1
             a2, c2 = a.roll(-2, 1), c.roll(-2, 1)  # k + 2
             e = a1 * c2 - a2 * c1  # e_k = a_{k+1} c_{k+2} - a_{k+2} c_{k+1}
-            iS = 1.0 / e.sum(1, keepdim=True)
-            iD = 1.0 / (e * w).sum(1, keepdim=True)
+            ok, S, D = well_conditioned(e, w)  # ill-conditioned points pass no gradient
+            okf = ok.to(e.dtype).unsqueeze(1)
+            iS = okf / S.unsqueeze(1)
+            iD = 1.0 / D.unsqueeze(1)
             u, v, zw = uvz[:, 0:1], uvz[:, 1:2], uvz[:, 2:3]
-            gz = g_uvz[:, 2:3] * iD
+            gz = g_uvz[:, 2:3] * iD * okf
             # dL/de_k = (gu (δ_k0 − u) + gv (δ_k1 − v)) / S + gz (z_k − zw w_k) / D
             guv = F.pad(g_uvz[:, 0:2], (0, 1)) - (g_uvz[:, 0:1] * u + g_uvz[:, 1:2] * v)
             ge = guv * iS + gz * (z - zw * w)

@@ -194,6 +194,10 @@ class SurfaceConfig:
     loss history and the NaN guard see the values at that cadence (and at previews, checkpoints, the end).
     0 = every step on the CPU (no cost there), every 10 steps on a GPU. The recorded values do not depend
     on it."""
+    diagnose_nonfinite: bool = False
+    """Diagnosis of a diverging run: check the loss terms, the render and every gradient each step (one host
+    sync per step, slower), and at the first NaN/inf repeat the step under PyTorch's anomaly detection and stop
+    with an error naming the tensor and the op (``meshlift.methods.diagnose``)."""
     eval_samples: int = 200000
     """Surface samples per mesh for Chamfer / F-score."""
     fscore_threshold_frac: float = 0.01

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from meshlift.data.views import ProblemData
 from meshlift.errors import MeshError
+from meshlift.methods.diagnose import NonfiniteProbe
 from meshlift.methods.distributed import SINGLE, DistContext, SyncedCadence
 from meshlift.methods.engine import (NO_STAGES, CheckpointCadence, Checkpointer, DivergenceGuard, ExponentialLR,
                                      LossReadback, Monitor, StageClock, TrainState, ViewSampler, end_step)
@@ -193,9 +194,12 @@ def run_pass1(
 
     readback = LossReadback(readback_every(cfg, device))
     observe = getattr(deadline, "observe", None)
-    for it in range(start, total):
-        with stages("views"):
-            views = data.train.batch(dist.share(sampler.next()), device)
+    probe = NonfiniteProbe("pass 1", [(f"{k}.{n}", p) for k, m in (("geometry", geom), ("material", material),
+                                      ("light", light)) if k != "light" or light_trainable
+                                      for n, p in m.named_parameters()], cfg.diagnose_nonfinite)
+
+    def forward(it: int, views):
+        """The step's forward: ``(mesh, out, total_loss, mse, forward tensors for the probe)``."""
         if light_trainable:
             with stages("light"):
                 light.build_mips()
@@ -223,11 +227,20 @@ def run_pass1(
             if light_trainable and cfg.light_reg_weight > 0:
                 reg = reg + cfg.light_reg_weight * light.regularizer()
             total_loss = loss + reg
+        named = {"vertices": mesh.v_pos, "alpha": out.get("alpha"), "shaded": out.get("shaded"),
+                 "image loss": loss, "regularisers": reg}
+        return mesh, out, total_loss, mse, named
+
+    for it in range(start, total):
+        with stages("views"):
+            views = data.train.batch(dist.share(sampler.next()), device)
+        mesh, out, total_loss, mse, named = forward(it, views)
         with stages("backward"):
             opt_geom.zero_grad(set_to_none=True)
             opt_mat.zero_grad(set_to_none=True)
             total_loss.backward()
             dist.all_reduce_gradients(params, weight)
+        probe.check(it, named, lambda: forward(it, views)[2])
         with stages("optimizer"):
             opt_geom.step()
             opt_mat.step()
@@ -475,9 +488,12 @@ def run_pass2(
 
     readback = LossReadback(readback_every(cfg, device))
     jitter = PASS2_JITTER_SCALE * cfg.kd_smooth_jitter if cfg.kd_smooth_weight > 0 else 0.0
-    for it in range(start, total):
-        with stages("views"):
-            views = data.train.batch(dist.share(sampler.next()), device)
+    named_params = [(n, p) for n, p in params.items()] + (
+        [(f"light.{n}", p) for n, p in light.named_parameters()] if light_trainable else [])
+    probe = NonfiniteProbe("pass 2", named_params, cfg.diagnose_nonfinite)
+
+    def forward(it: int, views):
+        """The step's forward: ``(out, total_loss, mse, forward tensors for the probe)``."""
         if light_trainable:
             with stages("light"):
                 light.build_mips()
@@ -493,11 +509,19 @@ def run_pass2(
             if light_trainable and cfg.light_reg_weight > 0:
                 reg = reg + cfg.light_reg_weight * light.regularizer()
             total_loss = loss + reg
+        named = {"alpha": out.get("alpha"), "shaded": out.get("shaded"), "image loss": loss, "regularisers": reg}
+        return out, total_loss, mse, named
+
+    for it in range(start, total):
+        with stages("views"):
+            views = data.train.batch(dist.share(sampler.next()), device)
+        out, total_loss, mse, named = forward(it, views)
         with stages("backward"):
             opt.zero_grad(set_to_none=True)
             opt_v.zero_grad(set_to_none=True)
             total_loss.backward()
             dist.all_reduce_gradients(train_params, weight)
+        probe.check(it, named, lambda: forward(it, views)[1])
         with stages("optimizer"):
             opt.step()
             if cfg.optimize_vertices:

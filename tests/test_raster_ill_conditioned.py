@@ -1,0 +1,128 @@
+"""Slivers and edge-on triangles: covered pixels whose edge values disagree in sign or sum to 0 (found by a
+random search on 2026-12-01; one such pixel made the ethiopian-head run's pass 1 diverge on the H200, step
+1824: NaN barycentrics → NaN positions → NaN material). docs/conventions.md §3: such a pixel keeps its
+triangle, takes the clamped-edge barycentrics and passes no gradient; every other pixel is unchanged."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from meshlift.render import rasterize  # noqa: E402
+from meshlift.render.rasterize import barycentrics_at, clamped_barycentrics, well_conditioned  # noqa: E402
+
+#: Triangles (clip space) whose pixel (row, col) at 64² was covered with u, v outside [0, 1] before the fix.
+SLIVERS = [
+    ([[0.9031035900115967, 1.0164371728897095, -0.14732520282268524, 1.7543509006500244],
+      [0.4621327519416809, 0.15475888550281525, -0.20013174414634705, 0.6255573034286499],
+      [0.3132416903972626, 0.34573328495025635, 0.24615220725536346, 0.6034194231033325]], (50, 48)),
+    ([[-1.4033633470535278, -0.17436683177947998, -1.28132164478302, 1.9519959688186646],
+      [0.13074707984924316, 0.38376253843307495, -0.2514658272266388, 0.44170650839805603],
+      [0.1493949145078659, 0.59686678647995, -0.028285842388868332, 0.7734129428863525]], (48, 29)),
+    ([[0.16526362299919128, -0.042353324592113495, -0.04511897265911102, 0.50055992603302],
+      [-0.4082963764667511, -0.8692235350608826, -0.018789533525705338, 0.9835574626922607],
+      [0.6284024715423584, -0.20182040333747864, 0.8223080635070801, 1.9963127374649048]], (18, 32)),
+    ([[-0.5299832224845886, -0.4841731786727905, 0.1445283144712448, 0.6707483530044556],
+      [0.3248061239719391, -0.19835595786571503, 0.5371348857879639, 0.9385359287261963],
+      [-0.9097552299499512, -1.1121982336044312, -1.5327439308166504, 1.9177976846694946]], (11, 12)),
+]
+
+
+#: A well-conditioned triangle, rendered as a fifth image (its pixels carry the gradient).
+REGULAR = [[-0.6, -0.5, 0.1, 1.0], [0.7, -0.4, 0.2, 1.2], [0.0, 0.6, 0.3, 0.9]]
+
+
+def _scene():
+    """Each sliver alone in one image (it covers the one pixel listed), then the regular triangle."""
+    pos = torch.tensor([v for verts, _ in SLIVERS for v in verts] + REGULAR, dtype=torch.float32)
+    tri = torch.arange(3 * len(SLIVERS) + 3, dtype=torch.int32).view(-1, 3)
+    ranges = torch.tensor([[k, 1] for k in range(len(SLIVERS) + 1)], dtype=torch.int32)
+    return pos, tri, ranges
+
+
+def _check_valid(rast):
+    cov = rast[..., 3] > 0
+    u, v, zw = rast[..., 0][cov], rast[..., 1][cov], rast[..., 2][cov]
+    assert torch.isfinite(rast).all()
+    assert (u >= 0).all() and (v >= 0).all() and (u + v <= 1 + 1e-6).all()
+    assert (zw.abs() <= 1 + 1e-5).all()
+    return cov
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("grad_db", [False, True])
+def test_sliver_pixels_get_valid_barycentrics_and_finite_gradients(backend, grad_db):
+    if backend == "triton":
+        pytest.importorskip("triton")
+    pos, tri, ranges = _scene()
+    pos = pos.requires_grad_(True)
+    rast, db = rasterize(pos, tri, (64, 64), ranges=ranges, grad_db=grad_db, backend=backend)
+    cov = _check_valid(rast.detach())
+    for k, (_, (i, j)) in enumerate(SLIVERS):
+        assert int(rast[k, i, j, 3]) == k + 1  # the pixel stays covered by its triangle
+    loss = (rast[..., :3] * torch.randn_like(rast[..., :3])).sum() + (db * 1.0).sum()
+    (g,) = torch.autograd.grad(loss, pos)
+    n = 3 * len(SLIVERS)
+    assert torch.isfinite(g).all() and g[n:].abs().sum() > 0
+    assert torch.equal(g[:n], torch.zeros_like(g[:n]))  # each sliver's one pixel is ill-conditioned
+    assert cov[-1].sum() > 200
+
+
+def test_triton_matches_torch_on_slivers():
+    pytest.importorskip("triton")
+    pos, tri, ranges = _scene()
+    out = {}
+    for be in ("torch", "triton"):
+        p = pos.clone().requires_grad_(True)
+        rast, db = rasterize(p, tri, (64, 64), ranges=ranges, grad_db=True, backend=be)
+        w = torch.linspace(-1, 1, rast[..., :3].numel()).view_as(rast[..., :3])
+        (g,) = torch.autograd.grad((rast[..., :3] * w).sum() + db.sum(), p)
+        out[be] = (rast.detach(), db.detach(), g)
+    ra, da, ga = out["torch"]
+    rb, dbb, gb = out["triton"]
+    assert torch.equal(ra[..., 3], rb[..., 3])
+    torch.testing.assert_close(ra, rb, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(da, dbb, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(ga, gb, atol=1e-3, rtol=1e-4)
+
+
+def test_edge_on_point_gets_the_centroid_and_no_gradient():
+    # collinear vertices, the point on their line: every edge value is 0 (before: 0/0 = NaN)
+    verts = torch.tensor([[[-0.5, 0.0, 0.1, 1.0], [0.5, 0.0, 0.2, 1.0], [0.0, 0.0, 0.3, 1.0]]],
+                         dtype=torch.float64, requires_grad=True)
+    px, py = torch.tensor([0.1], dtype=torch.float64), torch.tensor([0.0], dtype=torch.float64)
+    uvz, db = barycentrics_at(verts, px, py, True)
+    torch.testing.assert_close(uvz, torch.tensor([[1 / 3, 1 / 3, 0.2]], dtype=torch.float64))
+    assert torch.equal(db, torch.zeros_like(db))
+    (g,) = torch.autograd.grad(uvz.sum() + db.sum(), verts)
+    assert torch.equal(g, torch.zeros_like(g))
+
+
+def test_well_conditioned_points_are_unchanged_bitwise():
+    torch.manual_seed(3)
+    P = 500
+    verts = torch.randn(P, 3, 4)
+    verts[..., 3] = verts[..., 3].abs() + 0.5
+    lam = torch.rand(P, 3)
+    lam = lam / lam.sum(1, keepdim=True)
+    ndc = (lam.unsqueeze(2) * (verts[..., :2] / verts[..., 3:])).sum(1)  # a point inside each triangle
+    px, py = ndc[:, 0], ndc[:, 1]
+    uvz, _ = barycentrics_at(verts, px, py, False)
+    x, y, z, w = verts.unbind(-1)
+    a, c = x - px[:, None] * w, y - py[:, None] * w
+    e = torch.stack([a[:, 1] * c[:, 2] - a[:, 2] * c[:, 1], a[:, 2] * c[:, 0] - a[:, 0] * c[:, 2],
+                     a[:, 0] * c[:, 1] - a[:, 1] * c[:, 0]], 1)
+    ok, _, _ = well_conditioned(e, w)
+    assert ok.float().mean() > 0.95
+    S = (e[:, 0] + e[:, 1]) + e[:, 2]
+    exact = torch.stack([e[:, 0] * (1.0 / S), e[:, 1] * (1.0 / S),
+                         (e[:, 0] * z[:, 0] + e[:, 1] * z[:, 1] + e[:, 2] * z[:, 2])
+                         / (e[:, 0] * w[:, 0] + e[:, 1] * w[:, 1] + e[:, 2] * w[:, 2])], 1)
+    assert torch.equal(uvz[ok], exact[ok])
+    clamped = clamped_barycentrics(e, z, w)
+    torch.testing.assert_close(clamped[ok], exact[ok], atol=1e-5, rtol=1e-5)
