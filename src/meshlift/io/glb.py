@@ -233,9 +233,12 @@ def _has_texture(mat: Material) -> bool:
 
 def _material_json(mat: Material, b: _Builder, gltf: dict, textured: bool, occlusion: Optional[bool],
                    path: Path) -> dict:
+    pending: list[tuple[dict, np.ndarray]] = []  # encoded together at the end (one thread per map)
+
     def add_image(arr: np.ndarray, name: str) -> int:
-        view = b.view(tex.encode_png(arr))
-        gltf.setdefault("images", []).append({"bufferView": view, "mimeType": "image/png", "name": name})
+        image = {"bufferView": -1, "mimeType": "image/png", "name": name}
+        pending.append((image, arr))
+        gltf.setdefault("images", []).append(image)
         gltf.setdefault("samplers", [{"magFilter": 9729, "minFilter": 9987, "wrapS": 10497, "wrapT": 10497}])
         gltf.setdefault("textures", []).append({"sampler": 0, "source": len(gltf["images"]) - 1})
         return len(gltf["textures"]) - 1
@@ -274,6 +277,8 @@ def _material_json(mat: Material, b: _Builder, gltf: dict, textured: bool, occlu
             out["occlusionTexture"] = {"index": ti}
     if mat.normal is not None and textured:
         out["normalTexture"] = {"index": add_image(tex.normal_to_file(mat.normal), "normal")}
+    for (image, _), data in zip(pending, tex.encode_pngs([a for _, a in pending])):
+        image["bufferView"] = b.view(data)  # in the order the images were added, as before
     return out
 
 

@@ -481,25 +481,23 @@ def save_obj(path: str | Path, mesh: Mesh, *, write_colors: bool = True) -> list
     if mat is not None:
         names = texture_names(stem)
         mtl = [f"# written by meshlift\nnewmtl {mat.name}\nbsdf pbr\n"]
+        images: list[tuple[Path, np.ndarray]] = []  # encoded together below (one thread per map)
         if tuple(mat.kd.shape[:2]) == (1, 1):  # constants stay exact as Kd / Ks
             mtl.append("Kd %.9g %.9g %.9g\n" % tuple(tex.kd_to_file(mat.kd)[0, 0, :3].tolist()))
         else:
-            kd_path = path.parent / names["kd"]
-            kd_path.write_bytes(tex.encode_png(tex.kd_to_file(mat.kd)))
-            written.append(kd_path)
+            images.append((path.parent / names["kd"], tex.kd_to_file(mat.kd)))
             mtl.append("Kd 1 1 1\n" + f"map_Kd {names['kd']}\n")
         if mat.ks is not None and tuple(mat.ks.shape[:2]) == (1, 1):
             mtl.append("Ks %.9g %.9g %.9g\n" % tuple(mat.ks[0, 0, :3].double().tolist()))
         elif mat.ks is not None:
-            ks_path = path.parent / names["ks"]
-            ks_path.write_bytes(tex.encode_png(np.clip(mat.ks.detach().cpu().float().numpy(), 0, 1)))
-            written.append(ks_path)
+            images.append((path.parent / names["ks"], np.clip(mat.ks.detach().cpu().float().numpy(), 0, 1)))
             mtl.append(f"map_Ks {names['ks']}\n")
         if mat.normal is not None:
-            n_path = path.parent / names["n"]
-            n_path.write_bytes(tex.encode_png(tex.normal_to_file(mat.normal)))
-            written.append(n_path)
+            images.append((path.parent / names["n"], tex.normal_to_file(mat.normal)))
             mtl.append(f"bump {names['n']}\n")
+        for (img_path, _), data in zip(images, tex.encode_pngs([a for _, a in images])):
+            img_path.write_bytes(data)
+            written.append(img_path)
         mtl_path = path.with_suffix(".mtl")
         mtl_path.write_text("".join(mtl), encoding="utf-8")
         written.append(mtl_path)

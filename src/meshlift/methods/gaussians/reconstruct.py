@@ -241,7 +241,7 @@ def summary_lines(result: GaussiansResult) -> list[str]:
              f"{m['gaussians']:,} Gaussians, {m['steps']} steps at {m['steps_per_s']:.2f} steps/s"]
     t = m.get("timings", {})
     if t:
-        lines.append(f"wall time of this command {t.get('total_s', 0):.1f} s; training time over all sessions "
+        lines.append(f"reconstruction {t.get('total_s', 0):.1f} s (data, training, evaluation); training time over all sessions "
                      f"{t.get('train_s', 0):.1f} s")
     if result.files:
         lines.append(f"[bold]PLY[/bold] {result.files['ply']}   metrics {result.files['metrics']}")

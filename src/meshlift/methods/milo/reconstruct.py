@@ -464,7 +464,7 @@ def summary_lines(result: MiloResult) -> list[str]:
     if m.get("fscore") is not None:
         lines.append(f"[bold]F-score[/bold] (1% of bbox diagonal) {m['fscore']:.4f}   Chamfer-L1 "
                      f"{f(m['chamfer_l1'], '.5f')}")
-    lines.append(f"wall time {m['wall_time_s']:.1f} s" + (f", peak GPU memory {m['peak_gpu_memory_gb']:.2f} GB"
+    lines.append(f"reconstruction {m['wall_time_s']:.1f} s" + (f", peak GPU memory {m['peak_gpu_memory_gb']:.2f} GB"
                                                           if m.get("peak_gpu_memory_gb") is not None else ""))
     if result.files:
         lines.append(f"[bold]GLB[/bold] {result.files.get('mesh_glb')}   PLY {result.files.get('mesh_ply')}   "

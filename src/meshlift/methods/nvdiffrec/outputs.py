@@ -166,12 +166,18 @@ def write_outputs(out: Path, mesh_world, dmtet_world, light, metrics: dict, hist
                                 f"{out}. Lower the learning rates (lr_pos, lr_vertex) and run again")
     files: dict = {}
     files["obj"] = out / "mesh" / "mesh.obj"
-    _atomic_path(out / "mesh", lambda d: save_obj(d / "mesh.obj", mesh_world))
     files["glb"] = out / "mesh.glb"
-    _atomic_path(files["glb"], lambda p: save_glb(p, mesh_world))
     files["dmtet_obj"] = out / "dmtet_mesh" / "mesh.obj"
-    _atomic_path(out / "dmtet_mesh", lambda d: save_obj(
-        d / "mesh.obj", Mesh(v_pos=dmtet_world.v_pos, t_pos_idx=dmtet_world.t_pos_idx)))
+    # the three files at once (their PNG encoding and text formatting release the GIL for the most part)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        jobs = [pool.submit(_atomic_path, out / "mesh", lambda d: save_obj(d / "mesh.obj", mesh_world)),
+                pool.submit(_atomic_path, files["glb"], lambda p: save_glb(p, mesh_world)),
+                pool.submit(_atomic_path, out / "dmtet_mesh", lambda d: save_obj(
+                    d / "mesh.obj", Mesh(v_pos=dmtet_world.v_pos, t_pos_idx=dmtet_world.t_pos_idx)))]
+        for job in jobs:
+            job.result()  # re-raises the first error
     files["probe"] = out / "probe.hdr"
     latlong = light.to_latlong(256) if hasattr(light, "to_latlong") else None
     if latlong is not None:
