@@ -65,6 +65,30 @@ def test_turntable_and_errors(tmp_path, capsys):
     assert main(["render", str(tmp_path / "s.ply"), "--out", str(tmp_path / "x")]) == 2  # neither --data nor --turntable
     assert main(["render", str(tmp_path / "s.ply"), "--out", str(tmp_path / "x"), "--turntable", "--mode", "pbr"]) == 2
     assert "light" in capsys.readouterr().err
+    assert main(["render", str(tmp_path / "nope.glb"), "--out", str(tmp_path / "x")]) == 2  # missing: said first
+    assert "nope.glb does not exist" in capsys.readouterr().err
+    for flag, value in (("--size", "-5"), ("--frames", "0")):
+        assert main(["render", str(tmp_path / "s.ply"), "--out", str(tmp_path / "x"), "--turntable", flag, value]) == 2
+        assert flag in capsys.readouterr().err
+
+
+def test_a_mesh_file_in_a_run_folder_gets_the_runs_probe(tmp_path):
+    """``RUN/mesh.glb`` and ``RUN/mesh/mesh.obj`` find ``RUN/probe.hdr`` (a lone mesh file finds none)."""
+    import trimesh
+
+    from meshlift.io.hdr import write_hdr
+    from meshlift.io.mesh import find_asset
+
+    run = tmp_path / "run"
+    (run / "mesh").mkdir(parents=True)
+    sphere = trimesh.creation.icosphere(subdivisions=1)
+    sphere.export(run / "mesh.glb")
+    sphere.export(run / "mesh" / "mesh.obj")
+    assert find_asset(run / "mesh.glb") == (run / "mesh.glb", None)
+    write_hdr(run / "probe.hdr", torch.ones(8, 16, 3))
+    assert find_asset(run / "mesh.glb") == (run / "mesh.glb", run / "probe.hdr")
+    assert find_asset(run / "mesh" / "mesh.obj") == (run / "mesh" / "mesh.obj", run / "probe.hdr")
+    assert find_asset(run) == (run / "mesh" / "mesh.obj", run / "probe.hdr")
 
 
 @pytest.mark.slow

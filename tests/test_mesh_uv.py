@@ -48,11 +48,15 @@ def _uv_charts(m: Mesh) -> np.ndarray:
     return label
 
 
+@pytest.mark.parametrize("pieces", [None, 3], ids=["auto", "3pieces"])
 @pytest.mark.parametrize("make", [_sphere, _torus], ids=["sphere", "torus"])
-def test_unwrap_valid_atlas(make):
+def test_unwrap_valid_atlas(make, pieces):
+    """One atlas whether xatlas gets the mesh whole (these meshes are under one piece's face count) or as
+    three slabs (mesh/_xatlas_job.py): the checks below hold for both."""
     mesh = make()
     before = (mesh.v_pos.clone(), mesh.t_pos_idx.clone())
-    out = unwrap(mesh, resolution=256, padding=2)
+    out = unwrap(mesh, resolution=256, padding=2, pieces=pieces)
+    assert out.extras["uv_unwrap"]["pieces"] == (pieces or 1)
     # input untouched, output new, positions and faces kept below the limit
     assert torch.equal(mesh.v_pos, before[0]) and torch.equal(mesh.t_pos_idx, before[1])
     assert mesh.v_tex is None and out is not mesh
@@ -135,6 +139,22 @@ def test_unwrap_no_warning_below_limit():
     assert out.num_faces == 320
 
 
+def test_split_pieces_cover_every_face_once_and_merge_back():
+    from meshlift.mesh._xatlas_job import merge_pieces, split_pieces
+
+    tm = trimesh.creation.icosphere(subdivisions=3)
+    pos, tri = tm.vertices.astype(np.float32), tm.faces.astype(np.int64)
+    parts = split_pieces(pos, tri, 4)
+    assert len(parts) == 4 and sorted(np.concatenate([f for f, _, _ in parts]).tolist()) == list(range(len(tri)))
+    assert max(len(f) for f, _, _ in parts) - min(len(f) for f, _, _ in parts) <= 1
+    for face_ids, vertex_ids, local in parts:
+        assert np.array_equal(vertex_ids[local], tri[face_ids])
+    # identity "xatlas outputs" (vmapping = the piece's vertices, uv = anything): the merge gives tri back
+    outs = [(np.arange(len(v)), loc.astype(np.uint32), np.zeros((len(v), 2), np.float32)) for _, v, loc in parts]
+    vm, ind, uv = merge_pieces(parts, outs, len(tri))
+    assert np.array_equal(vm[ind], tri) and uv.shape == (vm.shape[0], 2)
+
+
 def test_unwrap_errors():
     empty = Mesh(v_pos=torch.zeros(3, 3), t_pos_idx=torch.zeros(0, 3, dtype=torch.int64))
     with pytest.raises(MeshError, match="no faces"):
@@ -150,6 +170,8 @@ def test_unwrap_errors():
     flat = Mesh(v_pos=torch.zeros(3, 3), t_pos_idx=torch.tensor([[0, 1, 2]]))
     with pytest.raises(MeshError, match="degenerate"):
         unwrap(flat)
+    with pytest.raises(MeshError, match="pieces must be >= 1"):
+        unwrap(_sphere(1), pieces=0)
 
 
 def test_unwrap_is_deterministic():

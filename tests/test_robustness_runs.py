@@ -184,6 +184,7 @@ def test_divergence_stops_cleanly_and_keeps_the_good_checkpoint(tmp_path, torus_
     assert main(["reconstruct", "--out", str(out), "--resume", "--set", "iter_pass1=8"]) == 2
     err = capsys.readouterr().err
     assert "non-finite" in err and "lr_pos" in err and "Traceback" not in err
+    assert "--set diagnose_nonfinite=true" in err
     assert (out / "checkpoint.pt").read_bytes() == good
     assert (out / "mesh.glb").read_bytes() == glb and not (out / "metrics.json").exists()
 

@@ -412,7 +412,8 @@ def _triton_rows(tr: TritonFacts, t: TorchFacts) -> list[Row]:
     if not st.available:
         status = "warning" if gpu else "skip"
         rows.append(Row("triton", status, f"not usable: {st.error}",
-                        f"{st.install_hint}; without it meshlift uses its PyTorch paths (slower on GPU)"))
+                        f"{st.install_hint}; without it meshlift uses its PyTorch paths (slower on GPU)" if gpu else
+                        "not needed without a CUDA GPU (meshlift's PyTorch paths run on the CPU)"))
     else:
         rows.append(Row("triton", "ok", f"{st.version}"))
     cache = f"cache {tr.cache_dir} ({'writable' if tr.cache_writable else 'NOT writable'})"

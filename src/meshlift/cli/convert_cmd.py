@@ -75,7 +75,7 @@ def convert(
             if up.lstrip("+") != "y":
                 notes.append(f"rotated from {up} up to +Y up (glTF's convention); the rotation is recorded in "
                              "the GLB's asset.extras.meshlift.up_axis_conversion")
-        else:
+        elif "glb" in fmts and Path(input).suffix.lower() not in (".glb", ".gltf"):  # a glTF input is +Y up
             notes.append("coordinates kept as in the input (--up keep); glTF expects +Y up: pass --up z for a "
                          "Z-up input (Blender, 3ds Max, most CAD)")
         after = mesh_stats(mesh)

@@ -1,4 +1,4 @@
-"""`meshlift demo`: reconstruct a procedural object end to end on the CPU (no files, no downloads).
+"""`meshlift demo`: reconstruct a procedural object end to end, on the CPU by default (no files, no downloads).
 
 The object (``meshlift.data.demo_object.make_demo_object``) is a genus-1 ring with surface bumps and a
 procedural texture; it is rendered from cameras on a sphere under a procedural environment, reconstructed with
@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option("cpu", "--device", help="cpu, cuda or auto."),
         set_: Optional[List[str]] = typer.Option(None, "--set", "-s", help="Override a demo config field."),
     ) -> None:
-        """Reconstruct a procedural textured ring on the CPU and print PSNR, Chamfer, F-score and the GLB path."""
+        """Reconstruct a procedural textured ring (on the CPU unless --device says cuda) and print PSNR, Chamfer, F-score and the GLB path."""
         from rich.console import Console
 
         from meshlift.cli.reconstruct_cmd import make_monitor, print_summary

@@ -32,7 +32,7 @@ def render(
     data: Path = typer.Option(None, "--data", help="Dataset whose cameras to render from (any format `meshlift inspect` reads)."),
     split: str = typer.Option("test", "--split", help="Which split's cameras: train, val or test."),
     out: Path = typer.Option(..., "--out", help="Output folder."),
-    light: Path = typer.Option(None, "--light", help="Lat-long HDR probe for PBR shading (default: ASSET/probe.hdr)."),
+    light: Path = typer.Option(None, "--light", help="Lat-long HDR probe for PBR shading (default: the run folder's probe.hdr, for the folder or a mesh file in it)."),
     mode: str = typer.Option("auto", "--mode", help="auto (pbr when a light exists; splats for a Gaussian PLY), "
                              "pbr or unlit."),
     background: str = typer.Option("white", "--background", help="white or black (also composites the dataset's RGBA images)."),
@@ -57,8 +57,13 @@ def render(
     from meshlift.io.mesh import find_asset, load_mesh
     from meshlift.renderers.mesh_pbr import render_views, turntable_cameras
 
+    if not Path(asset).exists():
+        raise ConfigError(f"{asset} does not exist; give a mesh file (.obj, .glb, .ply, ...), a 3DGS "
+                          "point_cloud.ply or a run's output folder")
     if data is None and not turntable:
         raise ConfigError("give --data DATASET (render its cameras) and/or --turntable")
+    if turntable and (size < 8 or frames < 1):
+        raise ConfigError(f"--size must be >= 8 pixels and --frames >= 1, got --size {size} --frames {frames}")
     if background not in ("white", "black"):
         raise ConfigError(f"--background must be white or black, got {background!r}")
     if mode not in ("auto", "pbr", "unlit"):

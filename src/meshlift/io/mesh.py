@@ -110,14 +110,17 @@ def save_mesh(path: str | Path, mesh: Mesh, **kwargs) -> list[Path]:
 
 def find_asset(asset: str | Path) -> tuple[Path, Optional[Path]]:
     """``(mesh file, light probe or None)`` of a mesh file or an asset folder as reconstructions write it
-    (``mesh/mesh.obj`` or ``mesh.glb``, with ``probe.hdr``; else the first mesh file in the folder).
+    (``mesh/mesh.obj`` or ``mesh.glb``, with ``probe.hdr``; else the first mesh file in the folder). A mesh
+    file inside such a folder (``RUN/mesh.glb``, ``RUN/mesh/mesh.obj``) gets ``RUN/probe.hdr`` too.
 
     Raises:
         MeshError: not a file or folder, or a folder without a mesh.
     """
     asset = Path(asset)
     if asset.is_file():
-        return asset, None
+        run = asset.parent.parent if asset.parent.name == "mesh" else asset.parent
+        probe = run / "probe.hdr"
+        return asset, (probe if probe.is_file() else None)
     if not asset.exists():
         raise MeshError(f"{asset} does not exist; give a mesh file (.obj, .glb, .ply, ...) or a run's output folder")
     if not asset.is_dir():

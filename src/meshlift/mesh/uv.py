@@ -31,6 +31,12 @@ logger = logging.getLogger(__name__)
 #: 0.5 s per 1k faces on one core, so 100k faces is roughly a minute.
 DEFAULT_MAX_FACES_FOR_XATLAS = 100_000
 
+#: ``unwrap(pieces=None)``: one xatlas piece per this many faces (``mesh/_xatlas_job.py``: each piece's charts
+#: are segmented on their own task), at most :data:`MAX_XATLAS_PIECES`; by the face count alone, so the same
+#: mesh gets the same atlas on every machine.
+FACES_PER_XATLAS_PIECE = 5_000
+MAX_XATLAS_PIECES = 16
+
 #: Guess of the fraction of the atlas xatlas fills (its utilisation is typically 0.55-0.75); used to pick
 #: ``texels_per_unit`` so the packed atlas comes out close to the requested resolution.
 _ASSUMED_ATLAS_UTILIZATION = 0.6
@@ -53,6 +59,7 @@ def unwrap(
     resolution: int = 1024,
     padding: int = 4,
     time_limit_s: Optional[float] = None,
+    pieces: Optional[int] = None,
 ) -> Mesh:
     """Give ``mesh`` a UV atlas (``v_tex``, ``t_tex_idx``) computed by xatlas.
 
@@ -76,6 +83,9 @@ def unwrap(
             at the limit; ``<= 0``: do not run it). Over the limit the mesh gets :func:`face_atlas` UVs
             instead and ``extras["uv_unwrap"]["method"]`` says ``face_atlas``. None (default): no limit,
             in this process.
+        pieces: xatlas gets the mesh as this many slabs of about equal face count, segmented into charts in
+            parallel (``mesh/_xatlas_job.py``; a slab boundary is also a chart boundary). None (default): one
+            per :data:`FACES_PER_XATLAS_PIECE` faces, at most :data:`MAX_XATLAS_PIECES`; 1 = the whole mesh.
 
     Returns:
         A new :class:`Mesh` with float32 ``v_tex [Vt, 2]`` in [0, 1] (internal glTF origin,
@@ -87,7 +97,8 @@ def unwrap(
         chart count, utilisation and whether the mesh was decimated.
 
     Raises:
-        MeshError: the mesh has no faces, or bad ``resolution`` / ``padding`` / ``max_faces_for_xatlas``.
+        MeshError: the mesh has no faces, or bad ``resolution`` / ``padding`` / ``max_faces_for_xatlas`` /
+            ``pieces``.
         DependencyError: xatlas is not installed.
     """
     if mesh.num_faces == 0:
@@ -135,7 +146,11 @@ def unwrap(
         raise MeshError("unwrap: every face is degenerate (zero total area); nothing to unwrap")
 
     texels_per_unit = float(resolution * math.sqrt(_ASSUMED_ATLAS_UTILIZATION / area))
-    res = _run_xatlas(pos, tri, texels_per_unit, int(padding), time_limit_s)
+    if pieces is None:
+        pieces = min(MAX_XATLAS_PIECES, max(1, tri.shape[0] // FACES_PER_XATLAS_PIECE))
+    if int(pieces) < 1:
+        raise MeshError(f"unwrap: pieces must be >= 1, got {pieces}")
+    res = _run_xatlas(pos, tri, texels_per_unit, int(padding), time_limit_s, int(pieces))
     if res is None:  # over the time limit: one square cell per two faces instead of xatlas charts
         v_tex, t_tex_idx = face_atlas(tri.shape[0], resolution=resolution, padding=padding)
         info = {"method": "face_atlas", "reason": f"xatlas took longer than its {time_limit_s:.0f} s limit",
@@ -159,6 +174,7 @@ def unwrap(
         "atlas_width": res["width"],
         "atlas_height": res["height"],
         "charts": res["charts"],
+        "pieces": res["pieces"],
         "utilization": res["utilization"],
         "decimated": bool(decimated),
         "faces_in": int(mesh.num_faces),
@@ -178,12 +194,12 @@ def _with_uvs(mesh: Mesh, base: Mesh, decimated: bool, v_tex: torch.Tensor, t_te
 
 
 def _run_xatlas(pos: np.ndarray, tri: np.ndarray, texels_per_unit: float, padding: int,
-                time_limit_s: Optional[float]) -> Optional[dict]:
+                time_limit_s: Optional[float], pieces: int = 1) -> Optional[dict]:
     """xatlas in this process (no limit), or in a spawned worker stopped after ``time_limit_s`` (→ None)."""
     from meshlift.mesh import _xatlas_job
 
     if time_limit_s is None:
-        return _xatlas_job.generate(pos, tri, texels_per_unit, padding)
+        return _xatlas_job.generate(pos, tri, texels_per_unit, padding, pieces)
     if time_limit_s <= 0:
         return None
     import multiprocessing
@@ -192,7 +208,7 @@ def _run_xatlas(pos: np.ndarray, tri: np.ndarray, texels_per_unit: float, paddin
 
     pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
     try:
-        fut = pool.submit(_xatlas_job.generate, pos, tri, texels_per_unit, padding)
+        fut = pool.submit(_xatlas_job.generate, pos, tri, texels_per_unit, padding, pieces)
         try:
             return fut.result(timeout=time_limit_s)
         except FutureTimeout:

@@ -480,8 +480,9 @@ class DivergenceGuard:
 
     def __init__(self, name: str, capture: Callable[[], dict], restore: Callable[[dict], None],
                  optimizers: list, lr_fields: str, snapshot_every: int = 50, max_rollbacks: int = 1,
-                 schedulers: tuple = ()) -> None:
+                 schedulers: tuple = (), hint: str = "") -> None:
         self.name, self.capture, self.restore = name, capture, restore
+        self.hint = hint  # appended to the error (e.g. how to diagnose)
         self.optimizers, self.lr_fields = list(optimizers), lr_fields
         self.schedulers = list(schedulers)
         self.snapshot_every, self.max_rollbacks = max(1, int(snapshot_every)), int(max_rollbacks)
@@ -532,7 +533,7 @@ class DivergenceGuard:
             raise TrainingError(
                 f"{self.name}: the loss or parameters became non-finite (NaN/inf) at step {step} again after "
                 f"a rollback with halved learning rates; stopped without writing outputs. Lower the learning "
-                f"rates ({self.lr_fields}) or check the input; the last good checkpoint is kept")
+                f"rates ({self.lr_fields}) or check the input; the last good checkpoint is kept{self.hint}")
         self.restore(self._clone(self.snapshot))
         for opt in self.optimizers:
             for g in opt.param_groups:

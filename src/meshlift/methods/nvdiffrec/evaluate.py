@@ -86,4 +86,13 @@ def geometry_metrics(mesh_world: Mesh, gt_world: Mesh, cfg: SurfaceConfig) -> di
         threshold_frac=cfg.fscore_threshold_frac,
         n_samples=cfg.eval_samples,
     )
-    return {k: (float(v) if isinstance(v, (int, float, np.floating)) or torch.is_tensor(v) else v) for k, v in m.items()}
+    def plain(v):  # JSON-ready: counts stay ints, measures floats
+        if isinstance(v, bool) or v is None or isinstance(v, str):
+            return v
+        if isinstance(v, (int, np.integer)):
+            return int(v)
+        if isinstance(v, (float, np.floating)) or torch.is_tensor(v):
+            return float(v)
+        return v
+
+    return {k: plain(v) for k, v in m.items()}

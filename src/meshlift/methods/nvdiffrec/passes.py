@@ -42,6 +42,10 @@ __all__ = ["Pass1Result", "Pass2Result", "detach_mesh", "prepare_pass2_mesh", "r
 
 #: Scale of the albedo-smoothness jitter in pass 2 relative to ``kd_smooth_jitter`` (UV units, nvdiffrec).
 PASS2_JITTER_SCALE = 0.5
+#: Appended to the divergence error: how to find where the NaN comes from.
+DIAGNOSE_HINT = ("; --set diagnose_nonfinite=true runs again checking every step and names the tensor and op "
+                 "that went non-finite first")
+
 #: Pass-2 normal maps keep a tangent-space z of at least this (no normals flipped into the surface).
 NORMAL_MAP_MIN_Z = 0.05
 
@@ -185,7 +189,7 @@ def run_pass1(
         opt_mat.load_state_dict(snap["opt_mat"])
 
     guard = DivergenceGuard("pass 1", capture, restore, [opt_geom, opt_mat], "lr_pos, lr_mat, lr_light",
-                            schedulers=sched)
+                            schedulers=sched, hint=DIAGNOSE_HINT)
     guard.start(start)
 
     def save_mid(n: int) -> None:
@@ -479,7 +483,7 @@ def run_pass2(
         opt_v.load_state_dict(snap["opt_v"])
 
     guard = DivergenceGuard("pass 2", capture, restore, [opt, opt_v], "lr_mat, lr_light, lr_vertex",
-                            schedulers=sched)
+                            schedulers=sched, hint=DIAGNOSE_HINT)
     guard.start(start)
 
     def save_mid(n: int) -> None:
