@@ -2,7 +2,8 @@
 imports included), as a user's stopwatch would show it.
 
 Linux: ``/proc/uptime`` minus the process's start time (field 22 of ``/proc/self/stat``, in clock ticks
-since boot). Elsewhere: since this module was first imported (the CLI imports it first).
+since boot). Elsewhere: since this module was first imported (``cli/reconstruct_cmd.py`` imports it, and the
+CLI imports every command module at start-up).
 """
 
 from __future__ import annotations

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import sys
 
-import meshlift.cli.clock  # noqa: F401 -- imported first: the fallback clock starts here
-
 import typer
 
 from meshlift import __version__

@@ -28,7 +28,8 @@ from meshlift.structures.mesh import Mesh
 logger = logging.getLogger(__name__)
 
 #: Default face budget above which :func:`unwrap` decimates before calling xatlas. xatlas costs about
-#: 0.5 s per 1k faces on one core, so 100k faces is roughly a minute.
+#: 0.5 s per 1k faces on one core for a smooth surface, and far more for a mesh of many parts (see
+#: ``mesh/_xatlas_job.py``; the slabs of ``pieces`` bring both down).
 DEFAULT_MAX_FACES_FOR_XATLAS = 100_000
 
 #: ``unwrap(pieces=None)``: one xatlas piece per this many faces (``mesh/_xatlas_job.py``: each piece's charts
@@ -67,7 +68,8 @@ def unwrap(
     the mesh has more than ``max_faces_for_xatlas`` faces: then it is first decimated to that many faces
     (:func:`meshlift.mesh.simplify.simplify_mesh`, quadric edge collapse with fast-simplification, cleaned of
     degenerate / non-manifold faces), and a :class:`DecimationWarning` is issued and logged, because xatlas
-    takes about 0.5 s per 1k faces on one core.
+    takes about 0.5 s per 1k faces on one core for a smooth surface as one piece (far more for many parts;
+    ``pieces`` below).
 
     Charts are packed into a single atlas whose size is close to ``resolution`` texels, with ``padding``
     texels between charts (and bilinear-safe borders), so textures baked at about ``resolution`` do not
@@ -115,7 +117,7 @@ def unwrap(
     if decimated:
         msg = (
             f"unwrap: mesh has {mesh.num_faces} faces > max_faces_for_xatlas={max_faces_for_xatlas}; "
-            f"decimating to about {max_faces_for_xatlas} faces before xatlas (about 0.5 s per 1k faces). "
+            f"decimating to about {max_faces_for_xatlas} faces before xatlas (its cost grows with the faces). "
             "Raise max_faces_for_xatlas to keep every face."
         )
         warnings.warn(msg, DecimationWarning, stacklevel=2)
