@@ -226,6 +226,46 @@ def test_diagnose_nonfinite_leaves_a_finite_run_alone(tmp_path, torus_obj):
     assert math.isfinite(json.loads((out / "metrics.json").read_text())["psnr"])
 
 
+def test_ctrl_c_saves_a_checkpoint_of_the_step_and_resume_finishes(tmp_path, torus_obj, monkeypatch, capsys):
+    """The first Ctrl-C (GracefulInterrupt) stops after the step it came in, with a checkpoint of that step;
+    exit 130; --resume continues from there to a finished run."""
+    import meshlift.methods.nvdiffrec.passes as passes
+
+    real, calls = passes.image_loss, {"n": 0}
+
+    def fake(out, views, cfg):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            engine.INTERRUPT.requested = True  # what the SIGINT handler does
+        return real(out, views, cfg)
+
+    monkeypatch.setattr(passes, "image_loss", fake)
+    out = tmp_path / "out"
+    assert _run(torus_obj, out, "--set", "iter_pass1=6", "--set", "checkpoint_every=0",
+                "--set", "checkpoint_every_s=0") == 130
+    err = capsys.readouterr().err
+    assert "stopped by Ctrl-C after step 3; checkpoint saved" in err and "--resume" in err
+    assert not engine.INTERRUPT.requested  # reset when the command ends
+    ck = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert ck["pass1"]["iteration"] == 3 and not (out / "metrics.json").exists()
+    monkeypatch.setattr(passes, "image_loss", real)
+    assert main(["reconstruct", "--out", str(out), "--resume"]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["iterations"]["pass1"] == 6 and math.isfinite(m["psnr"])
+
+
+def test_graceful_interrupt_handler():
+    import signal
+
+    before = signal.getsignal(signal.SIGINT)
+    with engine.INTERRUPT as flag:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert flag.requested
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)  # the second one stops at once
+    assert signal.getsignal(signal.SIGINT) is before and not engine.INTERRUPT.requested
+
+
 def test_divergence_guard_unit():
     p = torch.nn.Parameter(torch.ones(3))
     opt = torch.optim.Adam([p], lr=0.1)

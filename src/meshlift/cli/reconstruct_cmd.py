@@ -199,6 +199,7 @@ def register(app: typer.Typer) -> None:
             code = run_under_torchrun(gpus, echo=lambda line: console.print(f"[dim]{line}[/dim]"))
             raise typer.Exit(code)
         main_rank = env_rank() == 0  # under torchrun rank 0 alone reports
+        from meshlift.methods.engine import INTERRUPT
         items = list(set_ or []) + list(overrides or [])
         if camera_convention is not None:
             items.append(f"camera_convention={camera_convention}")
@@ -223,7 +224,8 @@ def register(app: typer.Typer) -> None:
                 items.append(f"simplify={simplify}")
             mcfg = milo.build_config(data or "", preset, quick, config, items, out=out, resume=resume)
             check_out_dir(out, resume=resume, overwrite=overwrite)
-            result = milo.reconstruct(mcfg, out, resume=resume, overwrite=overwrite, monitor=make_monitor())
+            with INTERRUPT:  # Ctrl-C: a checkpoint of the current step, then exit 130
+                result = milo.reconstruct(mcfg, out, resume=resume, overwrite=overwrite, monitor=make_monitor())
             for line in milo.summary_lines(result):
                 console.print(line)
             console.print(f"wall time of this command {process_seconds():.1f} s")
@@ -234,8 +236,9 @@ def register(app: typer.Typer) -> None:
             gcfg = gs.build_config(data or "", preset, quick, config, items, out=out, resume=resume)
             gs.check_out_dir(out, resume=resume, overwrite=overwrite)
             try:
-                result = gs.reconstruct(gcfg, out, resume=resume, overwrite=overwrite,
-                                        monitor=make_monitor() if main_rank else None)
+                with INTERRUPT:
+                    result = gs.reconstruct(gcfg, out, resume=resume, overwrite=overwrite,
+                                            monitor=make_monitor() if main_rank else None)
             finally:
                 shutdown()
             if main_rank:
@@ -249,7 +252,8 @@ def register(app: typer.Typer) -> None:
         cfg = build_config(data or "", preset, quick, config, items, out=out, resume=resume)
 
         try:
-            result = run(cfg, out, resume=resume, overwrite=overwrite, monitor=make_monitor() if main_rank else None)
+            with INTERRUPT:
+                result = run(cfg, out, resume=resume, overwrite=overwrite, monitor=make_monitor() if main_rank else None)
         finally:
             shutdown()
         if main_rank:

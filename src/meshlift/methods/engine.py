@@ -357,6 +357,51 @@ def deadline_reached(deadline) -> bool:
     return time.perf_counter() > (deadline() if callable(deadline) else deadline)
 
 
+class GracefulInterrupt:
+    """Ctrl-C during training: the first SIGINT asks the training loop to stop after the current step with a
+    checkpoint (:func:`end_step` saves it and raises ``KeyboardInterrupt``); a second one interrupts at once.
+
+    Use ``with INTERRUPT:`` around a training call (the CLI does). The handler is installed only on the main
+    thread and only over Python's default one; elsewhere the context changes nothing. Multi-process runs keep
+    the default behaviour (the ranks would see the signal at different steps).
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self) -> "GracefulInterrupt":
+        import signal
+        import threading
+
+        self.requested = False
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        import sys
+
+        sys.stderr.write("\nCtrl-C: stopping after this step with a checkpoint (press Ctrl-C again to stop now)\n")
+
+    def __exit__(self, *exc) -> bool:
+        import signal
+
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+        self.requested = False
+        return False
+
+
+#: The process's :class:`GracefulInterrupt` (read by :func:`end_step`).
+INTERRUPT = GracefulInterrupt()
+
+
 def end_step(pass_no: int, it: int, total: int, loss: torch.Tensor, mse: torch.Tensor, *, state: TrainState,
              monitor: Monitor, preview_every: int, cadence: "CheckpointCadence", deadline,
              save: Callable[[], None], preview: Optional[Callable[[], None]],
@@ -366,7 +411,8 @@ def end_step(pass_no: int, it: int, total: int, loss: torch.Tensor, mse: torch.T
     (a non-finite loss rolls the state back, see :class:`DivergenceGuard`), history, progress, a preview
     every ``preview_every`` steps, a checkpoint when ``cadence`` says so. Returns True when the ``deadline``
     (a ``time.perf_counter()`` value, or a callable returning one, e.g. :class:`PassDeadline`) ends the
-    pass early.
+    pass early. After a Ctrl-C (:data:`INTERRUPT`, one process only) it saves a checkpoint of this step and
+    raises ``KeyboardInterrupt``.
 
     With ``readback`` (a :class:`LossReadback`), the step's loss stays on the device until the read-back
     cadence, a preview, a checkpoint, a guard snapshot, the deadline or the last step asks for the values;
@@ -391,13 +437,17 @@ def end_step(pass_no: int, it: int, total: int, loss: torch.Tensor, mse: torch.T
     if agree is not None and deadline is not None and step < total:
         over = agree(over)
     snapshot_due = guard is not None and guard.due(step)
-    if not (readback.due(step) or preview_due or save_due or over or snapshot_due or step >= total):
+    interrupted = INTERRUPT.requested and agree is None  # Ctrl-C (GracefulInterrupt), one process only
+    if not (readback.due(step) or preview_due or save_due or over or snapshot_due or step >= total
+            or interrupted):
         return False
     for i, loss_value, mse_value in readback.drain():
         if guard is not None and guard.after_step(i + 1, loss_value):
             readback.clear()
             monitor.log(f"pass {pass_no}: non-finite loss or parameters at step {i + 1}: rolled back to the state "
                         f"of step {guard.snapshot_step} and halved the learning rates")
+            if interrupted:  # the rolled-back state is not step `step`'s: keep the last cadence checkpoint
+                raise KeyboardInterrupt
             return False
         psnr = psnr_from_mse(mse_value)
         state.history.append({"pass": pass_no, "iteration": i + 1, "loss": loss_value, "psnr": psnr})
@@ -406,9 +456,12 @@ def end_step(pass_no: int, it: int, total: int, loss: torch.Tensor, mse: torch.T
     if preview_due:
         with torch.no_grad():
             preview()
-    if save_due:
+    if save_due or interrupted:
         save()
         cadence.saved()
+    if interrupted:
+        monitor.log(f"pass {pass_no}: stopped by Ctrl-C after step {step}; checkpoint saved (--resume continues)")
+        raise KeyboardInterrupt
     if over:
         monitor.log(f"pass {pass_no}: time budget reached after {step} of {total} steps")
         return True
