@@ -54,12 +54,15 @@ def _check_valid(rast):
     return cov
 
 
+DEV = "cuda" if torch.cuda.is_available() else "cpu"  # the Triton backend runs on CUDA or under the interpreter
+
+
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 @pytest.mark.parametrize("grad_db", [False, True])
 def test_sliver_pixels_get_valid_barycentrics_and_finite_gradients(backend, grad_db):
     if backend == "triton":
         pytest.importorskip("triton")
-    pos, tri, ranges = _scene()
+    pos, tri, ranges = (t.to(DEV) for t in _scene())
     pos = pos.requires_grad_(True)
     rast, db = rasterize(pos, tri, (64, 64), ranges=ranges, grad_db=grad_db, backend=backend)
     cov = _check_valid(rast.detach())
@@ -75,7 +78,7 @@ def test_sliver_pixels_get_valid_barycentrics_and_finite_gradients(backend, grad
 
 def test_triton_matches_torch_on_slivers():
     pytest.importorskip("triton")
-    pos, tri, ranges = _scene()
+    pos, tri, ranges = (t.to(DEV) for t in _scene())
     out = {}
     for be in ("torch", "triton"):
         p = pos.clone().requires_grad_(True)

@@ -257,6 +257,15 @@ def test_ctrl_c_saves_a_checkpoint_of_the_step_and_resume_finishes(tmp_path, tor
 def test_graceful_interrupt_handler():
     import signal
 
+    # as in the CLI's process (an earlier test or plugin of this session may have replaced Python's handler)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _graceful_interrupt_round_trip(signal)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _graceful_interrupt_round_trip(signal):
     before = signal.getsignal(signal.SIGINT)
     with engine.INTERRUPT as flag:
         os.kill(os.getpid(), signal.SIGINT)
