@@ -67,7 +67,7 @@ class NonfiniteProbe:
         bad = [(what, nan, inf) for (what, _), (nan, inf) in zip(items, counts) if nan or inf]
         if not bad:
             return
-        found = "; ".join(f"{what} ({nan} NaN, {inf} inf)" for what, nan, inf in bad[:6])
+        found = "; ".join(f"{what} ({nan} NaN, {inf} inf)" for what, nan, inf in bad[:8])
         op = self._anomaly(redo)
         raise TrainingError(
             f"{self.name}, step {it}: non-finite values: {found}. Anomaly detection on a repeat of the step: "

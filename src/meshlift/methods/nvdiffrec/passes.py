@@ -42,6 +42,9 @@ __all__ = ["Pass1Result", "Pass2Result", "detach_mesh", "prepare_pass2_mesh", "r
 
 #: Scale of the albedo-smoothness jitter in pass 2 relative to ``kd_smooth_jitter`` (UV units, nvdiffrec).
 PASS2_JITTER_SCALE = 0.5
+#: Render outputs the ``diagnose_nonfinite`` probe checks, in the order they are made (rast → depth, normals,
+#: material → shade → composite).
+PROBED_RENDER_OUTPUTS = ("depth", "normal", "kd", "ks", "alpha", "shaded")
 #: Appended to the divergence error: how to find where the NaN comes from.
 DIAGNOSE_HINT = ("; --set diagnose_nonfinite=true runs again checking every step and names the tensor and op "
                  "that went non-finite first")
@@ -231,7 +234,7 @@ def run_pass1(
             if light_trainable and cfg.light_reg_weight > 0:
                 reg = reg + cfg.light_reg_weight * light.regularizer()
             total_loss = loss + reg
-        named = {"vertices": mesh.v_pos, "alpha": out.get("alpha"), "shaded": out.get("shaded"),
+        named = {"vertices": mesh.v_pos, **{k: out.get(k) for k in PROBED_RENDER_OUTPUTS},
                  "image loss": loss, "regularisers": reg}
         return mesh, out, total_loss, mse, named
 
@@ -513,7 +516,7 @@ def run_pass2(
             if light_trainable and cfg.light_reg_weight > 0:
                 reg = reg + cfg.light_reg_weight * light.regularizer()
             total_loss = loss + reg
-        named = {"alpha": out.get("alpha"), "shaded": out.get("shaded"), "image loss": loss, "regularisers": reg}
+        named = {**{k: out.get(k) for k in PROBED_RENDER_OUTPUTS}, "image loss": loss, "regularisers": reg}
         return out, total_loss, mse, named
 
     for it in range(start, total):
