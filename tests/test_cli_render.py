@@ -67,7 +67,7 @@ def test_turntable_and_errors(tmp_path, capsys):
     assert "light" in capsys.readouterr().err
     assert main(["render", str(tmp_path / "nope.glb"), "--out", str(tmp_path / "x")]) == 2  # missing: said first
     assert "nope.glb does not exist" in capsys.readouterr().err
-    for flag, value in (("--size", "-5"), ("--frames", "0")):
+    for flag, value in (("--size", "-5"), ("--frames", "0"), ("--spp", "0")):
         assert main(["render", str(tmp_path / "s.ply"), "--out", str(tmp_path / "x"), "--turntable", flag, value]) == 2
         assert flag in capsys.readouterr().err
 

@@ -275,6 +275,29 @@ def _graceful_interrupt_round_trip(signal):
     assert signal.getsignal(signal.SIGINT) is before and not engine.INTERRUPT.requested
 
 
+def test_resume_from_another_working_directory(tmp_path, torus_obj, monkeypatch):
+    """DATA given relative is stored absolute, so --resume works from anywhere; a run saved with a relative
+    path (before that) resumes when DATA names the same file again."""
+    from meshlift.methods.checkpoints import same_input
+
+    monkeypatch.chdir(torus_obj.parent)
+    out = tmp_path / "out"
+    args = ["reconstruct", torus_obj.name, "--out", str(out), "--preset", "spot", "--quick"]
+    for item in TINY:
+        args += ["--set", item]
+    assert main(args + ["--set", "iter_pass1=4"]) == 0
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["data"] == str(torus_obj.resolve())
+    (out / "metrics.json").unlink()
+    monkeypatch.chdir(tmp_path)
+    assert main(["reconstruct", "--out", str(out), "--resume"]) == 0
+    assert (out / "metrics.json").is_file()
+    # the older relative form, from a directory where it does not resolve
+    assert same_input("../elsewhere/" + torus_obj.name, str(torus_obj))
+    assert not same_input("../elsewhere/other.obj", str(torus_obj))
+    assert not same_input(str(tmp_path), str(torus_obj))
+
+
 def test_divergence_guard_unit():
     p = torch.nn.Parameter(torch.ones(3))
     opt = torch.optim.Adam([p], lr=0.1)

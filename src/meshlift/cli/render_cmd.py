@@ -62,6 +62,8 @@ def render(
                           "point_cloud.ply or a run's output folder")
     if data is None and not turntable:
         raise ConfigError("give --data DATASET (render its cameras) and/or --turntable")
+    if spp < 1:
+        raise ConfigError(f"--spp must be >= 1 (samples per pixel axis), got {spp}")
     if turntable and (size < 8 or frames < 1):
         raise ConfigError(f"--size must be >= 8 pixels and --frames >= 1, got --size {size} --frames {frames}")
     if background not in ("white", "black"):
@@ -162,7 +164,8 @@ def render(
     from rich.console import Console
 
     console = Console(soft_wrap=True)  # no hard line breaks in logs and pipes (paths stay whole)
-    console.print(f"rendered {mesh_path} ({mode}, background {background})")
+    lit = f", light {probe}" if env is not None else ""
+    console.print(f"rendered {mesh_path} ({mode}{lit}, background {background})")
     if "num_views" in result:
         console.print(f"{result['num_views']} views of split {split!r} -> {out / 'renders'}")
     if result.get("psnr") is not None:

@@ -129,6 +129,23 @@ def load_checkpoint(path: Path) -> dict:
     return ck
 
 
+def same_input(saved, new) -> bool:
+    """Whether two ``data`` values name the same input: equal, the same file or folder, or a relative saved
+    path (runs before paths were stored absolute) that does not resolve from here, with the new one an
+    existing path of the same name (the run is resumed from another working directory)."""
+    if saved == new:
+        return True
+    if not isinstance(saved, str) or not isinstance(new, str) or not saved or not new:
+        return False
+    a, b = Path(saved), Path(new)
+    try:
+        if a.exists() and b.exists():
+            return a.resolve() == b.resolve()
+    except OSError:
+        return False
+    return not a.is_absolute() and not a.exists() and b.exists() and a.name == b.name
+
+
 def check_resume_compatible(saved: dict, new: dict, fixed_fields: tuple[str, ...], source: str) -> None:
     """Refuse a resume whose config changes a field that shapes the saved parameters.
 
@@ -141,7 +158,7 @@ def check_resume_compatible(saved: dict, new: dict, fixed_fields: tuple[str, ...
         ConfigError: naming every changed fixed field with both values, and what may change.
     """
     changed = [f"{k}: {saved.get(k)!r} -> {new.get(k)!r}" for k in fixed_fields
-               if k in saved and saved.get(k) != new.get(k)]
+               if k in saved and saved.get(k) != new.get(k) and not (k == "data" and same_input(saved[k], new[k]))]
     if changed:
         raise ConfigError(
             f"--resume from {source}: these fields change the shape of the saved parameters and cannot change "

@@ -62,8 +62,8 @@ def build_layered_config(layers: ConfigLayers, data: str, preset: Optional[str],
     if config_file is not None:
         cfg = layers.apply(cfg, layers.load_file(config_file), source=str(config_file))
     values = layers.parse(overrides)
-    if data:
-        values["data"] = str(data)
+    if data:  # absolute when it exists, so config.json (and --resume) does not depend on the working directory
+        values["data"] = str(Path(data).resolve()) if Path(data).exists() else str(data)
     cfg = layers.apply(cfg, values, source="command line")
     if not cfg.data:
         if resume and not data:

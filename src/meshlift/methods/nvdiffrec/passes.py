@@ -117,6 +117,8 @@ def run_pass1(
     if checkpoint is None:
         how = init_sdf(geom, cfg, data.train, gen)
         monitor.log(f"pass 1: SDF initialised from {how}")
+    if cfg.diagnose_nonfinite:
+        monitor.log("diagnose_nonfinite: every step checks the render, the loss and the gradients (slower)")
 
     opt_geom = _adam(geom.parameters(), device, lr=cfg.lr_pos)
     groups = [{"params": list(material.parameters()), "lr": cfg.lr_mat}]
