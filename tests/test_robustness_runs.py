@@ -275,6 +275,19 @@ def _graceful_interrupt_round_trip(signal):
     assert signal.getsignal(signal.SIGINT) is before and not engine.INTERRUPT.requested
 
 
+
+def test_graceful_interrupt_leaves_torchrun_ranks_alone(monkeypatch):
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    try:
+        with engine.INTERRUPT:
+            assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_resume_from_another_working_directory(tmp_path, torus_obj, monkeypatch):
     """DATA given relative is stored absolute, so --resume works from anywhere; a run saved with a relative
     path (before that) resumes when DATA names the same file again."""

@@ -375,7 +375,8 @@ class GracefulInterrupt:
         import threading
 
         self.requested = False
-        if (threading.current_thread() is threading.main_thread()
+        distributed = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1  # torchrun ranks: Python's default
+        if (not distributed and threading.current_thread() is threading.main_thread()
                 and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
             self._previous = signal.signal(signal.SIGINT, self._handle)
         return self
