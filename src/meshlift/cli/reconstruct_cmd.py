@@ -228,7 +228,7 @@ def register(app: typer.Typer) -> None:
                 result = milo.reconstruct(mcfg, out, resume=resume, overwrite=overwrite, monitor=make_monitor())
             for line in milo.summary_lines(result):
                 console.print(line)
-            console.print(f"wall time of this command {process_seconds():.1f} s")
+            console.print(_wall_line())
             return
         if method == "gaussians":
             from meshlift.methods.gaussians import reconstruct as gs
@@ -244,7 +244,7 @@ def register(app: typer.Typer) -> None:
             if main_rank:
                 for line in gs.summary_lines(result):
                     console.print(line)
-                console.print(f"wall time of this command {process_seconds():.1f} s")
+                console.print(_wall_line())
             return
         from meshlift.methods.nvdiffrec.reconstruct import build_config
         from meshlift.methods.nvdiffrec.reconstruct import reconstruct as run
@@ -258,6 +258,12 @@ def register(app: typer.Typer) -> None:
             shutdown()
         if main_rank:
             print_summary(console, result)
+
+
+def _wall_line(wall_s=None) -> str:
+    """``wall time of this command N s``: ``wall_s``, or since the process started (start-up, data, training,
+    evaluation and export, all of it; :func:`meshlift.cli.clock.process_seconds`)."""
+    return f"wall time of this command {process_seconds() if wall_s is None else wall_s:.1f} s"
 
 
 def print_summary(console, result, wall_s=None) -> None:
@@ -274,8 +280,7 @@ def print_summary(console, result, wall_s=None) -> None:
         )
     t = m.get("timings", {})
     if t:
-        wall = process_seconds() if wall_s is None else wall_s
-        console.print(f"wall time of this command {wall:.1f} s; training time over all sessions "
+        console.print(f"{_wall_line(wall_s)}; training time over all sessions "
                       f"(a resumed run adds up): pass 1 {t.get('pass1_s', 0):.1f} s, pass 2 {t.get('pass2_s', 0):.1f} s")
     if result.files:
         console.print(f"[bold]GLB[/bold] {result.files['glb']}")

@@ -247,20 +247,19 @@ def _raster_kernel(
 
 @triton.jit
 def _well_conditioned(e0, e1, e2, w0, w1, w2, cov):
-    """``(good, S, D)`` as ``rasterize.well_conditioned``: covered pixels whose ``Σe ≠ 0``, ``Σ e w ≠ 0`` and
-    whose edge values all have the sign of ``Σe`` (docs/conventions.md §3); ``S, D`` are 1 elsewhere."""
+    """``(good, S, D, sg)`` as ``rasterize.well_conditioned``: covered pixels whose ``Σe ≠ 0``, ``Σ e w ≠ 0``
+    and whose edge values all have the sign ``sg`` of ``Σe`` (docs/conventions.md §3); ``S, D`` are 1
+    elsewhere."""
     S = (e0 + e1) + e2
     D = (e0 * w0 + e1 * w1) + e2 * w2
     sg = tl.where(S < 0, -1.0, 1.0).to(e0.dtype)
     good = cov & (S != 0) & (D != 0) & (e0 * sg >= 0) & (e1 * sg >= 0) & (e2 * sg >= 0)
-    return good, tl.where(good, S, 1.0), tl.where(good, D, 1.0)
+    return good, tl.where(good, S, 1.0), tl.where(good, D, 1.0), sg
 
 
 @triton.jit
-def _clamped_uvz(e0, e1, e2, z0, z1, z2, w0, w1, w2):
-    """``(u, v, z/w)`` of the clamped edge values, as ``rasterize.clamped_barycentrics``."""
-    S = (e0 + e1) + e2
-    sg = tl.where(S < 0, -1.0, 1.0).to(e0.dtype)
+def _clamped_uvz(e0, e1, e2, sg, z0, z1, z2, w0, w1, w2):
+    """``(u, v, z/w)`` of the clamped edge values ``max(sg·e_k, 0)``, as ``rasterize.clamped_barycentrics``."""
     h0 = tl.maximum(e0 * sg, 0.0)
     h1 = tl.maximum(e1 * sg, 0.0)
     h2 = tl.maximum(e2 * sg, 0.0)
@@ -293,8 +292,8 @@ def _write_rast(pos_ptr, tri_ptr, scale_ptr, rast_ptr, db_ptr, best_t, px, py, p
     e0 = qa1 * qc2 - qa2 * qc1
     e1 = qa2 * qc0 - qa0 * qc2
     e2 = qa0 * qc1 - qa1 * qc0
-    good, S, D = _well_conditioned(e0, e1, e2, w0, w1, w2, cov)
-    hu, hv, hzw = _clamped_uvz(e0, e1, e2, z0, z1, z2, w0, w1, w2)
+    good, S, D, sg = _well_conditioned(e0, e1, e2, w0, w1, w2, cov)
+    hu, hv, hzw = _clamped_uvz(e0, e1, e2, sg, z0, z1, z2, w0, w1, w2)
     u = tl.where(good, _div(e0, S), tl.where(cov, hu, 0.0))
     v = tl.where(good, _div(e1, S), tl.where(cov, hv, 0.0))
     zw = tl.where(good, _div((e0 * z0 + e1 * z1) + e2 * z2, D), tl.where(cov, hzw, 0.0))
@@ -389,7 +388,7 @@ def _raster_bwd_kernel(
     e0 = qa1 * qc2 - qa2 * qc1
     e1 = qa2 * qc0 - qa0 * qc2
     e2 = qa0 * qc1 - qa1 * qc0
-    cov, S, D = _well_conditioned(e0, e1, e2, w0, w1, w2, cov)  # ill-conditioned pixels: no gradient
+    cov, S, D, _ = _well_conditioned(e0, e1, e2, w0, w1, w2, cov)  # ill-conditioned pixels: no gradient
     iS = 1.0 / S
     iD = 1.0 / D
     gu = tl.where(cov, gu, 0.0)

@@ -438,7 +438,7 @@ def end_step(pass_no: int, it: int, total: int, loss: torch.Tensor, mse: torch.T
     if agree is not None and deadline is not None and step < total:
         over = agree(over)
     snapshot_due = guard is not None and guard.due(step)
-    interrupted = INTERRUPT.requested and agree is None  # Ctrl-C (GracefulInterrupt), one process only
+    interrupted = INTERRUPT.requested  # Ctrl-C (GracefulInterrupt: never set in a torchrun rank)
     if not (readback.due(step) or preview_due or save_due or over or snapshot_due or step >= total
             or interrupted):
         return False
