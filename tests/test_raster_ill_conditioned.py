@@ -83,7 +83,7 @@ def test_triton_matches_torch_on_slivers():
     for be in ("torch", "triton"):
         p = pos.clone().requires_grad_(True)
         rast, db = rasterize(p, tri, (64, 64), ranges=ranges, grad_db=True, backend=be)
-        w = torch.linspace(-1, 1, rast[..., :3].numel()).view_as(rast[..., :3])
+        w = torch.linspace(-1, 1, rast[..., :3].numel(), device=rast.device).view_as(rast[..., :3])
         (g,) = torch.autograd.grad((rast[..., :3] * w).sum() + db.sum(), p)
         out[be] = (rast.detach(), db.detach(), g)
     ra, da, ga = out["torch"]
