@@ -150,6 +150,44 @@ def test_resume_continues_from_the_checkpoint(tmp_path):
     assert ck["pass2"]["iteration"] == 5
 
 
+class _StopInPass2(_StopAt):
+    """Interrupts pass 2 at a given iteration."""
+
+    def start_pass(self, name, total, start=0):
+        super().start_pass(name, total, start)
+        self.in_pass2 = name.startswith("pass 2")
+
+    def update(self, iteration, loss, psnr):
+        if getattr(self, "in_pass2", False) and iteration == self.stop_at:
+            raise KeyboardInterrupt
+
+
+def test_resume_in_pass2_keeps_the_pass1_mesh_without_redoing_hidden_faces(tmp_path, monkeypatch):
+    import meshlift.mesh.visibility as visibility
+    from meshlift.methods.nvdiffrec.reconstruct import reconstruct, synthetic_problem
+
+    cfg = small_config(iter_pass1=4, iter_pass2=4, checkpoint_every=2, train_res=32, grid_res=16, ref_views=6,
+                       texture_res=32)
+    data = synthetic_problem(_torus_mesh(), cfg, torch.device("cpu"), name="torus")
+    whole = reconstruct(cfg, tmp_path / "whole", data=data)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        reconstruct(cfg, out, data=data, monitor=_StopInPass2(stop_at=3))
+    ck = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert ck["pass2"]["iteration"] == 2 and "mesh" in ck["pass1"]
+
+    def must_not_run(*a, **k):
+        raise AssertionError("hidden-face removal ran again on a resume in pass 2")
+
+    monkeypatch.setattr(visibility, "remove_hidden_faces", must_not_run)
+    mon = _StopAt()
+    res = reconstruct(cfg, out, data=data, resume=True, monitor=mon)
+    assert mon.starts[1][1] == 2  # pass 2 resumed at its checkpoint
+    assert torch.equal(res.dmtet_mesh.t_pos_idx, whole.dmtet_mesh.t_pos_idx)
+    assert torch.equal(res.dmtet_mesh.v_pos, whole.dmtet_mesh.v_pos)
+    assert res.metrics["pass1_fscore"] == whole.metrics["pass1_fscore"]
+
+
 def test_resume_without_checkpoint_is_a_config_error(tmp_path):
     from meshlift.errors import ConfigError
     from meshlift.methods.nvdiffrec.reconstruct import reconstruct

@@ -23,13 +23,13 @@ def convert(
         0.02, "--keep-components",
         help="Remove connected components whose bbox diagonal is below FRAC of the whole mesh's (0 keeps all).",
     ),
-    no_clean: bool = typer.Option(False, "--no-clean", help="Skip cleaning (duplicates, degenerate faces, ...)."),
+    no_clean: bool = typer.Option(False, "--no-clean", metavar="", help="Skip cleaning (duplicates, degenerate faces, ...)."),
     up: str = typer.Option(
         "keep", "--up",
         help="The input's up axis (y, z, -y, -z, x, -x): rotate so it becomes +Y, as glTF expects. "
              "'keep' (default) writes the coordinates unchanged.",
     ),
-    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+    json_output: bool = typer.Option(False, "--json", metavar="", help="Print one JSON object instead of tables."),
 ) -> None:
     """Clean a mesh (merge duplicate vertices, drop degenerate/duplicate faces, repair non-manifold edges,
     remove small components, drop NaN vertices), optionally decimate it, and write PLY/OBJ/GLB."""

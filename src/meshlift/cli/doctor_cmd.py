@@ -19,10 +19,10 @@ def register(app: typer.Typer) -> None:
 
     @app.command("doctor")
     def doctor(
-        json_: bool = typer.Option(False, "--json", help="Print JSON (rows and raw facts) for scripts."),
+        json_: bool = typer.Option(False, "--json", metavar="", help="Print JSON (rows and raw facts) for scripts."),
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder whose free space is checked "
                                            "(default: the current folder)."),
-        no_kernel: bool = typer.Option(False, "--no-kernel", help="Do not compile the Triton probe kernel."),
+        no_kernel: bool = typer.Option(False, "--no-kernel", metavar="", help="Do not compile the Triton probe kernel."),
     ) -> None:
         """Check Python, torch/CUDA, GPUs and their architectures, Triton (compiles one kernel), backends,
         optional extras, third-party extensions and disk space; print the fix for each problem."""

@@ -41,7 +41,7 @@ def eval_mesh(
     seed: int = typer.Option(0, "--seed", help="Sampling seed."),
     alignment: Path = typer.Option(None, "--alignment", help="4x4 matrix (.npy/.json/.txt) applied to PRED first."),
     crop_box: str = typer.Option(None, "--crop-box", help="Evaluate inside 'xmin,ymin,zmin,xmax,ymax,zmax' (GT frame) only."),
-    json_output: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    json_output: bool = typer.Option(False, "--json", metavar="", help="Print one JSON object."),
 ) -> None:
     """Chamfer L1/L2, precision, recall, F-score and normal consistency from uniform surface samples."""
     from meshlift.io.jsonfile import dumps
@@ -117,8 +117,8 @@ def eval_images(
     pred_dir: Path = typer.Argument(..., help="Folder of rendered images."),
     gt_dir: Path = typer.Argument(..., help="Folder of ground-truth images (matched by file name without suffix)."),
     background: str = typer.Option("white", "--background", help="Background for RGBA images: white or black."),
-    no_lpips: bool = typer.Option(False, "--no-lpips", help="Skip LPIPS (faster)."),
-    json_output: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    no_lpips: bool = typer.Option(False, "--no-lpips", metavar="", help="Skip LPIPS (faster)."),
+    json_output: bool = typer.Option(False, "--json", metavar="", help="Print one JSON object."),
 ) -> None:
     """PSNR (mean of per-image values), SSIM (11x11 Gaussian, sigma 1.5) and LPIPS (AlexNet) of matched images.
     JSON output is strict: the PSNR of identical images (infinite) is written as null."""

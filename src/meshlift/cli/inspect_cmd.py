@@ -12,7 +12,7 @@ import typer
 
 def inspect(
     path: Path = typer.Argument(..., help="Dataset folder (Blender, instant-ngp/nerfstudio, COLMAP, LLFF) or file."),
-    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+    json_output: bool = typer.Option(False, "--json", metavar="", help="Print one JSON object instead of a table."),
     format: str = typer.Option(None, "--format", help="Force a format: blender, instant-ngp, colmap, llff."),
     downscale: float = typer.Option(1.0, "--downscale", help="Inspect as loaded at 1/downscale resolution."),
     colmap_model: str = typer.Option(None, "--colmap-model", help="COLMAP model folder relative to PATH."),

@@ -95,9 +95,9 @@ def poses(
     mask_dir: Optional[Path] = typer.Option(None, "--mask-dir",
                                             help="Masks named like the images; features only where white."),
     vocab_tree: Optional[Path] = typer.Option(None, "--vocab-tree", help="COLMAP vocabulary tree (--matcher vocabtree)."),
-    transforms: bool = typer.Option(False, "--transforms", help="Also write transforms.json (instant-ngp format)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier poses result in --out."),
-    json_output: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
+    transforms: bool = typer.Option(False, "--transforms", metavar="", help="Also write transforms.json (instant-ngp format)."),
+    overwrite: bool = typer.Option(False, "--overwrite", metavar="", help="Replace an earlier poses result in --out."),
+    json_output: bool = typer.Option(False, "--json", metavar="", help="Print the report as one JSON object."),
 ) -> None:
     """Estimate camera poses (pycolmap: SIFT, matching, incremental mapping) and write images/ +
     sparse/0/{cameras,images,points3D}.bin, a dataset every meshlift reader loads."""

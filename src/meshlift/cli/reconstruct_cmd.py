@@ -127,12 +127,12 @@ def register(app: typer.Typer) -> None:
             None, "--preset", "-p", help="spot, bob, *_fixlight, *_metal, spot_flexi, nerf, nerd (default: spot for "
             "a mesh file, nerd for an LLFF folder, nerf for other folders)."
         ),
-        quick: bool = typer.Option(False, "--quick", help="CPU-sized variant of the preset (minutes on a laptop)."),
+        quick: bool = typer.Option(False, "--quick", metavar="", help="CPU-sized variant of the preset (minutes on a laptop)."),
         config: Optional[Path] = typer.Option(None, "--config", "-c", help="JSON or TOML file of config fields."),
         set_: Optional[List[str]] = typer.Option(None, "--set", "-s", help="Override a field: --set batch=4."),
-        resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoint.pt."),
-        overwrite: bool = typer.Option(False, "--overwrite", help="Replace a finished or unfinished run in OUT."),
-        help_config: bool = typer.Option(False, "--help-config", help="List every config field and exit."),
+        resume: bool = typer.Option(False, "--resume", metavar="", help="Continue from OUT/checkpoint.pt."),
+        overwrite: bool = typer.Option(False, "--overwrite", metavar="", help="Replace a finished or unfinished run in OUT."),
+        help_config: bool = typer.Option(False, "--help-config", metavar="", help="List every config field and exit."),
         camera_convention: Optional[str] = typer.Option(
             None, "--camera-convention", help="Axes of transforms.json camera-to-world matrices: opengl (the "
             "format's definition, default) or opencv (same as --set camera_convention=)."),

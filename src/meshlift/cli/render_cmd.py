@@ -39,13 +39,13 @@ def render(
     downscale: float = typer.Option(1.0, "--downscale", help="Render (and compare) at 1/downscale of the dataset's resolution."),
     max_views: int = typer.Option(None, "--max-views", help="Render only the first N views of the split."),
     spp: int = typer.Option(1, "--spp", help="Supersampling per axis (pbr mode)."),
-    turntable: bool = typer.Option(False, "--turntable", help="Also write a turntable GIF and a contact-sheet PNG."),
+    turntable: bool = typer.Option(False, "--turntable", metavar="", help="Also write a turntable GIF and a contact-sheet PNG."),
     frames: int = typer.Option(36, "--frames", help="Turntable frames."),
     size: int = typer.Option(512, "--size", help="Turntable image size in pixels."),
     up: str = typer.Option("auto", "--up", help="Turntable up axis: y (OBJ/glTF), z (Blender/COLMAP scenes), or "
                            "auto (z when the asset's run trained on a Blender scene and kept its frame, else y)."),
-    no_lpips: bool = typer.Option(False, "--no-lpips", help="Skip LPIPS."),
-    json_output: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    no_lpips: bool = typer.Option(False, "--no-lpips", metavar="", help="Skip LPIPS."),
+    json_output: bool = typer.Option(False, "--json", metavar="", help="Print one JSON object."),
 ) -> None:
     """Render an asset from a dataset's cameras (PNGs + PSNR/SSIM/LPIPS where the dataset has images)
     and/or as a turntable."""

@@ -118,7 +118,7 @@ def unwrap(
         msg = (
             f"unwrap: mesh has {mesh.num_faces} faces > max_faces_for_xatlas={max_faces_for_xatlas}; "
             f"decimating to about {max_faces_for_xatlas} faces before xatlas (its cost grows with the faces). "
-            "Raise max_faces_for_xatlas to keep every face."
+            "Raise max_faces_for_xatlas (reconstruct: --set unwrap_max_faces=N) to keep every face."
         )
         warnings.warn(msg, DecimationWarning, stacklevel=2)
         logger.warning(msg)

@@ -18,6 +18,7 @@ mesh is made on rank 0 and broadcast; with one process nothing changes.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -272,9 +273,14 @@ def run_pass1(
     state.iterations["pass1"] = total
     clock.flush()
 
+    saved_mesh = None if checkpoint is None or checkpoint.get("pass2") is None else \
+        (checkpoint.get("pass1") or {}).get("mesh")
     with torch.no_grad():
-        mesh, _ = geom.get_mesh()
-        if cfg.remove_hidden and mesh.num_faces > 0:
+        if saved_mesh is not None:  # resumed in pass 2: the pass-1 output as it was (no re-extraction)
+            mesh = Mesh(v_pos=saved_mesh["v_pos"].to(device), t_pos_idx=saved_mesh["t_pos_idx"].to(device))
+        else:
+            mesh, _ = geom.get_mesh()
+        if saved_mesh is None and cfg.remove_hidden and mesh.num_faces > 0:
             from meshlift.mesh.visibility import remove_hidden_faces
 
             hidden = StageClock(state, "hidden_s")
@@ -287,6 +293,9 @@ def run_pass1(
     state.stage = "pass2"
     state.iteration = 0
     final = payload(total)
+    # the output mesh rides along (pass-2 checkpoints keep this dict), so a resume in pass 2 need not
+    # extract it and remove its hidden faces again
+    final["pass1"]["mesh"] = {"v_pos": mesh.v_pos.detach().cpu(), "t_pos_idx": mesh.t_pos_idx.detach().cpu()}
     if start < total or checkpoint is None:
         checkpointer.save(final)
     return Pass1Result(detach_mesh(mesh), geom, material, light, light_trainable, final["pass1"])
@@ -330,16 +339,18 @@ def prepare_pass2_mesh(p1: Pass1Result, cfg: SurfaceConfig) -> tuple[Mesh, dict]
     Returns the UV mesh and the baked textures ``dict(kd, ks)`` (``[R, R, 3]`` each).
     """
     from meshlift.mesh.bake import bake_field_to_textures
-    from meshlift.mesh.uv import unwrap
+    from meshlift.mesh.uv import DecimationWarning, unwrap
 
     mesh = p1.mesh
     if mesh.num_faces == 0:
         raise MeshError("pass 2: the pass-1 mesh is empty; nothing to texture")
-    uv_mesh = unwrap(
-        Mesh(v_pos=mesh.v_pos.detach(), t_pos_idx=mesh.t_pos_idx),
-        max_faces_for_xatlas=int(cfg.unwrap_max_faces),
-        resolution=int(cfg.texture_res),
-    )
+    with warnings.catch_warnings():  # unwrap logs a decimation as well: print it once
+        warnings.simplefilter("ignore", DecimationWarning)
+        uv_mesh = unwrap(
+            Mesh(v_pos=mesh.v_pos.detach(), t_pos_idx=mesh.t_pos_idx),
+            max_faces_for_xatlas=int(cfg.unwrap_max_faces),
+            resolution=int(cfg.texture_res),
+        )
 
     def field_fn(x: torch.Tensor) -> dict:
         out = p1.material(x)
