@@ -85,3 +85,23 @@ def test_unique_rows_matches_numpy(dtype):
     assert np.array_equal(got[0][got[2].reshape(-1)], a) and np.array_equal(ref[0][ref[2].reshape(-1)], a)
     assert sorted(got[3].tolist()) == sorted(ref[3].tolist())
     assert np.array_equal(a[got[1]], got[0])
+
+
+def test_drop_small_components_by_face_count():
+    import trimesh
+
+    from meshlift.mesh.clean import drop_small_components
+
+    big = trimesh.creation.icosphere(subdivisions=3)  # 1280 faces
+    small = trimesh.creation.icosphere(subdivisions=1)  # 80 faces
+    small.vertices = small.vertices * 0.1 + 3.0
+    v = np.concatenate([big.vertices, small.vertices])
+    f = np.concatenate([big.faces, small.faces + len(big.vertices)])
+    mesh = Mesh(torch.tensor(v, dtype=torch.float32), torch.tensor(f, dtype=torch.long))
+    kept, dropped = drop_small_components(mesh, 0.1)  # 80 < 0.1 * 1280
+    assert dropped == 80 and kept.num_faces == 1280 and kept.num_vertices == len(big.vertices)
+    assert torch.equal(kept.v_pos, mesh.v_pos[: len(big.vertices)])
+    same, none = drop_small_components(mesh, 0.05)  # 80 >= 0.05 * 1280: both stay
+    assert none == 0 and same is mesh
+    assert drop_small_components(mesh, 0.0) == (mesh, 0)
+    assert mesh.num_faces == 1360  # the input is not modified

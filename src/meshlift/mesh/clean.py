@@ -208,6 +208,24 @@ def nonmanifold_face_mask(mesh: Mesh) -> np.ndarray:
     return drop
 
 
+def drop_small_components(mesh: Mesh, min_faces_frac: float) -> tuple[Mesh, int]:
+    """``(mesh, dropped faces)`` without the face-connected components (:func:`face_components`) that have
+    fewer than ``min_faces_frac`` × the largest component's faces (floaters); 0 keeps every component.
+
+    Args:
+        mesh: triangle mesh (not modified; any device, the components are found on the CPU).
+        min_faces_frac: relative face-count threshold in [0, 1].
+    """
+    if min_faces_frac <= 0 or mesh.num_faces == 0:
+        return mesh, 0
+    n, lab = face_components(mesh.t_pos_idx.detach().cpu().numpy(), int(mesh.v_pos.shape[0]))
+    sizes = np.bincount(lab, minlength=n)
+    keep = sizes[lab] >= min_faces_frac * sizes.max()
+    if keep.all():
+        return mesh, 0
+    return compact(remap(mesh, keep_faces=keep)), int((~keep).sum())
+
+
 def clean_mesh(mesh: Mesh, *, keep_components: float = 0.02) -> tuple[Mesh, CleanReport]:
     """Clean a triangle mesh for export (the ``meshlift convert`` pipeline).
 

@@ -199,23 +199,6 @@ def in_any_frustum(points: torch.Tensor, views, near: float) -> torch.Tensor:
     return ok
 
 
-def drop_small_components(mesh, min_faces_frac: float):
-    """``(mesh, dropped faces)`` without the face-connected components smaller than ``min_faces_frac`` × the
-    largest one's face count (:func:`meshlift.mesh.clean.face_components`)."""
-    import numpy as np
-
-    from meshlift.mesh.clean import compact, face_components, remap
-
-    if min_faces_frac <= 0 or mesh.num_faces == 0:
-        return mesh, 0
-    n, lab = face_components(mesh.t_pos_idx.numpy(), int(mesh.v_pos.shape[0]))
-    sizes = np.bincount(lab, minlength=n)
-    keep = sizes[lab] >= min_faces_frac * sizes.max()
-    if keep.all():
-        return mesh, 0
-    return compact(remap(mesh, keep_faces=keep)), int((~keep).sum())
-
-
 def final_mesh(reg, params: dict, *, keep_components: float, simplify: int = 0, min_component_faces: float = 0.0):
     """Step 2: ``(Mesh, report)`` — marching tets + filter, cleaned (and decimated with ``simplify`` > 0).
 
@@ -224,7 +207,7 @@ def final_mesh(reg, params: dict, *, keep_components: float, simplify: int = 0, 
             Gaussians are not finite (never exported as a garbage mesh).
     """
     from meshlift.errors import MeshError
-    from meshlift.mesh.clean import clean_mesh
+    from meshlift.mesh.clean import clean_mesh, drop_small_components
     from meshlift.structures.mesh import Mesh
 
     sdf = getattr(reg, "sdf", None)

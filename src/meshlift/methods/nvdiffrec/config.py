@@ -91,6 +91,10 @@ class SurfaceConfig:
     """Number of outside view directions used by ``remove_hidden``."""
     hidden_res: int = 512
     """Image size (pixels) of each ``remove_hidden`` view; raise it for meshes with many tiny faces."""
+    min_component_faces: float = 0.0
+    """After pass 1 (and the hidden-face removal), drop connected components with fewer faces than this
+    fraction of the largest component's (floaters: small bits that no training view rules out); 0 keeps
+    every component. ``meshlift.mesh.clean.drop_small_components``."""
     time_budget_s: float = 0.0
     """Wall-clock budget in seconds for the whole run (0 = none). The time left when a pass starts, minus the
     estimated cost of the stages still to come (after pass 1: hidden-face removal, UV unwrap and bake; after
@@ -243,6 +247,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "ref_test_views": (0, 10_000, True), "ref_camera_radius": (0, 1e6, False), "ref_fov_deg": (0, 180, False),
     "mesh_scale": (0, 1e6, False), "deform_scale": (0, 100, True), "iter_pass1": (0, 10_000_000, True),
     "iter_pass2": (0, 10_000_000, True), "hidden_views": (1, 10_000, True), "hidden_res": (8, 8192, True),
+    "min_component_faces": (0, 1, True),
     "time_budget_s": (0, 1e9, True), "batch": (1, 1024, True), "spp": (1, 16, True),
     "lr_pos": (0, 10, False), "lr_mat": (0, 10, False), "lr_light": (0, 10, False), "lr_vertex": (0, 10, True),
     "lr_decay": (0, 1, True), "warmup": (0, 10_000_000, True), "mask_weight": (0, 1e6, True),

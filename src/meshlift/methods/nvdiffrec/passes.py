@@ -288,6 +288,14 @@ def run_pass1(
                                              max_fragments=cfg.max_fragments)
             hidden.flush()
             monitor.log(f"pass 1: removed {info['removed']} of {info['faces_before']} faces no outside view sees")
+        if saved_mesh is None and cfg.min_component_faces > 0 and mesh.num_faces > 0:
+            from meshlift.mesh.clean import drop_small_components
+
+            mesh, dropped = drop_small_components(mesh, cfg.min_component_faces)
+            mesh = mesh.to(device)
+            if dropped:
+                monitor.log(f"pass 1: removed {dropped} faces in components under min_component_faces="
+                            f"{cfg.min_component_faces:g} of the largest one's faces")
     if light_trainable:
         light.build_mips()
     state.stage = "pass2"
