@@ -1,6 +1,7 @@
 """Compile the fused shading kernels for a CUDA target without a GPU (Triton's bundled toolchain, to cubin).
 
-Usage: ``python benchmarks/compile_kernels.py [--arch 90]``. Catches what the Triton interpreter of the CPU
+Usage: ``python benchmarks/compile_kernels.py [--arch 90]``; prints each compile's seconds and the sum per
+kernel (CPU time of the Triton toolchain, the cost a first call pays on an empty cache). Catches what the Triton interpreter of the CPU
 tests does not: constructs the compiler rejects (early returns, unsupported builtins, type mismatches).
 Every kernel of ``kernels/_pbr_triton_kernels.py``, ``_loss_triton_kernels.py`` and
 ``_antialias_triton_kernels.py``, ``_normals_triton_kernels.py``, the raster and raster-backward kernels of
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import time
 import sys
 from pathlib import Path
 
@@ -118,16 +120,24 @@ def main(argv=None) -> int:
 
     target = GPUTarget("cuda", args.arch, 32)
     failed = 0
+    times: dict[str, float] = {}
     for fn, sig, consts in variants():
         sig = dict(sig) | dict.fromkeys(consts, "constexpr")
+        t0 = time.perf_counter()
         try:
             triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=target)
-            status = "ok"
+            status = f"ok {time.perf_counter() - t0:.2f} s"
+            times[fn.__name__] = times.get(fn.__name__, 0.0) + time.perf_counter() - t0
         except Exception as e:  # report every failure, then exit non-zero
             failed += 1
             status = f"FAILED: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         print(f"{fn.__name__} {consts}: {status}", flush=True)
     print(f"{failed} failed")
+    # compile seconds per kernel over its variants (this machine's CPU; the first call of a process on a GPU
+    # pays the same kind of cost per variant it launches, once per empty cache)
+    for name, t in sorted(times.items(), key=lambda kv: -kv[1]):
+        print(f"  {name}: {t:.2f} s")
+    print(f"total compile {sum(times.values()):.1f} s")
     return 1 if failed else 0
 
 
