@@ -70,6 +70,9 @@ def test_turntable_and_errors(tmp_path, capsys):
     for flag, value in (("--size", "-5"), ("--frames", "0"), ("--spp", "0")):
         assert main(["render", str(tmp_path / "s.ply"), "--out", str(tmp_path / "x"), "--turntable", flag, value]) == 2
         assert flag in capsys.readouterr().err
+    # a mesh given as --data (a run made from a mesh has no photos to compare with): said as such
+    assert main(["render", str(tmp_path / "s.ply"), "--data", str(tmp_path / "s.ply"), "--out", str(tmp_path / "x")]) == 2
+    assert "is a mesh file; --data takes a photo dataset" in capsys.readouterr().err
 
 
 def test_a_mesh_file_in_a_run_folder_gets_the_runs_probe(tmp_path):

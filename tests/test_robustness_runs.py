@@ -63,6 +63,22 @@ def test_out_not_writable(tmp_path, capsys, torus_obj, monkeypatch):
     assert "is not writable" in capsys.readouterr().err
 
 
+def test_out_that_cannot_be_created_is_one_error_line_and_leaves_nothing(tmp_path, capsys, torus_obj, monkeypatch):
+    # permission bits allow it (as for root, or /proc) but creating the folder fails
+    real_mkdir = Path.mkdir
+
+    def mkdir(self, *a, **k):
+        if self.name == "leaf":
+            raise OSError(30, "Read-only file system")
+        return real_mkdir(self, *a, **k)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    assert main(["reconstruct", str(torus_obj), "--out", str(tmp_path / "mid" / "leaf")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be created (Read-only file system)" in err and "Traceback" not in err
+    assert not (tmp_path / "mid").exists()  # the parent it created for the check is gone again
+
+
 def test_finished_run_is_not_replaced_without_resume_or_overwrite(finished_run, torus_obj, capsys):
     before = _snapshot(finished_run)
     assert _run(torus_obj, finished_run) == 2

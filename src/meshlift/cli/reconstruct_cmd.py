@@ -276,7 +276,8 @@ def print_summary(console, result, wall_s=None) -> None:
     if "fscore" in m:
         console.print(
             f"[bold]Chamfer-L1[/bold] {m['chamfer_l1']:.5f}   [bold]F-score[/bold] {m['fscore']:.4f} "
-            f"(threshold {m.get('threshold', float('nan')):.5f}, 1% of the gt bbox diagonal)"
+            f"(threshold {m.get('threshold', float('nan')):.5f}, 1% of the gt bbox diagonal; "
+            f"{m.get('n_samples', 0):,} samples per surface: `meshlift eval mesh --samples` the same to compare)"
         )
     t = m.get("timings", {})
     if t:

@@ -488,6 +488,31 @@ class StageClock:
 FINISHED_MARKER = "metrics.json"
 
 
+def _try_create(out: Path, option: str) -> None:
+    """Create ``out`` (and its missing parents) and remove them again: OutputError if that fails."""
+    from meshlift.errors import OutputError
+
+    missing = []
+    p = out
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    created = []
+    try:
+        for d in reversed(missing):
+            d.mkdir()
+            created.append(d)
+    except OSError as e:
+        raise OutputError(f"{option} {out}: cannot be created ({e.strerror or e}); choose a folder you can "
+                          "write to") from None
+    finally:
+        for d in reversed(created):
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+
+
 def prepare_output_dir(out: Optional[Path], *, resume: bool, overwrite: bool, option: str = "--out") -> None:
     """Check ``out`` before anything is loaded, so a bad ``--out`` costs nothing and loses nothing.
 
@@ -510,6 +535,8 @@ def prepare_output_dir(out: Optional[Path], *, resume: bool, overwrite: bool, op
         probe = probe.parent
     if not os.access(probe, os.W_OK | os.X_OK):
         raise OutputError(f"{option} {out}: {probe} is not writable; choose a folder you can write to")
+    if not out.exists():  # permission bits can pass where creating fails (root; /proc; a read-only mount)
+        _try_create(out, option)
     if resume or overwrite or not out.is_dir():
         return
     if (out / FINISHED_MARKER).is_file():
