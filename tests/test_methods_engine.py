@@ -98,8 +98,13 @@ def test_train_state_round_trips_and_device_errors():
     st = TrainState(stage="pass2", iteration=3, history=[{"pass": 1}], timings={"pass1_s": 1.0})
     assert TrainState(**st.state_dict()) == st
     assert resolve_device("cpu") == torch.device("cpu")
-    with pytest.raises(ConfigError, match="device"):
+    with pytest.raises(ConfigError, match=r"device 'nonsense-device' \(--device, or --set device=\) is not a device"):
         resolve_device("nonsense-device")
+    with pytest.raises(ConfigError, match="'meta' .* is not supported; use auto, cpu, cuda"):
+        resolve_device("meta")  # a real torch device type meshlift does not run on
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="asks for CUDA.*meshlift doctor"):
+            resolve_device("cuda")
     assert is_oom(RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"))
     assert not is_oom(RuntimeError("shape mismatch"))
 

@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         rv = app(args=argv, standalone_mode=False)
         if isinstance(rv, int) and not isinstance(rv, bool):
             if rv == INTERRUPTED:
-                typer.echo("interrupted (--resume continues from the last checkpoint in --out, if one was written)", err=True)
+                typer.echo("interrupted: --resume continues from the last checkpoint in --out (there is none "
+                           "when it stopped before training began)", err=True)
             return rv
     except MeshliftError as exc:
         typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)

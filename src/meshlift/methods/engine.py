@@ -95,10 +95,15 @@ def resolve_device(name: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         dev = torch.device(name)
-    except RuntimeError as exc:
-        raise ConfigError(f"config field 'device' = {name!r}: {exc}; use auto, cpu or cuda") from None
+    except RuntimeError:
+        raise ConfigError(f"device {name!r} (--device, or --set device=) is not a device meshlift runs on; use "
+                          "auto, cpu, cuda or cuda:N") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"config field 'device' = {name!r} but CUDA is not available; use device=cpu")
+        raise ConfigError(f"device {name!r} (--device, or --set device=) asks for CUDA, which this PyTorch cannot "
+                          "use (`meshlift doctor` says why); use cpu or auto")
+    if dev.type not in ("cpu", "cuda"):
+        raise ConfigError(f"device {name!r} (--device, or --set device=) is not supported; use auto, cpu, cuda or "
+                          "cuda:N")
     return dev
 
 
