@@ -129,8 +129,8 @@ def plot_loss_curve(history: list[dict], path: Path, size: tuple[int, int] = (64
             d.line(pts, fill=(40, 80, 200), width=1)
             d.text((x1 + 4, y0), f"{phi:.1f}dB", fill=(40, 80, 200))
             d.text((x1 + 4, y1 - 10), f"{plo:.1f}dB", fill=(40, 80, 200))
-        d.text((4, y0), f"1e{hi:.1f}", fill=(200, 40, 40))
-        d.text((4, y1 - 10), f"1e{lo:.1f}", fill=(200, 40, 40))
+        d.text((4, y0), f"{10 ** hi:.3g}", fill=(200, 40, 40))  # the loss at the top and bottom
+        d.text((4, y1 - 10), f"{10 ** lo:.3g}", fill=(200, 40, 40))
         p2 = next((i for i, h in enumerate(history) if h["pass"] == 2), None)
         if p2 is not None:
             xp = float(xs[p2])
