@@ -186,6 +186,9 @@ def test_resume_in_pass2_keeps_the_pass1_mesh_without_redoing_hidden_faces(tmp_p
     assert torch.equal(res.dmtet_mesh.t_pos_idx, whole.dmtet_mesh.t_pos_idx)
     assert torch.equal(res.dmtet_mesh.v_pos, whole.dmtet_mesh.v_pos)
     assert res.metrics["pass1_fscore"] == whole.metrics["pass1_fscore"]
+    again = reconstruct(cfg, out, data=data, resume=True, monitor=_StopAt())  # finished: re-export only
+    for k in ("pass1_s", "pass2_s"):  # nothing trained, no time added
+        assert again.metrics["timings"][k] == res.metrics["timings"][k]
 
 
 def test_resume_without_checkpoint_is_a_config_error(tmp_path):

@@ -52,7 +52,8 @@ def make_monitor(console=None):
         def start_pass(self, name: str, total: int, start: int = 0) -> None:
             self.name, self.total, self.start, self.t0 = name, total, start, time.perf_counter()
             if not console.is_terminal:  # logs / pipes: plain lines from update(), no live bar
-                console.print(f"{name}: {total} steps" + (f", resuming at {start}" if start else ""))
+                console.print(f"{name}: {total} steps" + (", done in an earlier session" if 0 < total <= start
+                                                            else f", resuming at {start}" if start else ""))
                 return
             self.progress = Progress(
                 TextColumn("[bold]{task.description}"),

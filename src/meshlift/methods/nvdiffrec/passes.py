@@ -271,7 +271,8 @@ def run_pass1(
             break
     monitor.end_pass()
     state.iterations["pass1"] = total
-    clock.flush()
+    if total > start:  # a resume with nothing left to train adds no time
+        clock.flush()
 
     saved_mesh = None if checkpoint is None or checkpoint.get("pass2") is None else \
         (checkpoint.get("pass1") or {}).get("mesh")
@@ -576,7 +577,8 @@ def run_pass2(
             break
     monitor.end_pass()
     state.iterations["pass2"] = total
-    clock.flush()
+    if total > start:  # a resume with nothing left to train adds no time
+        clock.flush()
     if light_trainable:
         light.build_mips()
     state.stage = "done"
