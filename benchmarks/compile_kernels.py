@@ -1,8 +1,9 @@
 """Compile the fused shading kernels for a CUDA target without a GPU (Triton's bundled toolchain, to cubin).
 
 Usage: ``python benchmarks/compile_kernels.py [--arch 90]``; prints each compile's seconds and the sum per
-kernel (CPU time of the Triton toolchain, the cost a first call pays on an empty cache). Catches what the Triton interpreter of the CPU
-tests does not: constructs the compiler rejects (early returns, unsupported builtins, type mismatches).
+kernel (CPU time of the Triton toolchain, the cost a first call pays on an empty cache). Catches what the
+Triton interpreter of the CPU tests does not: constructs the compiler rejects (early returns, unsupported
+builtins, type mismatches).
 Every kernel of ``kernels/_pbr_triton_kernels.py``, ``_loss_triton_kernels.py`` and
 ``_antialias_triton_kernels.py``, ``_normals_triton_kernels.py``, the raster and raster-backward kernels of
 ``_raster_triton_kernels.py``, ``_tangents_triton_kernels.py`` and the CSR
@@ -14,8 +15,8 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import time
 import sys
+import time
 from pathlib import Path
 
 if not os.environ.get("PYTHONPATH"):
@@ -126,8 +127,9 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         try:
             triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=target)
-            status = f"ok {time.perf_counter() - t0:.2f} s"
-            times[fn.__name__] = times.get(fn.__name__, 0.0) + time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            status = f"ok {dt:.2f} s"
+            times[fn.__name__] = times.get(fn.__name__, 0.0) + dt
         except Exception as e:  # report every failure, then exit non-zero
             failed += 1
             status = f"FAILED: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"

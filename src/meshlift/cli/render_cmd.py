@@ -62,9 +62,9 @@ def render(
                           "point_cloud.ply or a run's output folder")
     if data is None and not turntable:
         raise ConfigError("give --data DATASET (render its cameras) and/or --turntable")
-    from meshlift.io.mesh import READ_SUFFIXES
+    from meshlift.data.views import is_mesh_path
 
-    if data is not None and Path(data).suffix.lower() in READ_SUFFIXES:
+    if data is not None and is_mesh_path(data):
         raise ConfigError(f"--data {data}: is a mesh file; --data takes a photo dataset (a folder, a transforms "
                           ".json or poses_bounds.npy) whose cameras and images to compare with. For a run made "
                           "from a mesh, use --turntable, or `meshlift eval mesh ASSET MESH` for its geometry")

@@ -26,7 +26,7 @@ from meshlift.errors import DatasetError
 from meshlift.structures.mesh import Mesh
 
 __all__ = ["PosedViews", "ProblemData", "views_from_scene", "scene_problem", "split_indices", "synthetic_problem",
-           "sniff_input"]
+           "sniff_input", "is_mesh_path"]
 
 
 def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -114,6 +114,13 @@ class ProblemData:
     name: str = ""
 
 
+def is_mesh_path(path) -> bool:
+    """Whether ``path`` names a mesh file by its suffix (one :mod:`meshlift.io.mesh` reads); no file access."""
+    from meshlift.io.mesh import READ_SUFFIXES
+
+    return Path(path).suffix.lower() in READ_SUFFIXES
+
+
 def sniff_input(path: str | Path) -> str:
     """What an input path is: ``"mesh"`` (a mesh file suffix :mod:`meshlift.io.mesh` reads) or the dataset
     format :func:`meshlift.data.detect_format` finds (``"blender"``, ``"colmap"``, ...).
@@ -125,7 +132,7 @@ def sniff_input(path: str | Path) -> str:
     from meshlift.io.mesh import READ_SUFFIXES
 
     p = Path(path)
-    if p.suffix.lower() in READ_SUFFIXES:
+    if is_mesh_path(p):
         return "mesh"
     if not str(path) or not p.exists():
         raise DatasetError(f"input {str(path)!r} does not exist; give a dataset folder or a mesh file "

@@ -93,17 +93,16 @@ def resolve_device(name: str) -> torch.device:
     """
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    what = f"device {name!r} (--device, or --set device=)"
     try:
         dev = torch.device(name)
     except RuntimeError:
-        raise ConfigError(f"device {name!r} (--device, or --set device=) is not a device meshlift runs on; use "
-                          "auto, cpu, cuda or cuda:N") from None
+        raise ConfigError(f"{what} is not a device meshlift runs on; use auto, cpu, cuda or cuda:N") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device {name!r} (--device, or --set device=) asks for CUDA, which this PyTorch cannot "
-                          "use (`meshlift doctor` says why); use cpu or auto")
+        raise ConfigError(f"{what} asks for CUDA, which this PyTorch cannot use (`meshlift doctor` says why); "
+                          "use cpu or auto")
     if dev.type not in ("cpu", "cuda"):
-        raise ConfigError(f"device {name!r} (--device, or --set device=) is not supported; use auto, cpu, cuda or "
-                          "cuda:N")
+        raise ConfigError(f"{what} is not supported; use auto, cpu, cuda or cuda:N")
     return dev
 
 
@@ -493,15 +492,11 @@ class StageClock:
 FINISHED_MARKER = "metrics.json"
 
 
-def _try_create(out: Path, option: str) -> None:
-    """Create ``out`` (and its missing parents) and remove them again: OutputError if that fails."""
+def _try_create(missing: list, out: Path, option: str) -> None:
+    """Create the ``missing`` folders (outermost last, as listed from ``out`` up) and remove them again:
+    OutputError naming ``option`` if that fails."""
     from meshlift.errors import OutputError
 
-    missing = []
-    p = out
-    while not p.exists():
-        missing.append(p)
-        p = p.parent
     created = []
     try:
         for d in reversed(missing):
@@ -535,13 +530,14 @@ def prepare_output_dir(out: Optional[Path], *, resume: bool, overwrite: bool, op
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise OutputError(f"{option} {out}: is an existing file, not a folder; choose another {option}")
-    probe = out
+    probe, missing = out, []
     while not probe.exists():
+        missing.append(probe)
         probe = probe.parent
     if not os.access(probe, os.W_OK | os.X_OK):
         raise OutputError(f"{option} {out}: {probe} is not writable; choose a folder you can write to")
-    if not out.exists():  # permission bits can pass where creating fails (root; /proc; a read-only mount)
-        _try_create(out, option)
+    if missing:  # permission bits can pass where creating fails (root; /proc; a read-only mount)
+        _try_create(missing, out, option)
     if resume or overwrite or not out.is_dir():
         return
     if (out / FINISHED_MARKER).is_file():

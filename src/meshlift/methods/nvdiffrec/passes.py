@@ -280,23 +280,7 @@ def run_pass1(
         if saved_mesh is not None:  # resumed in pass 2: the pass-1 output as it was (no re-extraction)
             mesh = Mesh(v_pos=saved_mesh["v_pos"].to(device), t_pos_idx=saved_mesh["t_pos_idx"].to(device))
         else:
-            mesh, _ = geom.get_mesh()
-        if saved_mesh is None and cfg.remove_hidden and mesh.num_faces > 0:
-            from meshlift.mesh.visibility import remove_hidden_faces
-
-            hidden = StageClock(state, "hidden_s")
-            mesh, info = remove_hidden_faces(mesh, n_views=cfg.hidden_views, resolution=cfg.hidden_res,
-                                             max_fragments=cfg.max_fragments)
-            hidden.flush()
-            monitor.log(f"pass 1: removed {info['removed']} of {info['faces_before']} faces no outside view sees")
-        if saved_mesh is None and cfg.min_component_faces > 0 and mesh.num_faces > 0:
-            from meshlift.mesh.clean import drop_small_components
-
-            mesh, dropped = drop_small_components(mesh, cfg.min_component_faces)
-            mesh = mesh.to(device)
-            if dropped:
-                monitor.log(f"pass 1: removed {dropped} faces in components under min_component_faces="
-                            f"{cfg.min_component_faces:g} of the largest one's faces")
+            mesh = _pass1_output(geom.get_mesh()[0], cfg, state, monitor, device)
     if light_trainable:
         light.build_mips()
     state.stage = "pass2"
@@ -308,6 +292,29 @@ def run_pass1(
     if start < total or checkpoint is None:
         checkpointer.save(final)
     return Pass1Result(detach_mesh(mesh), geom, material, light, light_trainable, final["pass1"])
+
+
+def _pass1_output(mesh: Mesh, cfg: SurfaceConfig, state: TrainState, monitor: Monitor,
+                  device: torch.device) -> Mesh:
+    """The extracted pass-1 mesh without the faces no outside view sees (``remove_hidden``) and without the
+    components under ``min_component_faces`` of the largest one's faces."""
+    if cfg.remove_hidden and mesh.num_faces > 0:
+        from meshlift.mesh.visibility import remove_hidden_faces
+
+        hidden = StageClock(state, "hidden_s")
+        mesh, info = remove_hidden_faces(mesh, n_views=cfg.hidden_views, resolution=cfg.hidden_res,
+                                         max_fragments=cfg.max_fragments)
+        hidden.flush()
+        monitor.log(f"pass 1: removed {info['removed']} of {info['faces_before']} faces no outside view sees")
+    if cfg.min_component_faces > 0 and mesh.num_faces > 0:
+        from meshlift.mesh.clean import drop_small_components
+
+        mesh, dropped = drop_small_components(mesh, cfg.min_component_faces)
+        mesh = mesh.to(device)
+        if dropped:
+            monitor.log(f"pass 1: removed {dropped} faces in components under min_component_faces="
+                        f"{cfg.min_component_faces:g} of the largest one's faces")
+    return mesh
 
 
 def _cadence(cfg: SurfaceConfig, dist: DistContext):
