@@ -28,6 +28,7 @@ def register(app: typer.Typer) -> None:
 
         from meshlift.cli.reconstruct_cmd import make_monitor, print_summary
         from meshlift.data.demo_object import make_demo_object
+        from meshlift.kernels import precompile
         from meshlift.methods.engine import resolve_device
         from meshlift.methods.nvdiffrec.config import apply_dict, parse_overrides
         from meshlift.methods.nvdiffrec.presets import get_preset
@@ -44,8 +45,12 @@ def register(app: typer.Typer) -> None:
         cfg = apply_dict(get_preset("demo"), {"device": device, **parse_overrides(list(set_ or []))})
         dev = resolve_device(cfg.device)
         monitor = make_monitor()
+        # on an empty Triton cache the GPU kernels compile in background processes from here on
+        warmup = precompile.start("nvdiffrec", dev, log=monitor.log)
         monitor.log("building the demo object and rendering its target views")
         mesh = make_demo_object()
         data = synthetic_problem(mesh, cfg, dev, name="demo ring")
         result = reconstruct(cfg, out, overwrite=True, monitor=monitor, data=data)
+        if warmup is not None:
+            warmup.close()
         print_summary(console, result)  # wall time since the process started

@@ -25,6 +25,7 @@ import torch
 
 from meshlift.data.views import ProblemData, scene_problem, sniff_input
 from meshlift.errors import ConfigError, MeshliftError, OutOfMemoryError
+from meshlift.kernels import precompile
 from meshlift.methods.distributed import DistContext, init_from_env, make_checkpointer
 from meshlift.methods.engine import (CHECKPOINT_NAME, FINISHED_MARKER, Checkpointer, Monitor, TimeBudget, TrainState,
                                      check_memory, check_resume_compatible, is_oom, prepare_output_dir,
@@ -276,6 +277,8 @@ def reconstruct(
         return loaded
 
     checkpoint = dist.from_main(check_and_load)
+    # first run on an empty Triton cache: the kernel variants compile in background processes meanwhile
+    warmup = precompile.start("nvdiffrec", device, log=monitor.log) if dist.is_main else None
     checkpointer = make_checkpointer(out, dist, background=True)  # checkpoints written off the training thread
     torch.manual_seed(cfg.seed)
 
@@ -366,4 +369,6 @@ def reconstruct(
         raise
     finally:  # the last checkpoint is on disk when this returns or raises (--resume can use it)
         checkpointer.flush()
+        if warmup is not None:
+            warmup.close()
     return ReconstructionResult(mesh_world, dmtet_world, metrics, out, files, list(state.history))
