@@ -245,3 +245,14 @@ def test_doctor_on_a_gpu_compiles_the_triton_kernel():
     r = _row(rows, "triton kernel")
     assert r.status in ("ok", "warning") and "compiled in" in r.detail, r
     assert _row(rows, "GPU 0 arch").status == "ok"
+
+
+def test_the_warm_up_row_says_whether_the_cache_holds_the_kernels():
+    f = _gpu_facts()
+    f.triton.warm = (63, False)
+    r = _row(doc.diagnose(f), "triton warm-up")
+    assert r.status == "ok" and "not yet" in r.detail and "63" in r.detail and "MESHLIFT_PRECOMPILE_WORKERS" in r.detail
+    f.triton.warm = (63, True)
+    assert "are compiled in the cache" in _row(doc.diagnose(f), "triton warm-up").detail
+    f.triton.warm = None
+    assert not [r for r in doc.diagnose(f) if r.check == "triton warm-up"]

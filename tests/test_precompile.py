@@ -88,3 +88,14 @@ def test_close_writes_the_marker_only_when_every_worker_finished(tmp_path):
     h = precompile.Precompile([slow], tmp_path / "m2", 1)
     h.close()  # stops the unfinished worker, no marker
     assert slow.poll() is not None and not (tmp_path / "m2").exists()
+
+
+def test_warm_state_reads_the_marker_of_a_finished_warm_up(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    n, warm = precompile.warm_state("nvdiffrec", (9, 0))
+    assert n == len(precompile.load_variants("nvdiffrec")) and not warm
+    marker = precompile._marker(precompile.load_variants("nvdiffrec"), 90, 32)
+    assert marker.parent == tmp_path
+    marker.write_text("{}")
+    assert precompile.warm_state("nvdiffrec", (9, 0)) == (n, True)
+    assert precompile.warm_state("nvdiffrec", (8, 0)) == (n, False)  # another GPU: other binaries

@@ -97,6 +97,9 @@ class TritonFacts:
     kernel_error: Optional[str] = None
     cache_dir: str = ""
     cache_writable: bool = False
+    warm: Optional[tuple] = None
+    """``(variants, compiled)`` of :func:`meshlift.kernels.precompile.warm_state` for the surface method on
+    the first GPU (None when not checked)."""
 
 
 @dataclass
@@ -204,6 +207,14 @@ def _gather_triton(torch_facts: TorchFacts) -> TritonFacts:
     tr.cache_dir = str(cache)
     tr.cache_writable = _writable(cache)
     if tr.status.available and torch_facts.cuda_available and torch_facts.gpus:
+        try:
+            import torch
+
+            from meshlift.kernels.precompile import warm_state
+
+            tr.warm = warm_state("nvdiffrec", torch.cuda.get_device_capability(0))
+        except Exception:  # noqa: BLE001 - an informational row only
+            tr.warm = None
         try:
             tr.kernel = run_probe("cuda")
         except BaseException as exc:  # noqa: BLE001
@@ -440,6 +451,12 @@ def _triton_rows(tr: TritonFacts, t: TorchFacts) -> list[Row]:
                         "" if ok and tr.cache_writable else
                         ("wrong results: report this" if not ok else
                          "set TRITON_CACHE_DIR to a writable folder (kernels recompile at every start)")))
+    if gpu and st.available and tr.warm is not None and tr.warm[0]:
+        n, compiled = tr.warm
+        rows.append(Row("triton warm-up", "ok",
+                        f"the surface method's {n} kernel variants are compiled in the cache" if compiled else
+                        f"not yet: the first CUDA run compiles the surface method's {n} kernel variants in "
+                        f"background processes (MESHLIFT_PRECOMPILE_WORKERS; 0 = off)"))
     return rows
 
 

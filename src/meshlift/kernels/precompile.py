@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, List, Optional
 
-__all__ = ["Variant", "load_variants", "start", "record", "Precompile", "VARIANTS_PATH", "ENV_WORKERS"]
+__all__ = ["Variant", "load_variants", "start", "record", "Precompile", "warm_state", "VARIANTS_PATH", "ENV_WORKERS"]
 
 #: The recorded variant list shipped with the package.
 VARIANTS_PATH = Path(__file__).with_name("variants.json")
@@ -135,16 +135,6 @@ def compile_variant(v: Variant, target, build_launcher: bool = False) -> None:
         driver.active.launcher_cls(kernel.src, kernel.metadata)
 
 
-def _cache_dir() -> Path:
-    try:
-        from triton import knobs
-
-        return Path(knobs.cache.dir)
-    except Exception:  # older Triton: no knobs module
-        home = os.environ.get("TRITON_HOME", os.path.expanduser("~"))
-        return Path(os.environ.get("TRITON_CACHE_DIR") or os.path.join(home, ".triton", "cache"))
-
-
 def _marker(variants: List[Variant], arch: int, warp: int) -> Path:
     import triton
 
@@ -156,11 +146,22 @@ def _marker(variants: List[Variant], arch: int, warp: int) -> Path:
         spec = importlib.util.find_spec(m)
         if spec is not None and spec.origin and os.path.exists(spec.origin):
             h.update(Path(spec.origin).read_bytes())
-    return _cache_dir() / f"meshlift-precompiled-{h.hexdigest()[:20]}"
+    from meshlift.kernels.triton_probe import triton_cache_dir
+
+    return triton_cache_dir() / f"meshlift-precompiled-{h.hexdigest()[:20]}"
 
 
 #: Handles started in this process, by job (a second ``start`` for a job whose workers run returns None).
 _RUNNING: dict = {}
+
+
+def warm_state(job: str, capability: tuple) -> tuple:
+    """``(number of recorded variants of job, whether this Triton cache holds them for a GPU of compute
+    capability (major, minor))`` (the marker of a completed warm-up). For ``meshlift doctor``."""
+    variants = load_variants(job)
+    if not variants:
+        return 0, False
+    return len(variants), _marker(variants, capability[0] * 10 + capability[1], 32).exists()
 
 
 def _default_workers() -> int:
