@@ -179,7 +179,7 @@ class ViewSampler:
 @dataclass(frozen=True)
 class ExponentialLR:
     """Learning-rate factor of step ``it``: linear warm-up over ``warmup`` steps, then ``10^(-decay · it)``
-    (nvdiffrec's ``lr_schedule``). Use with ``torch.optim.lr_scheduler.LambdaLR``."""
+    (nvdiffrec's ``lr_schedule``). Use with ``methods.optim.LambdaLR`` or ``torch.optim.lr_scheduler.LambdaLR``."""
 
     warmup: int
     decay: float
@@ -622,7 +622,7 @@ class DivergenceGuard:
                 g["lr"] = g["lr"] * 0.5
                 if "initial_lr" in g:
                     g["initial_lr"] = g["initial_lr"] * 0.5
-        for sch in self.schedulers:  # torch LR schedulers recompute lr from base_lrs
+        for sch in self.schedulers:  # LambdaLR (meshlift's or torch's) recomputes lr from base_lrs
             sch.base_lrs = [b * 0.5 for b in sch.base_lrs]
         self.rollbacks += 1
         return True

@@ -32,6 +32,7 @@ from meshlift.methods.diagnose import NonfiniteProbe
 from meshlift.methods.distributed import SINGLE, DistContext, SyncedCadence
 from meshlift.methods.engine import (NO_STAGES, CheckpointCadence, Checkpointer, DivergenceGuard, ExponentialLR,
                                      LossReadback, Monitor, StageClock, TrainState, ViewSampler, end_step)
+from meshlift.methods.optim import Adam, LambdaLR
 from meshlift.methods.nvdiffrec.config import SurfaceConfig, config_to_dict
 from meshlift.methods.nvdiffrec.evaluate import render_batch
 from meshlift.methods.nvdiffrec.geometry import init_sdf, make_geometry
@@ -78,11 +79,12 @@ class Pass1Result:
     checkpoint_state: Optional[dict] = None
 
 
-def _adam(params, device: torch.device, **kwargs) -> torch.optim.Adam:
-    """Adam; on CUDA the fused implementation (one kernel per parameter group and step instead of a few per
-    tensor list, and the step counters on the device). Same update rule: results differ by float rounding
-    (measured on the CPU demo, where fused Adam also exists: benchmarks/notes_reconstruct_speed.md)."""
-    return torch.optim.Adam(params, fused=torch.device(device).type == "cuda", **kwargs)
+def _adam(params, device: torch.device, **kwargs) -> Adam:
+    """Adam (:class:`meshlift.methods.optim.Adam`: torch's update without ``torch.optim``'s import of
+    ``torch._dynamo``); on CUDA the fused implementation (one kernel per parameter group and step instead of a
+    few per tensor list, and the step counters on the device). Same update rule: results differ by float
+    rounding (measured on the CPU demo, where fused Adam also exists: benchmarks/notes_reconstruct_speed.md)."""
+    return Adam(params, fused=torch.device(device).type == "cuda", **kwargs)
 
 
 def run_pass1(
@@ -127,7 +129,7 @@ def run_pass1(
         groups.append({"params": list(light.parameters()), "lr": cfg.lr_light})
     opt_mat = _adam(groups, device)
     lr = ExponentialLR(cfg.warmup, cfg.lr_decay)
-    sched = [torch.optim.lr_scheduler.LambdaLR(o, lr) for o in (opt_geom, opt_mat)]
+    sched = [LambdaLR(o, lr) for o in (opt_geom, opt_mat)]
     sampler = ViewSampler(len(data.train), cfg.batch, cfg.seed)
     dist.check_batch(sampler.batch)
     ramps = RegularizerSchedules.from_config(cfg)
@@ -433,7 +435,7 @@ def run_pass2(
     opt = _adam(groups, device)
     opt_v = _adam([offset], device, lr=cfg.lr_vertex)
     lr = ExponentialLR(cfg.warmup, cfg.lr_decay)
-    sched = [torch.optim.lr_scheduler.LambdaLR(o, lr) for o in (opt, opt_v)]
+    sched = [LambdaLR(o, lr) for o in (opt, opt_v)]
     ramps = RegularizerSchedules.from_config(cfg)
     sampler = ViewSampler(len(data.train), cfg.batch, cfg.seed + 1)
     dist.check_batch(sampler.batch)
