@@ -99,3 +99,29 @@ def test_warm_state_reads_the_marker_of_a_finished_warm_up(tmp_path, monkeypatch
     marker.write_text("{}")
     assert precompile.warm_state("nvdiffrec", (9, 0)) == (n, True)
     assert precompile.warm_state("nvdiffrec", (8, 0)) == (n, False)  # another GPU: other binaries
+
+
+def test_the_recorder_writes_back_the_record_a_compile_was_made_from(tmp_path):
+    """record() around a real triton.compile (to sm_90 on the CPU) gives the same signature, constexprs and
+    attrs as the shipped record it was built from: what merge_records would add is what the worker replays."""
+    code = f'''
+import ast, json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from meshlift.kernels import precompile as P
+v = P.load_variants("nvdiffrec")[0]
+with P.record({str(tmp_path / "rec.jsonl")!r}, "test"):
+    src = ASTSource(P.resolve_kernel(v.kernel), ast.literal_eval(v.signature), ast.literal_eval(v.constexprs),
+                    ast.literal_eval(v.attrs))
+    triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(v.options))
+(row,) = [json.loads(line) for line in open({str(tmp_path / "rec.jsonl")!r})]
+assert P.resolve_kernel(row["kernel"]) is P.resolve_kernel(v.kernel), row["kernel"]
+assert (row["signature"], row["constexprs"], row["attrs"], row["options"]) == (v.signature, v.constexprs, v.attrs, v.options), row
+assert triton.compiler.compiler.compile.__name__ == "compile"  # restored
+print("ok")
+'''
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TRITON_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(SRC))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]

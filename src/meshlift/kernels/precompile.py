@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import ast
 import atexit
+import contextlib
 import hashlib
 import importlib
 import json
@@ -297,22 +298,19 @@ def _worker(args) -> int:
     return 0
 
 
-class record:
-    """Context manager: record every ``triton.compile`` the JIT makes in this process as :class:`Variant`
-    rows (JSON lines appended to ``path``, with ``job`` and the seconds it took). Used on a GPU by
+@contextlib.contextmanager
+def record(path, job: str):
+    """Context manager: record every ``triton.compile`` the JIT makes in this process as :class:`Variant` rows
+    (JSON lines appended to ``path``, with ``job`` and the seconds it took). Used on a GPU by
     ``benchmarks/record_kernel_variants.py`` to (re)build ``variants.json``."""
+    import triton
+    import triton.compiler
+    import triton.compiler.compiler as cc
+    from triton.compiler import make_backend
 
-    def __init__(self, path, job: str):
-        self.path, self.job = Path(path), job
-
-    def __enter__(self):
-        import triton
-        import triton.compiler
-        import triton.compiler.compiler as cc
-
-        self._saved = (cc.compile, getattr(triton.compiler, "compile", None), getattr(triton, "compile", None))
-        orig, out, job = cc.compile, self.path.open("a"), self.job
-        self._out = out
+    saved = (cc.compile, getattr(triton.compiler, "compile", None), getattr(triton, "compile", None))
+    orig = cc.compile
+    with Path(path).open("a") as out:
 
         def compile_and_record(src, target=None, options=None, **kw):
             t0 = time.perf_counter()
@@ -320,8 +318,6 @@ class record:
             fn = getattr(src, "fn", None)
             if fn is None or not hasattr(fn, "cache_key"):
                 return kernel
-            from triton.compiler import make_backend
-
             defaults = make_backend(target).parse_options({}).__dict__
             opts = {k: v for k, v in (options or {}).items() if k in defaults and defaults[k] != v
                     and isinstance(v, (bool, int, float, str))}
@@ -335,22 +331,16 @@ class record:
 
         cc.compile = compile_and_record
         triton.compiler.compile = compile_and_record
-        if self._saved[2] is not None:
+        if saved[2] is not None:
             triton.compile = compile_and_record
-        return self
-
-    def __exit__(self, *exc):
-        import triton
-        import triton.compiler
-        import triton.compiler.compiler as cc
-
-        cc.compile = self._saved[0]
-        if self._saved[1] is not None:
-            triton.compiler.compile = self._saved[1]
-        if self._saved[2] is not None:
-            triton.compile = self._saved[2]
-        self._out.close()
-        return False
+        try:
+            yield
+        finally:
+            cc.compile = saved[0]
+            if saved[1] is not None:
+                triton.compiler.compile = saved[1]
+            if saved[2] is not None:
+                triton.compile = saved[2]
 
 
 def merge_records(lines: Iterator[dict], path: Path = VARIANTS_PATH) -> int:
