@@ -256,13 +256,17 @@ def start(job: str, device, workers: Optional[int] = None, log=None) -> Optional
     except Exception:
         return None
     workers = min(workers, len(variants))
+    # the workers import this package from where this process did (also when it came from sys.path, not PYTHONPATH)
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(
+        os.pathsep) if p]))
     procs = []
     for i in range(workers):
         cmd = [sys.executable, "-m", "meshlift.kernels.precompile", "--job", job, "--worker", str(i),
                "--of", str(workers), "--arch", str(arch), "--warp-size", str(warp), "--marker", str(marker)]
         try:
             procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL, close_fds=True))
+                                          stderr=subprocess.DEVNULL, close_fds=True, env=env))
         except OSError:
             break
     if not procs:
