@@ -33,6 +33,9 @@ def test_eval_mesh_json(tmp_path, capsys):
     assert "chamfer_l1" in capsys.readouterr().out
     assert main(["eval", "mesh", str(tmp_path / "a.ply"), str(tmp_path / "b.ply"), "--threshold", "1",
                  "--threshold-frac", "0.1"]) == 2
+    capsys.readouterr()
+    assert main(["eval", "mesh", str(tmp_path / "a.ply"), str(tmp_path / "b.ply"), "--samples", "0"]) == 2
+    assert "--samples 0: must be a positive number" in capsys.readouterr().err
 
 
 def _write_png(path, arr, bits=8):

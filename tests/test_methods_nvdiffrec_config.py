@@ -134,3 +134,8 @@ def test_range_and_type_errors_name_their_source(tmp_path):
         apply_dict(SurfaceConfig(), load_config_file(cfg_file), source=str(cfg_file))
     with pytest.raises(ConfigError, match=r"^command line: config field 'batch'"):
         apply_dict(SurfaceConfig(), {"batch": "abc"}, source="command line")
+
+
+def test_an_override_with_an_empty_field_name_says_so():
+    with pytest.raises(ConfigError, match="field name before '=' is empty"):
+        parse_overrides(["=4"])

@@ -260,7 +260,7 @@ def test_ctrl_c_saves_a_checkpoint_of_the_step_and_resume_finishes(tmp_path, tor
     assert _run(torus_obj, out, "--set", "iter_pass1=6", "--set", "checkpoint_every=0",
                 "--set", "checkpoint_every_s=0") == 130
     err = capsys.readouterr().err
-    assert "stopped by Ctrl-C after step 3; checkpoint saved" in err and "--resume" in err
+    assert "stopped by Ctrl-C after step 3; its checkpoint is written" in err and "--resume" in err
     assert not engine.INTERRUPT.requested  # reset when the command ends
     ck = torch.load(out / "checkpoint.pt", weights_only=True)
     assert ck["pass1"]["iteration"] == 3 and not (out / "metrics.json").exists()
@@ -440,3 +440,44 @@ def test_background_checkpointer_reports_a_failed_write(tmp_path):
     with pytest.raises((OSError, RuntimeError), match="gone"):  # torch.save: "Parent directory ... does not exist"
         c.flush()
     c.flush()  # the error is reported once
+
+
+def test_a_second_ctrl_c_waits_for_the_checkpoint_being_written(tmp_path, monkeypatch):
+    """Ctrl-C while a background checkpoint is written (the user pressed it twice): the file is completed,
+    then KeyboardInterrupt is raised (a half-written checkpoint would lose the run)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from meshlift.methods.checkpoints import CHECKPOINT_NAME, Checkpointer
+
+    ck = Checkpointer(tmp_path, background=True)
+    real = ck._write
+
+    def slow_write(payload):
+        time.sleep(1.0)
+        real(payload)
+
+    monkeypatch.setattr(ck, "_write", slow_write)
+    ck.save({"x": torch.ones(3)})
+    threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        ck.flush()
+    assert (tmp_path / CHECKPOINT_NAME).is_file()
+    assert torch.equal(torch.load(tmp_path / CHECKPOINT_NAME)["x"], torch.ones(3))
+
+
+def test_an_existing_folder_where_no_file_can_be_written_is_refused_before_loading(tmp_path, monkeypatch):
+    import tempfile
+
+    from meshlift.errors import OutputError
+    from meshlift.methods.engine import prepare_output_dir
+
+    def refuse(*a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", refuse)  # as root in /sys: access() says yes
+    with pytest.raises(OutputError, match=r"--out .*cannot write a file there \(Permission denied\)"):
+        prepare_output_dir(tmp_path, resume=False, overwrite=False)
+    assert list(tmp_path.iterdir()) == []

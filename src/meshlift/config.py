@@ -149,13 +149,15 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
     """Parse ``["field=value", ...]`` into a dict (``-`` in names read as ``_``).
 
     Raises:
-        ConfigError: an item without ``=``.
+        ConfigError: an item without ``=``, or with nothing before it.
     """
     out: dict[str, str] = {}
     for item in items:
         if "=" not in item:
             raise ConfigError(f"override {item!r}: expected field=value (e.g. batch=4)")
         key, value = item.split("=", 1)
+        if not key.strip():
+            raise ConfigError(f"override {item!r}: the field name before '=' is empty (e.g. batch=4)")
         out[key.strip().replace("-", "_")] = value.strip()
     return out
 

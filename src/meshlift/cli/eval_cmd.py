@@ -51,6 +51,8 @@ def eval_mesh(
 
     if threshold is not None and threshold_frac is not None:
         raise ConfigError("give either --threshold or --threshold-frac, not both")
+    if samples <= 0:
+        raise ConfigError(f"--samples {samples}: must be a positive number of surface samples (default 200000)")
     box = None
     if crop_box is not None:
         try:

@@ -85,8 +85,12 @@ def main(argv: list[str] | None = None) -> int:
         rv = app(args=argv, standalone_mode=False)
         if isinstance(rv, int) and not isinstance(rv, bool):
             if rv == INTERRUPTED:
-                typer.echo("interrupted: --resume continues from the last checkpoint in --out (there is none "
-                           "when it stopped before training began)", err=True)
+                args = sys.argv[1:] if argv is None else list(argv)
+                if args[:1] == ["demo"]:
+                    typer.echo("interrupted (the demo has no --resume: run it again)", err=True)
+                else:
+                    typer.echo("interrupted: --resume continues from the last checkpoint in --out (there is none "
+                               "when it stopped before training began)", err=True)
             return rv
     except MeshliftError as exc:
         typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)

@@ -2,9 +2,9 @@
 
 Why. Triton compiles a kernel variant (one kernel at one set of argument types, ``constexpr`` values and
 integer/pointer specialisations) the first time a process launches it, in that process, one after the other:
-0.1-3 s of host CPU each. On an empty Triton cache a ``spot`` run meets 52 variants in its first ~70 s,
-33 s of compiles on the H200's host (measured, session 10), and the demo the same number (32 s of its 58 s).
-A warm cache makes all of it a file read.
+0.1-3 s of host CPU each. On an empty Triton cache a ``spot`` run meets 52 variants in its first ~70 s, 33 s
+of compiles on the H200's host (measured, session 10), and the demo 52 too (32 s of its 58 s); 63 across the
+two (the list below). A warm cache makes all of it a file read.
 
 Design. The variants the shipped methods launch are known in advance: ``kernels/variants.json`` lists each
 one as the Triton JIT handed it to ``triton.compile`` (kernel ``module:qualname``, signature, ``constexprs``,
@@ -237,6 +237,8 @@ def start(job: str, device, workers: Optional[int] = None, log=None) -> Optional
     if workers is None:
         env = os.environ.get(ENV_WORKERS, "").strip()
         workers = int(env) if env.isdigit() else _default_workers()
+        if env and not env.isdigit() and log is not None:
+            log(f"{ENV_WORKERS}={env!r} is not a whole number >= 0 (0 = off); using {workers} workers")
     variants = load_variants(job)
     if workers <= 0 or not variants or any(h.procs for h in _RUNNING.get(job, [])):
         return None  # nothing to do, or this process already warms this job's variants

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -43,6 +44,7 @@ class Checkpointer:
         self.path = None if out_dir is None else Path(out_dir) / CHECKPOINT_NAME
         self.background = bool(background)
         self._thread: Optional[threading.Thread] = None
+        self._done = threading.Event()
         self._error: Optional[BaseException] = None
 
     def save(self, payload: dict) -> bool:
@@ -58,6 +60,7 @@ class Checkpointer:
             return True
         staged = _host_copy(payload)
         self.flush()
+        self._done = threading.Event()
         self._thread = threading.Thread(target=self._write_logged, args=(staged,), name="meshlift-checkpoint")
         self._thread.start()
         return True
@@ -72,15 +75,32 @@ class Checkpointer:
             self._write(payload)
         except BaseException as exc:  # noqa: BLE001 - handed to the training thread by flush()
             self._error = exc
+        finally:
+            self._done.set()
 
     def flush(self) -> None:
-        """Wait for a background write to finish; re-raise its error (e.g. a full disk) if it failed."""
+        """Wait for a background write to finish; re-raise its error (e.g. a full disk) if it failed.
+
+        A Ctrl-C while waiting does not abandon the write (a half-written checkpoint would be no checkpoint):
+        the wait goes on and the KeyboardInterrupt is raised once the file is complete."""
+        interrupted = False
         if self._thread is not None:
+            # wait on the writer's own event: a Thread.join interrupted by Ctrl-C may return early afterwards
+            while True:
+                try:
+                    if self._done.wait(0.1):
+                        break
+                except KeyboardInterrupt:
+                    if not interrupted:
+                        sys.stderr.write("Ctrl-C: the checkpoint is being written; stopping when it is complete\n")
+                    interrupted = True
             self._thread.join()
             self._thread = None
         if self._error is not None:
             exc, self._error = self._error, None
             raise exc
+        if interrupted:
+            raise KeyboardInterrupt
 
     def load(self) -> Optional[dict]:
         """The saved payload on the CPU, or None when there is none (:func:`load_checkpoint`: an unreadable

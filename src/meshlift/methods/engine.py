@@ -465,7 +465,8 @@ def end_step(pass_no: int, it: int, total: int, loss: torch.Tensor, mse: torch.T
         save()
         cadence.saved()
     if interrupted:
-        monitor.log(f"pass {pass_no}: stopped by Ctrl-C after step {step}; checkpoint saved (--resume continues)")
+        monitor.log(f"pass {pass_no}: stopped by Ctrl-C after step {step}; its checkpoint is written before the "
+                    "run ends (--resume continues)")
         raise KeyboardInterrupt
     if over:
         monitor.log(f"pass {pass_no}: time budget reached after {step} of {total} steps")
@@ -513,6 +514,20 @@ def _try_create(missing: list, out: Path, option: str) -> None:
                 pass
 
 
+def _try_write(out: Path, option: str) -> None:
+    """Create and remove a file in the existing folder ``out``: OutputError naming ``option`` if that fails."""
+    import tempfile
+
+    from meshlift.errors import OutputError
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".meshlift-write-test-"):
+            pass
+    except OSError as e:
+        raise OutputError(f"{option} {out}: cannot write a file there ({e.strerror or e}); choose a folder you "
+                          "can write to") from None
+
+
 def prepare_output_dir(out: Optional[Path], *, resume: bool, overwrite: bool, option: str = "--out") -> None:
     """Check ``out`` before anything is loaded, so a bad ``--out`` costs nothing and loses nothing.
 
@@ -538,6 +553,8 @@ def prepare_output_dir(out: Optional[Path], *, resume: bool, overwrite: bool, op
         raise OutputError(f"{option} {out}: {probe} is not writable; choose a folder you can write to")
     if missing:  # permission bits can pass where creating fails (root; /proc; a read-only mount)
         _try_create(missing, out, option)
+    else:  # an existing folder: the same, for a file in it (root in /sys)
+        _try_write(out, option)
     if resume or overwrite or not out.is_dir():
         return
     if (out / FINISHED_MARKER).is_file():
