@@ -41,6 +41,7 @@ import atexit
 import contextlib
 import hashlib
 import importlib
+import importlib.util
 import json
 import os
 import subprocess
