@@ -41,7 +41,7 @@ import atexit
 import contextlib
 import hashlib
 import importlib
-import importlib.util
+import inspect
 import json
 import os
 import subprocess
@@ -85,6 +85,16 @@ class Variant:
     def key(self) -> tuple:
         return (self.kernel, self.signature, self.constexprs, self.attrs, json.dumps(self.options, sort_keys=True))
 
+    @classmethod
+    def from_row(cls, r: dict) -> "Variant":
+        """From a row of variants.json (``jobs``) or of :func:`record` (one ``job``)."""
+        jobs = r["jobs"] if "jobs" in r else ([r["job"]] if r.get("job") else [])
+        return cls(r["kernel"], r["signature"], r["constexprs"], r["attrs"], dict(r.get("options", {})), tuple(jobs))
+
+    def to_row(self) -> dict:
+        return {"kernel": self.kernel, "signature": self.signature, "constexprs": self.constexprs,
+                "attrs": self.attrs, "options": self.options, "jobs": list(self.jobs)}
+
 
 def load_variants(job: Optional[str] = None, path: Path = VARIANTS_PATH) -> List[Variant]:
     """The recorded variants (all, or those of ``job``), in first-use order. A missing file gives []."""
@@ -92,19 +102,16 @@ def load_variants(job: Optional[str] = None, path: Path = VARIANTS_PATH) -> List
         rows = json.loads(Path(path).read_text())["variants"]
     except FileNotFoundError:
         return []
-    out = [Variant(r["kernel"], r["signature"], r["constexprs"], r["attrs"], dict(r.get("options", {})),
-                   tuple(r.get("jobs", ()))) for r in rows]
+    out = [Variant.from_row(r) for r in rows]
     return [v for v in out if job is None or job in v.jobs]
 
 
 def resolve_kernel(name: str):
-    """The ``@triton.jit`` function named ``"module:qualname"`` (a ``_kernels.<locals>.x`` name, or a name
-    the module does not define at top level, is looked up in what its cached ``_kernels()`` factory returns;
-    under ``TRITON_INTERPRET=1`` that is Triton's interpreted function). Raises LookupError if it is gone."""
+    """The ``@triton.jit`` function named ``"module:qualname"`` (a ``_kernels.<locals>.x`` name is looked up
+    in what the module's cached ``_kernels()`` factory returns; under ``TRITON_INTERPRET=1`` that is Triton's
+    interpreted function). Raises LookupError if it is gone."""
     module_name, qualname = name.split(":", 1)
     module = importlib.import_module(module_name)
-    if ".<locals>." not in qualname and not hasattr(module, qualname) and hasattr(module, "_kernels"):
-        qualname = f"_kernels.<locals>.{qualname}"
     if ".<locals>." in qualname:
         factory, _, leaf = qualname.partition(".<locals>.")
         made = getattr(module, factory)()
@@ -137,24 +144,38 @@ def compile_variant(v: Variant, target, build_launcher: bool = False) -> None:
         driver.active.launcher_cls(kernel.src, kernel.metadata)
 
 
-def _marker(variants: List[Variant], arch: int, warp: int) -> Path:
+def _arch(capability: tuple) -> int:
+    return int(capability[0]) * 10 + int(capability[1])
+
+
+def _marker(variants: List[Variant], arch: int) -> Path:
+    """The file a completed warm-up leaves in the Triton cache dir, keyed by the Triton version, the target,
+    the list and each kernel's own cache key (its source and the ``@triton.jit`` helpers it calls: an edited
+    kernel needs a new warm-up). The keys are computed once per process; the run's first launches reuse them."""
     import triton
 
-    h = hashlib.sha256(f"{triton.__version__}|cuda:{arch}:{warp}".encode())
-    modules = sorted({v.kernel.split(":", 1)[0] for v in variants})
+    from meshlift.kernels.triton_probe import triton_cache_dir
+
+    h = hashlib.sha256(f"{triton.__version__}|cuda:{arch}:{_WARP}".encode())
     for v in variants:
         h.update(repr(v.key()).encode())
-    for m in modules:  # the kernels' sources: an edited kernel is a new cache key, so a new warm-up
-        spec = importlib.util.find_spec(m)
-        if spec is not None and spec.origin and os.path.exists(spec.origin):
-            h.update(Path(spec.origin).read_bytes())
-    from meshlift.kernels.triton_probe import triton_cache_dir
+    for name in sorted({v.kernel for v in variants}):
+        fn = resolve_kernel(name)  # under the interpreter (tests) there is no cache key: its source stands in
+        h.update(str(getattr(fn, "cache_key", None) or inspect.getsource(fn.fn)).encode())
 
     return triton_cache_dir() / f"meshlift-precompiled-{h.hexdigest()[:20]}"
 
 
-#: Handles started in this process, by job (a second ``start`` for a job whose workers run returns None).
+#: Warp size of the CUDA targets (part of Triton's ``GPUTarget``).
+_WARP = 32
+
+#: The handle started in this process, by job (a second ``start`` while its workers run returns None).
 _RUNNING: dict = {}
+
+
+def _part(marker: Path, worker: int, of: int) -> Path:
+    """The file worker ``worker`` of ``of`` writes when it has finished its share."""
+    return marker.with_name(f"{marker.name}.part{worker}of{of}")
 
 
 def warm_state(job: str, capability: tuple) -> tuple:
@@ -163,7 +184,7 @@ def warm_state(job: str, capability: tuple) -> tuple:
     variants = load_variants(job)
     if not variants:
         return 0, False
-    return len(variants), _marker(variants, capability[0] * 10 + capability[1], 32).exists()
+    return len(variants), _marker(variants, _arch(capability)).exists()
 
 
 def _default_workers() -> int:
@@ -174,17 +195,13 @@ class Precompile:
     """Handle of the running workers (from :func:`start`). :meth:`close` (also at interpreter exit) stops
     unfinished workers and writes the marker when all of them finished."""
 
-    def __init__(self, procs: list, marker: Path, n_variants: int):
-        self.procs, self.marker, self.n_variants = procs, marker, n_variants
-        self.t0 = time.perf_counter()
+    def __init__(self, procs: list, marker: Path):
+        self.procs, self.marker = procs, marker
         atexit.register(self.close)
 
     @property
     def workers(self) -> int:
         return len(self.procs)
-
-    def done(self) -> bool:
-        return all(p.poll() is not None for p in self.procs)
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Block until every worker exited (or ``timeout`` s); True if all did."""
@@ -197,8 +214,7 @@ class Precompile:
         return True
 
     def close(self) -> None:
-        parts = [self.marker.with_name(f"{self.marker.name}.part{i}of{len(self.procs)}")
-                 for i in range(len(self.procs))]
+        parts = [_part(self.marker, i, len(self.procs)) for i in range(len(self.procs))]
         for p in self.procs:
             if p.poll() is None:
                 p.terminate()
@@ -241,7 +257,8 @@ def start(job: str, device, workers: Optional[int] = None, log=None) -> Optional
         if env and not env.isdigit() and log is not None:
             log(f"{ENV_WORKERS}={env!r} is not a whole number >= 0 (0 = off); using {workers} workers")
     variants = load_variants(job)
-    if workers <= 0 or not variants or any(h.procs for h in _RUNNING.get(job, [])):
+    running = _RUNNING.get(job)
+    if workers <= 0 or not variants or (running is not None and running.procs):
         return None  # nothing to do, or this process already warms this job's variants
     try:
         import torch
@@ -250,9 +267,8 @@ def start(job: str, device, workers: Optional[int] = None, log=None) -> Optional
 
         if not triton_available():
             return None
-        major, minor = torch.cuda.get_device_capability(device)
-        arch, warp = major * 10 + minor, 32
-        marker = _marker(variants, arch, warp)
+        arch = _arch(torch.cuda.get_device_capability(device))
+        marker = _marker(variants, arch)
         if marker.exists():
             return None
         marker.parent.mkdir(parents=True, exist_ok=True)
@@ -266,7 +282,7 @@ def start(job: str, device, workers: Optional[int] = None, log=None) -> Optional
     procs = []
     for i in range(workers):
         cmd = [sys.executable, "-m", "meshlift.kernels.precompile", "--job", job, "--worker", str(i),
-               "--of", str(workers), "--arch", str(arch), "--warp-size", str(warp), "--marker", str(marker)]
+               "--of", str(workers), "--arch", str(arch), "--marker", str(marker)]
         try:
             procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL, close_fds=True, env=env))
@@ -277,8 +293,7 @@ def start(job: str, device, workers: Optional[int] = None, log=None) -> Optional
     if log is not None:
         log(f"first run on this Triton cache: compiling {len(variants)} GPU kernel variants in {len(procs)} "
             f"background processes (later runs reuse {marker.parent})")
-    handle = Precompile(procs, marker, len(variants))
-    _RUNNING.setdefault(job, []).append(handle)
+    handle = _RUNNING[job] = Precompile(procs, marker)
     return handle
 
 
@@ -289,7 +304,7 @@ def _worker(args) -> int:
         os.nice(5)  # the run's own (host-bound) loop keeps its core
     except (OSError, AttributeError):
         pass
-    target = GPUTarget("cuda", args.arch, args.warp_size)
+    target = GPUTarget("cuda", args.arch, _WARP)
     mine = load_variants(args.job)[args.worker::args.of]
     t0, ok, failed = time.perf_counter(), 0, []
     for v in mine:
@@ -299,9 +314,8 @@ def _worker(args) -> int:
         except Exception as e:  # a stale record or a compiler problem: the run compiles it itself
             failed.append(f"{v.kernel}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
     if args.marker:
-        part = Path(args.marker)
-        part = part.with_name(f"{part.name}.part{args.worker}of{args.of}")
-        part.write_text(json.dumps({"compiled": ok, "failed": failed, "s": round(time.perf_counter() - t0, 2)}))
+        summary = {"compiled": ok, "failed": failed, "s": round(time.perf_counter() - t0, 2)}
+        _part(Path(args.marker), args.worker, args.of).write_text(json.dumps(summary))
     return 0
 
 
@@ -360,8 +374,7 @@ def merge_records(lines: Iterator[dict], path: Path = VARIANTS_PATH) -> int:
     by_key = {v.key(): v for v in existing}
     order = [v.key() for v in existing]
     for r in lines:
-        v = Variant(r["kernel"], r["signature"], r["constexprs"], r["attrs"], dict(r.get("options", {})),
-                    (r["job"],) if r.get("job") else ())
+        v = Variant.from_row(r)
         k = v.key()
         if k in by_key:
             old = by_key[k]
@@ -369,8 +382,7 @@ def merge_records(lines: Iterator[dict], path: Path = VARIANTS_PATH) -> int:
         else:
             by_key[k] = v
             order.append(k)
-    rows = [{"kernel": by_key[k].kernel, "signature": by_key[k].signature, "constexprs": by_key[k].constexprs,
-             "attrs": by_key[k].attrs, "options": by_key[k].options, "jobs": list(by_key[k].jobs)} for k in order]
+    rows = [by_key[k].to_row() for k in order]
     doc = {"about": "Triton kernel variants the shipped methods launch, in first-use order; recorded on a GPU "
                     "by benchmarks/record_kernel_variants.py, compiled at start-up by meshlift.kernels.precompile",
            "variants": rows}
@@ -384,7 +396,6 @@ def main(argv=None) -> int:
     ap.add_argument("--worker", type=int, default=0)
     ap.add_argument("--of", type=int, default=1)
     ap.add_argument("--arch", type=int, required=True)
-    ap.add_argument("--warp-size", type=int, default=32)
     ap.add_argument("--marker", default="")
     ap.add_argument("--no-launchers", dest="launchers", action="store_false",
                     help="compile the kernels only (no CUDA driver needed; the tests use it)")

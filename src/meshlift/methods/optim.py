@@ -17,10 +17,11 @@ family keeps ``torch.optim.Adam`` (its densification edits the optimizer state i
 
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 from collections import defaultdict
-from typing import Callable, Iterable, List, Optional
+from typing import Callable, Iterable, List
 
 import torch
 
@@ -34,16 +35,12 @@ def _scalar_dtype(fused: bool = False) -> torch.dtype:
     return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
 
 
-_ADAM_KWARGS: Optional[set] = None
+@functools.lru_cache(maxsize=1)
+def _adam_kwargs() -> frozenset:
+    """The parameters of this torch's functional ``adam`` (they grew over releases)."""
+    from torch.optim.adam import adam
 
-
-def _adam_kwargs() -> set:
-    global _ADAM_KWARGS
-    if _ADAM_KWARGS is None:
-        from torch.optim.adam import adam
-
-        _ADAM_KWARGS = set(inspect.signature(adam).parameters)
-    return _ADAM_KWARGS
+    return frozenset(inspect.signature(adam).parameters)
 
 
 class Adam:
