@@ -26,7 +26,7 @@ Nothing depends on it. A variant not compiled yet when the run reaches it, or mi
 compiled by the launching process as before (a duplicate compile at worst); a record that no longer fits its
 kernel (parameters changed since it was recorded: ``tests/test_precompile.py`` checks every record against
 the code) fails in the worker and is skipped. When every worker has finished, a marker file in the Triton
-cache dir (keyed by the Triton version, the target, this list and the kernel sources) tells later runs not
+cache dir (keyed by the Triton version, the target, this list and each kernel's own cache key) tells later runs not
 to start workers at all.
 
 Knobs: ``MESHLIFT_PRECOMPILE_WORKERS`` (``0`` disables; default ``min(12, cores - 4)``, at least 1); the
