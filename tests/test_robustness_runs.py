@@ -454,16 +454,28 @@ def test_a_second_ctrl_c_waits_for_the_checkpoint_being_written(tmp_path, monkey
 
     ck = Checkpointer(tmp_path, background=True)
     real = ck._write
+    started = threading.Event()
 
-    def slow_write(payload):
-        time.sleep(1.0)
+    def slow_write(payload):  # the Ctrl-C arrives while this write is under way
+        started.wait(5)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.5)
         real(payload)
 
-    monkeypatch.setattr(ck, "_write", slow_write)
-    ck.save({"x": torch.ones(3)})
-    threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
-    with pytest.raises(KeyboardInterrupt):
-        ck.flush()
+    class WaitSignals(threading.Event):  # tells the writer when flush() has begun to wait
+        def wait(self, timeout=None):
+            started.set()
+            return super().wait(timeout)
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever an earlier test left
+    try:
+        monkeypatch.setattr(ck, "_write", slow_write)
+        ck.save({"x": torch.ones(3)})
+        ck._done = WaitSignals()  # the writer waits for `started` before it sets this
+        with pytest.raises(KeyboardInterrupt):
+            ck.flush()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert (tmp_path / CHECKPOINT_NAME).is_file()
     assert torch.equal(torch.load(tmp_path / CHECKPOINT_NAME)["x"], torch.ones(3))
 
