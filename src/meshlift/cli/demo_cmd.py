@@ -24,6 +24,10 @@ def register(app: typer.Typer) -> None:
         set_: Optional[List[str]] = typer.Option(None, "--set", "-s", help="Override a demo config field."),
     ) -> None:
         """Reconstruct a procedural textured ring (on the CPU unless --device says cuda) and print PSNR, Chamfer, F-score and the GLB path."""
+        if device.strip().lower().startswith("cuda"):
+            from meshlift.kernels.precompile import prime_in_background
+
+            prime_in_background()  # Triton's install hash on a thread while the rest loads (kernels/precompile.py)
         from rich.console import Console
 
         from meshlift.cli.reconstruct_cmd import make_monitor, print_summary

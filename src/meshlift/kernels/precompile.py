@@ -29,6 +29,12 @@ the code) fails in the worker and is skipped. When every worker has finished, a 
 cache dir (keyed by the Triton version, the target, this list and each kernel's own cache key) tells later runs not
 to start workers at all.
 
+Warm caches still pay one cost per process: the first ``triton.compile`` call (a cache hit too) hashes Triton's
+own install (``triton_key``: its compiler sources and the ``libtriton`` shared library, ~0.4 s on the H200's
+host, session 11). :func:`prime_in_background` computes it on a daemon thread at the start of a CUDA command
+(the demo starts it before importing torch), where it overlaps the imports: SHA-256 and file reads release
+the GIL. Triton keeps the result (``functools.lru_cache``), so the run's own first launch finds it.
+
 Knobs: ``MESHLIFT_PRECOMPILE_WORKERS`` (``0`` disables; default ``min(12, cores - 4)``, at least 1); the
 cache location is Triton's (``TRITON_CACHE_DIR``, default ``~/.triton/cache``).
 """
@@ -51,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, List, Optional
 
-__all__ = ["Variant", "load_variants", "start", "record", "Precompile", "warm_state", "VARIANTS_PATH", "ENV_WORKERS"]
+__all__ = ["Variant", "load_variants", "prime_in_background", "start", "record", "Precompile", "warm_state", "VARIANTS_PATH", "ENV_WORKERS"]
 
 #: The recorded variant list shipped with the package.
 VARIANTS_PATH = Path(__file__).with_name("variants.json")
@@ -234,8 +240,48 @@ class Precompile:
         self.procs = []
 
 
+_PRIMER: list = []  # the priming thread of this process, once started
+
+
+def _triton_key_function():
+    """Triton's per-process install hash function (``triton.runtime.cache.triton_key`` from Triton 3.3;
+    ``triton.compiler.compiler.triton_key`` before), or None."""
+    for mod in ("triton.runtime.cache", "triton.compiler.compiler"):
+        try:
+            fn = getattr(importlib.import_module(mod), "triton_key", None)
+        except Exception:  # noqa: BLE001 - no (usable) Triton: nothing to prime
+            return None
+        if callable(fn):
+            return fn
+    return None
+
+
+def _prime() -> None:
+    try:
+        fn = _triton_key_function()
+        if fn is not None:
+            fn()
+    except Exception:  # noqa: BLE001 - priming is an optimisation: the run computes it itself
+        pass
+
+
+def prime_in_background():
+    """Start computing Triton's install hash (module docstring) on a daemon thread; returns the thread, or
+    None when Triton is interpreted (``TRITON_INTERPRET=1``) or this process already started one. Never raises;
+    does not import torch."""
+    if _PRIMER or os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        return None
+    import threading
+
+    t = threading.Thread(target=_prime, name="meshlift-triton-key", daemon=True)
+    _PRIMER.append(t)
+    t.start()
+    return t
+
+
 def start(job: str, device, workers: Optional[int] = None, log=None) -> Optional[Precompile]:
-    """Start compiling ``job``'s recorded kernel variants in background processes, if it can help.
+    """Start compiling ``job``'s recorded kernel variants in background processes, if it can help; on CUDA
+    also :func:`prime_in_background` (warm caches included).
 
     Args:
         job: the recorded job name (``"nvdiffrec"``, ``"milo"``).
@@ -251,6 +297,7 @@ def start(job: str, device, workers: Optional[int] = None, log=None) -> Optional
     """
     if getattr(device, "type", str(device)) != "cuda" or os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         return None
+    prime_in_background()  # a warm cache too: the first launch need not hash Triton's install
     if workers is None:
         env = os.environ.get(ENV_WORKERS, "").strip()
         workers = int(env) if env.isdigit() else _default_workers()
