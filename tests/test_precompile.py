@@ -36,6 +36,15 @@ def test_the_shipped_record_lists_the_nvdiffrec_kernels():
     assert len({v.key() for v in vs}) == len(vs)  # no duplicates
 
 
+def test_the_shipped_record_lists_the_milo_kernels():
+    vs = precompile.load_variants("milo")
+    names = {v.kernel.rsplit(":", 1)[1].split(".")[-1] for v in vs}
+    for k in ("project_fwd", "project_bwd", "sh_fwd", "sh_bwd", "composite_fwd", "composite_bwd", "write_keys",
+              "tile_bounds", "_raster_kernel"):  # splatting, and the mesh-in-the-loop rasterizer
+        assert k in names
+    assert len({v.key() for v in vs}) == len(vs)
+
+
 @pytest.mark.parametrize("v", precompile.load_variants(), ids=lambda v: v.kernel.rsplit(":", 1)[1])
 def test_every_record_fits_its_kernel(v):
     """A kernel whose parameters changed since the record was taken must be re-recorded
@@ -125,3 +134,19 @@ print("ok")
     env.update(TRITON_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(SRC))
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_prime_in_background_computes_tritons_install_hash(monkeypatch):
+    triton_cache = pytest.importorskip("triton.runtime.cache")
+    key = getattr(triton_cache, "triton_key", None)
+    if key is None or not hasattr(key, "cache_info"):
+        pytest.skip("this Triton has no lru-cached triton_key")
+    monkeypatch.setattr(precompile, "_PRIMER", [])
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert precompile.prime_in_background() is None  # interpreted Triton compiles nothing
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    t = precompile.prime_in_background()
+    assert t is not None and t.daemon
+    t.join(60)
+    assert not t.is_alive() and key.cache_info().currsize == 1  # the run's first compile finds it
+    assert precompile.prime_in_background() is None  # once per process

@@ -28,6 +28,7 @@ from typing import Optional
 import torch
 
 from meshlift.errors import ConfigError, MeshliftError, OutOfMemoryError
+from meshlift.kernels import precompile
 from meshlift.methods.engine import CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, is_oom, resolve_device
 from meshlift.methods.milo.config import SHAPE_FIELDS, MiloConfig, apply_dict, num_mesh_gaussians
 
@@ -277,6 +278,8 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
     device = resolve_device(cfg.device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+    # first run on an empty Triton cache: the recorded kernel variants compile in background processes
+    warmup = precompile.start("milo", device, log=monitor.log)
     checkpointer = Checkpointer(out)
     checkpoint = _load_checkpoint(checkpointer, cfg) if resume else None
     torch.manual_seed(cfg.seed)
@@ -417,6 +420,9 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
         if is_oom(exc):
             raise oom_error(cfg, where, trainer.num_gaussians if trainer is not None else 0) from exc
         raise
+    finally:
+        if warmup is not None:
+            warmup.close()
     return MiloResult(textured, gaussians, metrics, out, files, list(state.history))
 
 
