@@ -168,28 +168,37 @@ def write_outputs(out: Path, mesh_world, dmtet_world, light, metrics: dict, hist
     files["obj"] = out / "mesh" / "mesh.obj"
     files["glb"] = out / "mesh.glb"
     files["dmtet_obj"] = out / "dmtet_mesh" / "mesh.obj"
-    # the three files at once (their PNG encoding and text formatting release the GIL for the most part)
+    files["probe"] = out / "probe.hdr"
+    latlong = light.to_latlong(256) if hasattr(light, "to_latlong") else None
+    latlong = None if latlong is None else latlong.detach().cpu()
+    # end-of-run validation views: reuse the evaluation renders
+    images = []
+    if ours is not None and targets is not None:
+        images = [(out / "images" / f"end_{k:02d}.png", _side_by_side(targets[i], ours[i]))
+                  for k, i in enumerate(_val_indices(len(ours), cfg.val_views))]
+        if len(ours):
+            images.append((out / "images" / "asset.png", ours[0].cpu()))
+            files["asset_image"] = out / "images" / "asset.png"
+
+    def write_images() -> Path:
+        for path, img in images:
+            write_image(path, img)
+        return plot_loss_curve(history, out / "loss_curve.png")
+
+    # every file at once (PNG encoding, zlib and text formatting release the GIL for the most part)
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=3) as pool:
+    with ThreadPoolExecutor(max_workers=5) as pool:
         jobs = [pool.submit(_atomic_path, out / "mesh", lambda d: save_obj(d / "mesh.obj", mesh_world)),
                 pool.submit(_atomic_path, files["glb"], lambda p: save_glb(p, mesh_world)),
                 pool.submit(_atomic_path, out / "dmtet_mesh", lambda d: save_obj(
                     d / "mesh.obj", Mesh(v_pos=dmtet_world.v_pos, t_pos_idx=dmtet_world.t_pos_idx)))]
-        for job in jobs:
+        if latlong is not None:
+            jobs.append(pool.submit(write_hdr, files["probe"], latlong))
+        curve = pool.submit(write_images)
+        for job in jobs + [curve]:
             job.result()  # re-raises the first error
-    files["probe"] = out / "probe.hdr"
-    latlong = light.to_latlong(256) if hasattr(light, "to_latlong") else None
-    if latlong is not None:
-        write_hdr(files["probe"], latlong.detach().cpu())
-    # end-of-run validation views: reuse the evaluation renders
-    if ours is not None and targets is not None:
-        for k, i in enumerate(_val_indices(len(ours), cfg.val_views)):
-            write_image(out / "images" / f"end_{k:02d}.png", _side_by_side(targets[i], ours[i]))
-        if len(ours):
-            write_image(out / "images" / "asset.png", ours[0])
-            files["asset_image"] = out / "images" / "asset.png"
-    files["loss_curve"] = plot_loss_curve(history, out / "loss_curve.png")
+    files["loss_curve"] = curve.result()
     files["metrics"] = out / "metrics.json"
     m = dict(metrics)
     m["up_axis_conversion"] = mesh_world.extras.get("up_axis_conversion")
