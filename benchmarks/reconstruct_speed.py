@@ -7,8 +7,8 @@ Usage (from the repository root)::
     python benchmarks/reconstruct_speed.py --preset spot --configs full --set ref_views=16 --device cpu
 
 What it runs, per configuration (``full`` = the preset as shipped, ``quick`` = its ``--quick`` variant; both by
-default), on the preset's own data (``spot``/``bob``: the shared mesh, rendered as a synthetic scene; a
-dataset preset needs ``--set data=PATH``):
+default), on the preset's own data (``spot``/``bob``: the shared mesh, rendered as a synthetic scene; ``demo``: the
+procedural ring of ``meshlift demo``; a dataset preset needs ``--set data=PATH``):
 
 1. pass 1 (the real loop of ``methods.nvdiffrec.passes.run_pass1``) for ``--warmup`` + ``--steps`` +
    ``--profile-steps`` steps: the warm-up steps are not measured (Triton compiles, caches fill), the timed
@@ -467,7 +467,13 @@ def run_config(label: str, cfg, warmup: int, steps: int, profile_steps: int, log
     cfg = dataclasses.replace(cfg, iter_pass1=n_total, iter_pass2=n_total)
     torch.manual_seed(cfg.seed)
     t = time.perf_counter()
-    data = load_problem(cfg, device)
+    if cfg.data:
+        data = load_problem(cfg, device)
+    else:  # the demo preset: the ring `meshlift demo` reconstructs
+        from meshlift.data.demo_object import make_demo_object
+        from meshlift.methods.nvdiffrec.reconstruct import synthetic_problem
+
+        data = synthetic_problem(make_demo_object(), cfg, device, name="demo ring")
     log(f"[{label}] data: {len(data.train)} views at {data.train.resolution} in {time.perf_counter() - t:.1f} s")
     result: dict = {"label": label, "device": str(device)}
     clock = StageClock(device)
