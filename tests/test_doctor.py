@@ -254,5 +254,8 @@ def test_the_warm_up_row_says_whether_the_cache_holds_the_kernels():
     assert r.status == "ok" and "not yet" in r.detail and "63" in r.detail and "MESHLIFT_PRECOMPILE_WORKERS" in r.detail
     f.triton.warm = (63, True)
     assert "are compiled in the cache" in _row(doc.diagnose(f), "triton warm-up").detail
-    f.triton.warm = None
+    f.triton.warm_milo = (67, False)  # one job warm, the other not
+    d = _row(doc.diagnose(f), "triton warm-up").detail
+    assert "surface method's 63 kernel variants are compiled" in d and "not yet" in d and "MILo's 67" in d, d
+    f.triton.warm = f.triton.warm_milo = None
     assert not [r for r in doc.diagnose(f) if r.check == "triton warm-up"]

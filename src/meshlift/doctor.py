@@ -100,6 +100,8 @@ class TritonFacts:
     warm: Optional[tuple] = None
     """``(variants, compiled)`` of :func:`meshlift.kernels.precompile.warm_state` for the surface method on
     the first GPU (None when not checked)."""
+    warm_milo: Optional[tuple] = None
+    """The same for MILo (None when not checked)."""
 
 
 @dataclass
@@ -212,9 +214,10 @@ def _gather_triton(torch_facts: TorchFacts) -> TritonFacts:
 
             from meshlift.kernels.precompile import warm_state
 
-            tr.warm = warm_state("nvdiffrec", torch.cuda.get_device_capability(0))
+            cap = torch.cuda.get_device_capability(0)
+            tr.warm, tr.warm_milo = warm_state("nvdiffrec", cap), warm_state("milo", cap)
         except Exception:  # noqa: BLE001 - an informational row only
-            tr.warm = None
+            tr.warm = tr.warm_milo = None
         try:
             tr.kernel = run_probe("cuda")
         except BaseException as exc:  # noqa: BLE001
@@ -451,12 +454,15 @@ def _triton_rows(tr: TritonFacts, t: TorchFacts) -> list[Row]:
                         "" if ok and tr.cache_writable else
                         ("wrong results: report this" if not ok else
                          "set TRITON_CACHE_DIR to a writable folder (kernels recompile at every start)")))
-    if gpu and st.available and tr.warm is not None and tr.warm[0]:
-        n, compiled = tr.warm
-        rows.append(Row("triton warm-up", "ok",
-                        f"the surface method's {n} kernel variants are compiled in the cache" if compiled else
-                        f"not yet: the first CUDA run compiles the surface method's {n} kernel variants in "
-                        f"background processes (MESHLIFT_PRECOMPILE_WORKERS; 0 = off)"))
+    jobs = [(name, w) for name, w in (("the surface method", tr.warm), ("MILo", tr.warm_milo))
+            if w is not None and w[0]]
+    if gpu and st.available and jobs:
+        done = " and ".join(f"{name}'s {n}" for name, (n, compiled) in jobs if compiled)
+        todo = " and ".join(f"{name}'s {n}" for name, (n, compiled) in jobs if not compiled)
+        parts = ([f"{done} kernel variants are compiled in the cache"] if done else []) + (
+            [f"not yet: the first CUDA run compiles {todo} kernel variants in background processes "
+             "(MESHLIFT_PRECOMPILE_WORKERS; 0 = off)"] if todo else [])
+        rows.append(Row("triton warm-up", "ok", "; ".join(parts)))
     return rows
 
 
