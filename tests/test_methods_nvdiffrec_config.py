@@ -139,3 +139,9 @@ def test_range_and_type_errors_name_their_source(tmp_path):
 def test_an_override_with_an_empty_field_name_says_so():
     with pytest.raises(ConfigError, match="field name before '=' is empty"):
         parse_overrides(["=4"])
+
+
+@pytest.mark.parametrize("typo, field", [("bacth", "batch"), ("grid_rez", "grid_res"), ("lrpos", "lr_pos")])
+def test_an_unknown_field_suggests_the_closest_names(typo, field):
+    with pytest.raises(ConfigError, match=rf"unknown config field '{typo}' \(did you mean [^)]*\b{field}\b"):
+        apply_dict(get_preset("spot"), parse_overrides([f"{typo}=1"]))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import difflib
 import json
 import typing
 from pathlib import Path
@@ -122,8 +123,9 @@ def apply_dict(cfg: Any, values: dict[str, Any], *, source: str = "config",
     changes = {}
     for key, value in values.items():
         if key not in known:
-            close = [k for k in known if k.startswith(key[:3])]
-            hint = f" (did you mean {', '.join(sorted(close))}?)" if close else ""
+            close = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6) or sorted(
+                k for k in known if k.startswith(key[:3]))  # typos first, then fields of the same prefix
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise ConfigError(f"{source}: unknown config field {key!r}{hint}" + (f"; {help_hint}" if help_hint else ""))
         with _named_source(source):
             changes[key] = coerce(key, value, hints[key])

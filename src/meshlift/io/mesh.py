@@ -35,7 +35,8 @@ def load_mesh(path: str | Path) -> Mesh:
     path = Path(path)
     suffix = path.suffix.lower()
     if not path.exists():
-        raise MeshError(f"{path}: file does not exist")
+        raise MeshError(f"{path}: file does not exist; check the path (a relative one starts from the current "
+                        f"folder, {Path.cwd()})")
     if path.is_dir():
         raise MeshError(f"{path}: is a folder; give a mesh file ({', '.join(READ_SUFFIXES)})")
     if suffix == ".obj":

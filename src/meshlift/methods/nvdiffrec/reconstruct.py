@@ -234,6 +234,7 @@ def reconstruct(
     monitor: Optional[Monitor] = None,
     data: Optional[ProblemData] = None,
     dist: Optional[DistContext] = None,
+    checkpoints: bool = True,
 ) -> ReconstructionResult:
     """Run both passes on ``cfg.data`` (or on ``data`` when given) and write the asset folder ``out_dir``.
 
@@ -249,6 +250,8 @@ def reconstruct(
         dist: the process's place in a multi-process run (default: :func:`~meshlift.methods.distributed.
             init_from_env`, one process unless started by torchrun). Ranks other than 0 write nothing,
             report nothing, skip the evaluation and return ``metrics = {}`` and ``out_dir = None``.
+        checkpoints: False writes no ``checkpoint.pt`` (``meshlift demo``, which cannot resume); the run
+            then cannot be continued or re-exported with ``resume``.
 
     Raises:
         ConfigError, DatasetError, MeshError: bad configuration or input; an unreadable or incompatible
@@ -279,7 +282,8 @@ def reconstruct(
     checkpoint = dist.from_main(check_and_load)
     # first run on an empty Triton cache: the kernel variants compile in background processes meanwhile
     warmup = precompile.start("nvdiffrec", device, log=monitor.log) if dist.is_main else None
-    checkpointer = make_checkpointer(out, dist, background=True)  # checkpoints written off the training thread
+    # checkpoints written off the training thread
+    checkpointer = make_checkpointer(out if checkpoints else None, dist, background=True)
     torch.manual_seed(cfg.seed)
 
     budget = budget_for(cfg)
