@@ -8,7 +8,7 @@ per chunk):
    comes from the clipped polygon (:func:`~meshlift.kernels._common.screen_bbox`); boxes off
    screen, behind the eye or beyond the far plane are culled here;
 2. every triangle falls into one bucket by box size: ≤ 2 px a side (a 2×2 *stamp*), ≤ 4 px (4×4 stamp),
-   larger (its box's 8×8 tiles, each tile a stamp of 8×8), near-plane crossing (tiles too), culled. The
+   larger (its box's tiles, each a stamp: 8×8 on CUDA, 4×4 on the CPU), near-plane crossing (tiles too), culled. The
    bucket sizes and the tile count are read back in **one** host sync; an argsort groups the buckets;
    the edge and depth planes are computed for the surviving triangles only;
 3. per stamp batch (at most ``max_fragments`` candidate pixels): the three edge functions and ``z/w``
@@ -54,9 +54,13 @@ from meshlift.kernels._common import (  # noqa: I001
     triangle_planes,
 )
 
-#: Tile side (pixels) for triangles whose box exceeds 4 pixels; also the padding of the pixel tables.
+#: Tile side (pixels) for triangles whose box exceeds 4 pixels on the dense (GPU) path, where launches cost
+#: more than wasted candidates; also the padding of the pixel tables and key buffer (the largest stamp).
 _TILE = 8
-#: Bucket ids: 2x2 stamp, 4x4 stamp, 8x8 tiles, near-plane crossing (tiles of the clipped box), culled.
+#: Tile side on the compacted (CPU) path, where every candidate pixel costs: 4x4 tiles cover a box of 5-16 px
+#: with about half the candidates of 8x8 ones (the result is the same; the tile only bounds the work).
+_TILE_COMPACT = 4
+#: Bucket ids: 2x2 stamp, 4x4 stamp, tiles, near-plane crossing (tiles of the clipped box), culled.
 _B2, _B4, _BT, _BX, _BE = 0, 1, 2, 3, 4
 #: Small-triangle buckets are folded into a larger stamp when that adds at most this many candidates
 #: (dense GPU path: launches dominate; compacted CPU path: candidates dominate).
@@ -133,6 +137,7 @@ class _Ctx:
     def __init__(self, keys, H, W, budget, xtab, ytab, compact):
         self.keys, self.H, self.W, self.budget = keys, H, W, budget
         self.xtab, self.ytab, self.compact = xtab, ytab, compact
+        self.tile = _TILE_COMPACT if compact else _TILE
         self.ar = {}
         dev = keys.device
         k = (H, W, xtab.dtype, str(dev))
@@ -174,7 +179,8 @@ def _chunk(ctx: _Ctx, v: torch.Tensor, b: Optional[torch.Tensor], t: torch.Tenso
     bucket = torch.where(simple, torch.where(side > 0, bucket, _BE), _BX)
     bucket = torch.where(culled, _BE, bucket)
     # tiles per box (1 for the stamp buckets, whose boxes fit one tile), 0 for the rest
-    ntiles = torch.where(bucket <= _BT, ((ext.clamp(min=0) + (_TILE - 1)) // _TILE).prod(1), 0)
+    T_ = ctx.tile
+    ntiles = torch.where(bucket <= _BT, ((ext.clamp(min=0) + (T_ - 1)) // T_).prod(1), 0)
     # bucket sizes (boundaries in the sorted buckets; a bincount / index_add would sync or contend on 5
     # atomics) and the tile count, read back in the chunk's one host sync
     sorted_b, order = torch.sort(bucket)
@@ -196,7 +202,7 @@ def _chunk(ctx: _Ctx, v: torch.Tensor, b: Optional[torch.Tensor], t: torch.Tenso
     # Few small triangles: fold their buckets into the next larger stamp (more candidates, but one
     # launch sequence less — on a GPU each costs ~25 launches, worth ~2^20 wasted candidates).
     fold = _FOLD_DENSE if not ctx.compact else _FOLD_COMPACT
-    if (n2 + n4) * _TILE * _TILE <= fold:
+    if (n2 + n4) * T_ * T_ <= fold:
         classes, nt, total_tiles = (), n2 + n4 + nt, total_tiles
     elif n2 * 16 <= fold:
         classes, total_tiles = ((4, n2 + n4),), total_tiles - n2 - n4
@@ -217,7 +223,7 @@ def _chunk(ctx: _Ctx, v: torch.Tensor, b: Optional[torch.Tensor], t: torch.Tenso
         sl = slice(s0, s0 + nx)
         i0, i1, j0, j1 = screen_bbox(vs[sl], H, W)
         rows, cols = (i1 - i0 + 1).clamp(min=0), (j1 - j0 + 1).clamp(min=0)
-        cnt = ((rows + _TILE - 1) // _TILE) * ((cols + _TILE - 1) // _TILE)
+        cnt = ((rows + T_ - 1) // T_) * ((cols + T_ - 1) // T_)
         total = int(cnt.sum())
         if total:
             xi = torch.stack([i0, j0, rows, cols], 1)
@@ -268,11 +274,11 @@ def _stamps(ctx: _Ctx, sz: int, row0, col0, base, tid, P) -> None:
 
 
 def _tiles(ctx: _Ctx, ints, base, tid, P, cnt, total: int) -> None:
-    """Stamp the 8×8 tiles of large boxes, ``budget / 64`` tiles at a time.
+    """Stamp the ``ctx.tile``-sided tiles of large boxes, ``budget / tile²`` tiles at a time.
 
     ``ints [m, 4]`` = (row0, col0, rows, cols) of each box, ``cnt [m]`` its tile count (``total`` in all).
     """
-    T_ = _TILE
+    T_ = ctx.tile
     start = torch.cumsum(cnt, 0)
     tw = (ints[:, 3] + T_ - 1) // T_
     per = max(ctx.budget // (T_ * T_), 1)
