@@ -98,7 +98,6 @@ def _timed(label, fn):
             EVENTS.append((label, d if main else -1, t, time.perf_counter()))
             _LOCAL.depth = d
 
-    wrapper._phase_wrapped = True
     return wrapper
 
 

@@ -27,8 +27,8 @@ TINY = ["--set", "iter_pass1=3", "--set", "iter_pass2=2", "--set", "ref_views=4"
 
 
 def test_a_demo_writes_no_checkpoint_and_a_rerun_clears_the_earlier_one(tmp_path, capsys):
-    from meshlift.cli.demo_cmd import clear_earlier_demo
     from meshlift.cli.main import main
+    from meshlift.methods.nvdiffrec.outputs import clear_outputs
 
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out), *TINY]) == 0
@@ -41,6 +41,6 @@ def test_a_demo_writes_no_checkpoint_and_a_rerun_clears_the_earlier_one(tmp_path
     assert "replacing the earlier demo" in capsys.readouterr().out
     assert (out / "metrics.json").is_file() and (out / "notes.txt").read_text() == "mine"
     assert not (out / "checkpoint.pt").exists()
-    clear_earlier_demo(out)  # what a re-run does before it starts: a stopped re-run leaves no mixed folder
+    clear_outputs(out)  # what a re-run does before it starts: a stopped re-run leaves no mixed folder
     assert {p.name for p in out.iterdir()} == {"notes.txt", "images"}
     assert [p.name for p in (out / "images").iterdir()] == ["sketch.jpg"]

@@ -13,28 +13,6 @@ from typing import List, Optional
 
 import typer
 
-#: What a demo writes in its folder (``methods/nvdiffrec/outputs.py``): files, and folders of ``.obj`` /
-#: ``.mtl`` / ``.png`` files. A demo replacing an earlier one removes these first, and nothing else.
-DEMO_FILES = ("metrics.json", "config.json", "checkpoint.pt", "mesh.glb", "probe.hdr", "loss_curve.png")
-DEMO_FOLDERS = ("mesh", "dmtet_mesh", "images")
-
-
-def clear_earlier_demo(out: Path) -> None:
-    """Remove an earlier demo's outputs from ``out`` (:data:`DEMO_FILES`, and the ``.obj`` / ``.mtl`` / ``.png``
-    files of :data:`DEMO_FOLDERS`, which go when empty), so a re-run stopped half-way leaves no old results
-    beside the new config. Other files stay."""
-    for name in DEMO_FILES:
-        (out / name).unlink(missing_ok=True)
-    for name in DEMO_FOLDERS:
-        d = out / name
-        if not d.is_dir():
-            continue
-        for f in d.iterdir():
-            if f.is_file() and f.suffix.lower() in (".obj", ".mtl", ".png"):
-                f.unlink()
-        if not any(d.iterdir()):
-            d.rmdir()
-
 
 def register(app: typer.Typer) -> None:
     """Add the `demo` subcommand to ``app``."""
@@ -65,12 +43,9 @@ def register(app: typer.Typer) -> None:
         console = Console(soft_wrap=True)  # no hard line breaks in logs and pipes (paths stay whole)
         # The demo regenerates the same deterministic result: it replaces an earlier demo in OUT, but a file
         # or an unwritable folder given as --out is refused before anything is built.
-        earlier = (Path(out) / "metrics.json").is_file()
-        if earlier:
+        if (Path(out) / "metrics.json").is_file():
             console.print(f"replacing the earlier demo in {out} (give --out DIR to keep it)")
-        prepare_output_dir(out, resume=False, overwrite=True)
-        if earlier:
-            clear_earlier_demo(Path(out))
+        prepare_output_dir(out, resume=False, overwrite=True)  # reconstruct(overwrite=True) clears the old one
         cfg = apply_dict(get_preset("demo"), {"device": device, **parse_overrides(list(set_ or []))})
         dev = resolve_device(cfg.device)
         monitor = make_monitor()

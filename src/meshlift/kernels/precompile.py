@@ -32,8 +32,8 @@ to start workers at all.
 Warm caches still pay one cost per process: the first ``triton.compile`` call (a cache hit too) hashes Triton's
 own install (``triton_key``: its compiler sources and the ``libtriton`` shared library, ~0.4 s on the H200's
 host, session 11). :func:`prime_in_background` computes it on a daemon thread at the start of a CUDA command
-(the demo starts it before importing torch), where it overlaps the imports: SHA-256 and file reads release
-the GIL. Triton keeps the result (``functools.lru_cache``), so the run's own first launch finds it.
+(the demo starts it first thing, once this package and torch are imported), where it overlaps the rest of the
+imports and the set-up: SHA-256 and file reads release the GIL. Triton keeps the result (``functools.lru_cache``), so the run's own first launch finds it.
 
 Knobs: ``MESHLIFT_PRECOMPILE_WORKERS`` (``0`` disables; default ``min(12, cores - 4)``, at least 1); the
 cache location is Triton's (``TRITON_CACHE_DIR``, default ``~/.triton/cache``).
@@ -267,8 +267,7 @@ def _prime() -> None:
 
 def prime_in_background():
     """Start computing Triton's install hash (module docstring) on a daemon thread; returns the thread, or
-    None when Triton is interpreted (``TRITON_INTERPRET=1``) or this process already started one. Never raises;
-    does not import torch."""
+    None when Triton is interpreted (``TRITON_INTERPRET=1``) or this process already started one. Never raises."""
     if _PRIMER or os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         return None
     import threading

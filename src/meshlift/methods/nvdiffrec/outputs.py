@@ -21,8 +21,32 @@ from typing import Optional
 import numpy as np
 import torch
 
+from meshlift.methods.engine import CHECKPOINT_NAME, FINISHED_MARKER
 from meshlift.methods.nvdiffrec.config import SurfaceConfig, config_to_dict
 from meshlift.methods.nvdiffrec.evaluate import render_views
+
+
+#: The files of the layout above, and its folders (which hold ``.obj`` / ``.mtl`` / ``.png`` files).
+RUN_FILES = (FINISHED_MARKER, "config.json", CHECKPOINT_NAME, "mesh.glb", "probe.hdr", "loss_curve.png")
+RUN_FOLDERS = ("mesh", "dmtet_mesh", "images")
+
+
+def clear_outputs(out: Path) -> None:
+    """Remove an earlier run's outputs from ``out`` (:data:`RUN_FILES`, and the ``.obj`` / ``.mtl`` / ``.png``
+    files of :data:`RUN_FOLDERS`, which go when empty), so a replacing run stopped half-way leaves no old
+    results beside its new config. Other files stay."""
+    out = Path(out)
+    for name in RUN_FILES:
+        (out / name).unlink(missing_ok=True)
+    for name in RUN_FOLDERS:
+        d = out / name
+        if not d.is_dir():
+            continue
+        for f in d.iterdir():
+            if f.is_file() and f.suffix.lower() in (".obj", ".mtl", ".png"):
+                f.unlink()
+        if not any(d.iterdir()):
+            d.rmdir()
 
 
 def write_config(out: Path, cfg: SurfaceConfig) -> Path:
@@ -180,7 +204,7 @@ def write_outputs(out: Path, mesh_world, dmtet_world, light, metrics: dict, hist
             images.append((out / "images" / "asset.png", ours[0].cpu()))
             files["asset_image"] = out / "images" / "asset.png"
 
-    def write_images() -> Path:
+    def write_images_and_curve() -> Path:
         for path, img in images:
             write_image(path, img)
         return plot_loss_curve(history, out / "loss_curve.png")
@@ -195,7 +219,7 @@ def write_outputs(out: Path, mesh_world, dmtet_world, light, metrics: dict, hist
                     d / "mesh.obj", Mesh(v_pos=dmtet_world.v_pos, t_pos_idx=dmtet_world.t_pos_idx)))]
         if latlong is not None:
             jobs.append(pool.submit(write_hdr, files["probe"], latlong))
-        curve = pool.submit(write_images)
+        curve = pool.submit(write_images_and_curve)
         for job in jobs + [curve]:
             job.result()  # re-raises the first error
     files["loss_curve"] = curve.result()
@@ -207,4 +231,4 @@ def write_outputs(out: Path, mesh_world, dmtet_world, light, metrics: dict, hist
     return files
 
 
-__all__ = ["plot_loss_curve", "preview_writer", "write_config", "write_outputs", "write_validation_images"]
+__all__ = ["clear_outputs", "plot_loss_curve", "preview_writer", "write_config", "write_outputs", "write_validation_images"]

@@ -27,7 +27,7 @@ from meshlift.data.views import ProblemData, scene_problem, sniff_input
 from meshlift.errors import ConfigError, MeshliftError, OutOfMemoryError
 from meshlift.kernels import precompile
 from meshlift.methods.distributed import DistContext, init_from_env, make_checkpointer
-from meshlift.methods.engine import (CHECKPOINT_NAME, FINISHED_MARKER, Checkpointer, Monitor, TimeBudget, TrainState,
+from meshlift.methods.engine import (CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, TrainState,
                                      check_memory, check_resume_compatible, is_oom, prepare_output_dir,
                                      resolve_device)
 from meshlift.methods.nvdiffrec.config import RESUME_FIXED, SurfaceConfig, config_to_dict
@@ -303,9 +303,8 @@ def reconstruct(
         check_memory(estimate_training_bytes(cfg, len(data.train), h, w, device), device, "training", knobs)
         if out is not None and dist.is_main:  # only once the input has loaded: a bad input leaves no folder
             out.mkdir(parents=True, exist_ok=True)
-            if overwrite and not resume:  # the old run's checkpoint and metrics must not outlive it
-                for name in (CHECKPOINT_NAME, FINISHED_MARKER):
-                    (out / name).unlink(missing_ok=True)
+            if overwrite and not resume:  # the old run's files must not outlive it (nor mix with a stopped new one)
+                outputs.clear_outputs(out)
             outputs.write_config(out, cfg)
         monitor.log(
             f"{len(data.train)} training / {len(data.test)} test views at "
