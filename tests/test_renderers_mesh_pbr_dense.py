@@ -1,0 +1,114 @@
+"""The dense (every-pixel, fixed-shape) field render of ``renderers.mesh_pbr_dense`` against ``render_mesh``'s
+covered-pixel path: images, coverage and gradients to the vertices, the field and the light, with one and with
+two samples per axis, mesh normals computed or given, and a background. On a GPU the same comparison runs with
+the fused kernels (the test is device-agnostic); the CUDA-graph replay of it is tested in
+``tests/test_pixel_graphs_gpu.py``."""
+
+import math
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # the fused variant below, on the CPU
+trimesh = pytest.importorskip("trimesh")
+
+from meshlift.cameras import look_at, projection_from_K  # noqa: E402
+from meshlift.errors import RenderError  # noqa: E402
+from meshlift.renderers.mesh_pbr import render_mesh  # noqa: E402
+from meshlift.renderers.mesh_pbr_dense import gbuffer_rows, render_dense  # noqa: E402
+from meshlift.shading.light import EnvironmentLight  # noqa: E402
+from meshlift.structures.mesh import Material, Mesh  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _scene(own_normals: bool, textured: bool = False):
+    tm = trimesh.creation.torus(0.6, 0.25, major_sections=16, minor_sections=8)
+    v = torch.tensor(tm.vertices, dtype=torch.float32, device=DEV).requires_grad_()
+    faces = torch.tensor(tm.faces, device=DEV)
+    extra = {}
+    if own_normals:
+        extra.update(v_nrm=torch.tensor(tm.vertex_normals, dtype=torch.float32, device=DEV), t_nrm_idx=faces)
+    textures = []
+    if textured:  # UVs from the torus angles; random kd / ks / normal maps (the normal map tilted, z > 0)
+        x, y, z = (torch.tensor(tm.vertices, dtype=torch.float32)).unbind(1)
+        uv = torch.stack([torch.atan2(y, x) / (2 * math.pi) + 0.5,
+                          torch.atan2(z, torch.sqrt(x * x + y * y) - 0.6) / (2 * math.pi) + 0.5], 1)
+        g = torch.Generator().manual_seed(5)
+        nrm = torch.nn.functional.normalize(torch.rand(16, 16, 3, generator=g) - torch.tensor([0.5, 0.5, -1.0]), dim=-1)
+        textures = [torch.rand(16, 16, 3, generator=g).to(DEV).requires_grad_(),
+                    (0.2 + 0.6 * torch.rand(16, 16, 3, generator=g)).to(DEV).requires_grad_(),
+                    nrm.to(DEV).requires_grad_()]
+        extra.update(v_tex=uv.to(DEV), t_tex_idx=faces, material=Material(*textures))
+    mesh = Mesh(v, faces, **extra)
+    light = EnvironmentLight.random(8, seed=2, min_res=4, lut_resolution=32)
+    light.build_mips()
+    light.diffuse = light.diffuse.detach().to(DEV).requires_grad_()
+    light.specular = [x.detach().to(DEV).requires_grad_() for x in light.specular]
+    scale = torch.tensor([0.9, 0.7, 0.5], device=DEV, requires_grad=True)
+
+    def field(x):
+        kd = (0.5 + 0.4 * torch.sin(1.5 * x)) * scale
+        rough = (0.3 + 0.3 * x[:, :1].abs()).clamp(0, 1)
+        return {"kd": kd, "ks": torch.cat([0.1 * rough, rough, 0.5 * rough], 1)}
+
+    eye = torch.tensor([[0.0, 1.5, 2.0], [2.0, -1.0, 0.5]], dtype=torch.float64)
+    w2c = look_at(eye, torch.zeros_like(eye), torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64).expand_as(eye)).float()
+    f = 0.5 * 24 / math.tan(math.radians(25))
+    K = torch.tensor([[f, 0, 12.0], [0, f, 12.0], [0, 0, 1]])
+    w2clip = (projection_from_K(K.expand(2, 3, 3), 24, 24, 0.1, 10.0) @ w2c).to(DEV)
+    bg = torch.rand(2, 24, 24, 3, generator=torch.Generator().manual_seed(3)).to(DEV)
+    leaves = [v, light.diffuse, *light.specular] + (textures if textured else [scale])
+    return mesh, light, mesh.material if textured else field, w2clip, eye.float().to(DEV), bg, leaves
+
+
+@pytest.mark.parametrize("spp,own_normals,textured,backend", [
+    (1, False, False, None), (2, False, False, None), (1, True, False, None), (1, False, False, "triton"),
+    (1, False, True, None), (2, True, True, None), (1, False, True, "triton")])
+def test_dense_render_equals_the_covered_pixel_render(spp, own_normals, textured, backend, monkeypatch):
+    if backend is not None:  # the fused shading kernels (what a CUDA step runs; the interpreter on the CPU)
+        pytest.importorskip("triton")
+        monkeypatch.setenv("MESHLIFT_SHADING_BACKEND", backend)
+    mesh, light, field, w2clip, eye, bg, leaves = _scene(own_normals, textured)
+    target = torch.rand(2, 24, 24, 3, generator=torch.Generator().manual_seed(4)).to(DEV)
+    results = []
+    for fn in (render_mesh, render_dense):
+        out = fn(mesh, w2clip, eye, (24, 24), light=light, material=field, background=bg, spp=spp)
+        loss = (out["shaded"] - target).abs().mean() + out["alpha"].pow(2).mean()
+        results.append((out, torch.autograd.grad(loss, leaves)))
+    (ref, g_ref), (dense, g_dense) = results
+    assert 0.2 < float(ref["alpha"].detach().mean()) < 0.9  # both covered and empty pixels
+    for k in ("shaded", "alpha"):
+        torch.testing.assert_close(dense[k], ref[k], rtol=1e-5, atol=1e-6)
+    for a, b in zip(g_dense, g_ref):
+        assert bool(torch.isfinite(a).all())
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5 * float(b.abs().max()) + 1e-9)
+
+
+def test_dense_rows_are_finite_where_nothing_covers_and_jitter_gives_kd_grad():
+    mesh, light, mat, w2clip, eye, bg, _ = _scene(False, textured=True)
+    rows, _ = gbuffer_rows(mesh, w2clip, eye, (24, 24), background=bg, material=mat)
+    assert rows.uv.shape == (2 * 24 * 24, 2) and rows.uv_da.shape == (2 * 24 * 24, 4)
+    assert rows.tangent.shape == (2 * 24 * 24, 4)
+    out = render_dense(mesh, w2clip, eye, (24, 24), light=light, material=mat, background=bg, field_jitter=0.01)
+    assert out["kd_grad"].shape == (2, 24, 24, 1) and bool(torch.isfinite(out["kd_grad"]).all())
+    with pytest.raises(RenderError, match="no UVs"):
+        gbuffer_rows(Mesh(mesh.v_pos, mesh.t_pos_idx), w2clip, eye, (24, 24), material=mat)
+
+    mesh, light, field, w2clip, eye, bg, _ = _scene(False)
+    rows, raster = gbuffer_rows(mesh, w2clip, eye, (24, 24), background=bg)
+    P = 2 * 24 * 24
+    assert rows.pos.shape == (P, 3) and rows.coverage.shape == (P, 1) and raster.rast.shape == (2, 24, 24, 4)
+    empty = rows.coverage[:, 0] == 0
+    assert bool(empty.any()) and bool((rows.pos[empty] == 0).all())
+    assert bool((rows.geom_nrm[empty] == torch.tensor([0.0, 0.0, 1.0], device=DEV)).all())
+    out = render_dense(mesh, w2clip, eye, (24, 24), light=light, material=field, background=bg,
+                             field_jitter=0.01)
+    assert out["kd_grad"].shape == (2, 24, 24, 1)
+    assert bool((out["kd_grad"][0][rows.coverage.reshape(2, 24, 24, 1)[0] == 0] == 0).all())
+    with pytest.raises(RenderError, match="callable field"):
+        render_dense(mesh, w2clip, eye, (24, 24), light=light, material=None)
+    with pytest.raises(RenderError, match="background"):
+        gbuffer_rows(mesh, w2clip, eye, (24, 24), background=bg[:, :8])
