@@ -20,7 +20,7 @@ from meshlift.data.views import PosedViews
 from meshlift.methods.engine import LinearSchedule
 from meshlift.methods.nvdiffrec.config import SurfaceConfig
 
-__all__ = ["RegularizerSchedules", "image_loss", "make_laplacian_loss", "tonemapped_log_l1"]
+__all__ = ["RegularizerSchedules", "image_loss", "image_loss_terms", "make_laplacian_loss", "tonemapped_log_l1"]
 
 #: Fraction of pass 1 over which the SDF regulariser decays from ``sdf_reg_weight`` to ``sdf_reg_final``.
 SDF_REG_DECAY_FRACTION = 0.25
@@ -67,14 +67,18 @@ def image_loss(out: dict, views: PosedViews, cfg: SurfaceConfig) -> tuple[torch.
 
     Returns ``(loss, srgb_mse)``; the MSE (no gradient) between sRGB-encoded clamped images gives the PSNR.
     """
+    return image_loss_terms(out["shaded"], out["alpha"], views.targets(), views.masks, cfg.mask_weight)
+
+
+def image_loss_terms(pred: torch.Tensor, alpha: torch.Tensor, target: torch.Tensor, masks, mask_weight: float
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`image_loss` on tensors: ``pred``/``target [B, H, W, 3]`` linear HDR, ``alpha [B, H, W, 1]``, ``masks
+    [B, H, W, 1]`` or None (then no mask term); returns ``(loss, srgb_mse)`` (the CUDA-graphed loss of
+    ``pixel_graphs`` is this function)."""
     from meshlift.shading.color import linear_to_srgb, tonemapped_l1
 
-    masks = views.masks
-    pred = out["shaded"]
-    target = views.targets()
     if masks is not None:  # the colour term is fused on CUDA (shading.color.tonemapped_l1), the same maths
-        color = tonemapped_l1(pred, target, masks)
-        loss = color + cfg.mask_weight * F.mse_loss(out["alpha"], masks)
+        loss = tonemapped_l1(pred, target, masks) + mask_weight * F.mse_loss(alpha, masks)
     else:
         loss = tonemapped_l1(pred, target)
     with torch.no_grad():

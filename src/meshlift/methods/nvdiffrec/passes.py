@@ -38,6 +38,7 @@ from meshlift.methods.nvdiffrec.evaluate import render_batch
 from meshlift.methods.nvdiffrec.geometry import init_sdf, make_geometry
 from meshlift.methods.nvdiffrec.losses import RegularizerSchedules, image_loss, make_laplacian_loss
 from meshlift.methods.nvdiffrec.materials import BoundedMaterialField, make_light
+from meshlift.methods.nvdiffrec.pixel_graphs import PixelGraphs
 from meshlift.structures.mesh import Material, Mesh
 
 __all__ = ["Pass1Result", "Pass2Result", "detach_mesh", "prepare_pass2_mesh", "run_pass1", "run_pass2"]
@@ -206,13 +207,17 @@ def run_pass1(
 
     readback = LossReadback(readback_every(cfg, device))
     observe = getattr(deadline, "observe", None)
+    jitter = cfg.kd_smooth_jitter if cfg.kd_smooth_weight > 0 else 0.0
+    graphs = None  # the per-pixel half replayed as CUDA graphs on small GPU frames (pixel_graphs)
+    if PixelGraphs.wanted(cfg, device, sampler.batch, dist.enabled):
+        graphs = PixelGraphs(cfg, light, material, jitter, monitor.log, light_trainable=light_trainable)
     probe = NonfiniteProbe("pass 1", [(f"{k}.{n}", p) for k, m in (("geometry", geom), ("material", material),
                                       ("light", light)) if k != "light" or light_trainable
                                       for n, p in m.named_parameters()], cfg.diagnose_nonfinite)
 
     def forward(it: int, views):
         """The step's forward: ``(mesh, out, total_loss, mse, forward tensors for the probe)``."""
-        if light_trainable:
+        if light_trainable and (graphs is None or not graphs.builds_light):  # else built in the shade graph
             with stages("light"):
                 light.build_mips()
         with stages("marching_tets"):
@@ -226,11 +231,14 @@ def run_pass1(
             )
         if observe is not None:
             observe(faces=mesh.num_faces)
-        jitter = cfg.kd_smooth_jitter if cfg.kd_smooth_weight > 0 else 0.0
         with stages("render"):
-            out = render_batch(mesh, views, light, material, cfg, jitter)
+            if graphs is not None:
+                out, loss, mse = graphs.render(mesh, views)
+            else:
+                out = render_batch(mesh, views, light, material, cfg, jitter)
         with stages("loss"):
-            loss, mse = image_loss(out, views, cfg)
+            if graphs is None:
+                loss, mse = image_loss(out, views, cfg)
             reg = ramps.sdf_reg(it / max(1, total)) * geom.reg_loss()
             if cfg.isosurface == "flexicubes":
                 reg = reg + cfg.flexi_dev_weight * extra_reg
@@ -529,16 +537,24 @@ def run_pass2(
     named_params = [(n, p) for n, p in params.items()] + (
         [(f"light.{n}", p) for n, p in light.named_parameters()] if light_trainable else [])
     probe = NonfiniteProbe("pass 2", named_params, cfg.diagnose_nonfinite)
+    graphs = None  # the per-pixel half replayed as CUDA graphs on small GPU frames (pixel_graphs)
+    if PixelGraphs.wanted(cfg, device, sampler.batch, dist.enabled):
+        graphs = PixelGraphs(cfg, light, current_mesh().material, jitter, monitor.log,
+                             light_trainable=light_trainable, name="pass 2")
 
     def forward(it: int, views):
         """The step's forward: ``(out, total_loss, mse, forward tensors for the probe)``."""
-        if light_trainable:
+        if light_trainable and (graphs is None or not graphs.builds_light):  # else built in the shade graph
             with stages("light"):
                 light.build_mips()
         with stages("render"):
-            out = render_batch(current_mesh(), views, light, None, cfg, jitter)
+            if graphs is not None:
+                out, loss, mse = graphs.render(current_mesh(), views)
+            else:
+                out = render_batch(current_mesh(), views, light, None, cfg, jitter)
         with stages("loss"):
-            loss, mse = image_loss(out, views, cfg)
+            if graphs is None:
+                loss, mse = image_loss(out, views, cfg)
             reg = loss.new_zeros(())
             if cfg.optimize_vertices and cfg.laplace_weight > 0:
                 reg = reg + cfg.laplace_weight * ramps.laplace(it / max(1, total)) * laplacian_loss(offset)

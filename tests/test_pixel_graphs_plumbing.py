@@ -1,0 +1,70 @@
+"""The plumbing of ``methods/nvdiffrec/pixel_graphs.py`` on the CPU, with the CUDA-graph capture replaced by the
+plain callables (``torch.cuda.make_graphed_callables`` returns them unchanged here): argument order, the light's
+mips built inside ``shade`` or passed in, field and textured materials, the loss and what is copied out. The
+capture itself, and its replay against the eager path, is tested on a GPU (``tests/test_pixel_graphs_gpu.py``,
+the same scenes)."""
+
+import pytest
+import torch
+
+trimesh = pytest.importorskip("trimesh")
+
+from _surface_scenes import uv_torus, views_on_a_ring  # noqa: E402
+
+
+def _identity_capture(callables, sample_args, **kwargs):
+    for fn, args in zip(callables, sample_args):  # what the warm-up does: every callable runs on its samples
+        fn(*args)
+    return callables
+
+
+@pytest.mark.parametrize("light_in_graph,textured", [(False, False), (True, False), (False, True), (True, True)])
+def test_graphs_plumbing_equals_the_eager_path(light_in_graph, textured, monkeypatch):
+    from meshlift.methods.nvdiffrec.config import SurfaceConfig
+    from meshlift.methods.nvdiffrec.evaluate import render_batch
+    from meshlift.methods.nvdiffrec.losses import image_loss
+    from meshlift.methods.nvdiffrec.materials import BoundedMaterialField, make_light
+    from meshlift.methods.nvdiffrec.pixel_graphs import PixelGraphs
+    from meshlift.structures.mesh import Mesh
+
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", _identity_capture)
+    dev = torch.device("cpu")
+    cfg = SurfaceConfig(train_res=24, batch=2, grid_res=16, env_res=16, hash_levels=4, hash_log2_size=12,
+                        hash_max_res=64, light="learned")
+    torch.manual_seed(0)
+    if textured:
+        tm, uv, material = uv_torus(dev)
+        faces = torch.tensor(tm.faces)
+        v = torch.tensor(tm.vertices, dtype=torch.float32).requires_grad_()
+        mesh = Mesh(v, faces, v_tex=uv, t_tex_idx=faces, material=material)
+        params = [material.kd, material.ks, material.normal]
+    else:
+        material = BoundedMaterialField(cfg, dev)
+        tm = trimesh.creation.icosphere(2, 0.8)
+        v = torch.tensor(tm.vertices, dtype=torch.float32).requires_grad_()
+        mesh = Mesh(v, torch.tensor(tm.faces))
+        params = list(material.parameters())
+    light, _ = make_light(cfg, dev)
+    logged = []
+    graphs = PixelGraphs(cfg, light, material, 0.0, logged.append, light_trainable=light_in_graph,
+                         name="pass 2" if textured else "pass 1")
+    batch = views_on_a_ring(4, 24).batch(torch.tensor([0, 2]), dev)
+    results = []
+    for path in ("graph", "eager", "graph"):  # the second graph call reuses the built callables
+        if path == "eager" or not light_in_graph:
+            light.build_mips()
+        if path == "graph":
+            out, loss, mse = graphs.render(mesh, batch)
+        else:
+            out = render_batch(mesh, batch, light, None if textured else material, cfg)
+            loss, mse = image_loss(out, batch, cfg)
+        grads = torch.autograd.grad(loss, [v, light.base, *params])
+        results.append((out["shaded"].detach(), out["alpha"].detach(), loss.detach(), mse, grads))
+    assert logged == [] and not graphs.failed and graphs.builds_light == light_in_graph
+    for got in (results[0], results[2]):
+        for a, b in zip(got[:4], results[1][:4]):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        for a, b in zip(got[4], results[1][4]):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5 * float(b.abs().max()) + 1e-9)
+    if light_in_graph:  # the step's cube maps stay on the light, detached
+        assert light.diffuse is not None and not light.diffuse.requires_grad
