@@ -37,7 +37,6 @@ def _render(scene, w2c, K, W, H, settings=None, **kw):
 
 def test_sh_basis_is_orthonormal_on_the_sphere():
     # Gauss-Legendre in cos(theta) x uniform phi integrates polynomials of degree <= 6 exactly.
-    x, w = torch.tensor(0), None
     import numpy as np
 
     ct, wt = np.polynomial.legendre.leggauss(12)

@@ -8,7 +8,6 @@ this module only moves plain values and paths to and from it.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
 import gradio as gr

@@ -307,7 +307,7 @@ def rasterize_gaussians(
     pending = _check_inputs(means, quats, scales, opacities, colors, world_to_camera, K, width, height, near, far,
                             sh_degree, render_mode, settings, defer=True)
     width, height = int(width), int(height)
-    C, N = world_to_camera.shape[0], means.shape[0]
+    C = world_to_camera.shape[0]
     cam_grad = torch.is_grad_enabled() and (world_to_camera.requires_grad or K.requires_grad)
     bname = _resolve_backend(backend, means.device, cam_grad)
     fused = bname == "triton"

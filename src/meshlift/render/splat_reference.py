@@ -19,7 +19,6 @@ Conventions: docs/conventions.md, "Gaussian splatting". Stages:
 
 from __future__ import annotations
 
-import math
 from typing import Optional, Tuple
 
 import torch
