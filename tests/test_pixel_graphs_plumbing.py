@@ -1,6 +1,7 @@
 """The plumbing of ``methods/nvdiffrec/pixel_graphs.py`` on the CPU, with the CUDA-graph capture replaced by the
 plain callables (``torch.cuda.make_graphed_callables`` returns them unchanged here): argument order, the light's
-mips built inside ``shade`` or passed in, field and textured materials, the loss and what is copied out. The
+mips built inside ``shade`` or passed in, field and textured materials, the loss and what is copied out; and a
+failed capture (the fallbacks: without the light's prefilter, then the eager step; the generator check). The
 capture itself, and its replay against the eager path, is tested on a GPU (``tests/test_pixel_graphs_gpu.py``,
 the same scenes)."""
 
@@ -68,3 +69,52 @@ def test_graphs_plumbing_equals_the_eager_path(light_in_graph, textured, monkeyp
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5 * float(b.abs().max()) + 1e-9)
     if light_in_graph:  # the step's cube maps stay on the light, detached
         assert light.diffuse is not None and not light.diffuse.requires_grad
+
+
+def test_a_failed_capture_falls_back_to_a_smaller_graph_then_to_the_eager_step(monkeypatch):
+    from meshlift.errors import TrainingError
+    from meshlift.methods.nvdiffrec import pixel_graphs
+    from meshlift.methods.nvdiffrec.config import SurfaceConfig
+    from meshlift.methods.nvdiffrec.evaluate import render_batch
+    from meshlift.methods.nvdiffrec.losses import image_loss
+    from meshlift.methods.nvdiffrec.materials import BoundedMaterialField, make_light
+    from meshlift.structures.mesh import Mesh
+
+    calls = []
+    check = pixel_graphs._check_rng_after_failed_capture
+
+    def failing_capture(callables, sample_args, **kwargs):
+        calls.append(len(sample_args[0]))
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", failing_capture)
+    monkeypatch.setattr(pixel_graphs, "_check_rng_after_failed_capture", lambda exc, name: None)
+    cfg = SurfaceConfig(train_res=24, batch=2, grid_res=16, env_res=16, hash_levels=4, hash_log2_size=12,
+                        hash_max_res=64, light="learned")
+    torch.manual_seed(0)
+    material = BoundedMaterialField(cfg, torch.device("cpu"))
+    light, _ = make_light(cfg, torch.device("cpu"))
+    tm = trimesh.creation.icosphere(2, 0.8)
+    mesh = Mesh(torch.tensor(tm.vertices, dtype=torch.float32), torch.tensor(tm.faces))
+    batch = views_on_a_ring(4, 24).batch(torch.tensor([1, 3]), torch.device("cpu"))
+    logged = []
+    graphs = pixel_graphs.PixelGraphs(cfg, light, material, 0.0, logged.append, light_trainable=True)
+    out, loss, mse = graphs.render(mesh, batch)
+    assert len(calls) == 2 and calls[0] < calls[1]  # with the light's base, then with its (more) mip tensors
+    assert graphs.failed and not graphs.builds_light and len(logged) == 2
+    assert "capturing without it" in logged[0] and "cuda_graph_pixels=0" in logged[1]
+    light.build_mips()
+    ref = render_batch(mesh, batch, light, material, cfg)
+    ref_loss, _ = image_loss(ref, batch, cfg)
+    torch.testing.assert_close(out["shaded"], ref["shaded"])
+    torch.testing.assert_close(loss, ref_loss)
+    graphs.render(mesh, batch)  # later steps: eager, no new attempt
+    assert len(calls) == 2
+
+    # the generator check: a capture that left CUDA's generator unusable stops the run with the knob named
+    def broken_generator(*args, **kwargs):
+        raise RuntimeError("Offset increment outside graph capture encountered unexpectedly.")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", broken_generator)
+    with pytest.raises(TrainingError, match="cuda_graph_pixels=0"):
+        check(RuntimeError("operation failed due to a previous error during capture"), "pass 1")

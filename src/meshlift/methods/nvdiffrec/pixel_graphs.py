@@ -44,14 +44,18 @@ from typing import Callable, Optional
 
 import torch
 
-from meshlift.errors import TrainingError
-
 from meshlift.data.views import PosedViews
+from meshlift.errors import TrainingError
 from meshlift.methods.nvdiffrec.config import SurfaceConfig
 from meshlift.methods.nvdiffrec.losses import image_loss_terms
 from meshlift.structures.mesh import Material, Mesh
 
 __all__ = ["PixelGraphs"]
+
+
+def _first_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` (at most 160 characters of it) for a log line."""
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:160]}"
 
 
 def _leaf_like(t: torch.Tensor) -> torch.Tensor:
@@ -69,9 +73,9 @@ def _check_rng_after_failed_capture(exc: BaseException, name: str) -> None:
         torch.cuda.synchronize()
     except Exception as again:  # noqa: BLE001
         raise TrainingError(
-            f"{name}: the CUDA-graph capture of the per-pixel step failed ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0][:160]}) and left CUDA's random generator unusable ({type(again).__name__}); "
-            "run again with --set cuda_graph_pixels=0 (the eager step) and report this") from exc
+            f"{name}: the CUDA-graph capture of the per-pixel step failed ({_first_line(exc)}) and left CUDA's "
+            f"random generator unusable ({type(again).__name__}); run again with --set cuda_graph_pixels=0 (the "
+            "eager step) and report this") from exc
 
 
 class PixelGraphs:
@@ -190,19 +194,19 @@ class PixelGraphs:
         head = (self.light.base,) if self.builds_light else (self.light.diffuse, *self.light.specular)
         shade_args = (*rows.tensors(), *head, *self.params)
         target = views.targets()
-        B, H, W = target.shape[:3]
-        loss_head = (target.new_zeros(target.shape).requires_grad_(),  # stand-ins for the antialiased image
-                     target.new_zeros(B, H, W, 1).requires_grad_(), target)
-        loss_head = loss_head + ((views.masks,) if views.masks is not None else ())
-        key = tuple((tuple(t.shape), t.requires_grad) for t in shade_args + loss_head)
+        masks = () if views.masks is None else (views.masks,)
+        key = tuple((tuple(t.shape), t.requires_grad) for t in shade_args + (target,) + masks)
         if self._graphs is None or key != self._key:
+            B, H, W = target.shape[:3]
+            loss_head = (target.new_zeros(target.shape).requires_grad_(),  # stand-ins for the antialiased image
+                         target.new_zeros(B, H, W, 1).requires_grad_(), target) + masks
             try:
                 self._build(shade_args, loss_head)
                 self._key = key
             except Exception as exc:  # noqa: BLE001 - any capture failure: a simpler graph, else eagerly
                 self._graphs = None
                 _check_rng_after_failed_capture(exc, self.name)
-                why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+                why = _first_line(exc)
                 if self.builds_light:  # again without the light's mips in the graph (built eagerly each step)
                     self.builds_light = False
                     self.log(f"{self.name}: CUDA-graph capture with the light's prefilter failed ({why}); "
@@ -220,6 +224,5 @@ class PixelGraphs:
             cubes = [c.detach() for c in outs[2 if self.jitter > 0 else 1:]]
             self.light.diffuse, self.light.specular = cubes[0], cubes[1:]
         out = resolve_dense_render(outs[0], raster, kd_grad)
-        loss_args = (out["shaded"], out["alpha"], target) + ((views.masks,) if views.masks is not None else ())
-        loss, mse = loss_fn(*loss_args)
+        loss, mse = loss_fn(out["shaded"], out["alpha"], target, *masks)
         return out, loss, mse.detach().clone()
