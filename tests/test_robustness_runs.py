@@ -205,6 +205,7 @@ def test_divergence_stops_cleanly_and_keeps_the_good_checkpoint(tmp_path, torus_
     assert (out / "mesh.glb").read_bytes() == glb and not (out / "metrics.json").exists()
 
 
+@pytest.mark.filterwarnings("ignore:Anomaly Detection has been enabled", "ignore:Error detected in")
 def test_diagnose_nonfinite_names_the_backward_op(tmp_path, torus_obj, monkeypatch, capsys):
     """A finite forward whose backward makes a NaN (sqrt'(0) · 0) at the 3rd loss: the probe stops at that
     step and names the gradient and PyTorch's backward function."""
@@ -227,6 +228,7 @@ def test_diagnose_nonfinite_names_the_backward_op(tmp_path, torus_obj, monkeypat
     assert "SqrtBackward0" in err and "rolled back" not in err
 
 
+@pytest.mark.filterwarnings("ignore:Anomaly Detection has been enabled", "ignore:Error detected in")
 def test_diagnose_nonfinite_names_a_forward_tensor(tmp_path, torus_obj, monkeypatch, capsys):
     _nan_loss_from(monkeypatch, 2)
     out = tmp_path / "out"

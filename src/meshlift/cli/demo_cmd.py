@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
     def demo(
         out: Path = typer.Option(Path("meshlift_demo"), "--out", "-o", help="Output folder (created)."),
         device: str = typer.Option("cpu", "--device", help="cpu, cuda or auto."),
-        set_: Optional[List[str]] = typer.Option(None, "--set", "-s", help="Override a demo config field."),
+        set_: Optional[List[str]] = typer.Option(None, "--set", "-s", help="FIELD=VALUE: override a field of the demo's config (repeatable; `meshlift reconstruct --help-config` lists them)."),
     ) -> None:
         """Reconstruct a procedural textured ring (on the CPU unless --device says cuda) and print PSNR, Chamfer, F-score and the GLB path."""
         if device.strip().lower().startswith("cuda"):

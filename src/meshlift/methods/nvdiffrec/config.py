@@ -199,12 +199,13 @@ class SurfaceConfig:
     0 = every step on the CPU (no cost there), every 10 steps on a GPU. The recorded values do not depend
     on it."""
     cuda_graph_pixels: int = 1 << 18
-    """On CUDA, steps of either pass with at most this many pixels (batch × (spp · train_res)²) evaluate their
-    per-pixel half (material field or textures, light prefilter, shading, composite, image loss) at every pixel
-    and replay it as CUDA graphs (``methods/nvdiffrec/pixel_graphs.py``): fewer launches where the host, not the
-    GPU, bounds a step (the demo: 21 → 17 ms per pass-1 step on an H200). 0 = never (the covered-pixel path).
-    Larger frames keep the covered-pixel path (the dense half's work on empty pixels would cost more device
-    time than the launches it saves)."""
+    """On CUDA, steps of either pass with at most this many pixels (batch × (spp · train_res)², train_res being
+    the longest side: an upper bound for frames that are not square) evaluate their per-pixel half (material
+    field or textures, light prefilter, shading, composite, image loss) at every pixel and replay it as CUDA
+    graphs (``methods/nvdiffrec/pixel_graphs.py``): fewer launches where the host, not the GPU, bounds a step
+    (the demo: 21 → 17 ms per pass-1 step on an H200). 0 = never (the covered-pixel path). Larger frames keep
+    the covered-pixel path (the dense half's work on empty pixels would cost more device time than the
+    launches it saves)."""
     diagnose_nonfinite: bool = False
     """Diagnosis of a diverging run: check the loss terms, the render and every gradient each step (one host
     sync per step, slower), and at the first NaN/inf repeat the step under PyTorch's anomaly detection and stop
@@ -278,16 +279,18 @@ RESUME_FIXED = ("isosurface", "grid_res", "hash_levels", "hash_log2_size", "hash
 def _check_ranges(cfg: SurfaceConfig) -> None:
     import math
 
+    def num(x) -> str:  # whole bounds as integers (1099511627776, not 1.09951e+12)
+        return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
     for name, (lo, hi, lo_incl) in RANGES.items():
         v = getattr(cfg, name)
         if v is None:
             continue
+        interval = f"{'[' if lo_incl else '('}{num(lo)}, {num(hi)}]"
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ConfigError(f"config field {name!r} = {v!r} must be a finite number in "
-                              f"{'[' if lo_incl else '('}{lo:g}, {hi:g}]")
+            raise ConfigError(f"config field {name!r} = {v!r} must be a finite number in {interval}")
         if v > hi or v < lo or (v == lo and not lo_incl):
-            raise ConfigError(f"config field {name!r} = {v!r} is out of range: use a value in "
-                              f"{'[' if lo_incl else '('}{lo:g}, {hi:g}]")
+            raise ConfigError(f"config field {name!r} = {v!r} is out of range: use a value in {interval}")
 
 
 def validate(cfg: SurfaceConfig) -> SurfaceConfig:
