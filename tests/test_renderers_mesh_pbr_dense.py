@@ -88,8 +88,14 @@ def test_dense_render_equals_the_covered_pixel_render(spp, own_normals, textured
 
 
 def test_dense_rows_are_finite_where_nothing_covers_and_jitter_gives_kd_grad():
+    from meshlift.renderers import mesh_pbr_dense
+
     mesh, light, mat, w2clip, eye, bg, _ = _scene(False, textured=True)
     rows, _ = gbuffer_rows(mesh, w2clip, eye, (24, 24), background=bg, material=mat)
+    made = dict(mesh_pbr_dense._STAND_INS)
+    gbuffer_rows(mesh, w2clip, eye, (24, 24), background=bg, material=mat)  # a later step makes no new stand-ins
+    assert mesh_pbr_dense._STAND_INS.keys() == made.keys()
+    assert all(mesh_pbr_dense._STAND_INS[k] is made[k] for k in made)
     assert rows.uv.shape == (2 * 24 * 24, 2) and rows.uv_da.shape == (2 * 24 * 24, 4)
     assert rows.tangent.shape == (2 * 24 * 24, 4)
     out = render_dense(mesh, w2clip, eye, (24, 24), light=light, material=mat, background=bg, field_jitter=0.01)

@@ -102,6 +102,19 @@ class RasterState:
     spp: int
 
 
+#: The stand-in values of uncovered pixels, one small tensor per (values, device, dtype): made once, so a step
+#: copies nothing from the host (a host-to-device copy of a fresh CPU tensor waits for the GPU to catch up).
+_STAND_INS: dict = {}
+
+
+def _stand_in(fill: tuple, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    key = (fill, str(device), dtype)
+    t = _STAND_INS.get(key)
+    if t is None:
+        t = _STAND_INS[key] = torch.tensor(fill, dtype=dtype, device=device)
+    return t
+
+
 def gbuffer_rows(mesh: Mesh, world_to_clip: torch.Tensor, camera_pos: torch.Tensor, resolution,
                  *, background: Optional[torch.Tensor] = None, spp: int = 1, max_fragments: Optional[int] = None,
                  material: Optional[Material] = None) -> tuple[PixelRows, RasterState]:
@@ -159,14 +172,13 @@ def gbuffer_rows(mesh: Mesh, world_to_clip: torch.Tensor, camera_pos: torch.Tens
     P = B * Hs * Ws
     covered = (rast[..., 3] > 0).reshape(P, 1)
 
-    def rows_of(img: torch.Tensor, fill) -> torch.Tensor:  # uncovered pixels get the finite stand-in
+    def rows_of(img: torch.Tensor, fill: tuple) -> torch.Tensor:  # uncovered pixels get the finite stand-in
         c = img.shape[-1]
-        stand_in = torch.as_tensor(fill, device=device, dtype=dtype)
-        return torch.where(covered, img.reshape(P, c), stand_in.expand(P, c) if stand_in.ndim else stand_in)
+        return torch.where(covered, img.reshape(P, c), _stand_in(fill, device, dtype).expand(P, c))
 
     up = (0.0, 0.0, 1.0)
     tri_id = (rast[..., 3].reshape(P).long() - 1).clamp(min=0)
-    pos = rows_of(pos_img, 0.0)
+    pos = rows_of(pos_img, (0.0,))
     smooth = rows_of(nrm_img, up)
     geom = rows_of(face_n.index_select(0, tri_id), up)
     view = camera_pos.to(device=device, dtype=dtype)[:, None, :].expand(B, Hs * Ws, 3).reshape(P, 3)
@@ -181,7 +193,7 @@ def gbuffer_rows(mesh: Mesh, world_to_clip: torch.Tensor, camera_pos: torch.Tens
     if textured:
         uv_img, uv_da_img = R.interpolate(mesh.v_tex.to(dtype), rast, _int32(mesh.t_tex_idx), rast_db=rast_db,
                                           diff_attrs="all")
-        uv, uv_da = rows_of(uv_img, 0.0).contiguous(), rows_of(uv_da_img, 0.0).contiguous()
+        uv, uv_da = rows_of(uv_img, (0.0,)).contiguous(), rows_of(uv_da_img, (0.0,)).contiguous()
         if material.normal is not None:
             v_tex = mesh.v_tex.to(dtype)
             if _fused_tangents(v_pos, v_tex, v_nrm):
