@@ -34,8 +34,9 @@ def test_graphed_render_and_loss_equal_the_eager_path_over_changing_meshes(light
     dev = torch.device("cuda")
     cfg = SurfaceConfig(train_res=48, batch=2, grid_res=16, env_res=16, hash_levels=8, hash_log2_size=14,
                         hash_max_res=256, light="learned")
-    assert PixelGraphs.wanted(cfg, dev, 2, False)
-    assert not PixelGraphs.wanted(cfg, torch.device("cpu"), 2, False)
+    assert PixelGraphs.wanted(cfg, dev, 2, False, (48, 48))
+    assert not PixelGraphs.wanted(cfg, torch.device("cpu"), 2, False, (48, 48))
+    assert not PixelGraphs.wanted(cfg, dev, 2, True, (48, 48)) and not PixelGraphs.wanted(cfg, dev, 2, False, (512, 512))
     torch.manual_seed(0)
     if textured:  # pass 2: one topology, the vertices move (offsets), textures trained
         tm, uv, material = uv_torus(dev)

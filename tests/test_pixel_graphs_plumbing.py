@@ -1,7 +1,9 @@
 """The plumbing of ``methods/nvdiffrec/pixel_graphs.py`` on the CPU, with the CUDA-graph capture replaced by the
 plain callables (``torch.cuda.make_graphed_callables`` returns them unchanged here): argument order, the light's
 mips built inside ``shade`` or passed in, field and textured materials, the loss and what is copied out; and a
-failed capture (the fallbacks: without the light's prefilter, then the eager step; the generator check). The
+failed capture (the fallbacks: without the light's prefilter, then the eager step; the generator check); and,
+with a stand-in that keeps replay semantics (``_graph_emulation``: static buffers, aliased outputs and gradients,
+no Python at replay), Adam steps between replays following the eager path. The
 capture itself, and its replay against the eager path, is tested on a GPU (``tests/test_pixel_graphs_gpu.py``,
 the same scenes)."""
 
@@ -118,3 +120,85 @@ def test_a_failed_capture_falls_back_to_a_smaller_graph_then_to_the_eager_step(m
     monkeypatch.setattr(torch.cuda, "synchronize", broken_generator)
     with pytest.raises(TrainingError, match="cuda_graph_pixels=0"):
         check(RuntimeError("operation failed due to a previous error during capture"), "pass 1")
+
+
+def test_wanted_needs_cuda_a_small_frame_one_process_and_no_probe():
+    from meshlift.methods.nvdiffrec.config import SurfaceConfig
+    from meshlift.methods.nvdiffrec.pixel_graphs import PixelGraphs
+
+    cfg = SurfaceConfig(cuda_graph_pixels=2 * 96 * 96)
+    cuda = torch.device("cuda")
+    assert PixelGraphs.wanted(cfg, cuda, 2, False, (96, 96))
+    assert PixelGraphs.wanted(cfg, cuda, 2, False, (96, 64))  # the views' own size, not train_res squared
+    assert not PixelGraphs.wanted(cfg, cuda, 3, False, (96, 96))
+    assert not PixelGraphs.wanted(cfg, torch.device("cpu"), 2, False, (96, 96))
+    assert not PixelGraphs.wanted(cfg, cuda, 2, True, (96, 96))
+    import dataclasses
+
+    assert not PixelGraphs.wanted(dataclasses.replace(cfg, diagnose_nonfinite=True), cuda, 2, False, (96, 96))
+    assert not PixelGraphs.wanted(dataclasses.replace(cfg, spp=2), cuda, 2, False, (96, 96))
+    assert not PixelGraphs.wanted(dataclasses.replace(cfg, cuda_graph_pixels=0), cuda, 2, False, (96, 96))
+
+
+@pytest.mark.parametrize("textured,light_in_graph,masks,spp", [(False, True, True, 1), (True, True, False, 2),
+                                                               (True, False, True, 1)])
+def test_replay_semantics_over_optimizer_steps_equal_the_eager_path(textured, light_in_graph, masks, spp,
+                                                                     monkeypatch):
+    """Static buffers, aliased outputs and gradients, no Python at replay (``_graph_emulation``), with Adam
+    steps and ``.backward()`` between replays: the parameters follow the eager path's."""
+    import dataclasses
+
+    from _graph_emulation import emulated_graphed_callables
+
+    from meshlift.methods.nvdiffrec.config import SurfaceConfig
+    from meshlift.methods.nvdiffrec.evaluate import render_batch
+    from meshlift.methods.nvdiffrec.losses import image_loss
+    from meshlift.methods.nvdiffrec.materials import BoundedMaterialField, make_light
+    from meshlift.methods.nvdiffrec.pixel_graphs import PixelGraphs
+    from meshlift.structures.mesh import Mesh
+
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", emulated_graphed_callables)
+    dev = torch.device("cpu")
+    cfg = SurfaceConfig(train_res=24, batch=2, grid_res=16, env_res=16, hash_levels=4, hash_log2_size=12,
+                        hash_max_res=64, light="learned", spp=spp)
+    views = views_on_a_ring(4, 24)
+    if not masks:
+        views = dataclasses.replace(views, masks=None, straight=False)
+    runs = []
+    for path in ("graph", "eager"):
+        torch.manual_seed(0)
+        if textured:
+            tm, uv, material = uv_torus(dev)
+            faces = torch.tensor(tm.faces)
+            v = torch.nn.Parameter(torch.tensor(tm.vertices, dtype=torch.float32))
+            params = [material.kd, material.ks, material.normal]
+        else:
+            material = BoundedMaterialField(cfg, dev)
+            tm = trimesh.creation.icosphere(2, 0.8)
+            v = torch.nn.Parameter(torch.tensor(tm.vertices, dtype=torch.float32))
+            faces = torch.tensor(tm.faces)
+            params = list(material.parameters())
+        light, _ = make_light(cfg, dev, generator=torch.Generator().manual_seed(1))
+        opt = torch.optim.Adam([v, light.base, *params], lr=1e-2)
+        graphs = PixelGraphs(cfg, light, material, 0.0, lambda m: None, light_trainable=light_in_graph)
+        losses = []
+        for step in range(3):
+            mesh = Mesh(v, faces, v_tex=uv, t_tex_idx=faces, material=material) if textured else Mesh(v, faces)
+            batch = views.batch(torch.tensor([step % 4, (step + 2) % 4]), dev)
+            opt.zero_grad(set_to_none=True)
+            if path == "eager" or not light_in_graph:
+                light.build_mips()
+            if path == "graph":
+                out, loss, mse = graphs.render(mesh, batch)
+            else:
+                out = render_batch(mesh, batch, light, None if textured else material, cfg)
+                loss, mse = image_loss(out, batch, cfg)
+            (loss + 0.0).backward()
+            losses.append(float(loss.detach()))
+            opt.step()
+        runs.append((losses, [t.detach().clone() for t in [v, light.base, *params]]))
+        assert not graphs.failed
+    (l_g, p_g), (l_e, p_e) = runs
+    assert l_g == pytest.approx(l_e, rel=1e-5)
+    for a, b in zip(p_g, p_e):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)

@@ -116,5 +116,8 @@ def test_dense_rows_are_finite_where_nothing_covers_and_jitter_gives_kd_grad():
     assert bool((out["kd_grad"][0][rows.coverage.reshape(2, 24, 24, 1)[0] == 0] == 0).all())
     with pytest.raises(RenderError, match="callable field"):
         render_dense(mesh, w2clip, eye, (24, 24), light=light, material=None)
+    with pytest.raises(RenderError, match="vertex colours"):
+        gbuffer_rows(Mesh(mesh.v_pos, mesh.t_pos_idx, v_color=torch.ones_like(mesh.v_pos.detach())), w2clip, eye,
+                     (24, 24))
     with pytest.raises(RenderError, match="background"):
         gbuffer_rows(mesh, w2clip, eye, (24, 24), background=bg[:, :8])

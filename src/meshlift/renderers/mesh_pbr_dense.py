@@ -18,8 +18,8 @@ shapes of the frame only (``P = B · Hs · Ws`` rows, ``Hs = spp · H``), so it 
 3. :func:`resolve_dense_render` (mesh-sized, eager): ``antialias`` of the composite and the ``spp`` box filter.
 
 :func:`render_dense` runs the three in a row and returns ``render_mesh``'s ``shaded`` and ``alpha`` (and
-``kd_grad`` with jitter; its noise is drawn per pixel rather than per covered pixel, so a jittered run draws a
-different random stream) to float rounding — ``tests/test_renderers_mesh_pbr_dense.py`` holds the two to each
+``kd_grad`` with jitter: for a field its noise is drawn per pixel rather than per covered pixel, so a jittered
+run draws a different random stream; for textures ``render_mesh`` draws image-sized noise too) to float rounding — ``tests/test_renderers_mesh_pbr_dense.py`` holds the two to each
 other, forward and backward. It costs work on the uncovered pixels, so it pays where a step is bound by
 launches rather than by the device (small frames on a GPU); the covered-pixel path stays the default
 everywhere else. Not covered here (``render_mesh`` only): cut-out alpha in kd, vertex colours, constant or
@@ -81,7 +81,15 @@ class PixelRows:
 
     @classmethod
     def from_tensors(cls, tensors, textured: bool, tangent: bool) -> "PixelRows":
-        """Rows from :meth:`tensors` of rows with (``textured``) or without UVs, with or without tangents."""
+        """Rows from :meth:`tensors` of rows with (``textured``) or without UVs, with or without tangents.
+
+        Raises:
+            RenderError: the number of tensors does not fit ``textured`` / ``tangent``.
+        """
+        want = 6 + (2 if textured else 0) + (1 if tangent else 0)
+        if len(tensors) != want:
+            raise RenderError(f"PixelRows.from_tensors: expected {want} tensors (textured={textured}, "
+                              f"tangent={tangent}), got {len(tensors)}")
         base = list(tensors[:6])
         extra = list(tensors[6:])
         uv = extra.pop(0) if textured else None
@@ -131,12 +139,16 @@ def gbuffer_rows(mesh: Mesh, world_to_clip: torch.Tensor, camera_pos: torch.Tens
         ``(rows, raster)``: :class:`PixelRows` with ``P = B · spp·H · spp·W``, and :class:`RasterState`.
 
     Raises:
-        RenderError: bad shapes, an empty mesh, or a textured material on a mesh without UVs.
+        RenderError: bad shapes, an empty mesh, vertex colours (``render_mesh`` applies them; this render does
+        not), or a textured material on a mesh without UVs.
     """
     from meshlift import render as R
     from meshlift.geometry import mesh_ops
 
     _validate(mesh, world_to_clip, camera_pos, resolution, spp)
+    if mesh.v_color is not None:
+        raise RenderError("gbuffer_rows: the mesh has vertex colours (v_color), which the dense render does not "
+                          "apply; render it with meshlift.renderers.mesh_pbr.render_mesh")
     textured = isinstance(material, Material)
     if textured and (mesh.v_tex is None or mesh.t_tex_idx is None):
         raise RenderError("gbuffer_rows: the material has textures but the mesh has no UVs (v_tex / t_tex_idx); "
@@ -282,7 +294,7 @@ def shade_textured_rows(rows: PixelRows, light, material: Material,
     kd = looked["kd"][..., :3]
     P = rows.pos.shape[0]
     ks = looked["ks"][..., :3] if material.ks is not None else \
-        torch.tensor(DEFAULT_KS, device=rows.pos.device, dtype=dtype).expand(P, 3)
+        _stand_in(tuple(DEFAULT_KS), rows.pos.device, dtype).expand(P, 3)  # no host copy (CUDA-graph safe)
     perturbed = looked["normal"][..., :3] if material.normal is not None else None
     accum = _composite(rows, light, kd, ks, perturbed, rows.tangent)
     kd_grad = None
@@ -315,8 +327,12 @@ def render_dense(mesh: Mesh, world_to_clip: torch.Tensor, camera_pos: torch.Tens
     """:func:`gbuffer_rows` → :func:`shade_field_rows` or :func:`shade_textured_rows` →
     :func:`resolve_dense_render` (eager).
 
-    Args and errors as :func:`~meshlift.renderers.mesh_pbr.render_mesh` with a callable field or a textured
+    Args as :func:`~meshlift.renderers.mesh_pbr.render_mesh` with a callable field or a textured
     :class:`Material` (``field_jitter``: the jitter of positions for a field, of UVs for textures).
+
+    Raises:
+        RenderError: as :func:`gbuffer_rows` and :func:`shade_textured_rows`, or a material that is neither
+        a callable field nor a :class:`Material` (``render_mesh`` renders those: None, constants, cut-outs).
 
     Returns:
         dict with ``shaded [B, H, W, 3]``, ``alpha [B, H, W, 1]`` and, with ``field_jitter > 0``, ``kd_grad``.

@@ -199,13 +199,12 @@ class SurfaceConfig:
     0 = every step on the CPU (no cost there), every 10 steps on a GPU. The recorded values do not depend
     on it."""
     cuda_graph_pixels: int = 1 << 18
-    """On CUDA, steps of either pass with at most this many pixels (batch × (spp · train_res)², train_res being
-    the longest side: an upper bound for frames that are not square) evaluate their per-pixel half (material
-    field or textures, light prefilter, shading, composite, image loss) at every pixel and replay it as CUDA
-    graphs (``methods/nvdiffrec/pixel_graphs.py``): fewer launches where the host, not the GPU, bounds a step
-    (the demo: 21 → 17 ms per pass-1 step on an H200). 0 = never (the covered-pixel path). Larger frames keep
-    the covered-pixel path (the dense half's work on empty pixels would cost more device time than the
-    launches it saves)."""
+    """On CUDA, steps of either pass with at most this many pixels (batch × spp² × the training views' H × W)
+    evaluate their per-pixel half (material field or textures, light prefilter, shading, composite, image loss)
+    at every pixel and replay it as CUDA graphs (``methods/nvdiffrec/pixel_graphs.py``): fewer launches where
+    the host, not the GPU, bounds a step (the demo: 21 → 17 ms per pass-1 step on an H200). 0 = never (the
+    covered-pixel path). Larger frames keep the covered-pixel path (the dense half's work on empty pixels would
+    cost more device time than the launches it saves)."""
     diagnose_nonfinite: bool = False
     """Diagnosis of a diverging run: check the loss terms, the render and every gradient each step (one host
     sync per step, slower), and at the first NaN/inf repeat the step under PyTorch's anomaly detection and stop

@@ -209,7 +209,7 @@ def run_pass1(
     observe = getattr(deadline, "observe", None)
     jitter = cfg.kd_smooth_jitter if cfg.kd_smooth_weight > 0 else 0.0
     graphs = None  # the per-pixel half replayed as CUDA graphs on small GPU frames (pixel_graphs)
-    if PixelGraphs.wanted(cfg, device, sampler.batch, dist.enabled):
+    if PixelGraphs.wanted(cfg, device, sampler.batch, dist.enabled, data.train.resolution):
         graphs = PixelGraphs(cfg, light, material, jitter, monitor.log, light_trainable=light_trainable)
     probe = NonfiniteProbe("pass 1", [(f"{k}.{n}", p) for k, m in (("geometry", geom), ("material", material),
                                       ("light", light)) if k != "light" or light_trainable
@@ -538,7 +538,7 @@ def run_pass2(
         [(f"light.{n}", p) for n, p in light.named_parameters()] if light_trainable else [])
     probe = NonfiniteProbe("pass 2", named_params, cfg.diagnose_nonfinite)
     graphs = None  # the per-pixel half replayed as CUDA graphs on small GPU frames (pixel_graphs)
-    if PixelGraphs.wanted(cfg, device, sampler.batch, dist.enabled):
+    if PixelGraphs.wanted(cfg, device, sampler.batch, dist.enabled, data.train.resolution):
         graphs = PixelGraphs(cfg, light, current_mesh().material, jitter, monitor.log,
                              light_trainable=light_trainable, name="pass 2")
 

@@ -27,9 +27,16 @@ each replay: what outlives the step (the MSE kept for deferred read-backs) is co
 parameters and a learned light's ``base`` are the graph's inputs themselves (the optimizer updates them in
 place, so nothing is copied in); the G-buffer rows are copied into the graph's input buffers at each replay.
 
-When: :meth:`PixelGraphs.wanted` — a CUDA device, ``B · Hs · Ws ≤ cfg.cuda_graph_pixels`` (the dense half
-costs work on the uncovered pixels, which pays where the step waits for the host, not for the device), one
-process, and no ``diagnose_nonfinite`` (its probe reads the per-pixel tensors the graph keeps inside). The
+What the replays rely on (each holds in meshlift's passes): the optimizers zero gradients with
+``set_to_none=True`` (a parameter's ``.grad`` may be the graph's gradient buffer: kept and accumulated into, the
+next replay would overwrite it); the filter operators and tables the captured kernels read by address
+(``shading.light``'s and ``shading.cubemap``'s caches, ``render.texture``'s) stay cached for the pass (clearing
+them, ``shading.light.clear_filter_cache``, would leave the graph reading freed memory; a pass uses far fewer keys
+than the caches hold, and nothing in meshlift clears them).
+
+When: :meth:`PixelGraphs.wanted` — a CUDA device, ``B · Hs · Ws ≤ cfg.cuda_graph_pixels`` (the training
+views' size; the dense half costs work on the uncovered pixels, which pays where the step waits for the host,
+not for the device), one process, and no ``diagnose_nonfinite`` (its probe reads the per-pixel tensors the graph keeps inside). The
 graphs are captured at the pass's first step (three warm-up iterations, then the capture: a few steps' time);
 if the capture fails (an op that syncs or is not capturable on this torch), one line is logged and the pass
 captures again without the light's prefilter, then, failing that too, runs the eager covered-pixel path as
@@ -90,8 +97,10 @@ class PixelGraphs:
         jitter: the albedo-smoothness jitter of the pass (0 = none), fixed for the pass.
         log: where the one line about a failed capture goes.
         light_trainable: the light is learned: its prefiltered cube maps are rebuilt from ``light.base`` inside
-            the ``shade`` graph at every step (``EnvironmentLight.build_mips``: the caller does not build them)
-            and left on the light afterwards, detached, as an eager ``build_mips`` would leave them.
+            the ``shade`` graph at every step (``EnvironmentLight.build_mips``: the caller does not build them);
+            the step's maps are left on the light, detached (no autograd graph, unlike an eager ``build_mips``),
+            for what reads the light before the next step (previews): they are the graph's outputs, which the
+            next replay overwrites.
         name: the pass, for the log lines.
     """
 
@@ -115,9 +124,11 @@ class PixelGraphs:
         self.failed = False
 
     @staticmethod
-    def wanted(cfg: SurfaceConfig, device: torch.device, batch: int, distributed: bool) -> bool:
-        """Whether a pass with ``batch`` views per process replays its per-pixel half (see the module doc)."""
-        pixels = int(batch) * (int(cfg.train_res) * int(cfg.spp)) ** 2
+    def wanted(cfg: SurfaceConfig, device: torch.device, batch: int, distributed: bool,
+               resolution: tuple[int, int]) -> bool:
+        """Whether a pass with ``batch`` views per process of ``resolution (H, W)`` (the training views') replays
+        its per-pixel half (see the module doc)."""
+        pixels = int(batch) * int(resolution[0]) * int(resolution[1]) * int(cfg.spp) ** 2
         return (torch.device(device).type == "cuda" and 0 < pixels <= int(cfg.cuda_graph_pixels)
                 and not distributed and not cfg.diagnose_nonfinite)
 
@@ -174,9 +185,11 @@ class PixelGraphs:
     def render(self, mesh: Mesh, views: PosedViews) -> tuple[dict, torch.Tensor, torch.Tensor]:
         """Render ``views`` of ``mesh`` and their image loss: ``(out, loss, srgb_mse)``.
 
-        ``out`` holds ``shaded``, ``alpha`` (``[B, H, W, 3 | 1]``) and, with jitter, ``kd_grad`` (as
-        ``evaluate.render_batch``); ``loss`` and ``srgb_mse`` as ``losses.image_loss``. After a failed
-        capture (:attr:`failed`) this is the eager covered-pixel render and loss.
+        ``out`` holds ``shaded``, ``alpha`` (``[B, H, W, 3 | 1]``) and, with jitter, ``kd_grad`` only (not
+        ``render_batch``'s ``kd``, ``ks``, ``normal``, ``depth``); ``loss`` and ``srgb_mse`` as
+        ``losses.image_loss``. ``loss`` and ``kd_grad`` are the graphs' outputs: valid until the next call, which
+        overwrites them (``srgb_mse`` is a copy). After a failed capture (:attr:`failed`) this is the eager
+        covered-pixel render and loss (with all of ``render_batch``'s outputs).
         """
         from meshlift.methods.nvdiffrec.evaluate import render_batch
         from meshlift.methods.nvdiffrec.losses import image_loss
@@ -200,6 +213,8 @@ class PixelGraphs:
             B, H, W = target.shape[:3]
             loss_head = (target.new_zeros(target.shape).requires_grad_(),  # stand-ins for the antialiased image
                          target.new_zeros(B, H, W, 1).requires_grad_(), target) + masks
+            self._graphs = None  # an earlier capture's memory goes before the new one is taken
+            why = None
             try:
                 self._build(shade_args, loss_head)
                 self._key = key
@@ -207,15 +222,16 @@ class PixelGraphs:
                 self._graphs = None
                 _check_rng_after_failed_capture(exc, self.name)
                 why = _first_line(exc)
+            if why is not None:  # outside the handler: the failed capture's traceback and memory are released
                 if self.builds_light:  # again without the light's mips in the graph (built eagerly each step)
                     self.builds_light = False
                     self.log(f"{self.name}: CUDA-graph capture with the light's prefilter failed ({why}); "
                              "capturing without it")
                     self.light.build_mips()
-                    return self.render(mesh, views)
-                self.failed = True
-                self.log(f"{self.name}: CUDA-graph replay of the per-pixel step unavailable ({why}); running it "
-                         "eagerly (--set cuda_graph_pixels=0 skips the attempt)")
+                else:
+                    self.failed = True
+                    self.log(f"{self.name}: CUDA-graph replay of the per-pixel step unavailable ({why}); running "
+                             "it eagerly (--set cuda_graph_pixels=0 skips the attempt)")
                 return self.render(mesh, views)
         shade, loss_fn = self._graphs
         outs = shade(*shade_args)
