@@ -6,7 +6,6 @@ tone-mapped loss; antialias follows the rasterizer backend, torch here). Toleran
 fused kernels (FMA, atomic-add order), ``rtol 1e-4`` scaled to the largest gradient.
 """
 
-import math
 import os
 
 import pytest
@@ -17,7 +16,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 trimesh = pytest.importorskip("trimesh")
 
-from meshlift.cameras import look_at, projection_from_K  # noqa: E402
+from _surface_scenes import two_view_torus_scene  # noqa: E402
 from meshlift.renderers.mesh_pbr import render_mesh  # noqa: E402
 from meshlift.shading.color import tonemapped_l1  # noqa: E402
 from meshlift.shading.light import EnvironmentLight  # noqa: E402
@@ -35,21 +34,8 @@ def _step(backend, monkeypatch):
     monkeypatch.setenv("MESHLIFT_SHADING_BACKEND", "torch")
     light.build_mips()  # the same light for both paths
     monkeypatch.setenv("MESHLIFT_SHADING_BACKEND", backend)
-    light.diffuse = light.diffuse.detach().to(DEV).requires_grad_()
-    light.specular = [x.detach().to(DEV).requires_grad_() for x in light.specular]
-    scale = torch.tensor([0.9, 0.7, 0.5], device=DEV, requires_grad=True)
-
-    def field(x):
-        kd = (0.5 + 0.4 * torch.sin(1.5 * x)) * scale
-        rough = (0.3 + 0.3 * x[:, :1].abs()).clamp(0, 1)
-        return {"kd": kd, "ks": torch.cat([0.1 * rough, rough, 0.5 * rough], 1)}
-
-    eye = torch.tensor([[0.0, 1.5, 2.0], [2.0, -1.0, 0.5]], dtype=torch.float64)
-    w2c = look_at(eye, torch.zeros_like(eye), torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64).expand_as(eye)).float()
-    f = 0.5 * 24 / math.tan(math.radians(25))
-    K = torch.tensor([[f, 0, 12.0], [0, f, 12.0], [0, 0, 1]])
-    w2clip = (projection_from_K(K.expand(2, 3, 3), 24, 24, 0.1, 10.0) @ w2c).to(DEV)
-    out = render_mesh(mesh, w2clip, eye.float().to(DEV), (24, 24), light=light, material=field)
+    w2clip, eye, field, scale = two_view_torus_scene(DEV, light)
+    out = render_mesh(mesh, w2clip, eye, (24, 24), light=light, material=field)
     g = torch.Generator().manual_seed(0)
     target = torch.rand(2, 24, 24, 3, generator=g).to(DEV)
     mask = (torch.rand(2, 24, 24, 1, generator=g) > 0.2).float().to(DEV)

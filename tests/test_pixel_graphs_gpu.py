@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from _surface_scenes import uv_torus, views_on_a_ring  # noqa: E402
+from _surface_scenes import pass_material, render_by, views_on_a_ring  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -25,9 +25,7 @@ def test_graphed_render_and_loss_equal_the_eager_path_over_changing_meshes(light
     import trimesh
 
     from meshlift.methods.nvdiffrec.config import SurfaceConfig
-    from meshlift.methods.nvdiffrec.evaluate import render_batch
-    from meshlift.methods.nvdiffrec.losses import image_loss
-    from meshlift.methods.nvdiffrec.materials import BoundedMaterialField, make_light
+    from meshlift.methods.nvdiffrec.materials import make_light
     from meshlift.methods.nvdiffrec.pixel_graphs import PixelGraphs
     from meshlift.structures.mesh import Mesh
 
@@ -38,22 +36,19 @@ def test_graphed_render_and_loss_equal_the_eager_path_over_changing_meshes(light
     assert not PixelGraphs.wanted(cfg, torch.device("cpu"), 2, False, (48, 48))
     assert not PixelGraphs.wanted(cfg, dev, 2, True, (48, 48)) and not PixelGraphs.wanted(cfg, dev, 2, False, (512, 512))
     torch.manual_seed(0)
+    tm, uv, material, params = pass_material(cfg, textured, dev)
     if textured:  # pass 2: one topology, the vertices move (offsets), textures trained
-        tm, uv, material = uv_torus(dev)
         faces = torch.tensor(tm.faces, device=dev)
         base = torch.tensor(tm.vertices, dtype=torch.float32, device=dev)
         meshes = [(base + 0.02 * k * torch.sin(3 * base)).requires_grad_() for k in range(3)]
         meshes = [(v, Mesh(v, faces, v_tex=uv, t_tex_idx=faces, material=material)) for v in meshes]
-        params = [material.kd, material.ks, material.normal]
     else:  # pass 1: the mesh changes size every step, as marching tets gives
-        material = BoundedMaterialField(cfg, dev)
         shapes = [trimesh.creation.icosphere(2, 0.8), trimesh.creation.torus(0.6, 0.25, 24, 12),
                   trimesh.creation.icosphere(3, 0.7)]
         meshes = []
         for tm in shapes:
             v = torch.tensor(tm.vertices, dtype=torch.float32, device=dev).requires_grad_()
             meshes.append((v, Mesh(v, torch.tensor(tm.faces, device=dev))))
-        params = list(material.parameters())
     light, _ = make_light(cfg, dev)
     logged = []
     graphs = PixelGraphs(cfg, light, material, 0.0, logged.append, light_trainable=light_in_graph)
@@ -62,13 +57,7 @@ def test_graphed_render_and_loss_equal_the_eager_path_over_changing_meshes(light
         batch = views.batch(torch.tensor([step % 4, (step + 1) % 4]), dev)
         results = []
         for path in ("graph", "eager"):
-            if path == "eager" or not light_in_graph:
-                light.build_mips()
-            if path == "graph":
-                out, loss, mse = graphs.render(mesh, batch)
-            else:
-                out = render_batch(mesh, batch, light, None if textured else material, cfg)
-                loss, mse = image_loss(out, batch, cfg)
+            out, loss, mse = render_by(path, graphs, mesh, batch, light, material, cfg, textured, light_in_graph)
             leaves = [v, light.base, *params]
             grads = torch.autograd.grad(loss, leaves, allow_unused=True)
             results.append((out["shaded"].detach().clone(), loss.detach(), mse, grads))

@@ -12,7 +12,7 @@ import torch
 
 trimesh = pytest.importorskip("trimesh")
 
-from _surface_scenes import uv_torus, views_on_a_ring  # noqa: E402
+from _surface_scenes import pass_material, render_by, views_on_a_ring  # noqa: E402
 
 
 def _identity_capture(callables, sample_args, **kwargs):
@@ -24,9 +24,7 @@ def _identity_capture(callables, sample_args, **kwargs):
 @pytest.mark.parametrize("light_in_graph,textured", [(False, False), (True, False), (False, True), (True, True)])
 def test_graphs_plumbing_equals_the_eager_path(light_in_graph, textured, monkeypatch):
     from meshlift.methods.nvdiffrec.config import SurfaceConfig
-    from meshlift.methods.nvdiffrec.evaluate import render_batch
-    from meshlift.methods.nvdiffrec.losses import image_loss
-    from meshlift.methods.nvdiffrec.materials import BoundedMaterialField, make_light
+    from meshlift.methods.nvdiffrec.materials import make_light
     from meshlift.methods.nvdiffrec.pixel_graphs import PixelGraphs
     from meshlift.structures.mesh import Mesh
 
@@ -35,18 +33,10 @@ def test_graphs_plumbing_equals_the_eager_path(light_in_graph, textured, monkeyp
     cfg = SurfaceConfig(train_res=24, batch=2, grid_res=16, env_res=16, hash_levels=4, hash_log2_size=12,
                         hash_max_res=64, light="learned")
     torch.manual_seed(0)
-    if textured:
-        tm, uv, material = uv_torus(dev)
-        faces = torch.tensor(tm.faces)
-        v = torch.tensor(tm.vertices, dtype=torch.float32).requires_grad_()
-        mesh = Mesh(v, faces, v_tex=uv, t_tex_idx=faces, material=material)
-        params = [material.kd, material.ks, material.normal]
-    else:
-        material = BoundedMaterialField(cfg, dev)
-        tm = trimesh.creation.icosphere(2, 0.8)
-        v = torch.tensor(tm.vertices, dtype=torch.float32).requires_grad_()
-        mesh = Mesh(v, torch.tensor(tm.faces))
-        params = list(material.parameters())
+    tm, uv, material, params = pass_material(cfg, textured, dev)
+    faces = torch.tensor(tm.faces)
+    v = torch.tensor(tm.vertices, dtype=torch.float32).requires_grad_()
+    mesh = Mesh(v, faces, v_tex=uv, t_tex_idx=faces, material=material) if textured else Mesh(v, faces)
     light, _ = make_light(cfg, dev)
     logged = []
     graphs = PixelGraphs(cfg, light, material, 0.0, logged.append, light_trainable=light_in_graph,
@@ -54,13 +44,7 @@ def test_graphs_plumbing_equals_the_eager_path(light_in_graph, textured, monkeyp
     batch = views_on_a_ring(4, 24).batch(torch.tensor([0, 2]), dev)
     results = []
     for path in ("graph", "eager", "graph"):  # the second graph call reuses the built callables
-        if path == "eager" or not light_in_graph:
-            light.build_mips()
-        if path == "graph":
-            out, loss, mse = graphs.render(mesh, batch)
-        else:
-            out = render_batch(mesh, batch, light, None if textured else material, cfg)
-            loss, mse = image_loss(out, batch, cfg)
+        out, loss, mse = render_by(path, graphs, mesh, batch, light, material, cfg, textured, light_in_graph)
         grads = torch.autograd.grad(loss, [v, light.base, *params])
         results.append((out["shaded"].detach(), out["alpha"].detach(), loss.detach(), mse, grads))
     assert logged == [] and not graphs.failed and graphs.builds_light == light_in_graph
@@ -151,9 +135,7 @@ def test_replay_semantics_over_optimizer_steps_equal_the_eager_path(textured, li
     from _graph_emulation import emulated_graphed_callables
 
     from meshlift.methods.nvdiffrec.config import SurfaceConfig
-    from meshlift.methods.nvdiffrec.evaluate import render_batch
-    from meshlift.methods.nvdiffrec.losses import image_loss
-    from meshlift.methods.nvdiffrec.materials import BoundedMaterialField, make_light
+    from meshlift.methods.nvdiffrec.materials import make_light
     from meshlift.methods.nvdiffrec.pixel_graphs import PixelGraphs
     from meshlift.structures.mesh import Mesh
 
@@ -167,17 +149,9 @@ def test_replay_semantics_over_optimizer_steps_equal_the_eager_path(textured, li
     runs = []
     for path in ("graph", "eager"):
         torch.manual_seed(0)
-        if textured:
-            tm, uv, material = uv_torus(dev)
-            faces = torch.tensor(tm.faces)
-            v = torch.nn.Parameter(torch.tensor(tm.vertices, dtype=torch.float32))
-            params = [material.kd, material.ks, material.normal]
-        else:
-            material = BoundedMaterialField(cfg, dev)
-            tm = trimesh.creation.icosphere(2, 0.8)
-            v = torch.nn.Parameter(torch.tensor(tm.vertices, dtype=torch.float32))
-            faces = torch.tensor(tm.faces)
-            params = list(material.parameters())
+        tm, uv, material, params = pass_material(cfg, textured, dev)
+        faces = torch.tensor(tm.faces)
+        v = torch.nn.Parameter(torch.tensor(tm.vertices, dtype=torch.float32))
         light, _ = make_light(cfg, dev, generator=torch.Generator().manual_seed(1))
         opt = torch.optim.Adam([v, light.base, *params], lr=1e-2)
         graphs = PixelGraphs(cfg, light, material, 0.0, lambda m: None, light_trainable=light_in_graph)
@@ -186,13 +160,7 @@ def test_replay_semantics_over_optimizer_steps_equal_the_eager_path(textured, li
             mesh = Mesh(v, faces, v_tex=uv, t_tex_idx=faces, material=material) if textured else Mesh(v, faces)
             batch = views.batch(torch.tensor([step % 4, (step + 2) % 4]), dev)
             opt.zero_grad(set_to_none=True)
-            if path == "eager" or not light_in_graph:
-                light.build_mips()
-            if path == "graph":
-                out, loss, mse = graphs.render(mesh, batch)
-            else:
-                out = render_batch(mesh, batch, light, None if textured else material, cfg)
-                loss, mse = image_loss(out, batch, cfg)
+            out, loss, mse = render_by(path, graphs, mesh, batch, light, material, cfg, textured, light_in_graph)
             (loss + 0.0).backward()
             losses.append(float(loss.detach()))
             opt.step()

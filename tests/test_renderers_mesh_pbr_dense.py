@@ -4,7 +4,6 @@ two samples per axis, mesh normals computed or given, and a background. On a GPU
 the fused kernels (the test is device-agnostic); the CUDA-graph replay of it is tested in
 ``tests/test_pixel_graphs_gpu.py``."""
 
-import math
 import os
 
 import pytest
@@ -14,54 +13,33 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # the fused variant below, on the CPU
 trimesh = pytest.importorskip("trimesh")
 
-from meshlift.cameras import look_at, projection_from_K  # noqa: E402
+from _surface_scenes import two_view_torus_scene, uv_torus  # noqa: E402
 from meshlift.errors import RenderError  # noqa: E402
 from meshlift.renderers.mesh_pbr import render_mesh  # noqa: E402
 from meshlift.renderers.mesh_pbr_dense import gbuffer_rows, render_dense  # noqa: E402
 from meshlift.shading.light import EnvironmentLight  # noqa: E402
-from meshlift.structures.mesh import Material, Mesh  # noqa: E402
+from meshlift.structures.mesh import Mesh  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _scene(own_normals: bool, textured: bool = False):
-    tm = trimesh.creation.torus(0.6, 0.25, major_sections=16, minor_sections=8)
+    tm, uv, material = uv_torus(DEV, (16, 8), 16)  # UVs from the torus angles; random kd / ks / normal maps
     v = torch.tensor(tm.vertices, dtype=torch.float32, device=DEV).requires_grad_()
     faces = torch.tensor(tm.faces, device=DEV)
     extra = {}
     if own_normals:
         extra.update(v_nrm=torch.tensor(tm.vertex_normals, dtype=torch.float32, device=DEV), t_nrm_idx=faces)
-    textures = []
-    if textured:  # UVs from the torus angles; random kd / ks / normal maps (the normal map tilted, z > 0)
-        x, y, z = (torch.tensor(tm.vertices, dtype=torch.float32)).unbind(1)
-        uv = torch.stack([torch.atan2(y, x) / (2 * math.pi) + 0.5,
-                          torch.atan2(z, torch.sqrt(x * x + y * y) - 0.6) / (2 * math.pi) + 0.5], 1)
-        g = torch.Generator().manual_seed(5)
-        nrm = torch.nn.functional.normalize(torch.rand(16, 16, 3, generator=g) - torch.tensor([0.5, 0.5, -1.0]), dim=-1)
-        textures = [torch.rand(16, 16, 3, generator=g).to(DEV).requires_grad_(),
-                    (0.2 + 0.6 * torch.rand(16, 16, 3, generator=g)).to(DEV).requires_grad_(),
-                    nrm.to(DEV).requires_grad_()]
-        extra.update(v_tex=uv.to(DEV), t_tex_idx=faces, material=Material(*textures))
+    textures = [material.kd, material.ks, material.normal]
+    if textured:
+        extra.update(v_tex=uv, t_tex_idx=faces, material=material)
     mesh = Mesh(v, faces, **extra)
     light = EnvironmentLight.random(8, seed=2, min_res=4, lut_resolution=32)
     light.build_mips()
-    light.diffuse = light.diffuse.detach().to(DEV).requires_grad_()
-    light.specular = [x.detach().to(DEV).requires_grad_() for x in light.specular]
-    scale = torch.tensor([0.9, 0.7, 0.5], device=DEV, requires_grad=True)
-
-    def field(x):
-        kd = (0.5 + 0.4 * torch.sin(1.5 * x)) * scale
-        rough = (0.3 + 0.3 * x[:, :1].abs()).clamp(0, 1)
-        return {"kd": kd, "ks": torch.cat([0.1 * rough, rough, 0.5 * rough], 1)}
-
-    eye = torch.tensor([[0.0, 1.5, 2.0], [2.0, -1.0, 0.5]], dtype=torch.float64)
-    w2c = look_at(eye, torch.zeros_like(eye), torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64).expand_as(eye)).float()
-    f = 0.5 * 24 / math.tan(math.radians(25))
-    K = torch.tensor([[f, 0, 12.0], [0, f, 12.0], [0, 0, 1]])
-    w2clip = (projection_from_K(K.expand(2, 3, 3), 24, 24, 0.1, 10.0) @ w2c).to(DEV)
+    w2clip, eye, field, scale = two_view_torus_scene(DEV, light)
     bg = torch.rand(2, 24, 24, 3, generator=torch.Generator().manual_seed(3)).to(DEV)
     leaves = [v, light.diffuse, *light.specular] + (textures if textured else [scale])
-    return mesh, light, mesh.material if textured else field, w2clip, eye.float().to(DEV), bg, leaves
+    return mesh, light, mesh.material if textured else field, w2clip, eye, bg, leaves
 
 
 @pytest.mark.parametrize("spp,own_normals,textured,backend", [

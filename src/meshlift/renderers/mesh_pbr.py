@@ -155,6 +155,56 @@ def _fallback_tangent(normal: torch.Tensor) -> torch.Tensor:
     return F.normalize(t, dim=-1, eps=1e-8)
 
 
+def _mesh_normals(mesh: Mesh, tri: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(face_n [T, 3] unit, v_nrm [Vn, 3], t_nrm_idx [T, 3])`` of ``mesh``: its own smooth normals when it has
+    them, else area-weighted vertex normals (face + vertex normals in two Triton kernels where
+    :func:`_fused_normals` says so; ``tri`` is ``t_pos_idx`` as int32, its range checked by ``rasterize``)."""
+    from meshlift.geometry import mesh_ops
+
+    v_pos = mesh.v_pos
+    own = mesh.v_nrm is not None and mesh.t_nrm_idx is not None
+    if not own and _fused_normals(v_pos):
+        from meshlift.kernels.normals_triton import mesh_normals_triton
+
+        face_n, v_nrm = mesh_normals_triton(v_pos, tri)
+    else:
+        face_n = mesh_ops.face_normals(v_pos, mesh.t_pos_idx)
+        v_nrm = None if own else mesh_ops.vertex_normals(v_pos, mesh.t_pos_idx)
+    if own:
+        return face_n, mesh.v_nrm.to(v_pos.dtype), mesh.t_nrm_idx
+    return face_n, v_nrm, mesh.t_pos_idx
+
+
+def _tangents(mesh: Mesh, v_nrm: torch.Tensor, t_nrm_idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(v_tng [Vt, 4], t_tng_idx [T, 3])``: glTF tangent frames with handedness of a mesh with UVs
+    (``mesh_ops.tangent_frames``, or its Triton kernels where :func:`_fused_tangents` says so)."""
+    from meshlift.geometry import mesh_ops
+
+    v_tex = mesh.v_tex.to(mesh.v_pos.dtype)
+    if _fused_tangents(mesh.v_pos, v_tex, v_nrm):  # kernels/tangents_triton (pass 2: vertices move, UVs fixed)
+        from meshlift.kernels.tangents_triton import tangent_frames_triton as tangent_frames
+    else:
+        tangent_frames = mesh_ops.tangent_frames
+    return tangent_frames(mesh.v_pos, mesh.t_pos_idx, v_tex, mesh.t_tex_idx, v_nrm, t_nrm_idx)
+
+
+def _kd_smoothness(kd_jittered: torch.Tensor, kd: torch.Tensor) -> torch.Tensor:
+    """nvdiffrec's albedo-smoothness term per pixel: mean absolute kd change under the jitter, ``[..., 1]``."""
+    return (kd_jittered[..., :3] - kd[..., :3]).abs().sum(-1, keepdim=True) / 3.0
+
+
+def _background_image(background: Optional[torch.Tensor], shape: tuple, spp: int, device, dtype,
+                      who: str) -> torch.Tensor:
+    """``background [B, H, W, 3]`` (or None: black) at ``spp`` samples per axis; raises RenderError naming
+    ``who`` for another shape (``shape`` = ``(B, H, W)``)."""
+    B, H, W = shape
+    if background is None:
+        return torch.zeros(B, H * spp, W * spp, 3, device=device, dtype=dtype)
+    if background.shape != (B, H, W, 3):
+        raise RenderError(f"{who}: background must be [B, H, W, 3] = {(B, H, W, 3)}, got {tuple(background.shape)}")
+    return _upsample_nearest(background.to(device=device, dtype=dtype), spp)
+
+
 def render_mesh(
     mesh: Mesh,
     world_to_clip: torch.Tensor,
@@ -246,22 +296,9 @@ def render_mesh(
     depth, _ = R.interpolate(pos_clip[..., 3:4].contiguous(), rast, tri)
     depth = depth * maskf
 
-    from meshlift.geometry import mesh_ops
-
-    own_normals = mesh.v_nrm is not None and mesh.t_nrm_idx is not None
-    if not own_normals and _fused_normals(v_pos):  # face + vertex normals in two kernels (kernels/normals_triton)
-        from meshlift.kernels.normals_triton import mesh_normals_triton
-
-        face_n, v_nrm = mesh_normals_triton(v_pos, tri)  # tri's range was checked by rasterize
-    else:
-        face_n = mesh_ops.face_normals(v_pos, mesh.t_pos_idx)  # [T, 3] unit
-        v_nrm = None if own_normals else mesh_ops.vertex_normals(v_pos, mesh.t_pos_idx)
+    face_n, v_nrm, t_nrm_idx = _mesh_normals(mesh, tri)
     tri_id = gather(rast)[:, 3].long() - 1  # [N]
     gb_geom_n = face_n[tri_id]  # [N, 3]
-    if own_normals:
-        v_nrm, t_nrm_idx = mesh.v_nrm.to(dtype), mesh.t_nrm_idx
-    else:
-        t_nrm_idx = mesh.t_pos_idx
     nrm_idx = _int32(t_nrm_idx)
     gb_n = gather(R.interpolate(v_nrm, rast, nrm_idx)[0])  # [N, 3]
     view_pos = camera_pos.to(device=device, dtype=dtype).index_select(0, pix // (Hs * Ws))  # [N, 3]
@@ -305,15 +342,10 @@ def render_mesh(
             ks = torch.tensor(DEFAULT_KS, device=device, dtype=dtype).expand(N, 3)
         if material.normal is not None:
             perturbed = looked["normal"][..., :3]
-            v_tex = mesh.v_tex.to(dtype)
-            if _fused_tangents(v_pos, v_tex, v_nrm):  # kernels/tangents_triton (pass 2: vertices move, UVs fixed)
-                from meshlift.kernels.tangents_triton import tangent_frames_triton as tangent_frames
-            else:
-                tangent_frames = mesh_ops.tangent_frames
-            v_tng, t_tng_idx = tangent_frames(v_pos, mesh.t_pos_idx, v_tex, mesh.t_tex_idx, v_nrm, t_nrm_idx)
+            v_tng, t_tng_idx = _tangents(mesh, v_nrm, t_nrm_idx)
             gb_tng = gather(R.interpolate(v_tng, rast, _int32(t_tng_idx))[0])  # xyz + w
         if field_jitter > 0:
-            kd_grad = (looked["kd_j"][..., :3] - kd).abs().sum(-1, keepdim=True) / 3.0
+            kd_grad = _kd_smoothness(looked["kd_j"], kd)
     elif callable(material):
         out = material(gb_pos)
         kd = out["kd"][..., :3].to(dtype)
@@ -323,7 +355,7 @@ def render_mesh(
             gb_tng = _fallback_tangent(F.normalize(gb_n, dim=-1, eps=1e-8))
         if field_jitter > 0:
             out_j = material(gb_pos + torch.randn_like(gb_pos) * field_jitter)
-            kd_grad = (out_j["kd"][..., :3] - out["kd"][..., :3]).abs().sum(-1, keepdim=True) / 3.0
+            kd_grad = _kd_smoothness(out_j["kd"], out["kd"])
     elif material is None:
         kd = torch.tensor(DEFAULT_KD, device=device, dtype=dtype).expand(N, 3)
         ks = torch.tensor(DEFAULT_KS, device=device, dtype=dtype).expand(N, 3)
@@ -343,14 +375,7 @@ def render_mesh(
     shaded = light.shade(gb_pos, shading_n, kd, ks, view_pos, specular=True)  # [N, 3]
 
     # ---- composite and antialias --------------------------------------------------------------------------
-    if background is None:
-        bg = torch.zeros(B, Hs, Ws, 3, device=device, dtype=dtype)
-    else:
-        if background.shape != (B, H, W, 3):
-            raise RenderError(
-                f"render_mesh: background must be [B, H, W, 3] = {(B, H, W, 3)}, got {tuple(background.shape)}"
-            )
-        bg = _upsample_nearest(background.to(device=device, dtype=dtype), spp)
+    bg = _background_image(background, (B, H, W), spp, device, dtype, "render_mesh")
     if alpha_tex is not None:
         maskf = full(alpha_tex)
     accum = torch.cat([bg, torch.zeros_like(bg[..., :1])], dim=-1)

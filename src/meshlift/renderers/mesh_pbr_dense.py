@@ -17,13 +17,14 @@ shapes of the frame only (``P = B · Hs · Ws`` rows, ``Hs = spp · H``), so it 
    the background (``lerp(a, b, 0) == a``, gradient ``0`` to ``b``);
 3. :func:`resolve_dense_render` (mesh-sized, eager): ``antialias`` of the composite and the ``spp`` box filter.
 
-:func:`render_dense` runs the three in a row and returns ``render_mesh``'s ``shaded`` and ``alpha`` (and
-``kd_grad`` with jitter: for a field its noise is drawn per pixel rather than per covered pixel, so a jittered
-run draws a different random stream; for textures ``render_mesh`` draws image-sized noise too) to float rounding — ``tests/test_renderers_mesh_pbr_dense.py`` holds the two to each
-other, forward and backward. It costs work on the uncovered pixels, so it pays where a step is bound by
-launches rather than by the device (small frames on a GPU); the covered-pixel path stays the default
-everywhere else. Not covered here (``render_mesh`` only): cut-out alpha in kd, vertex colours, constant or
-absent materials.
+:func:`render_dense` runs the three in a row and returns ``render_mesh``'s ``shaded`` and ``alpha`` (and ``kd_grad``
+with jitter: for a field its noise is drawn per pixel rather than per covered pixel, so a jittered run draws a
+different random stream; for textures ``render_mesh`` draws image-sized noise too) to float rounding —
+``tests/test_renderers_mesh_pbr_dense.py`` holds the two to each other, forward and backward. The normals, tangent
+frames, background and albedo-smoothness term are ``mesh_pbr``'s own helpers, shared. It costs work on the uncovered
+pixels, so it pays where a step is bound by launches rather than by the device (small frames on a GPU); the
+covered-pixel path stays the default everywhere else. Not covered here (``render_mesh`` only): cut-out alpha in kd,
+vertex colours, constant or absent materials.
 
 Source: as ``render_mesh`` (Munkberg et al., CVPR 2022, Sec. 4, deferred shading); the dense G-buffer is how
 nvdiffrec's own ``render.py`` shades (every pixel, masked afterwards).
@@ -38,8 +39,9 @@ import torch
 import torch.nn.functional as F
 
 from meshlift.errors import RenderError
-from meshlift.renderers.mesh_pbr import (MaterialFn, _downsample, _fallback_tangent, _fused_normals, _fused_tangents,
-                                         _int32, _upsample_nearest, _validate, transform_points_to_clip)
+from meshlift.renderers.mesh_pbr import (MaterialFn, _background_image, _downsample, _fallback_tangent, _int32,
+                                         _kd_smoothness, _mesh_normals, _tangents, _validate,
+                                         transform_points_to_clip)
 from meshlift.structures.mesh import DEFAULT_KS, Material, Mesh
 
 __all__ = ["PixelRows", "RasterState", "gbuffer_rows", "render_dense", "resolve_dense_render", "shade_field_rows",
@@ -101,12 +103,11 @@ class PixelRows:
 @dataclass
 class RasterState:
     """What :func:`resolve_dense_render` needs of the rasterization: ``rast [B, Hs, Ws, 4]``, ``pos_clip
-    [B, V, 4]``, ``tri [T, 3]`` int32, the output ``(H, W)`` and ``spp``."""
+    [B, V, 4]``, ``tri [T, 3]`` int32 and ``spp``."""
 
     rast: torch.Tensor
     pos_clip: torch.Tensor
     tri: torch.Tensor
-    resolution: tuple[int, int]
     spp: int
 
 
@@ -143,7 +144,6 @@ def gbuffer_rows(mesh: Mesh, world_to_clip: torch.Tensor, camera_pos: torch.Tens
         not), or a textured material on a mesh without UVs.
     """
     from meshlift import render as R
-    from meshlift.geometry import mesh_ops
 
     _validate(mesh, world_to_clip, camera_pos, resolution, spp)
     if mesh.v_color is not None:
@@ -164,20 +164,11 @@ def gbuffer_rows(mesh: Mesh, world_to_clip: torch.Tensor, camera_pos: torch.Tens
     kwargs = {} if max_fragments is None else {"max_fragments": int(max_fragments)}
     rast, rast_db = R.rasterize(pos_clip, tri, (Hs, Ws), **kwargs)
 
-    own_normals = mesh.v_nrm is not None and mesh.t_nrm_idx is not None
-    if not own_normals and _fused_normals(v_pos):
-        from meshlift.kernels.normals_triton import mesh_normals_triton
-
-        face_n, v_nrm = mesh_normals_triton(v_pos, tri)
-    else:
-        face_n = mesh_ops.face_normals(v_pos, mesh.t_pos_idx)
-        v_nrm = None if own_normals else mesh_ops.vertex_normals(v_pos, mesh.t_pos_idx)
-    if own_normals:  # normals indexed by their own faces: a second interpolate
-        v_nrm, t_nrm_idx = mesh.v_nrm.to(dtype), mesh.t_nrm_idx
+    face_n, v_nrm, t_nrm_idx = _mesh_normals(mesh, tri)
+    if t_nrm_idx is not mesh.t_pos_idx:  # normals indexed by their own faces: a second interpolate
         pos_img, _ = R.interpolate(v_pos, rast, tri)
         nrm_img, _ = R.interpolate(v_nrm, rast, _int32(t_nrm_idx))
     else:  # one interpolate of position and normal together
-        t_nrm_idx = mesh.t_pos_idx
         both, _ = R.interpolate(torch.cat([v_pos, v_nrm], dim=-1).contiguous(), rast, tri)
         pos_img, nrm_img = both[..., :3], both[..., 3:]
 
@@ -194,29 +185,18 @@ def gbuffer_rows(mesh: Mesh, world_to_clip: torch.Tensor, camera_pos: torch.Tens
     smooth = rows_of(nrm_img, up)
     geom = rows_of(face_n.index_select(0, tri_id), up)
     view = camera_pos.to(device=device, dtype=dtype)[:, None, :].expand(B, Hs * Ws, 3).reshape(P, 3)
-    if background is None:
-        bg = torch.zeros(P, 3, device=device, dtype=dtype)
-    else:
-        if background.shape != (B, H, W, 3):
-            raise RenderError(
-                f"gbuffer_rows: background must be [B, H, W, 3] = {(B, H, W, 3)}, got {tuple(background.shape)}")
-        bg = _upsample_nearest(background.to(device=device, dtype=dtype), spp).reshape(P, 3)
+    bg = _background_image(background, (B, H, W), spp, device, dtype, "gbuffer_rows").reshape(P, 3)
     uv = uv_da = tangent = None
     if textured:
         uv_img, uv_da_img = R.interpolate(mesh.v_tex.to(dtype), rast, _int32(mesh.t_tex_idx), rast_db=rast_db,
                                           diff_attrs="all")
         uv, uv_da = rows_of(uv_img, (0.0,)).contiguous(), rows_of(uv_da_img, (0.0,)).contiguous()
         if material.normal is not None:
-            v_tex = mesh.v_tex.to(dtype)
-            if _fused_tangents(v_pos, v_tex, v_nrm):
-                from meshlift.kernels.tangents_triton import tangent_frames_triton as tangent_frames
-            else:
-                tangent_frames = mesh_ops.tangent_frames
-            v_tng, t_tng_idx = tangent_frames(v_pos, mesh.t_pos_idx, v_tex, mesh.t_tex_idx, v_nrm, t_nrm_idx)
+            v_tng, t_tng_idx = _tangents(mesh, v_nrm, t_nrm_idx)
             tangent = rows_of(R.interpolate(v_tng, rast, _int32(t_tng_idx))[0], (1.0, 0.0, 0.0, 1.0)).contiguous()
     rows = PixelRows(pos.contiguous(), smooth.contiguous(), geom.contiguous(), view.contiguous(),
                      covered.to(dtype), bg.contiguous(), uv, uv_da, tangent)
-    return rows, RasterState(rast, pos_clip, tri, (H, W), spp)
+    return rows, RasterState(rast, pos_clip, tri, spp)
 
 
 def _composite(rows: PixelRows, light, kd, ks, perturbed, tangent) -> torch.Tensor:
@@ -257,7 +237,7 @@ def shade_field_rows(rows: PixelRows, light, material: MaterialFn,
     kd_grad = None
     if field_jitter > 0:
         out_j = material(rows.pos + torch.randn_like(rows.pos) * field_jitter)
-        kd_grad = (out_j["kd"][..., :3] - out["kd"][..., :3]).abs().sum(-1, keepdim=True) / 3.0 * rows.coverage
+        kd_grad = _kd_smoothness(out_j["kd"], out["kd"]) * rows.coverage
     return accum, kd_grad
 
 
@@ -299,7 +279,7 @@ def shade_textured_rows(rows: PixelRows, light, material: Material,
     accum = _composite(rows, light, kd, ks, perturbed, rows.tangent)
     kd_grad = None
     if uv_jitter > 0:
-        kd_grad = (looked["kd_j"][..., :3] - kd).abs().sum(-1, keepdim=True) / 3.0 * rows.coverage
+        kd_grad = _kd_smoothness(looked["kd_j"], kd) * rows.coverage
     return accum, kd_grad
 
 

@@ -88,6 +88,24 @@ def _adam(params, device: torch.device, **kwargs) -> Adam:
     return Adam(params, fused=torch.device(device).type == "cuda", **kwargs)
 
 
+def _render_and_loss(graphs: Optional[PixelGraphs], stages, mesh: Mesh, views, light, light_trainable: bool,
+                     material, cfg: SurfaceConfig, jitter: float) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """A step's light mips, render and image loss: ``(out, loss, srgb_mse)``, by the CUDA graphs of
+    ``pixel_graphs`` (which build a learned light's mips themselves) or eagerly (``render_batch`` +
+    ``image_loss``; ``material`` None = the mesh's own)."""
+    if light_trainable and (graphs is None or not graphs.builds_light):
+        with stages("light"):
+            light.build_mips()
+    if graphs is not None:
+        with stages("render"):  # the image loss is timed here too: it is replayed with the render
+            return graphs.render(mesh, views)
+    with stages("render"):
+        out = render_batch(mesh, views, light, material, cfg, jitter)
+    with stages("loss"):
+        loss, mse = image_loss(out, views, cfg)
+    return out, loss, mse
+
+
 def run_pass1(
     cfg: SurfaceConfig,
     data: ProblemData,
@@ -217,9 +235,6 @@ def run_pass1(
 
     def forward(it: int, views):
         """The step's forward: ``(mesh, out, total_loss, mse, forward tensors for the probe)``."""
-        if light_trainable and (graphs is None or not graphs.builds_light):  # else built in the shade graph
-            with stages("light"):
-                light.build_mips()
         with stages("marching_tets"):
             mesh, extra_reg = geom.get_mesh()
         # num_faces is a shape: known on the host once marching tets has sized its output (no extra sync)
@@ -231,14 +246,8 @@ def run_pass1(
             )
         if observe is not None:
             observe(faces=mesh.num_faces)
-        with stages("render"):
-            if graphs is not None:
-                out, loss, mse = graphs.render(mesh, views)
-            else:
-                out = render_batch(mesh, views, light, material, cfg, jitter)
+        out, loss, mse = _render_and_loss(graphs, stages, mesh, views, light, light_trainable, material, cfg, jitter)
         with stages("loss"):
-            if graphs is None:
-                loss, mse = image_loss(out, views, cfg)
             reg = ramps.sdf_reg(it / max(1, total)) * geom.reg_loss()
             if cfg.isosurface == "flexicubes":
                 reg = reg + cfg.flexi_dev_weight * extra_reg
@@ -544,17 +553,9 @@ def run_pass2(
 
     def forward(it: int, views):
         """The step's forward: ``(out, total_loss, mse, forward tensors for the probe)``."""
-        if light_trainable and (graphs is None or not graphs.builds_light):  # else built in the shade graph
-            with stages("light"):
-                light.build_mips()
-        with stages("render"):
-            if graphs is not None:
-                out, loss, mse = graphs.render(current_mesh(), views)
-            else:
-                out = render_batch(current_mesh(), views, light, None, cfg, jitter)
+        out, loss, mse = _render_and_loss(graphs, stages, current_mesh(), views, light, light_trainable, None, cfg,
+                                          jitter)
         with stages("loss"):
-            if graphs is None:
-                loss, mse = image_loss(out, views, cfg)
             reg = loss.new_zeros(())
             if cfg.optimize_vertices and cfg.laplace_weight > 0:
                 reg = reg + cfg.laplace_weight * ramps.laplace(it / max(1, total)) * laplacian_loss(offset)

@@ -34,14 +34,14 @@ next replay would overwrite it); the filter operators and tables the captured ke
 them, ``shading.light.clear_filter_cache``, would leave the graph reading freed memory; a pass uses far fewer keys
 than the caches hold, and nothing in meshlift clears them).
 
-When: :meth:`PixelGraphs.wanted` — a CUDA device, ``B · Hs · Ws ≤ cfg.cuda_graph_pixels`` (the training
-views' size; the dense half costs work on the uncovered pixels, which pays where the step waits for the host,
-not for the device), one process, and no ``diagnose_nonfinite`` (its probe reads the per-pixel tensors the graph keeps inside). The
-graphs are captured at the pass's first step (three warm-up iterations, then the capture: a few steps' time);
-if the capture fails (an op that syncs or is not capturable on this torch), one line is logged and the pass
-captures again without the light's prefilter, then, failing that too, runs the eager covered-pixel path as
-before; a failed capture can leave CUDA's random generator in capture mode, which is checked and reported as a
-``TrainingError`` naming ``cuda_graph_pixels``.
+When: :meth:`PixelGraphs.wanted` — a CUDA device, ``B · Hs · Ws ≤ cfg.cuda_graph_pixels`` (the training views' size;
+the dense half costs work on the uncovered pixels, which pays where the step waits for the host, not for the
+device), one process, and no ``diagnose_nonfinite`` (its probe reads the per-pixel tensors the graph keeps inside).
+The graphs are captured at the pass's first step (three warm-up iterations, then the capture: a few steps' time); if
+the capture fails (an op that syncs or is not capturable on this torch), one line is logged and the pass captures
+again without the light's prefilter, then, failing that too, runs the eager covered-pixel path as before; a failed
+capture can leave CUDA's random generator in capture mode, which is checked and reported as a ``TrainingError``
+naming ``cuda_graph_pixels``.
 """
 
 from __future__ import annotations
@@ -162,12 +162,9 @@ class PixelGraphs:
 
     def _build(self, shade_args: tuple, loss_args: tuple) -> None:
         n = self._n_rows()
-        shade_samples = tuple(_leaf_like(t) for t in shade_args[:n])
-        if self.builds_light:
-            shade_samples += (self.light.base,) + self.params
-        else:
-            shade_samples += tuple(_leaf_like(t) for t in shade_args[n:len(shade_args) - len(self.params)])
-            shade_samples += self.params
+        head = shade_args[n:len(shade_args) - len(self.params)]  # light.base (read in place) or the mips (copied)
+        shade_samples = (tuple(_leaf_like(t) for t in shade_args[:n])
+                         + (head if self.builds_light else tuple(_leaf_like(t) for t in head)) + self.params)
         loss_samples = tuple(_leaf_like(t) for t in loss_args)
         if self.builds_light:  # an autograd graph kept alive from an eager build_mips holds the base's gradient
             # accumulator, made on the default stream: the capture must make its own (a capture that meets a
@@ -219,7 +216,6 @@ class PixelGraphs:
                 self._build(shade_args, loss_head)
                 self._key = key
             except Exception as exc:  # noqa: BLE001 - any capture failure: a simpler graph, else eagerly
-                self._graphs = None
                 _check_rng_after_failed_capture(exc, self.name)
                 why = _first_line(exc)
             if why is not None:  # outside the handler: the failed capture's traceback and memory are released
