@@ -13,6 +13,8 @@ it, not to the next). The wrapped functions are replaced wherever a loaded ``mes
 whole command in the shell for it. Triton's ``compile`` (a cache hit still loads the kernel) and
 ``triton_key`` (Triton hashes its own install once per process) are listed where they fall; a phase run on
 another thread (the priming of ``triton_key``, ``meshlift.kernels.precompile``) is marked ``[thread]``.
+Collections of the cyclic garbage collector are counted by generation (``gc gen N``; ``meshlift/cli/heap.py``
+keeps the import-time heap out of them), a long one listed where it falls.
 
 Timing on a shared CPU is unreliable; on the GPU run it alone.
 """
@@ -117,6 +119,18 @@ def _resolve(path):
     return owner, qual.split(".")[-1], obj
 
 
+_GC_START: list = []
+
+
+def _gc_callback(phase, info):
+    """Record each cyclic-GC collection as an event ``gc gen N`` (summed in the report; a long one listed)."""
+    if phase == "start":
+        _GC_START[:] = [time.perf_counter()]
+    elif _GC_START:
+        main = threading.current_thread() is threading.main_thread()
+        EVENTS.append((f"gc gen {info['generation']}", 0 if main else -1, _GC_START[0], time.perf_counter()))
+
+
 def install() -> list:
     """Wrap every phase function wherever a loaded meshlift (or triton) module binds it; returns the labels found."""
     import meshlift.cli.demo_cmd  # noqa: F401 - loads what the command imports at call time
@@ -152,7 +166,7 @@ def report(t_cmd0: float, t_cmd1: float) -> str:
     for label, *_ in EVENTS:
         counts[label] = counts.get(label, 0) + 1
     for label, d, a, b in sorted(EVENTS, key=lambda e: e[2]):
-        many = counts[label] > 3 or label in ("triton compile()", "triton_key")
+        many = counts[label] > 3 or label in ("triton compile()", "triton_key") or label.startswith("gc gen")
         if many:  # frequent calls: summed below, listed only when one is long
             s = agg.setdefault(label, [0, 0.0])
             s[0] += 1
@@ -176,6 +190,11 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write the events here")
     args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     install()
+    import gc
+
+    gc.callbacks.append(_gc_callback)
+    # the console script ends its process after the command (cli/process.py): this one goes on to report
+    os.environ["MESHLIFT_FAST_EXIT"] = "0"
     from meshlift.cli.main import main as cli_main
 
     sys.argv = ["meshlift", "demo", "--device", args.device, *extra]

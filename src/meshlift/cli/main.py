@@ -68,8 +68,19 @@ def main(argv: list[str] | None = None) -> int:
 
     Run as the console script (``argv`` None), it first sizes torch's CPU thread pool from the free
     cores (:mod:`meshlift._threads`; knob ``MESHLIFT_NUM_THREADS``) so a busy machine does not
-    oversubscribe; in-process callers (tests) keep their own setting.
+    oversubscribe, sets the garbage collector up for a short-lived process, and after the command ends the
+    process without the interpreter's teardown (:mod:`meshlift.cli.process`; knob ``MESHLIFT_FAST_EXIT``).
+    In-process callers (tests) keep their own settings and get the status back.
     """
+    code = _run(argv)
+    if argv is None:  # the console script: end the process without the interpreter's teardown (cli/process.py)
+        from meshlift.cli import process
+
+        process.exit_now(code)
+    return code
+
+
+def _run(argv: list[str] | None) -> int:
     from meshlift.errors import MeshliftError
 
     from meshlift.cli.launch import remember_argv
@@ -78,8 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv is None:
             from meshlift._threads import configure_cpu_threads
+            from meshlift.cli import process
 
             configure_cpu_threads()
+            process.enable_for_console_script()  # GC settings and the exit of a short-lived process (cli/process.py)
+            if sys.argv[1:2] == ["demo"]:
+                process.pause_during_imports()  # the demo command calls process.imports_done()
         # without standalone mode typer *returns* the code of a `typer.Exit(code)` (also 130 for Ctrl-C)
         # instead of raising it; a command that ends normally returns None
         rv = app(args=argv, standalone_mode=False)

@@ -1,0 +1,115 @@
+"""The console script's process settings (meshlift/cli/process.py): in-process callers are left alone; the
+console script pauses the collector during the demo's imports and resumes it with the import-time heap
+frozen; after a command it ends the process once the threads, the atexit handlers and the std streams are
+done, with the command's exit status; MESHLIFT_FAST_EXIT=0 keeps the interpreter's normal exit."""
+
+import gc
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from meshlift.cli import process
+from meshlift.cli.main import main
+
+# A fresh interpreter that runs main() as the console script does (argv None) on stub commands.
+_STUB = textwrap.dedent(
+    """
+    import atexit, gc, json, sys, threading, time
+    import typer
+    from meshlift.cli import main as cli, process
+
+    OUT = {out!r}
+    seen = {{}}
+    real_done = process.imports_done
+
+    def done():
+        seen["enabled_before"] = gc.isenabled()
+        real_done()
+        seen["enabled_after"] = gc.isenabled()
+        seen["frozen_after"] = gc.get_freeze_count()
+
+    process.imports_done = done
+    cli.app = typer.Typer()
+
+    @cli.app.command("demo")
+    def demo():
+        {imports}
+        process.imports_done()
+        json.dump(seen, open(OUT + "/seen.json", "w"))
+
+    @cli.app.command("work")
+    def work():
+        def slow_writer():  # a non-daemon thread still writing when the command returns
+            time.sleep(0.3)
+            open(OUT + "/thread.txt", "w").write("complete")
+
+        threading.Thread(target=slow_writer).start()
+        atexit.register(lambda: open(OUT + "/atexit.txt", "w").write("ran"))
+        sys.stdout.write("printed without a newline")
+        raise typer.Exit(3)
+
+    sys.argv = ["meshlift", sys.argv[1]]
+    code = cli.main()
+    open(OUT + "/after_main.txt", "w").write(str(code))  # reached only without the fast exit
+    sys.exit(code)
+    """
+)
+
+
+def _run_stub(tmp_path, command, env_extra=None, imports="pass"):
+    script = _STUB.format(out=str(tmp_path), imports=imports)
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.run([sys.executable, "-c", script, command], capture_output=True, text=True, timeout=300,
+                          env=env)
+
+
+def test_in_process_callers_keep_their_collector_and_interpreter(capsys):
+    before = (gc.isenabled(), gc.get_freeze_count())
+    assert main(["--version"]) == 0  # returns: no fast exit for argv given
+    process.pause_during_imports()
+    process.imports_done()
+    process.exit_now(0)  # not the console script: returns
+    assert (gc.isenabled(), gc.get_freeze_count()) == before
+    assert "meshlift" in capsys.readouterr().out
+
+
+def test_console_script_pauses_the_collector_then_freezes_and_resumes(tmp_path):
+    r = _run_stub(tmp_path, "demo")
+    assert r.returncode == 0, r.stderr
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    assert seen["enabled_before"] is False  # paused during the demo's imports
+    assert seen["enabled_after"] is True  # resumed
+    assert seen["frozen_after"] > 1000  # the import-time heap is in the permanent generation
+
+
+def test_fast_exit_finishes_threads_handlers_and_output_and_keeps_the_status(tmp_path):
+    r = _run_stub(tmp_path, "work")
+    assert r.returncode == 3, r.stderr
+    assert r.stdout == "printed without a newline"
+    assert (tmp_path / "thread.txt").read_text() == "complete"  # the non-daemon thread was joined
+    assert (tmp_path / "atexit.txt").read_text() == "ran"
+    assert not (tmp_path / "after_main.txt").exists()  # the process ended in main()
+
+
+def test_fast_exit_off_returns_from_main(tmp_path):
+    r = _run_stub(tmp_path, "work", {process.ENV_FAST_EXIT: "0"})
+    assert r.returncode == 3, r.stderr
+    assert (tmp_path / "after_main.txt").read_text() == "3"
+    assert (tmp_path / "thread.txt").read_text() == "complete"
+    assert (tmp_path / "atexit.txt").read_text() == "ran"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+@pytest.mark.parametrize("fast", ["1", "0"])
+def test_a_frozen_heap_with_triton_loaded_exits_quietly(tmp_path, fast):
+    """Triton's bindings (nanobind) warn of 'leaked' objects at teardown when a frozen heap keeps them: the
+    fast exit skips that teardown, the normal one unfreezes first."""
+    r = _run_stub(tmp_path, "demo", {process.ENV_FAST_EXIT: fast, "TRITON_INTERPRET": "1"}, imports="import triton")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "seen.json").read_text())["frozen_after"] > 1000
+    assert "leaked" not in r.stderr
