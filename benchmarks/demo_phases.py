@@ -82,6 +82,8 @@ _LOCAL = threading.local()
 def _sync():
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch.cuda.is_current_stream_capturing():  # a phase inside a CUDA-graph capture (pass 1's light
+            return  # prefilter): a synchronize there would break the capture; the graph's replay is timed whole
         torch.cuda.synchronize()
 
 
