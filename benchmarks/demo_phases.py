@@ -13,7 +13,7 @@ it, not to the next). The wrapped functions are replaced wherever a loaded ``mes
 whole command in the shell for it. Triton's ``compile`` (a cache hit still loads the kernel) and
 ``triton_key`` (Triton hashes its own install once per process) are listed where they fall; a phase run on
 another thread (the priming of ``triton_key``, ``meshlift.kernels.precompile``) is marked ``[thread]``.
-Collections of the cyclic garbage collector are counted by generation (``gc gen N``; ``meshlift/cli/heap.py``
+Collections of the cyclic garbage collector are counted by generation (``gc gen N``; ``meshlift/cli/process.py``
 keeps the import-time heap out of them), a long one listed where it falls.
 
 Timing on a shared CPU is unreliable; on the GPU run it alone.

@@ -53,6 +53,8 @@ def main(argv=None) -> int:
     if not cmd:
         ap.error("give the meshlift command after --, or --merge FILE")
     os.environ[precompile.ENV_WORKERS] = "0"
+    # run as __main__, the CLI would end this process in main() (cli/process.py): keep the normal exit
+    os.environ["MESHLIFT_FAST_EXIT"] = "0"
     sys.argv = ["meshlift"] + cmd
     with precompile.record(args.out, args.job):
         try:

@@ -42,6 +42,16 @@ _STUB = textwrap.dedent(
         process.imports_done()
         json.dump(seen, open(OUT + "/seen.json", "w"))
 
+    @cli.app.command("fail")
+    def fail():
+        from meshlift.errors import ConfigError
+        raise ConfigError("--out: stub error")
+
+    @cli.app.command("cprint")
+    def cprint():
+        import ctypes
+        ctypes.CDLL(None).printf(b"from C\\n")  # a C extension's stdout (libc's buffer, not Python's)
+
     @cli.app.command("work")
     def work():
         def slow_writer():  # a non-daemon thread still writing when the command returns
@@ -64,6 +74,7 @@ _STUB = textwrap.dedent(
 def _run_stub(tmp_path, command, env_extra=None, imports="pass"):
     script = _STUB.format(out=str(tmp_path), imports=imports)
     env = dict(os.environ, **(env_extra or {}))
+    env.pop("PYTHONUNBUFFERED", None)  # a buffered stdout, as a user's shell has: the flush is then tested
     return subprocess.run([sys.executable, "-c", script, command], capture_output=True, text=True, timeout=300,
                           env=env)
 
@@ -113,3 +124,39 @@ def test_a_frozen_heap_with_triton_loaded_exits_quietly(tmp_path, fast):
     assert r.returncode == 0, r.stderr
     assert json.loads((tmp_path / "seen.json").read_text())["frozen_after"] > 1000
     assert "leaked" not in r.stderr
+
+
+def test_fast_exit_flushes_c_level_stdout(tmp_path):
+    r = _run_stub(tmp_path, "cprint")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "from C\n"
+
+
+def test_fast_exit_reports_a_failed_flush_of_stdout(tmp_path):
+    script = _STUB.format(out=str(tmp_path), imports="pass")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    rd, wr = os.pipe()
+    os.close(rd)  # the reader is gone: the last flush of stdout fails (EPIPE)
+    try:
+        p = subprocess.run([sys.executable, "-c", script.replace("raise typer.Exit(3)", "return"), "work"],
+                           stdout=wr, stderr=subprocess.PIPE, timeout=300, env=env)
+    finally:
+        os.close(wr)
+    assert p.returncode == 120  # what the interpreter's own exit returns
+
+
+def test_no_fast_exit_under_a_profiler(tmp_path):
+    script = tmp_path / "stub.py"
+    script.write_text(_STUB.format(out=str(tmp_path), imports="pass"))
+    prof = tmp_path / "out.prof"
+    r = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(prof), str(script), "work"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr  # cProfile swallows the SystemExit
+    assert prof.is_file() and (tmp_path / "after_main.txt").read_text() == "3"
+
+
+def test_fast_exit_keeps_the_error_status_and_message(tmp_path):
+    r = _run_stub(tmp_path, "fail")
+    assert r.returncode == 2  # a MeshliftError: one line, status 2
+    assert "error: --out: stub error" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "after_main.txt").exists()

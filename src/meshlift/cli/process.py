@@ -5,32 +5,39 @@ Why. After ``import torch`` (and Triton, rich, trimesh) the interpreter tracks ~
 all of them module-level and alive until exit. CPython's cyclic collector re-traverses all of them at every
 full (generation-2) collection, and its finalization at exit tears every module down and collects several
 times more. Measured on the 2-core development machine (``meshlift demo``, 2026-12-03): 5 full collections of
-21-122 ms during the run (4 of them during the imports: 0.3 s together), then 0.9 s from the last ``atexit``
-handler to the end of the process, after the summary line. Freezing the heap at exit cut that to 0.2 s, but
-Triton's compiled bindings (nanobind) then print "leaked instance" warnings at teardown for the objects a
-frozen heap never frees; ending the process after the ``atexit`` handlers does neither.
+21-122 ms during the run (4 of them in its first ~3 s, the imports and set-up: 0.3 s together), then
+0.9 s from the last ``atexit`` handler to the end of the process, after the summary line. Freezing the heap
+at exit cut that to 0.2 s, but Triton's compiled bindings (nanobind) then print "leaked instance" warnings at
+teardown for the objects a frozen heap never frees; ending the process after the ``atexit`` handlers does
+neither.
 
 What. Acting only in the console script (:func:`meshlift.cli.main.main` with ``argv=None`` calls
-:func:`enable_for_console_script` first); in-process callers (tests, notebooks, ``benchmarks/demo_phases.py``)
-keep their collector and their interpreter's normal exit:
+:func:`enable_for_console_script` first); in-process callers (tests, notebooks) keep their collector and
+their interpreter's normal exit (``benchmarks/demo_phases.py`` and ``benchmarks/record_kernel_variants.py`` run
+the console script's path in-process and set ``MESHLIFT_FAST_EXIT=0``); so does a process under a tracer,
+profiler or coverage tool:
 
 - :func:`pause_during_imports` (the ``demo`` command only, at the start): no collections while the command
   imports its modules;
-- :func:`imports_done` (the ``demo`` and ``reconstruct`` commands, once their heavy imports are in):
-  ``gc.freeze()`` moves every object alive now into the permanent generation (CPython's documented facility,
-  Python 3.7+), so later full collections traverse only what the run itself creates; then collection resumes
-  if it was paused;
-- :func:`exit_now` (the console script, after a command returned normally): what the interpreter's exit does
-  for the program, then ``os._exit``: threading's exit hooks and a join of the non-daemon threads (a
+- :func:`imports_done` (the ``demo`` command, once its heavy imports are in): ``gc.freeze()`` moves every
+  object alive now into the permanent generation (CPython's documented facility, Python 3.7+), so later full
+  collections traverse only what the run itself creates; then collection resumes. The cycles made during the
+  paused imports are frozen with the rest and never collected (a few dozen objects, until the process ends).
+  ``reconstruct`` runs minutes to hours, where a full collection's ~0.1 s does not count: it keeps the
+  collector as it is;
+- :func:`exit_now` (the console script, after a command returned, also with an error status; not after an
+  uncaught exception, which exits the interpreter's normal way): what the interpreter's exit does for the
+  program, then ``os._exit``. That is threading's exit hooks and a join of the non-daemon threads (a
   checkpoint writer finishes its file; ``threading._shutdown``, as ``Py_FinalizeEx`` calls it), the
-  ``atexit`` handlers (:class:`meshlift.kernels.precompile.Precompile` stops its workers, ``logging`` flushes
-  its handlers, multiprocessing joins its children), a flush of stdout and stderr, and the exit status. What
-  is skipped is the teardown of the modules and objects themselves, which the operating system does at once
+  ``atexit`` handlers (:class:`meshlift.kernels.precompile.Precompile` stops its workers, ``logging``
+  flushes its handlers, multiprocessing joins its children), a flush of stdout and stderr (Python's and the
+  C library's buffers; a failed flush exits with 120, as CPython does), and the exit status. What is
+  skipped is the teardown of the modules and objects themselves, which the operating system does at once
   when the process ends (memory, file descriptors, the CUDA context). Files the commands write are closed
-  before the command returns. A command that raised (a traceback) exits the interpreter's normal way.
+  before the command returns.
 
-Knob: ``MESHLIFT_FAST_EXIT=0`` keeps the interpreter's full teardown (the heap is then unfrozen first, so the
-bindings' leak checks stay quiet). Stdlib only.
+Knob: ``MESHLIFT_FAST_EXIT=0`` (or ``false``, ``no``, ``off``) keeps the interpreter's full teardown (the heap
+is then unfrozen first, so the bindings' leak checks stay quiet). Stdlib only.
 """
 
 from __future__ import annotations
@@ -79,12 +86,26 @@ def imports_done() -> None:
         gc.enable()
 
 
+def _observed() -> bool:
+    """True while a tracer, profiler or coverage tool watches this process (``python -m cProfile -o F``,
+    ``coverage run``, ``pdb``, ``trace``): they write their results after the program returns, which
+    ``os._exit`` would skip."""
+    if sys.gettrace() is not None or sys.getprofile() is not None:
+        return True
+    monitoring = getattr(sys, "monitoring", None)  # Python 3.12+: cProfile and coverage register a tool here
+    if monitoring is not None:  # the debugger, coverage and profiler tool ids (0, 1, 2)
+        return any(monitoring.get_tool(i) is not None for i in (monitoring.DEBUGGER_ID, monitoring.COVERAGE_ID,
+                                                                 monitoring.PROFILER_ID))
+    return False
+
+
 def fast_exit_wanted() -> bool:
     """True when :func:`exit_now` ends the process: the console script, ``MESHLIFT_FAST_EXIT`` not ``0``, and an
     interpreter with the hooks it calls (CPython's ``threading._shutdown`` and ``atexit._run_exitfuncs``)."""
     import threading
 
-    return (_STATE["enabled"] and os.environ.get(ENV_FAST_EXIT, "1").strip() != "0"
+    off = os.environ.get(ENV_FAST_EXIT, "1").strip().lower() in ("0", "false", "no", "off")
+    return (_STATE["enabled"] and not off and not _observed()
             and callable(getattr(threading, "_shutdown", None)) and callable(getattr(atexit, "_run_exitfuncs", None)))
 
 
@@ -95,11 +116,26 @@ def exit_now(code: int) -> None:
         return
     import threading
 
-    threading._shutdown()  # threading's exit hooks (concurrent.futures), then a join of non-daemon threads
+    try:
+        threading._shutdown()  # threading's exit hooks (concurrent.futures), then a join of non-daemon threads
+    except KeyboardInterrupt:  # as the interpreter's exit does: report it, keep the status, go on
+        sys.stderr.write("interrupted while waiting for the remaining threads\n")
     atexit._run_exitfuncs()  # the registered handlers, last registered first (_unfreeze last: harmless)
+    failed = False
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (AttributeError, OSError, ValueError):
+        except (AttributeError, ValueError):
             pass
-    os._exit(int(code) & 0xFF)
+        except OSError:
+            failed = True
+    try:  # C-level stdio buffers (printf / std::cout of extensions): exit() flushes them, os._exit does not
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except Exception:  # noqa: BLE001 - no libc through ctypes (e.g. Windows): nothing more to flush
+        pass
+    code = int(code)
+    if failed and code == 0:
+        code = 120  # CPython's status when flushing the standard streams at exit fails
+    os._exit(code & 0xFF)

@@ -153,7 +153,6 @@ def register(app: typer.Typer) -> None:
         or train 3D Gaussians (--method gaussians)."""
         from rich.console import Console
 
-        from meshlift.cli import process
         from meshlift.errors import ConfigError
 
         console = Console(soft_wrap=True)  # no hard line breaks in logs and pipes (paths stay whole)
@@ -226,7 +225,6 @@ def register(app: typer.Typer) -> None:
                 items.append(f"simplify={simplify}")
             mcfg = milo.build_config(data or "", preset, quick, config, items, out=out, resume=resume)
             check_out_dir(out, resume=resume, overwrite=overwrite)
-            process.imports_done()  # the import-time heap leaves the collector's traversals (cli/process.py)
             with INTERRUPT:  # Ctrl-C: a checkpoint of the current step, then exit 130
                 result = milo.reconstruct(mcfg, out, resume=resume, overwrite=overwrite, monitor=make_monitor())
             for line in milo.summary_lines(result):
@@ -238,7 +236,6 @@ def register(app: typer.Typer) -> None:
 
             gcfg = gs.build_config(data or "", preset, quick, config, items, out=out, resume=resume)
             gs.check_out_dir(out, resume=resume, overwrite=overwrite)
-            process.imports_done()
             try:
                 with INTERRUPT:
                     result = gs.reconstruct(gcfg, out, resume=resume, overwrite=overwrite,
@@ -254,7 +251,6 @@ def register(app: typer.Typer) -> None:
         from meshlift.methods.nvdiffrec.reconstruct import reconstruct as run
 
         cfg = build_config(data or "", preset, quick, config, items, out=out, resume=resume)
-        process.imports_done()
         try:
             with INTERRUPT:
                 result = run(cfg, out, resume=resume, overwrite=overwrite, monitor=make_monitor() if main_rank else None)
