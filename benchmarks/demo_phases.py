@@ -196,7 +196,9 @@ def main(argv=None) -> int:
 
     gc.callbacks.append(_gc_callback)
     # the console script ends its process after the command (cli/process.py): this one goes on to report
-    os.environ["MESHLIFT_FAST_EXIT"] = "0"
+    from meshlift.cli.process import ENV_FAST_EXIT
+
+    os.environ[ENV_FAST_EXIT] = "0"
     from meshlift.cli.main import main as cli_main
 
     sys.argv = ["meshlift", "demo", "--device", args.device, *extra]

@@ -36,6 +36,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="kernel_variants.jsonl")
     ap.add_argument("--merge", default="", help="a recorded JSONL file to merge into variants.json")
     args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    from meshlift.cli.process import ENV_FAST_EXIT
     from meshlift.kernels import precompile
 
     if args.merge:
@@ -54,7 +55,7 @@ def main(argv=None) -> int:
         ap.error("give the meshlift command after --, or --merge FILE")
     os.environ[precompile.ENV_WORKERS] = "0"
     # run as __main__, the CLI would end this process in main() (cli/process.py): keep the normal exit
-    os.environ["MESHLIFT_FAST_EXIT"] = "0"
+    os.environ[ENV_FAST_EXIT] = "0"
     sys.argv = ["meshlift"] + cmd
     with precompile.record(args.out, args.job):
         try:

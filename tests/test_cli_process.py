@@ -71,12 +71,12 @@ _STUB = textwrap.dedent(
 )
 
 
-def _run_stub(tmp_path, command, env_extra=None, imports="pass"):
-    script = _STUB.format(out=str(tmp_path), imports=imports)
+def _run_stub(tmp_path, command, env_extra=None, imports="pass", stdout=subprocess.PIPE, edit=lambda s: s):
+    script = edit(_STUB.format(out=str(tmp_path), imports=imports))
     env = dict(os.environ, **(env_extra or {}))
     env.pop("PYTHONUNBUFFERED", None)  # a buffered stdout, as a user's shell has: the flush is then tested
-    return subprocess.run([sys.executable, "-c", script, command], capture_output=True, text=True, timeout=300,
-                          env=env)
+    return subprocess.run([sys.executable, "-c", script, command], stdout=stdout, stderr=subprocess.PIPE,
+                          text=True, timeout=300, env=env)
 
 
 def test_in_process_callers_keep_their_collector_and_interpreter(capsys):
@@ -89,8 +89,40 @@ def test_in_process_callers_keep_their_collector_and_interpreter(capsys):
     assert "meshlift" in capsys.readouterr().out
 
 
+_REAL_DEMO = textwrap.dedent(
+    """
+    import gc, json, sys
+    import typer
+    from meshlift.cli import main as cli, process
+    import meshlift.data.demo_object as demo_object
+
+    OUT = {out!r}
+    seen = {{}}
+    real_done = process.imports_done
+
+    def done():
+        seen["enabled_before"] = gc.isenabled()
+        real_done()
+        seen["enabled_after"] = gc.isenabled()
+        seen["frozen_after"] = gc.get_freeze_count()
+
+    def stop_here():  # the demo's first step after its imports: record, then end the command
+        json.dump(seen, open(OUT + "/seen.json", "w"))
+        raise typer.Exit(0)
+
+    process.imports_done = done
+    demo_object.make_demo_object = stop_here
+    sys.argv = ["meshlift", "demo", "--out", OUT + "/demo"]
+    sys.exit(cli.main())
+    """
+)
+
+
 def test_console_script_pauses_the_collector_then_freezes_and_resumes(tmp_path):
-    r = _run_stub(tmp_path, "demo")
+    """The real `demo` command, stopped right after its imports: collector paused during them, then the heap
+    frozen and collection resumed."""
+    r = subprocess.run([sys.executable, "-c", _REAL_DEMO.format(out=str(tmp_path))], capture_output=True,
+                       text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     seen = json.loads((tmp_path / "seen.json").read_text())
     assert seen["enabled_before"] is False  # paused during the demo's imports
@@ -133,13 +165,10 @@ def test_fast_exit_flushes_c_level_stdout(tmp_path):
 
 
 def test_fast_exit_reports_a_failed_flush_of_stdout(tmp_path):
-    script = _STUB.format(out=str(tmp_path), imports="pass")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     rd, wr = os.pipe()
     os.close(rd)  # the reader is gone: the last flush of stdout fails (EPIPE)
     try:
-        p = subprocess.run([sys.executable, "-c", script.replace("raise typer.Exit(3)", "return"), "work"],
-                           stdout=wr, stderr=subprocess.PIPE, timeout=300, env=env)
+        p = _run_stub(tmp_path, "work", stdout=wr, edit=lambda s: s.replace("raise typer.Exit(3)", "return"))
     finally:
         os.close(wr)
     assert p.returncode == 120  # what the interpreter's own exit returns

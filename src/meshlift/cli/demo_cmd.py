@@ -24,13 +24,15 @@ def register(app: typer.Typer) -> None:
         set_: Optional[List[str]] = typer.Option(None, "--set", "-s", help="FIELD=VALUE: override a field of the demo's config (repeatable; `meshlift reconstruct --help-config` lists them)."),
     ) -> None:
         """Reconstruct a procedural textured ring (on the CPU unless --device says cuda) and print PSNR, Chamfer, F-score and the GLB path."""
+        from meshlift.cli import process
+
+        process.pause_during_imports()  # until process.imports_done() below (console script only; cli/process.py)
         if device.strip().lower().startswith("cuda"):
             from meshlift.kernels.precompile import prime_in_background
 
             prime_in_background()  # Triton's install hash on a thread while the rest loads (kernels/precompile.py)
         from rich.console import Console
 
-        from meshlift.cli import process
         from meshlift.cli.reconstruct_cmd import make_monitor, print_summary
         from meshlift.data.demo_object import make_demo_object
         from meshlift.kernels import precompile

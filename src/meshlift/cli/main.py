@@ -93,8 +93,6 @@ def _run(argv: list[str] | None) -> int:
 
             configure_cpu_threads()
             process.enable_for_console_script()  # GC settings and the exit of a short-lived process (cli/process.py)
-            if sys.argv[1:2] == ["demo"]:
-                process.pause_during_imports()  # the demo command calls process.imports_done()
         # without standalone mode typer *returns* the code of a `typer.Exit(code)` (also 130 for Ctrl-C)
         # instead of raising it; a command that ends normally returns None
         rv = app(args=argv, standalone_mode=False)

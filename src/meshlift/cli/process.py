@@ -17,8 +17,8 @@ their interpreter's normal exit (``benchmarks/demo_phases.py`` and ``benchmarks/
 the console script's path in-process and set ``MESHLIFT_FAST_EXIT=0``); so does a process under a tracer,
 profiler or coverage tool:
 
-- :func:`pause_during_imports` (the ``demo`` command only, at the start): no collections while the command
-  imports its modules;
+- :func:`pause_during_imports` (the ``demo`` command, first thing in its body): no collections while the
+  command imports its modules;
 - :func:`imports_done` (the ``demo`` command, once its heavy imports are in): ``gc.freeze()`` moves every
   object alive now into the permanent generation (CPython's documented facility, Python 3.7+), so later full
   collections traverse only what the run itself creates; then collection resumes. The cycles made during the

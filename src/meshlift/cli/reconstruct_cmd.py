@@ -251,6 +251,7 @@ def register(app: typer.Typer) -> None:
         from meshlift.methods.nvdiffrec.reconstruct import reconstruct as run
 
         cfg = build_config(data or "", preset, quick, config, items, out=out, resume=resume)
+
         try:
             with INTERRUPT:
                 result = run(cfg, out, resume=resume, overwrite=overwrite, monitor=make_monitor() if main_rank else None)
