@@ -34,7 +34,8 @@ def _micro(**kw) -> MiloConfig:
         get_preset("milo_tiny"), steps=14, num_random=200, densify_refine_start=2, densify_refine_every=2,
         densify_refine_stop=5, reinit_step=3, reinit_points=150, sampling_step=5, prune_step=7, depth_normal_start=5, mesh_start=8, delaunay_every=3,
         sdf_reset_every=3, sdf_reset_stop=12, labels_every=2, extract_steps=3, extract_labels_every=2,
-        texture_res=32, eval_samples=2000, checkpoint_every=4, preview_every=7, render_test=True)
+        texture_res=32, eval_samples=2000, checkpoint_every=4, preview_every=7, render_test=True,
+        extract="delaunay")
     return dataclasses.replace(base, **kw)
 
 

@@ -476,3 +476,81 @@ def test_depth_only_render_modes_and_background_per_camera():
     img, alpha, _ = _render(scene, w2c, K, W, H, background=bg)
     plain, _, _ = _render(scene, w2c, K, W, H)
     assert torch.allclose(img, plain + (1 - alpha) * bg[:, None, None, :])
+
+
+def _tilted_sheet(camera_pose: bool, backend: str = "torch"):
+    """One large flat Gaussian on the plane through (0.1, -0.2, 3) tilted 25° about x and 15° about y;
+    optionally a rotated and shifted camera."""
+    W, H = 24, 20
+    w2c, K = camera(W, H, 22.0)
+    if camera_pose:
+        w2c = w2c.clone()
+        w2c[0, :3, :3] = ref.quat_to_rotmat(torch.tensor([[0.99, 0.05, -0.08, 0.03]], dtype=torch.float64))[0]
+        w2c[0, :3, 3] = torch.tensor([0.1, 0.05, -0.2], dtype=torch.float64)
+    mean = torch.tensor([[0.1, -0.2, 3.0]], dtype=torch.float64)
+    a, b = math.radians(25) / 2, math.radians(15) / 2
+    qa = torch.tensor([math.cos(a), math.sin(a), 0, 0], dtype=torch.float64)
+    qb = torch.tensor([math.cos(b), 0, math.sin(b), 0], dtype=torch.float64)
+    w1, x1, y1, z1 = qb
+    w2, x2, y2, z2 = qa  # qb * qa
+    quat = torch.stack([w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2, w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
+                        w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2, w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2])[None]
+    scales = torch.tensor([[8.0, 8.0, 1e-4]], dtype=torch.float64)
+    st = SplatSettings(outputs=("plane_depth", "median_depth", "median_plane_depth"))
+    dt = torch.float64 if backend == "torch" else torch.float32
+    _, alpha, info = rasterize_gaussians(mean.to(dt), quat.to(dt), scales.to(dt), torch.tensor([0.95], dtype=dt),
+                                         torch.ones(1, 3, dtype=dt), w2c.to(dt), K.to(dt), W, H, settings=st,
+                                         backend=backend)
+    n = ref.quat_to_rotmat(quat)[0][:, 2]
+    # analytic ray-plane depth per pixel: c + z ray on the plane n.(x - mean) = 0
+    from meshlift.render.splat import pixel_rays
+
+    ray = pixel_rays(K, w2c, W, H)[0]
+    R, t = w2c[0, :3, :3], w2c[0, :3, 3]
+    c = -(R.T @ t)
+    z = ((mean[0] - c) @ n) / (ray @ n)
+    return info, alpha, z
+
+
+@pytest.mark.parametrize("camera_pose", [False, True])
+def test_plane_depth_is_the_ray_plane_intersection(camera_pose):
+    info, alpha, z = _tilted_sheet(camera_pose)
+    assert float(alpha.min()) > 0.9
+    assert torch.allclose(info["plane_depth"][0, ..., 0], z, rtol=1e-9, atol=1e-9)
+    assert torch.allclose(info["median_plane_depth"][0, ..., 0], z, rtol=1e-9, atol=1e-9)
+    # the median depth is the centre's depth everywhere: biased off-centre, the plane depth is not
+    assert float((info["median_depth"][0, ..., 0] - z).abs().max()) > 0.1
+
+
+def test_plane_depth_gradient_reaches_means_and_quats():
+    W, H = 12, 10
+    w2c, K = camera(W, H, 12.0)
+    means = torch.tensor([[0.0, 0.0, 2.0], [0.1, 0.05, 2.5]], dtype=torch.float64, requires_grad=True)
+    quats = torch.tensor([[0.98, 0.1, 0.1, 0.0], [1.0, 0.0, 0.2, 0.1]], dtype=torch.float64, requires_grad=True)
+    scales = torch.tensor([[2.0, 2.0, 1e-3], [3.0, 2.0, 1e-3]], dtype=torch.float64)
+
+    def f(m, q):
+        _, _, info = rasterize_gaussians(m, q, scales, torch.tensor([0.6, 0.8], dtype=torch.float64),
+                                         torch.ones(2, 3, dtype=torch.float64), w2c, K, W, H,
+                                         settings=SplatSettings(outputs=("plane_depth",)), **TORCH)
+        return info["plane_depth"][..., 0].sum()
+
+    assert torch.autograd.gradcheck(f, (means, quats), eps=1e-6, atol=1e-5)
+
+
+def test_median_plane_depth_ignores_the_gaussians_behind():
+    """Two parallel sheets at z = 2 and 4: the blended plane depth mixes them, the median plane is the front
+    one while T crosses 0.5 there, and the back one when the front is too faint."""
+    W = H = 17
+    w2c, K = camera(W, H, 20.0)
+    means = torch.tensor([[0.0, 0.0, 2.0], [0.0, 0.0, 4.0]], dtype=torch.float64)
+    quats = torch.tensor([(1.0, 0, 0, 0), (1.0, 0, 0, 0)], dtype=torch.float64)
+    scales = torch.tensor([[3.0, 3.0, 1e-4], [6.0, 6.0, 1e-4]], dtype=torch.float64)
+    st = SplatSettings(outputs=("plane_depth", "median_plane_depth", "median_depth"))
+    for o1, expect in ((0.8, 2.0), (0.3, 4.0)):
+        _, _, info = rasterize_gaussians(means, quats, scales, torch.tensor([o1, 0.9], dtype=torch.float64),
+                                         torch.ones(2, 3, dtype=torch.float64), w2c, K, W, H, settings=st, **TORCH)
+        assert math.isclose(float(info["median_plane_depth"][0, 8, 8]), expect, rel_tol=1e-9)
+        assert float(info["median_depth"][0, 8, 8]) == expect
+        blended = float(info["plane_depth"][0, 8, 8])
+        assert 2.0 < blended < 4.0  # the PGSR blend lies between the two sheets

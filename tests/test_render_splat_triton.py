@@ -186,6 +186,27 @@ def test_rasterize_gaussians_end_to_end_triton_vs_torch_with_sh_and_extras():
     assert torch.allclose(res[0][2], res[1][2], atol=2e-4 * res[0][2].abs().max().item())
 
 
+def test_plane_depth_triton_vs_torch_forward_and_backward():
+    W, H = 16, 12
+    w2c, K = (t.to(DEV, torch.float32) for t in camera(W, H, 20.0, C=2))
+    means, quats, scales, opac, _ = _scene(20, seed=9)
+    scales = scales * torch.tensor([1.0, 1.0, 0.05], device=DEV)  # flat, as surface-aligned Gaussians are
+    st = SplatSettings(tile_size=8, outputs=("plane_depth", "median_plane_depth"))
+    res = []
+    for b in ("torch", "triton"):
+        leaves = [t.clone().requires_grad_(True) for t in (means, quats, scales, opac)]
+        _, alpha, info = rasterize_gaussians(*leaves, torch.ones(20, 3, device=DEV), w2c, K, W, H, settings=st,
+                                             backend=b)
+        ok = alpha.detach() > 0.5
+        (info["plane_depth"] * ok + info["median_plane_depth"] * ok).sum().backward()
+        res.append((torch.cat([info["plane_depth"].detach() * ok, info["median_plane_depth"].detach() * ok], -1),
+                    [t.grad for t in leaves]))
+    assert torch.allclose(res[0][0], res[1][0], atol=1e-4, rtol=1e-4), (res[0][0] - res[1][0]).abs().max()
+    for a, b, name in zip(res[0][1], res[1][1], ("means", "quats", "scales", "opacities")):
+        scale = a.abs().max().clamp_min(1.0)
+        assert (a - b).abs().max() <= 1e-3 * scale, (name, (a - b).abs().max(), scale)
+
+
 def test_backend_selection_and_errors(monkeypatch):
     from meshlift.errors import RenderError
     from meshlift.render.splat import _resolve_backend

@@ -145,6 +145,9 @@ def register(app: typer.Typer) -> None:
                                    "mesh; presets verylowres, lowres, default, milo_tiny)."),
         simplify: Optional[int] = typer.Option(None, "--simplify", help="--method milo: decimate the final mesh "
                                                "to at most this many faces (same as --set simplify=N)."),
+        bbox: Optional[str] = typer.Option(None, "--bbox", help="--method milo: the region of interest "
+                                           "x0,y0,z0,x1,y1,z1 (dataset world units); the asset is the mesh cut to "
+                                           "it (default: found from where the cameras look; same as --set bbox=)."),
         gpus: int = typer.Option(1, "--gpus", help="Train on N GPUs: relaunches this command under torchrun "
                                  "(data parallel; `batch` is the global batch over all GPUs; nvdiffrec and "
                                  "gaussians)."),
@@ -160,6 +163,8 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"--method {method!r}: choose nvdiffrec, gaussians or milo")
         if simplify is not None and method != "milo":
             raise ConfigError("--simplify applies to --method milo only")
+        if bbox is not None and method != "milo":
+            raise ConfigError("--bbox applies to --method milo only (the region of interest of its mesh)")
         if gpus != 1 and method == "milo":
             raise ConfigError("--gpus applies to --method nvdiffrec and gaussians; --method milo trains in one "
                               "process (run it without --gpus)")
@@ -223,6 +228,8 @@ def register(app: typer.Typer) -> None:
 
             if simplify is not None:
                 items.append(f"simplify={simplify}")
+            if bbox is not None:
+                items.append(f"bbox={bbox}")
             mcfg = milo.build_config(data or "", preset, quick, config, items, out=out, resume=resume)
             check_out_dir(out, resume=resume, overwrite=overwrite)
             with INTERRUPT:  # Ctrl-C: a checkpoint of the current step, then exit 130

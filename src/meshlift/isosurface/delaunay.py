@@ -39,9 +39,12 @@ Measured once here on the shared, busy 2-core CPU (MILo-like pivots): 50k pivots
 (contention; the notes' idle-core figure is 5.8 s), 6.5 tets per pivot. Rows marked [est.] scale the
 notes' own extrapolation for 5.4M (~10 min) linearly; memory scales the 1M figure. In a background
 thread, verylowres and lowres hide behind 500 GPU steps (MILo's interval) at a few steps per second;
-``default`` and above do not: they need a faster Delaunay (CGAL is ~15x faster but GPL; a GPU Delaunay
-such as radfoam's Apache-2.0 one, or a partitioned Qhull over overlapping spatial blocks merged at the
-seams, in several processes) or a longer re-triangulation interval. Neither is implemented here.
+``default`` and above need more cores: :func:`delaunay_tets_parallel` (engine in
+:mod:`meshlift.isosurface.delaunay_parallel`) triangulates overlapping spatial blocks with Qhull in
+several threads, keeps the tets whose empty circumsphere it can certify and re-triangulates the rest
+once, giving the same tets as one global Qhull (up to ties among co-spherical points).
+:func:`delaunay_tets` and :class:`DelaunayRunner` take that path from ``parallel_min_points`` points on
+(default 200k) when more than one core is available.
 """
 
 from __future__ import annotations
@@ -49,12 +52,14 @@ from __future__ import annotations
 import concurrent.futures as cf
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from meshlift.errors import MeshError
+from meshlift.isosurface import delaunay_parallel as _par
 
 #: Relative volume ``|det| / L^3`` at or below which a tet counts as degenerate (flat).
 DEFAULT_DEGENERATE_TOL = 1e-10
@@ -62,6 +67,8 @@ DEFAULT_DEGENERATE_TOL = 1e-10
 VOLUME_CHUNK = 1 << 18
 #: Throughput assumed for an ETA before the first measured call (points per second, 1 core, pivots).
 DEFAULT_POINTS_PER_SECOND = 12_700.0
+#: Point count from which :func:`delaunay_tets` / :class:`DelaunayRunner` use :func:`delaunay_tets_parallel`.
+DEFAULT_PARALLEL_MIN_POINTS = 200_000
 
 _EDGE_A = np.array([0, 0, 0, 1, 1, 2])
 _EDGE_B = np.array([1, 2, 3, 2, 3, 3])
@@ -173,6 +180,8 @@ def delaunay_tets(
     degenerate_tol: float = DEFAULT_DEGENERATE_TOL,
     drop_degenerate: bool = False,
     qhull_options: str | None = None,
+    parallel_min_points: int = DEFAULT_PARALLEL_MIN_POINTS,
+    workers: int | None = None,
 ) -> DelaunayResult:
     """Delaunay tetrahedralisation of ``points`` with every tet positively oriented (see module docstring).
 
@@ -182,6 +191,9 @@ def delaunay_tets(
         drop_degenerate: drop degenerate tets (leaves holes) instead of orienting them from neighbours.
         qhull_options: Qhull options for ``scipy.spatial.Delaunay`` (None: scipy's 3-D default
             ``"Qbb Qc Qz Q12"`` plus ``"Qt"``).
+        parallel_min_points: from this many points on, and with ``workers`` (resolved) >= 2, use
+            :func:`delaunay_tets_parallel` (same tets up to co-spherical ties).
+        workers: threads for the parallel path (None: the cores this process may use).
 
     Returns:
         :class:`DelaunayResult` with ``tets`` ``[M, 4]`` int64 on the CPU (move it with ``.to(device)``).
@@ -190,12 +202,100 @@ def delaunay_tets(
         MeshError: bad shape, fewer than 4 points, non-finite values, negative tolerance, or Qhull
             failing (e.g. all points coplanar).
     """
-    from scipy.spatial import Delaunay, QhullError
-
     if not degenerate_tol >= 0:
         raise MeshError(f"delaunay_tets: degenerate_tol must be >= 0, got {degenerate_tol!r}")
     pts = _as_points(points, "delaunay_tets")
-    return _triangulate(pts, degenerate_tol, drop_degenerate, qhull_options, Delaunay, QhullError)
+    return _route(pts, degenerate_tol, drop_degenerate, qhull_options, parallel_min_points, workers)
+
+
+def _route(pts, tol, drop, options, parallel_min_points, workers) -> DelaunayResult:
+    """The parallel path for big inputs on several cores, else one Qhull call."""
+    from scipy.spatial import Delaunay, QhullError
+
+    w = _par.default_workers() if workers is None else int(workers)
+    if pts.shape[0] >= parallel_min_points and w >= 2:
+        return _parallel(pts, tol, drop, options, w, None, _par.DEFAULT_MARGIN, None)
+    return _triangulate(pts, tol, drop, options, Delaunay, QhullError)
+
+
+def delaunay_tets_parallel(
+    points,
+    *,
+    workers: int | None = None,
+    blocks: int | None = None,
+    margin: float = _par.DEFAULT_MARGIN,
+    timeout_s: float | None = None,
+    executor: str = "thread",
+    degenerate_tol: float = DEFAULT_DEGENERATE_TOL,
+    drop_degenerate: bool = False,
+    qhull_options: str | None = None,
+) -> DelaunayResult:
+    """:func:`delaunay_tets` by overlapping blocks in several threads (:mod:`meshlift.isosurface.delaunay_parallel`).
+
+    The tets equal one global Qhull call's for points in general position; where points are co-spherical
+    (lattices, symmetric boxes) the ties may be split differently, still a valid Delaunay tetrahedralisation
+    of the convex hull. Kept tets are well shaped and oriented by their sign; the re-triangulated rest is
+    oriented like :func:`delaunay_tets` (degenerate tets from their neighbours). If the blocks and the
+    fix-up disagree (extreme ties), one global Qhull is used with a ``RuntimeWarning``.
+
+    Args:
+        points: ``[N, 3]`` float tensor (any device; copied to the CPU in float64) or numpy array, N >= 4.
+        workers: threads (None: the cores this process may use).
+        blocks: number of blocks (None: 3 per worker). Peak memory is about ``workers * 4 KB * 1.3 N /
+            blocks`` beyond the result; raise ``blocks`` if a block runs out of memory.
+        margin: halo width around a block in mean point spacings (> 0; 3). Thinner halos copy fewer points
+            but leave more to the fix-up.
+        timeout_s: seconds to wait for the blocks (None: no limit); past it a MeshError names this knob.
+        executor: ``"thread"`` (Qhull releases the GIL; nothing copied) or ``"process"`` (forked workers:
+            avoids contention inside one process, but forking a process that runs CUDA / other threads is
+            only as safe as PyTorch's forked DataLoader workers; results come back pickled).
+        degenerate_tol, drop_degenerate, qhull_options: as for :func:`delaunay_tets`.
+
+    Returns:
+        :class:`DelaunayResult` (``seconds``: the whole call).
+
+    Raises:
+        MeshError: bad input or knobs, Qhull failing on the whole set (all coplanar), a block out of memory
+            or past ``timeout_s``.
+    """
+    if not degenerate_tol >= 0:
+        raise MeshError(f"delaunay_tets_parallel: degenerate_tol must be >= 0, got {degenerate_tol!r}")
+    pts = _as_points(points, "delaunay_tets_parallel")
+    return _parallel(pts, degenerate_tol, drop_degenerate, qhull_options, workers, blocks, margin, timeout_s,
+                     executor)
+
+
+def _parallel(pts, tol, drop, options, workers, blocks, margin, timeout_s, executor="thread") -> DelaunayResult:
+    t0 = time.perf_counter()
+    eng = _par.partitioned_delaunay(pts, workers=workers, blocks=blocks, margin=margin, options=options,
+                                    timeout_s=timeout_s, min_rel=tol, executor=executor)
+    if eng.fallback.startswith("blocks inconsistent"):
+        warnings.warn(f"delaunay_tets_parallel: {eng.fallback}; used one global Qhull instead", RuntimeWarning,
+                      stacklevel=3)
+    kept = eng.kept  # well shaped (|det| / L^3 > max(tol, CERT_MIN_REL)), oriented by the blocks
+    # fix-up: orient over the whole DT(S) (its neighbour graph), then take the missing region's tets
+    ft = eng.fix_tets
+    orient, deg_f = _orient(ft, eng.fix_neighbors, _relative_volumes(pts, ft), tol)
+    sel = eng.fix_keep
+    ft, flip_f, deg_f = ft[sel], orient[sel] < 0, deg_f[sel]
+    ft[flip_f] = ft[flip_f][:, [0, 1, 3, 2]]
+    n_deg = int(deg_f.sum())
+    n_drop = 0
+    if drop and n_deg:
+        n_drop = n_deg
+        ft = ft[~deg_f]
+    tets = np.concatenate([kept, ft]) if ft.shape[0] else kept
+    used = np.zeros(pts.shape[0], dtype=bool)
+    used[tets.reshape(-1)] = True
+    return DelaunayResult(
+        tets=torch.from_numpy(tets),
+        num_points=int(pts.shape[0]),
+        num_flipped=int(eng.stats.get("flipped", 0) + flip_f.sum()),
+        num_degenerate=n_deg,
+        num_dropped=n_drop,
+        num_unused_points=int((~used).sum()),
+        seconds=time.perf_counter() - t0,
+    )
 
 
 def _triangulate(pts, tol, drop, options, Delaunay, QhullError) -> DelaunayResult:
@@ -312,12 +412,14 @@ class DelaunayRunner:
         monitor.note(runner.status())          # "delaunay: 270,000 points, running 12.3 s (ETA ~9 s)"
         runner.shutdown()
 
-    Jobs run one at a time in submission order (Qhull is single-threaded; a second worker would only
-    compete for the same cores). The ETA uses the throughput of the last finished job (points per
-    second), starting from ``DEFAULT_POINTS_PER_SECOND`` (measured on one core).
+    Jobs run one at a time in submission order. From ``parallel_min_points`` points on a job runs
+    :func:`delaunay_tets_parallel` with ``workers`` threads (the job's thread waits on them); below it, one
+    Qhull call. The ETA uses the throughput of the last finished job (points per second), starting from
+    ``DEFAULT_POINTS_PER_SECOND`` (measured on one core).
 
     Args:
-        degenerate_tol, drop_degenerate, qhull_options: passed to :func:`delaunay_tets`.
+        degenerate_tol, drop_degenerate, qhull_options, parallel_min_points, workers: passed to
+            :func:`delaunay_tets`.
     """
 
     def __init__(
@@ -326,10 +428,13 @@ class DelaunayRunner:
         degenerate_tol: float = DEFAULT_DEGENERATE_TOL,
         drop_degenerate: bool = False,
         qhull_options: str | None = None,
+        parallel_min_points: int = DEFAULT_PARALLEL_MIN_POINTS,
+        workers: int | None = None,
     ):
         if not degenerate_tol >= 0:
             raise MeshError(f"DelaunayRunner: degenerate_tol must be >= 0, got {degenerate_tol!r}")
-        self._kw = dict(tol=degenerate_tol, drop=drop_degenerate, options=qhull_options)
+        self._kw = dict(tol=degenerate_tol, drop=drop_degenerate, options=qhull_options,
+                        parallel_min_points=parallel_min_points, workers=workers)
         self._pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="meshlift-delaunay")
         self._rate = DEFAULT_POINTS_PER_SECOND
         self._lock = threading.Lock()
@@ -341,15 +446,13 @@ class DelaunayRunner:
         Raises:
             MeshError: bad points (checked here, in the caller's thread) or a shut-down runner.
         """
-        from scipy.spatial import Delaunay, QhullError
-
         pts = _as_points(points, "DelaunayRunner.submit")
         started: list = []
 
         def work() -> DelaunayResult:
             started.append(time.perf_counter())
             try:
-                r = _triangulate(pts, self._kw["tol"], self._kw["drop"], self._kw["options"], Delaunay, QhullError)
+                r = _route(pts, **self._kw)
             finally:
                 started.append(time.perf_counter())
             with self._lock:

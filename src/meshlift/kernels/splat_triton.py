@@ -368,13 +368,13 @@ def composite_tiles(means2d, conics, opacities, features, depths, flatten_ids, i
                                         int(width), int(height), int(tile_size), float(alpha_max), want_median,
                                         records)
     median = None
-    if want_median:
-        flat = depths.reshape(-1)
+    if want_median:  # [C,N] -> [C,H,W,1]; [C,N,k] -> [C,H,W,k]
+        flat = depths.reshape(C * N, -1)
         if flat.numel():
-            median = torch.where(med >= 0, flat[med.clamp_min(0)], torch.zeros((), dtype=flat.dtype, device=flat.device))
+            median = torch.where(med[..., None] >= 0, flat[med.clamp_min(0)],
+                                 torch.zeros((), dtype=flat.dtype, device=flat.device))
         else:
-            median = torch.zeros(med.shape, dtype=depths.dtype, device=depths.device)
-        median = median[..., None]
+            median = torch.zeros((*med.shape, flat.shape[-1]), dtype=depths.dtype, device=depths.device)
     return out, alpha, median
 
 

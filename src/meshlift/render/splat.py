@@ -38,6 +38,8 @@ __all__ = [
     "rasterize_gaussians",
     "gaussian_statistics",
     "depth_to_normals",
+    "pixel_rays",
+    "plane_depth",
     "apply_filter_3d",
     "filter_3d_variance",
     "spherical_harmonics",
@@ -50,7 +52,7 @@ __all__ = [
 #: ``render_mode`` values (gsplat's): channels of the returned image.
 RENDER_MODES = ("RGB", "D", "ED", "RGB+D", "RGB+ED")
 #: Names accepted in ``SplatSettings.outputs`` (returned in ``info``).
-EXTRA_OUTPUTS = ("expected_depth", "median_depth", "normal")
+EXTRA_OUTPUTS = ("expected_depth", "median_depth", "normal", "plane_depth", "median_plane_depth")
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,8 @@ class SplatSettings:
     alpha_max: float = 0.99
     """Per-Gaussian alpha clamp ``min(alpha_max, o·exp(-σ))`` (3DGS 0.99; gsplat uses 0.999)."""
     outputs: Tuple[str, ...] = ()
-    """Extra maps returned in ``info``: any of ``"expected_depth"``, ``"median_depth"``, ``"normal"``."""
+    """Extra maps returned in ``info``: any of ``"expected_depth"``, ``"median_depth"``, ``"normal"``,
+    ``"plane_depth"``, ``"median_plane_depth"``."""
     chunk_elements: int = 1 << 22
     """Torch backend memory budget: Gaussian×pixel pairs composited at once (lower it on OOM)."""
     check_inputs: bool = True
@@ -231,6 +234,50 @@ def _gaussian_normals(means, quats, scales, world_to_camera) -> torch.Tensor:
     return n[None] * sign
 
 
+def _plane_distances(means, normals, world_to_camera) -> torch.Tensor:
+    """``[C,N,1]`` signed distance ``n · (μ − c)`` from each camera centre ``c`` to each Gaussian's plane
+    (normal ``n`` of :func:`_gaussian_normals`, facing the camera, so the value is negative)."""
+    view = means[None] - _camera_centres(world_to_camera)[:, None]  # [C,N,3]
+    return (normals * view).sum(-1, keepdim=True)
+
+
+def pixel_rays(K: torch.Tensor, world_to_camera: torch.Tensor, width: int, height: int) -> torch.Tensor:
+    """World-frame ray directions ``[C, H, W, 3]`` with unit camera z: ``Rᵀ K⁻¹ (j + 0.5, i + 0.5, 1)``
+    (pixel centres, docs/conventions.md "Gaussian splatting"); a point at camera depth ``z`` on the ray of
+    pixel (i, j) is ``c + z · ray``."""
+    dev, dtype = world_to_camera.device, world_to_camera.dtype
+    K = K.to(dtype)
+    jj = torch.arange(width, device=dev, dtype=dtype) + 0.5
+    ii = torch.arange(height, device=dev, dtype=dtype) + 0.5
+    x = (jj[None, None, :] - K[:, 0, 2, None, None]) / K[:, 0, 0, None, None]  # [C,1,W]
+    y = (ii[None, :, None] - K[:, 1, 2, None, None]) / K[:, 1, 1, None, None]  # [C,H,1]
+    C = world_to_camera.shape[0]
+    d = torch.stack(torch.broadcast_tensors(x, y, torch.ones((C, 1, 1), device=dev, dtype=dtype)), dim=-1)
+    return torch.einsum("cji,chwj->chwi", world_to_camera[:, :3, :3], d)  # Rᵀ d
+
+
+def plane_depth(normal: torch.Tensor, distance: torch.Tensor, K: torch.Tensor, world_to_camera: torch.Tensor,
+                eps: float = 1e-6) -> torch.Tensor:
+    """Unbiased planar depth ``[C, H, W, 1]`` from the alpha-blended plane of the Gaussians (PGSR, Chen et
+    al. 2024, Sec. 3.1, eq. 6-7): the rendered normal ``N = Σ wᵢ nᵢ`` and plane distance ``D = Σ wᵢ nᵢ·(μᵢ − c)``
+    define the plane ``N · (x − c) = D``; its depth along the pixel's ray is ``z = D / (N · ray)``. The
+    blending weights cancel, so neither map needs normalising by alpha. Pixels where the plane is seen
+    edge-on or from behind (``N · ray >= −eps``) get depth 0 (empty).
+
+    Args:
+        normal: ``[C, H, W, 3]`` world normal map (``info["normal"]``, unnormalised);
+        distance: ``[C, H, W, 1]`` blended plane distance (camera-centre to plane, negative in front);
+        K, world_to_camera: ``[C, 3, 3]`` / ``[C, 4, 4]``.
+    """
+    C, H, W, _ = normal.shape
+    ray = pixel_rays(K, world_to_camera, W, H).to(normal.dtype)
+    denom = (normal * ray).sum(-1, keepdim=True)
+    ok = denom < -eps * normal.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    safe = torch.where(ok, denom, -torch.ones_like(denom))
+    z = distance / safe
+    return torch.where(ok & (z > 0), z, torch.zeros_like(z))
+
+
 def _colors(means, colors, world_to_camera, sh_degree, C, ops=ref):
     if sh_degree is None:
         return colors if colors.ndim == 3 else colors[None].expand(C, -1, -1)
@@ -295,7 +342,11 @@ def rasterize_gaussians(
         ``tile_width``, ``tile_height``), ``width``, ``height``, ``n_cameras``, ``backend``, and the maps
         named in ``settings.outputs``: ``expected_depth [C,H,W,1]``, ``median_depth [C,H,W,1]`` (depth
         of the Gaussian where T crosses 0.5), ``normal [C,H,W,3]`` (world frame, Σ αT n of each
-        Gaussian's shortest axis oriented towards the camera; not renormalised). Empty pixels are 0.
+        Gaussian's shortest axis oriented towards the camera; not renormalised), ``plane_depth [C,H,W,1]``
+        (camera z of the blended Gaussian plane along each pixel's ray, PGSR's unbiased depth,
+        :func:`plane_depth`; with it ``plane_distance [C,H,W,1]`` and ``normal``), ``median_plane_depth
+        [C,H,W,1]`` (camera z of the plane of the Gaussian where T crosses 0.5 along each pixel's ray: RaDe-GS's
+        median depth made exact for flat Gaussians, unaffected by the Gaussians behind). Empty pixels are 0.
 
     Raises:
         RenderError: bad shapes, dtypes, devices, sizes, modes; with ``settings.check_inputs``, NaN or Inf
@@ -332,9 +383,13 @@ def rasterize_gaussians(
     want_depth = want_ed or "D" in render_mode
     if want_depth:
         feats.append(proj["depths"][..., None])
-    want_normal = "normal" in settings.outputs
+    want_plane = "plane_depth" in settings.outputs
+    want_normal = "normal" in settings.outputs or want_plane
     if want_normal:
-        feats.append(_gaussian_normals(means, quats, scales, w2c).to(dtype))
+        normals = _gaussian_normals(means, quats, scales, w2c).to(dtype)
+        feats.append(normals)
+        if want_plane:
+            feats.append(_plane_distances(means, normals, w2c).to(dtype))
     if not feats:
         feats.append(proj["depths"][..., None])
     features = (feats[0].to(dtype) if len(feats) == 1 else torch.cat([f.to(dtype) for f in feats], dim=-1)).contiguous()
@@ -346,10 +401,16 @@ def rasterize_gaussians(
         comp_kw = {"records": proj["records"]}
     _, flatten_ids, offsets = ops.isect_tiles(means2d, proj["radii"], proj["depths"], ts, tiles_w, tiles_h,
                                               with_keys=False, **isect_kw)
-    want_median = "median_depth" in settings.outputs
+    want_mplane = "median_plane_depth" in settings.outputs
+    want_median = "median_depth" in settings.outputs or want_mplane
+    med_in = None
+    if want_median:  # values of the Gaussian where T crosses 0.5: its centre z (+ its plane for median_plane)
+        med_in = proj["depths"][..., None]
+        if want_mplane:
+            nm = _gaussian_normals(means, quats, scales, w2c).to(dtype)
+            med_in = torch.cat([med_in, _plane_distances(means, nm, w2c).to(dtype), nm], dim=-1)
     out, alpha, median = ops.composite_tiles(
-        means2d, proj["conics"], proj["opacities"], features,
-        proj["depths"] if want_median else None, flatten_ids, offsets, width, height, ts,
+        means2d, proj["conics"], proj["opacities"], features, med_in, flatten_ids, offsets, width, height, ts,
         settings.alpha_max, settings.chunk_elements, **comp_kw)
 
     info = {"means2d": means2d, "radii": proj["radii"], "depths": proj["depths"], "conics": proj["conics"],
@@ -379,8 +440,14 @@ def rasterize_gaussians(
         j += 1
     if want_normal:
         info["normal"] = out[..., j:j + 3]
+        j += 3
+    if want_plane:
+        info["plane_distance"] = out[..., j:j + 1]
+        info["plane_depth"] = plane_depth(info["normal"], info["plane_distance"], Kc, w2c)
     if want_median:
-        info["median_depth"] = median
+        info["median_depth"] = median[..., 0:1]
+    if want_mplane:
+        info["median_plane_depth"] = plane_depth(median[..., 2:5], median[..., 1:2], Kc, w2c)
     image = torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
     return image, alpha, info
 

@@ -322,9 +322,10 @@ def _composite_chunk(T, done, acc, med, ids, valid, px, py, inimg, means2d, coni
         L = a.shape[1]
         ar = torch.arange(1, L + 1, device=a.device)[None, :, None]
         last = (cond * ar).amax(dim=1)  # [G,P], 0 = none
-        dg = depths[ids]  # [G,L]
-        val = torch.gather(dg, 1, (last - 1).clamp_min(0))
-        med = torch.where(last > 0, val, med)
+        dg = depths[ids]  # [G,L,k]
+        k = dg.shape[-1]
+        val = torch.gather(dg, 1, (last - 1).clamp_min(0)[..., None].expand(-1, -1, k))  # [G,P,k]
+        med = torch.where(last[..., None] > 0, val, med)
     return T_new, done_new, acc, med
 
 
@@ -341,15 +342,16 @@ def composite_tiles(means2d: torch.Tensor, conics: torch.Tensor, opacities: torc
 
     Args:
         means2d ``[C,N,2]``, conics ``[C,N,3]``, opacities ``[C,N]``, features ``[C,N,D]``.
-        depths: ``[C,N]`` camera z, or None; given, the median depth is also returned: the depth of the
-            last contributing Gaussian whose incoming transmittance is > 0.5 (where T crosses 0.5;
-            RaDe-GS's rule), 0 where nothing contributes.
+        depths: ``[C,N]`` camera z (or ``[C,N,k]`` per-Gaussian values), or None; given, the median depth is
+            also returned: the value of the last contributing Gaussian whose incoming transmittance is > 0.5
+            (where T crosses 0.5; RaDe-GS's rule), 0 where nothing contributes.
         flatten_ids, isect_offsets: from :func:`isect_tiles`.
         chunk_elements: memory budget, Gaussian×pixel pairs evaluated at once (each chunk keeps about
             ten such temporaries). Above ``4 · chunk_elements`` pairs in all, each chunk is wrapped in
             activation checkpointing (recomputed in backward), so autograd's memory is bounded too.
 
-    Returns ``(features [C,H,W,D], alpha [C,H,W,1], median_depth [C,H,W,1] or None)`` (no background).
+    Returns ``(features [C,H,W,D], alpha [C,H,W,1], median_depth [C,H,W,1] (``[C,H,W,k]`` for ``[C,N,k]``
+    depths) or None)`` (no background).
     """
     C, N = opacities.shape
     D = features.shape[-1]
@@ -361,7 +363,8 @@ def composite_tiles(means2d: torch.Tensor, conics: torch.Tensor, opacities: torc
     cn = conics.reshape(C * N, 3)
     op = opacities.reshape(C * N)
     ft = features.reshape(C * N, D)
-    dp = depths.reshape(C * N) if depths is not None else None
+    dp = depths.reshape(C * N, -1) if depths is not None else None
+    km = dp.shape[-1] if dp is not None else 1
     want_median = depths is not None
     n_isect = int(flatten_ids.numel())
     grad_on = torch.is_grad_enabled() and any(
@@ -370,14 +373,14 @@ def composite_tiles(means2d: torch.Tensor, conics: torch.Tensor, opacities: torc
     # that what autograd keeps stays bounded by the budget as well.
     use_checkpoint = grad_on and n_isect * P > 4 * chunk_elements
     outs_idx, outs_acc, outs_T, outs_med = [], [], [], []
-    dummy_dp = torch.zeros(max(C * N, 1), device=dev, dtype=dtype)
+    dummy_dp = torch.zeros(max(C * N, 1), 1, device=dev, dtype=dtype)
     for tile_idx, starts, counts, L, lc in _plan(isect_offsets, n_isect, tile_size, chunk_elements):
         G = tile_idx.numel()
         px, py, inimg = _tile_pixels(tile_idx, tiles_w, tiles_h, tile_size, width, height, dtype)
         T = torch.ones(G, P, device=dev, dtype=dtype)
         done = torch.zeros(G, P, device=dev, dtype=torch.bool)
         acc = torch.zeros(G, P, D, device=dev, dtype=dtype)
-        med = torch.zeros(G, P, device=dev, dtype=dtype)
+        med = torch.zeros(G, P, km, device=dev, dtype=dtype)
         for k0 in range(0, L, lc):
             k = k0 + torch.arange(min(lc, L - k0), device=dev)
             valid = k[None, :] < counts[:, None]
@@ -396,7 +399,7 @@ def composite_tiles(means2d: torch.Tensor, conics: torch.Tensor, opacities: torc
         outs_med.append(med)
     full_acc = torch.zeros(n_tiles, P, D, device=dev, dtype=dtype)
     full_T = torch.ones(n_tiles, P, device=dev, dtype=dtype)
-    full_med = torch.zeros(n_tiles, P, device=dev, dtype=dtype)
+    full_med = torch.zeros(n_tiles, P, km, device=dev, dtype=dtype)
     if outs_idx:
         idx = torch.cat(outs_idx)
         full_acc = full_acc.index_copy(0, idx, torch.cat(outs_acc))
@@ -410,7 +413,7 @@ def composite_tiles(means2d: torch.Tensor, conics: torch.Tensor, opacities: torc
 
     image = to_image(full_acc)
     alpha = 1.0 - to_image(full_T[..., None])
-    median = to_image(full_med[..., None]) if want_median else None
+    median = to_image(full_med) if want_median else None
     return image, alpha, median
 
 

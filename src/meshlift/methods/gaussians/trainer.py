@@ -153,6 +153,9 @@ class Regularizer:
     def load_state_dict(self, state: dict) -> None:
         pass
 
+    def close(self) -> None:
+        """Release background work (threads) when the run ends or fails."""
+
 
 def background_color(name: str, generator: torch.Generator) -> torch.Tensor:
     """``[3]`` sRGB background of one step: white, black, or uniform random from ``generator``."""

@@ -132,6 +132,9 @@ class SplatProblem:
     """Short name of the input for logs."""
     world_to_normalized: torch.Tensor = field(default_factory=lambda: torch.eye(4, dtype=torch.float64))
     """``[4, 4]`` the dataset's normalising similarity (recorded in metrics; training does not use it)."""
+    eval_box: Optional[torch.Tensor] = None
+    """``[2, 3]`` box (min, max) to which a known-truth mesh and the reconstruction are both cut before
+    Chamfer / F-score (an object in an unmasked synthetic scene: the ground is not part of it), or None."""
 
     @property
     def scene_scale(self) -> float:

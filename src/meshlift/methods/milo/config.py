@@ -37,6 +37,11 @@ class MiloConfig(GaussiansConfig):
     """Training views rendered when DATA is a mesh file (random directions on a sphere)."""
     ref_test_views: int = 8
     """Held-out views rendered when DATA is a mesh file (an orbit)."""
+    ref_scene: str = "object"
+    """What the views of a mesh file show: ``object`` = the mesh alone over black with masks (nvdiffrec's
+    protocol); ``ground`` = an unmasked "phone capture": the mesh on a textured floor under a procedural HDR
+    environment that fills the background, cameras on rings around it, no masks
+    (:func:`meshlift.data.synthetic_scene.make_synthetic_scene`; F-score inside the object's box)."""
 
     # ---- depth re-initialisation (Mini-Splatting2, used by MILo at 2000) ------------------------------------
     reinit_step: int = 2000
@@ -62,6 +67,48 @@ class MiloConfig(GaussiansConfig):
     """First step of the depth–normal consistency loss (rendered normals vs normals of the median depth)."""
     depth_normal_weight: float = 0.05
     """Weight of the depth–normal consistency loss (MILo: 0.05; 0 = off)."""
+
+    # ---- which mesh: TSDF fusion of surface-aligned Gaussians, or MILo's Delaunay mesh in the loop ----------
+    extract: str = "tsdf"
+    """How the mesh is made (docs/usage/milo.md, "which extraction"): ``tsdf`` = surface-aligned (flat)
+    Gaussians, their unbiased depth fused into a sparse truncated-SDF grid, marching tets
+    (``methods/milo/tsdf_mesh.py``; 2DGS / PGSR's extraction; no mesh in the loop, so the mesh fields below
+    are unused); ``delaunay`` = MILo's Delaunay pivots with the mesh in the loop and occupancy refinement."""
+    surface_depth: str = "median"
+    """Depth of the ``tsdf`` path (its depth-normal loss and the fusion): ``median_plane`` = the depth of the
+    plane of the Gaussian where transmittance crosses 0.5 along the pixel's ray; ``plane`` = PGSR's unbiased
+    depth of the blended Gaussian plane; ``median`` = the centre depth of the Gaussian where transmittance
+    crosses 0.5 (RaDe-GS / MILo)."""
+    flatten_weight: float = 100.0
+    """``tsdf`` path: weight of PGSR's scale loss ``mean(min scale) / scene_scale`` that flattens every Gaussian
+    into a disc whose normal is its shortest axis (0 = off)."""
+    flatten_start: int = 0
+    """First step of the flattening loss."""
+    tsdf_resolution: int = 512
+    """``tsdf`` path: voxels per axis of the finest fusion grid across the region (the object's box; with
+    ``region=scene`` the contracted shell around it adds as many again, coarser with distance). A power of
+    two. Memory grows with the surface area only (sparse, coarse-to-fine)."""
+    scene_resolution: int = 256
+    """``tsdf`` path on a capture: voxels per axis across the region of interest for the whole-scene mesh
+    (the rest of the scene contracted around it; ``scene_mesh.ply``, the mesh rendered for ``mesh_psnr``)."""
+    max_asset_faces: int = 500_000
+    """``tsdf`` path: decimate the exported asset to at most this many faces (quadrics; 0 = keep every face of
+    the fusion, which makes ~4 faces per voxel of surface)."""
+    tsdf_trunc_voxels: float = 4.0
+    """Truncation of the fusion in voxels of the finest level (at that point in contracted space)."""
+    tsdf_min_views: float = 1.0
+    """A grid corner seen by fewer training views than this is unknown (no surface is made through it)."""
+    region: str = "auto"
+    """Fusion region: ``auto`` = ``object`` for a mesh input, else ``scene``; ``scene`` = everything the
+    cameras see (the box around the cameras and the object at full resolution, the rest of space contracted
+    into it, mip-NeRF 360's contraction); ``object`` = only the region of interest (``bbox`` or the
+    automatic one)."""
+    bbox: str = ""
+    """Region of interest ``x0,y0,z0,x1,y1,z1`` (world units of the dataset, ``--bbox``); empty = automatic
+    (where the cameras look, refined by the SfM points). The exported asset is the mesh cut to it."""
+    object_asset: bool = True
+    """``tsdf`` path on a dataset: export the mesh cut to the region of interest (closed at the cut) as the
+    asset (``mesh.glb``/``mesh.obj``); the whole-scene mesh is ``scene_mesh.ply`` either way."""
 
     # ---- the mesh in the loop -----------------------------------------------------------------------------
     mesh_start: int = 8000
@@ -127,15 +174,16 @@ class MiloConfig(GaussiansConfig):
 
 
 #: Fields that cannot change on ``--resume``.
-SHAPE_FIELDS = ("sh_degree", "data", "num_pivots", "mesh_res_scale", "ref_views", "train_res")
+SHAPE_FIELDS = ("sh_degree", "data", "num_pivots", "mesh_res_scale", "ref_views", "train_res", "ref_scene")
 
-_CHOICES = {"imp_metric": ("indoor", "outdoor")}
+_CHOICES = {"imp_metric": ("indoor", "outdoor"), "extract": ("tsdf", "delaunay"), "surface_depth": ("median_plane", "plane", "median"),
+            "region": ("auto", "scene", "object"), "ref_scene": ("object", "ground")}
 _UNIT = ("sampling_factor", "prune_cdf", "sdf_reset_blend")
-_NONNEG = ("trunc_pixels", "depth_normal_weight", "mesh_depth_weight", "mesh_normal_weight", "occupied_centres_weight",
+_NONNEG = ("flatten_weight", "tsdf_trunc_voxels", "tsdf_min_views", "trunc_pixels", "depth_normal_weight", "mesh_depth_weight", "mesh_normal_weight", "occupied_centres_weight",
            "occupancy_label_weight", "keep_components", "min_component_faces", "color_depth_tol", "mesh_res_scale")
 _GE1 = ("num_pivots", "delaunay_every", "sdf_reset_every", "labels_every", "extract_labels_every",
         "mesh_chunk_views", "tet_chunk", "texture_res", "ref_views", "ref_test_views", "eval_samples")
-_GE0 = ("reinit_step", "reinit_points", "sampling_step", "prune_step", "depth_normal_start", "mesh_start", "sdf_reset_stop", "extract_steps",
+_GE0 = ("max_asset_faces", "flatten_start", "reinit_step", "reinit_points", "sampling_step", "prune_step", "depth_normal_start", "mesh_start", "sdf_reset_stop", "extract_steps",
         "simplify", "max_fragments")
 
 
@@ -165,6 +213,16 @@ def validate(cfg: MiloConfig) -> MiloConfig:
     for name in _GE0:
         if getattr(cfg, name) < 0:
             raise ConfigError(f"config field {name!r} must be >= 0, got {getattr(cfg, name)}")
+    for name in ("tsdf_resolution", "scene_resolution"):
+        v = getattr(cfg, name)
+        if not (16 <= v <= 4096 and v & (v - 1) == 0):
+            raise ConfigError(f"config field {name!r} must be a power of two in [16, 4096], got {v}")
+    if cfg.tsdf_trunc_voxels < 1:
+        raise ConfigError(f"config field 'tsdf_trunc_voxels' must be >= 1 voxel, got {cfg.tsdf_trunc_voxels!r}")
+    if cfg.bbox:
+        from meshlift.data.roi import parse_bbox
+
+        parse_bbox(cfg.bbox)  # raises ConfigError naming the format
     if num_mesh_gaussians(cfg) < 4:
         raise ConfigError(f"num_pivots × mesh_res_scale = {cfg.num_pivots} × {cfg.mesh_res_scale} gives fewer than "
                           "4 Gaussians (9 pivots each); raise num_pivots")

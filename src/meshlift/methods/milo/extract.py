@@ -32,7 +32,7 @@ import torch
 
 from meshlift.methods.engine import deadline_reached
 
-__all__ = ["MAX_NONFINITE_STEPS", "ExtractedMesh", "final_mesh", "fuse_colors", "in_any_frustum", "refine_occupancy", "texture_mesh", "write_meshes"]
+__all__ = ["MAX_NONFINITE_STEPS", "ExtractedMesh", "MeshProduct", "color_and_texture", "final_mesh", "fuse_colors", "in_any_frustum", "refine_occupancy", "texture_mesh", "write_meshes"]
 
 
 @dataclass
@@ -307,3 +307,43 @@ def write_meshes(out, colored, textured) -> dict:
         files["mesh_obj"] = save_mesh(out / "mesh.obj", textured, write_colors=False)[0]
         files["mesh_glb"] = save_mesh(out / "mesh.glb", textured)[0]
     return files
+
+
+@dataclass
+class MeshProduct:
+    """What an extraction path hands to the evaluation and the export."""
+
+    colored: object
+    """The asset with linear vertex colours (``mesh.ply``)."""
+    textured: object
+    """The asset with UVs and the baked albedo (``mesh.obj`` / ``mesh.glb``)."""
+    eval_mesh: object
+    """The mesh rendered at the test views for ``mesh_psnr`` (the whole-scene mesh of a capture)."""
+    geometry: object
+    """The uncoloured mesh scored against a known truth (Chamfer / F-score)."""
+    report: dict
+    """``mesh_report`` of metrics.json."""
+    extra: dict = field(default_factory=dict)
+    """Path-specific metrics (pivots, tets, refinement, region, ...)."""
+    scene_colored: object = None
+    """The whole-scene mesh with vertex colours (``scene_mesh.ply``), or None."""
+
+
+def color_and_texture(cfg, mesh, problem, device, monitor, costs, budget) -> tuple:
+    """``(colored, textured, report)`` of :func:`meshlift.methods.milo.extract.texture_mesh`, the unwrap's face
+    cap and time limit following the time budget (:class:`~meshlift.methods.milo.budget.MiloStageCosts`)."""
+    left = budget.t_start + cfg.time_budget_s - time.perf_counter() if cfg.time_budget_s > 0 else None
+    unwrap_cap = costs.unwrap_faces(mesh.num_faces, left)
+    unwrap_limit = costs.unwrap_time_limit(mesh.num_faces, left)
+    if mesh.num_faces > unwrap_cap:
+        monitor.log(f"unwrap: {mesh.num_faces:,} faces; decimated to {unwrap_cap:,} before xatlas ("
+                    + (f"{left:.0f} s of the time budget left" if left is not None else "its face cap") + ")")
+    colored, textured, crep = texture_mesh(
+        mesh, problem.train, device, tol=cfg.color_depth_tol * problem.scene_scale,
+        texture_res=cfg.texture_res, chunk_views=cfg.mesh_chunk_views, max_fragments=cfg.max_fragments or None,
+        max_unwrap_faces=unwrap_cap, unwrap_time_s=unwrap_limit)
+    crep["unwrap_face_cap"] = int(unwrap_cap)
+    if crep.get("unwrap_method") == "face_atlas":
+        monitor.log(f"unwrap: xatlas did not finish within {unwrap_limit:.0f} s; the texture uses a per-face "
+                    "atlas (raise time_budget_s, or --simplify, for xatlas charts)")
+    return colored, textured, crep

@@ -46,40 +46,10 @@ from typing import Optional
 
 import torch
 
+from meshlift.methods.gaussians.surface import depth_normal_loss, surface_depth
 from meshlift.methods.gaussians.trainer import Regularizer
 
 __all__ = ["MeshInTheLoop", "depth_normal_loss", "surface_depth"]
-
-
-def depth_normal_loss(normal: torch.Tensor, median_depth: torch.Tensor, K: torch.Tensor,
-                      world_to_camera: torch.Tensor) -> torch.Tensor:
-    """``mean(1 − n̂_render · n_depth)`` over pixels where both normals exist (RaDe-GS/MILo's term).
-
-    Args:
-        normal: ``[B, H, W, 3]`` rendered normal map (world frame, not normalised; ``info["normal"]``).
-        median_depth: ``[B, H, W, 1]`` rendered median depth (camera z).
-        K, world_to_camera: the views' ``[B, 3, 3]`` / ``[B, 4, 4]``.
-    """
-    from meshlift.render.splat import depth_to_normals
-
-    n_d = depth_to_normals(median_depth, K, world_to_camera)
-    n_r = torch.nn.functional.normalize(normal, dim=-1, eps=1e-12)
-    ok = (n_d.detach().norm(dim=-1) > 0) & (normal.detach().norm(dim=-1) > 1e-6)
-    err = 1.0 - (n_r * n_d).sum(-1)
-    # a masked mean without boolean indexing: no host sync (this runs every step from depth_normal_start)
-    return torch.where(ok, err, torch.zeros_like(err)).sum() / ok.sum().clamp(min=1)
-
-
-def surface_depth(median_depth: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    """The median depth where the pixel is opaque (``alpha > 0.5``: transmittance crossed 0.5), else 0 (empty).
-
-    The renderer's median depth falls back to the last contributor where T never crosses 0.5; for the
-    depth fusion and the mesh depth loss such pixels hold no surface (faint floaters would otherwise
-    become closed blobs: their far side gets no free-space vote). [our choice; MILo's rasterizer behaviour
-    there is not in the notes.] A non-finite median depth is also empty. Shapes ``[B, H, W, 1]``.
-    """
-    ok = (alpha.detach() > 0.5) & torch.isfinite(median_depth.detach())
-    return torch.where(ok, median_depth, torch.zeros_like(median_depth))
 
 
 class MeshInTheLoop(Regularizer):

@@ -88,6 +88,9 @@ QUICK_CHANGES = dict(
     extract_steps=40,
     extract_labels_every=20,
     texture_res=256,
+    tsdf_resolution=128,
+    scene_resolution=64,
+    max_asset_faces=60_000,
     checkpoint_every=100,
     checkpoint_every_s=60.0,
     preview_every=50,
@@ -103,7 +106,7 @@ PRESETS["milo_tiny"] = dataclasses.replace(
     densify_refine_every=10, densify_reset_every=0, densify_max_gaussians=2000, reinit_step=20, sampling_step=30,
     sampling_factor=0.8, prune_step=45, depth_normal_start=30, mesh_start=46, num_pivots=4500, delaunay_every=20,
     sdf_reset_every=20, sdf_reset_stop=80, labels_every=10, extract_steps=20, extract_labels_every=10,
-    texture_res=64, background="random", eval_samples=20_000, checkpoint_every=50, checkpoint_every_s=0.0, preview_every=50, lpips=False, device="cpu",
+    texture_res=64, tsdf_resolution=64, scene_resolution=32, max_asset_faces=20_000, background="random", eval_samples=20_000, checkpoint_every=50, checkpoint_every_s=0.0, preview_every=50, lpips=False, device="cpu",
     chunk_elements=1 << 18)
 
 

@@ -124,6 +124,8 @@ def _mesh_problem(cfg: MiloConfig):
     from meshlift.shading.color import linear_to_srgb
 
     mesh = load_mesh(cfg.data)
+    if cfg.ref_scene == "ground":
+        return _ground_scene_problem(cfg, mesh)
     # rendered on the compute device (100 views at 512² took minutes on the CPU of a GPU run), kept on data_device
     ds = SyntheticDataset(mesh, n_train=cfg.ref_views, n_test=cfg.ref_test_views, resolution=cfg.train_res or 256,
                           seed=cfg.seed, background="black", device=resolve_device(cfg.device))
@@ -141,6 +143,26 @@ def _mesh_problem(cfg: MiloConfig):
     pb = SplatProblem(train=views("train"), test=views("test"), bounds=torch.tensor([[-1.0] * 3, [1.0] * 3]),
                       name=Path(cfg.data).name, world_to_normalized=ds.world_to_normalized)
     return pb, ds.mesh_normalized.to("cpu")
+
+
+def _ground_scene_problem(cfg: MiloConfig, mesh):
+    """``(SplatProblem, gt object mesh)`` of an unmasked synthetic capture of ``mesh`` (``ref_scene=ground``):
+    scene frame (+Y up, floor y = 0), no masks, the F-score box in ``eval_box``."""
+    from meshlift.data.synthetic_scene import make_synthetic_scene
+    from meshlift.methods.gaussians.views import STORE_DTYPE, SplatProblem, SplatViews
+
+    sc = make_synthetic_scene(mesh, n_train=cfg.ref_views, n_test=cfg.ref_test_views, resolution=cfg.train_res or 256,
+                              seed=cfg.seed, device=resolve_device(cfg.device))
+    dev = torch.device("cpu" if cfg.data_device == "auto" else cfg.data_device)
+
+    def views(split: str) -> SplatViews:
+        v = sc.views(split)
+        return SplatViews(v.world_to_camera, v.K, v.images.to(STORE_DTYPE).to(dev), None, list(v.names))
+
+    box = torch.stack([sc.eval_box_min.float(), sc.eval_box_max.float()])
+    pb = SplatProblem(train=views("train"), test=views("test"), bounds=sc.scene_bounds.float(), name=Path(cfg.data).name,
+                      world_to_normalized=sc.world_to_normalized, eval_box=box)
+    return pb, sc.gt_mesh.to("cpu")
 
 
 def oom_error(cfg: MiloConfig, where: str, n: int) -> OutOfMemoryError:
@@ -217,15 +239,30 @@ def _preview_writer(out: Optional[Path], problem, cfg: MiloConfig, device, train
         ours, target = render_views(params, problem.test, sh_degree=sh_degree, background=cfg.background,
                                     near=trainer.near, device=device, backend=cfg.splat_backend, indices=[0])
         bg = torch.ones(3) if cfg.background != "black" else torch.zeros(3)
-        if reg.active:
+        if getattr(reg, "active", False):
             v, f = reg.mesh(params, grad=False)
             mesh_img = render_mesh_views(Mesh(v.float(), f), problem.test, device, bg, indices=[0])[0]
-        else:
-            mesh_img = torch.full_like(ours[0], 0.5)
+        else:  # the tsdf path: the depth it will fuse, near = bright
+            mesh_img = _depth_preview(params, problem.test, cfg, device, trainer)
         img = side_by_side(side_by_side(ours[0], mesh_img), target[0])
         write_image(Path(out) / "images" / f"preview_{step:06d}.png", img)
 
     return write
+
+
+def _depth_preview(params: dict, views, cfg: MiloConfig, device, trainer) -> torch.Tensor:
+    """``[H, W, 3]`` grey image of the first view's surface depth (1/z normalised; empty pixels black)."""
+    from meshlift.methods.gaussians.views import SplatViews
+    from meshlift.methods.milo.tsdf_mesh import render_depths
+
+    first = SplatViews(views.world_to_camera[:1], views.K[:1], views.images[:1],
+                       None if views.alpha is None else views.alpha[:1], list(views.names[:1]))
+    d = render_depths(params, first, near=trainer.near,
+                      device=device, settings=trainer.settings, backend=cfg.splat_backend, depth=cfg.surface_depth,
+                      chunk_views=1)[0]
+    inv = torch.where(d > 0, 1.0 / d.clamp_min(1e-12), torch.zeros_like(d))
+    inv = inv / inv.max().clamp_min(1e-12)
+    return inv[..., None].expand(-1, -1, 3).contiguous()
 
 
 def _reinit_function(cfg: MiloConfig, problem, trainer, device):
@@ -265,9 +302,9 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
     """
     from meshlift.methods.gaussians import outputs
     from meshlift.methods.gaussians.config import densify_strategy
-    from meshlift.methods.gaussians.evaluate import eval_background, image_metrics, render_views
     from meshlift.methods.gaussians.reconstruct import check_out_dir
     from meshlift.methods.gaussians.trainer import GaussianTrainer
+    from meshlift.methods.gaussians.surface import SurfaceRegularizer
     from meshlift.methods.milo import extract
     from meshlift.methods.milo.mesh_in_loop import MeshInTheLoop
     from meshlift.methods.milo.strategy import MiloStrategy, importance_function
@@ -313,90 +350,52 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
         strategy.importance_fn = importance_function(problem.train, cfg.imp_metric, near=trainer.near,
                                                      device=device, settings=trainer.settings,
                                                      backend=cfg.splat_backend)
-        reg = MeshInTheLoop(cfg, problem, device, monitor=monitor, settings=trainer.settings, near=trainer.near)
+        tsdf = cfg.extract == "tsdf"
+        if tsdf:  # surface-aligned Gaussians; the mesh is fused from their depth after training
+            reg = SurfaceRegularizer(problem.scene_scale, flatten_weight=cfg.flatten_weight,
+                                     flatten_start=cfg.flatten_start, depth_normal_weight=cfg.depth_normal_weight,
+                                     depth_normal_start=cfg.depth_normal_start, depth=cfg.surface_depth)
+        else:
+            reg = MeshInTheLoop(cfg, problem, device, monitor=monitor, settings=trainer.settings, near=trainer.near)
         trainer.regularizer = reg
         trainer.preview = _preview_writer(out, problem, cfg, device, trainer, reg)
-        where = "training (Gaussians + mesh in the loop)"
-        costs = budget_costs(cfg, problem, device, reg, known_truth=gt_mesh is not None)
+        where = "training (surface-aligned Gaussians)" if tsdf else "training (Gaussians + mesh in the loop)"
+        costs = budget_costs(cfg, problem, device, None if tsdf else reg, known_truth=gt_mesh is not None)
         trainer.train(checkpoint=checkpoint, deadline=budget.deadline("train", costs))
         state = trainer.state
         where = "mesh extraction"
         t_ex = time.perf_counter()
-        if not reg.active:
-            monitor.log(f"the mesh was not in the loop yet (step {trainer.step} < mesh_start {cfg.mesh_start}); "
-                        "starting it for the extraction")
-            reg.start(trainer.step, trainer.params)
-        refine = extract.refine_occupancy(reg, trainer.params, cfg.extract_steps, cfg.extract_labels_every,
-                                          sampler=trainer.sampler, monitor=monitor, seed=cfg.seed,
-                                          deadline=budget.deadline("extract", costs))
-        mesh, mrep = extract.final_mesh(reg, trainer.params, keep_components=cfg.keep_components,
-                                        simplify=cfg.simplify, min_component_faces=cfg.min_component_faces)
-        monitor.log(f"mesh: {mrep['vertices']:,} vertices, {mrep['faces']:,} faces (raw {mrep['raw_faces']:,}); "
-                    "colouring and baking the albedo texture")
-        left = budget.t_start + cfg.time_budget_s - time.perf_counter() if cfg.time_budget_s > 0 else None
-        unwrap_cap = costs.unwrap_faces(mesh.num_faces, left)
-        unwrap_limit = costs.unwrap_time_limit(mesh.num_faces, left)
-        if mesh.num_faces > unwrap_cap:
-            monitor.log(f"unwrap: {mesh.num_faces:,} faces; decimated to {unwrap_cap:,} before xatlas ("
-                        + (f"{left:.0f} s of the time budget left" if left is not None else "its face cap") + ")")
-        colored, textured, crep = extract.texture_mesh(
-            mesh, problem.train, device, tol=cfg.color_depth_tol * problem.scene_scale,
-            texture_res=cfg.texture_res, chunk_views=cfg.mesh_chunk_views, max_fragments=cfg.max_fragments or None,
-            max_unwrap_faces=unwrap_cap, unwrap_time_s=unwrap_limit)
-        crep["unwrap_face_cap"] = int(unwrap_cap)
-        if crep.get("unwrap_method") == "face_atlas":
-            monitor.log(f"unwrap: xatlas did not finish within {unwrap_limit:.0f} s; the texture uses a per-face "
-                        "atlas (raise time_budget_s, or --simplify, for xatlas charts)")
+        if tsdf:
+            from meshlift.methods.milo.tsdf_mesh import extract_assets
+
+            product = extract_assets(cfg, trainer, problem, device, monitor, costs=costs, budget=budget,
+                                     mesh_input=gt_mesh is not None and problem.eval_box is None)
+        else:
+            product = _delaunay_assets(cfg, trainer, problem, device, monitor, reg, costs, budget)
         state.timings["extract_s"] = time.perf_counter() - t_ex
         reg.close()
-
         where = "evaluation"
-        t_eval = time.perf_counter()
-        ours, targets = render_views(trainer.params, problem.test, sh_degree=trainer.eval_sh_degree,
-                                     background=cfg.background, near=trainer.near, device=device,
-                                     settings=trainer.settings, backend=cfg.splat_backend)
-        gauss = image_metrics(ours, targets, with_lpips=cfg.lpips)
-        bg = torch.ones(3) if eval_background(cfg.background) == "white" else torch.zeros(3)
-        mesh_imgs = render_mesh_views(textured, problem.test, device, bg)
-        mesh_m = image_metrics(mesh_imgs, targets, with_lpips=cfg.lpips)
-        metrics = {
-            "method": "milo",
-            "mesh_psnr": mesh_m["psnr"], "mesh_ssim": mesh_m["ssim"], "mesh_lpips": mesh_m["lpips"],
-            "gaussian_psnr": gauss["psnr"], "gaussian_ssim": gauss["ssim"], "gaussian_lpips": gauss["lpips"],
-            "mesh_psnr_per_view": mesh_m["psnr_per_view"], "gaussian_psnr_per_view": gauss["psnr_per_view"],
-            "vertices": mrep["vertices"], "faces": mrep["faces"], "mesh_report": {**mrep, **crep},
-            "refinement": refine, "background": eval_background(cfg.background),
-            "test_views": len(problem.test), "resolution": [problem.train.width, problem.train.height],
-            "gaussians": trainer.num_gaussians, "mesh_gaussians": int(reg.idx.numel()),
-            "pivots": int(9 * reg.idx.numel()), "tets": int(reg.tets.shape[0]),
-            "triangulations": reg.triangulations,
-            "steps": trainer.step, "steps_configured": cfg.steps, "scene_scale": trainer.scene_scale,
-            "frame": "normalised frame of the mesh" if gt_mesh is not None else "dataset world frame",
-            "nan_recoveries": trainer.recoveries, "device": str(device), "splat_backend": cfg.splat_backend,
-            "strategy_events": [list(e) for e in strategy.events],
-        }
-        if gt_mesh is not None:
-            from meshlift.metrics.geometry import mesh_metrics
-
-            g = mesh_metrics(mesh, gt_mesh, threshold_frac=0.01, n_samples=cfg.eval_samples)
-            metrics.update({"chamfer_l1": g["chamfer_l1"], "fscore": g["fscore"], "precision": g["precision"],
-                            "recall": g["recall"], "normal_consistency": g["normal_consistency"],
-                            "fscore_threshold": g["threshold"]})
-        state.timings["eval_s"] = time.perf_counter() - t_eval
+        metrics, ours, targets, mesh_imgs = _evaluate(cfg, trainer, problem, device, strategy, product, gt_mesh)
+        state.timings["eval_s"] = time.perf_counter() - metrics.pop("_t_eval")
         state.timings["total_s"] = time.perf_counter() - budget.t_start
         metrics["timings"] = dict(state.timings)
         metrics["wall_time_s"] = state.timings["total_s"]
         metrics["peak_gpu_memory_gb"] = _peak_gpu_gb(device)
         gaussians = trainer.gaussians()
+        colored, textured, scene_colored = product.colored, product.textured, product.scene_colored
         if gt_mesh is not None:  # a mesh input trains in its normalised frame: export in the input's frame
-            colored, textured, gaussians = _to_input_frame((colored, textured, gaussians),
-                                                           problem.world_to_normalized)
+            colored, textured, scene_colored, gaussians = _to_input_frame(
+                (colored, textured, scene_colored, gaussians), problem.world_to_normalized)
             metrics["frame"] = ("exported mesh, PLY and Gaussians in the input mesh's frame; Chamfer-L1 in its "
                                 "normalised frame (longest side 2)")
         files: dict = {}
         if out is not None:
             where = "export"
             files = extract.write_meshes(out, colored, textured)
+            if scene_colored is not None:
+                from meshlift.io.mesh import save_mesh
+
+                files["scene_mesh_ply"] = save_mesh(out / "scene_mesh.ply", scene_colored)[0]
             if cfg.render_test:
                 from meshlift.methods.gaussians.outputs import _write_png_atomic
 
@@ -424,6 +423,85 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
         if warmup is not None:
             warmup.close()
     return MiloResult(textured, gaussians, metrics, out, files, list(state.history))
+
+
+def _delaunay_assets(cfg: MiloConfig, trainer, problem, device, monitor, reg, costs, budget):
+    """MILo's extraction (``extract=delaunay``): occupancy refinement, marching tets, cleaning, colours, texture."""
+    from meshlift.methods.milo import extract
+
+    if not reg.active:
+        monitor.log(f"the mesh was not in the loop yet (step {trainer.step} < mesh_start {cfg.mesh_start}); "
+                    "starting it for the extraction")
+        reg.start(trainer.step, trainer.params)
+    refine = extract.refine_occupancy(reg, trainer.params, cfg.extract_steps, cfg.extract_labels_every,
+                                      sampler=trainer.sampler, monitor=monitor, seed=cfg.seed,
+                                      deadline=budget.deadline("extract", costs))
+    mesh, mrep = extract.final_mesh(reg, trainer.params, keep_components=cfg.keep_components,
+                                    simplify=cfg.simplify, min_component_faces=cfg.min_component_faces)
+    monitor.log(f"mesh: {mrep['vertices']:,} vertices, {mrep['faces']:,} faces (raw {mrep['raw_faces']:,}); "
+                "colouring and baking the albedo texture")
+    colored, textured, crep = extract.color_and_texture(cfg, mesh, problem, device, monitor, costs, budget)
+    extra = {"refinement": refine, "mesh_gaussians": int(reg.idx.numel()), "pivots": int(9 * reg.idx.numel()),
+             "tets": int(reg.tets.shape[0]), "triangulations": reg.triangulations}
+    return extract.MeshProduct(colored, textured, textured, mesh, {**mrep, **crep}, extra)
+
+
+#: A mesh render this far (dB) below the Gaussians' at the same views is reported as a warning.
+MESH_PSNR_WARN_DB = 3.0
+
+
+def _evaluate(cfg: MiloConfig, trainer, problem, device, strategy, product, gt_mesh) -> tuple:
+    """``(metrics, gaussian renders, targets, mesh renders)`` of the test views (module docstring, step 5)."""
+    from meshlift.methods.gaussians.evaluate import eval_background, image_metrics, render_views
+
+    t_eval = time.perf_counter()
+    ours, targets = render_views(trainer.params, problem.test, sh_degree=trainer.eval_sh_degree,
+                                 background=cfg.background, near=trainer.near, device=device,
+                                 settings=trainer.settings, backend=cfg.splat_backend)
+    gauss = image_metrics(ours, targets, with_lpips=cfg.lpips)
+    bg = torch.ones(3) if eval_background(cfg.background) == "white" else torch.zeros(3)
+    mesh_imgs = render_mesh_views(product.eval_mesh, problem.test, device, bg)
+    mesh_m = image_metrics(mesh_imgs, targets, with_lpips=cfg.lpips)
+    rep = product.report
+    metrics = {
+        "method": "milo", "extract": cfg.extract,
+        "mesh_psnr": mesh_m["psnr"], "mesh_ssim": mesh_m["ssim"], "mesh_lpips": mesh_m["lpips"],
+        "gaussian_psnr": gauss["psnr"], "gaussian_ssim": gauss["ssim"], "gaussian_lpips": gauss["lpips"],
+        "mesh_psnr_per_view": mesh_m["psnr_per_view"], "gaussian_psnr_per_view": gauss["psnr_per_view"],
+        "mesh_evaluated": "whole-scene mesh (vertex colours)" if product.scene_colored is not None
+        and product.eval_mesh is product.scene_colored else "the asset (baked albedo texture)",
+        "vertices": int(product.colored.v_pos.shape[0]), "faces": int(product.colored.num_faces),
+        "mesh_report": rep, "background": eval_background(cfg.background),
+        "test_views": len(problem.test), "resolution": [problem.train.width, problem.train.height],
+        "gaussians": trainer.num_gaussians, "mesh_gaussians": 0, "pivots": 0, "tets": 0, "triangulations": 0,
+        "refinement": None,
+        "steps": trainer.step, "steps_configured": cfg.steps, "scene_scale": trainer.scene_scale,
+        "frame": "normalised frame of the mesh" if gt_mesh is not None else "dataset world frame",
+        "nan_recoveries": trainer.recoveries, "device": str(device), "splat_backend": cfg.splat_backend,
+        "strategy_events": [list(e) for e in strategy.events], "warnings": [],
+    }
+    metrics.update(product.extra)
+    if product.scene_colored is not None:
+        metrics["scene_vertices"] = int(product.scene_colored.v_pos.shape[0])
+        metrics["scene_faces"] = int(product.scene_colored.num_faces)
+    gap = (gauss["psnr"] or 0.0) - (mesh_m["psnr"] or 0.0)
+    if gauss["psnr"] is not None and mesh_m["psnr"] is not None and gap > MESH_PSNR_WARN_DB:
+        metrics["warnings"].append(
+            f"the mesh renders {gap:.1f} dB below the Gaussians at the test views ({mesh_m['psnr']:.2f} vs "
+            f"{gauss['psnr']:.2f} dB): the surface was not recovered well; look at mesh_renders/ and try "
+            + ("--set extract=tsdf" if cfg.extract == "delaunay" else "more steps, a larger tsdf_trunc_voxels, "
+               "or region=object with --bbox"))
+    if gt_mesh is not None:
+        from meshlift.metrics.geometry import mesh_metrics
+
+        box = product.extra.get("eval_box")  # an object in an unmasked scene: both sides cut to its box
+        g = mesh_metrics(product.geometry, gt_mesh, threshold_frac=0.01, n_samples=cfg.eval_samples,
+                         crop_box=None if box is None else (box[0], box[1]))
+        metrics.update({"chamfer_l1": g["chamfer_l1"], "fscore": g["fscore"], "precision": g["precision"],
+                        "recall": g["recall"], "normal_consistency": g["normal_consistency"],
+                        "fscore_threshold": g["threshold"]})
+    metrics["_t_eval"] = t_eval
+    return metrics, ours, targets, mesh_imgs
 
 
 def _to_input_frame(items: tuple, world_to_normalized: torch.Tensor) -> tuple:
@@ -465,8 +543,13 @@ def summary_lines(result: MiloResult) -> list[str]:
              f"  LPIPS {'off (lpips=false)' if m['mesh_lpips'] is None else f(m['mesh_lpips'], '.4f')}"
              f"   [bold]Gaussian PSNR[/bold] {f(m['gaussian_psnr'], '.2f')} dB"
              f"   ({m['test_views']} views on {m['background']})",
-             f"{m['vertices']:,} vertices, {m['faces']:,} faces from {m['pivots']:,} pivots; {m['gaussians']:,} "
-             f"Gaussians, {m['steps']} steps, {m['triangulations']} Delaunay runs"]
+             (f"{m['vertices']:,} vertices, {m['faces']:,} faces from {m['pivots']:,} pivots; {m['gaussians']:,} "
+              f"Gaussians, {m['steps']} steps, {m['triangulations']} Delaunay runs" if m.get("extract") != "tsdf" else
+              f"asset {m['vertices']:,} vertices, {m['faces']:,} faces"
+              + (f" (whole scene {m['scene_faces']:,} faces)" if m.get("scene_faces") else "")
+              + f"; {m['gaussians']:,} Gaussians, {m['steps']} steps; mesh by TSDF fusion")]
+    for w in m.get("warnings", []):
+        lines.append(f"[bold red]warning[/bold red] {w}")
     if m.get("fscore") is not None:
         lines.append(f"[bold]F-score[/bold] (1% of bbox diagonal) {m['fscore']:.4f}   Chamfer-L1 "
                      f"{f(m['chamfer_l1'], '.5f')}")

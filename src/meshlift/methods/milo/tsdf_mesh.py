@@ -1,0 +1,311 @@
+"""``extract=tsdf``: the mesh of surface-aligned Gaussians by truncated-SDF fusion of their rendered depth.
+
+Why (measured, docs/results.md "MILo on real captures"): on a real, unmasked capture MILo's Delaunay mesh
+(pivots of the Gaussians, a learned occupancy, marching tets) rendered 11 dB where its own Gaussians
+rendered 22.6 dB — a shard field of large spiky triangles — because its occupancy is only constrained where
+pivots are, and the background of a room gives pivots everywhere. The extraction 2DGS, GOF and PGSR use is
+robust to that: every training view's depth votes for free space in front of the surface and for the
+surface itself, and a surface is only made where views agree. The steps:
+
+1. **Surface-aligned Gaussians** during training (:class:`~meshlift.methods.gaussians.surface.SurfaceRegularizer`):
+   flat Gaussians (PGSR's scale loss), their unbiased plane depth and depth-normal consistency, so the depth
+   lies on the surface rather than inside it.
+2. **Depth maps** of the trained Gaussians at every training view (:func:`render_depths`): the plane depth
+   (or median depth) where the pixel is opaque (alpha > 0.5), else empty. Kept on the CPU (4 bytes a pixel)
+   and streamed to the device in chunks of ``chunk_views``.
+3. **The region** (:func:`fusion_region`): for a bounded input (a mesh's rendered views) the object box; for
+   a capture, the region of interest (explicit ``bbox``, else :func:`meshlift.data.roi.auto_roi`: where the
+   cameras look, refined by the SfM points) at full resolution and the rest of space contracted into a
+   shell around it (mip-NeRF 360's contraction), so the room is kept at a resolution that falls off with
+   distance (``region=scene``); or the region of interest alone (``region=object``).
+4. **Fusion + extraction** (:func:`meshlift.isosurface.sparse_grid.extract_tsdf_mesh`): a sparse, coarse-to-fine voxel
+   grid (memory grows with the surface area), corners seen by fewer than ``tsdf_min_views`` views are
+   unknown, marching tets on the active cells.
+5. **Cleaning**: faces outside every training frustum and small components are dropped
+   (:func:`meshlift.methods.milo.extract.in_any_frustum`, :func:`meshlift.mesh.clean.clean_mesh`).
+6. **The asset** (:func:`object_asset`): the whole-scene mesh cut to the region of interest, closed at the cut
+   (:func:`meshlift.mesh.crop.crop_mesh`), optionally without the support plane it stands on.
+
+Nothing here prints; progress goes to the monitor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import torch
+
+__all__ = ["FREE_SPACE_DEPTH", "SCENE_MAX_RADIUS", "FusionRegion", "decimated", "extract_assets", "fused_mesh",
+           "fusion_region", "object_asset", "render_depths", "surface_depths", "vertex_colors"]
+
+
+#: The whole-scene mesh keeps what lies within this many half-sizes of the region of interest around it (L-inf):
+#: the contraction's far rim (up to ~100 half-sizes at 512³) holds only a few large, unreliable triangles.
+SCENE_MAX_RADIUS = 16.0
+
+#: Depth (× scene_scale) given to pixels outside a view's mask: the whole ray in front of it is free space,
+#: so the fusion carves the visual hull (used only when the views have masks / alpha).
+FREE_SPACE_DEPTH = 1e4
+
+
+@dataclasses.dataclass
+class FusionRegion:
+    """Where the TSDF grid lies: an axis-aligned box (world units) and whether space beyond it is contracted."""
+
+    box_min: torch.Tensor
+    """``[3]`` float64 world corner of the full-resolution box."""
+    box_max: torch.Tensor
+    """``[3]`` float64 opposite corner."""
+    contract: bool
+    """True: the grid spans the contracted cube [-2, 2]³ around the box (everything the cameras see)."""
+    roi: object = None
+    """The :class:`meshlift.data.roi.RegionOfInterest` the box came from (None for a mesh input)."""
+    kind: str = "object"
+    """``object`` or ``scene``."""
+
+    def to_dict(self) -> dict:
+        from meshlift.data.roi import roi_to_dict
+
+        return {"box_min": [float(x) for x in self.box_min], "box_max": [float(x) for x in self.box_max],
+                "contract": bool(self.contract), "kind": self.kind,
+                "roi": None if self.roi is None else roi_to_dict(self.roi)}
+
+
+@torch.no_grad()
+def render_depths(params: dict, views, *, near: float, device: torch.device, settings, backend: str,
+                  depth: str = "plane", chunk_views: int = 4) -> torch.Tensor:
+    """``[V, H, W]`` float32 CPU depth maps (camera z; 0 = empty) of the Gaussians ``params`` at ``views``.
+
+    ``depth``: a key of :data:`~meshlift.methods.gaussians.surface.DEPTH_OUTPUTS`; a pixel is empty where the render is not
+    opaque (alpha <= 0.5, :func:`~meshlift.methods.gaussians.surface.surface_depth`).
+    """
+    from meshlift.methods.gaussians.surface import DEPTH_OUTPUTS, surface_depth
+    from meshlift.methods.gaussians.trainer import render_params
+
+    key = DEPTH_OUTPUTS[depth]
+    st = dataclasses.replace(settings, outputs=(key,))
+    bg = torch.zeros(3, device=device)
+    out = torch.zeros(len(views), views.height, views.width, dtype=torch.float32)
+    for s in range(0, len(views), chunk_views):
+        idx = torch.arange(s, min(s + chunk_views, len(views)))
+        b = views.batch(idx, device)
+        _, alpha, info = render_params(params, b, 0, bg, near, st, backend)
+        out[s:s + len(idx)] = surface_depth(info[key], alpha)[..., 0].float().cpu()
+    return out
+
+
+def _camera_centres(world_to_camera: torch.Tensor) -> torch.Tensor:
+    R = world_to_camera[:, :3, :3].double()
+    t = world_to_camera[:, :3, 3].double()
+    return -(R.transpose(-1, -2) @ t[..., None])[..., 0]
+
+
+def fusion_region(cfg, problem, *, mesh_input: bool) -> FusionRegion:
+    """The :class:`FusionRegion` of ``cfg.region`` (module docstring, step 3).
+
+    Raises:
+        ConfigError: a bad ``bbox``; DatasetError: no region of interest could be found from the cameras.
+    """
+    from meshlift.data.roi import auto_roi, parse_bbox
+
+    kind = cfg.region if cfg.region != "auto" else ("object" if mesh_input else "scene")
+    if mesh_input and not cfg.bbox:
+        lo, hi = problem.bounds[0].double(), problem.bounds[1].double()
+        pad = 0.05 * (hi - lo)
+        return FusionRegion(lo - pad, hi + pad, contract=kind == "scene", roi=None, kind=kind)
+    tr = problem.train
+    if cfg.bbox:
+        roi = parse_bbox(cfg.bbox)
+    else:
+        roi = auto_roi(tr.world_to_camera, tr.K, tr.width, tr.height, points=problem.points)
+    lo, hi = (t.double() for t in roi.world_aabb())
+    if kind == "scene":  # a cube around the region of interest: the contraction's inner box
+        c, half = 0.5 * (lo + hi), 0.5 * float((hi - lo).max())
+        lo, hi = c - half, c + half
+    return FusionRegion(lo, hi, contract=kind == "scene", roi=roi, kind=kind)
+
+
+def surface_depths(cfg, params: dict, problem, *, near: float, device: torch.device, settings, monitor) -> tuple:
+    """Step 2: ``(depths [V, H, W] CPU, coverage)`` of the training views; with masks, pixels outside the
+    object are free space (:data:`FREE_SPACE_DEPTH`).
+
+    Raises:
+        MeshError: the Gaussians render no opaque pixel at all (nothing to fuse).
+    """
+    from meshlift.errors import MeshError
+
+    tr = problem.train
+    monitor.log(f"tsdf: rendering the {cfg.surface_depth} depth of {len(tr)} training views")
+    depths = render_depths(params, tr, near=near, device=device, settings=settings, backend=cfg.splat_backend,
+                           depth=cfg.surface_depth, chunk_views=max(1, cfg.mesh_chunk_views // 2))
+    coverage = float((depths > 0).float().mean())
+    if coverage == 0.0:
+        raise MeshError("milo tsdf extraction: the Gaussians render no opaque pixel in any training view, so "
+                        "there is no depth to fuse; check the training log (did it diverge?) and the cameras "
+                        "(meshlift inspect)")
+    if tr.alpha is not None:  # masks: a pixel outside the object is free space all along its ray
+        for s in range(0, len(tr), 16):
+            a = tr.alpha[s:s + 16, ..., 0].float().cpu()
+            depths[s:s + 16][a < 0.5] = FREE_SPACE_DEPTH * problem.scene_scale
+    return depths, coverage
+
+
+def fused_mesh(cfg, depths: torch.Tensor, problem, region: FusionRegion, resolution: int, *, near: float,
+               device: torch.device, monitor) -> tuple:
+    """Steps 4 and 5 of the module docstring: ``(Mesh, report)`` in the training frame from the depth maps.
+
+    Raises:
+        MeshError: no surface was found (the message names the cause and the knobs).
+    """
+    from meshlift.errors import MeshError
+    from meshlift.isosurface.sparse_grid import extract_tsdf_mesh
+    from meshlift.mesh.clean import clean_mesh, drop_small_components
+    from meshlift.methods.milo.extract import in_any_frustum
+    from meshlift.structures.mesh import Mesh
+
+    t0 = time.perf_counter()
+    tr = problem.train
+    chunk = max(1, cfg.mesh_chunk_views)
+
+    def source():
+        for s in range(0, len(tr), chunk):
+            idx = torch.arange(s, min(s + chunk, len(tr)))
+            yield (depths[s:s + len(idx)].to(device), tr.world_to_camera[idx].to(device), tr.K[idx].to(device), None)
+
+    monitor.log(f"tsdf: fusing into a sparse grid of {resolution}³ over the "
+                f"{'region of interest, the rest of the scene contracted around it' if region.contract else 'region'}")
+    v, f, rep = extract_tsdf_mesh(source, region.box_min.to(device), region.box_max.to(device), resolution,
+                                  trunc_voxels=cfg.tsdf_trunc_voxels, contract=region.contract,
+                                  min_weight=cfg.tsdf_min_views, chunk_elements=cfg.chunk_elements)
+    report: dict = {"region": region.to_dict(), "resolution": int(resolution),
+                    "fusion": {k: val for k, val in rep.items() if isinstance(val, (int, float, str, list, dict))},
+                    "fusion_s": time.perf_counter() - t0, "raw_vertices": int(v.shape[0]), "raw_faces": int(f.shape[0])}
+    if f.shape[0] == 0:
+        where = "region of interest (bbox)" if region.kind == "object" else "scene"
+        raise MeshError(f"milo tsdf extraction: no surface in the {where}: the training views' depths do not "
+                        f"agree on one (too few views or too little overlap?). Try a larger tsdf_trunc_voxels (now "
+                        f"{cfg.tsdf_trunc_voxels}), more steps, region=scene, or check --bbox")
+    if region.contract:  # drop what lies beyond SCENE_MAX_RADIUS box half-sizes (the contraction's far rim)
+        c = 0.5 * (region.box_min + region.box_max).to(v)
+        half = 0.5 * float((region.box_max - region.box_min).max())
+        near_enough = ((v - c).abs().amax(-1) <= SCENE_MAX_RADIUS * half)
+        f = f[near_enough[f].all(dim=1)]
+    seen = in_any_frustum(v, tr, near)
+    n0 = int(f.shape[0])
+    f = f[seen[f].all(dim=1)]
+    report["culled_faces"] = report["raw_faces"] - int(f.shape[0])
+    report["frustum_culled_faces"] = n0 - int(f.shape[0])
+    mesh, crep = clean_mesh(Mesh(v.float().cpu(), f.long().cpu()), keep_components=cfg.keep_components)
+    report["clean"] = {k: val for k, val in vars(crep).items() if isinstance(val, (int, float, str, list))}
+    mesh, report["small_fragment_faces"] = drop_small_components(mesh, cfg.min_component_faces)
+    if mesh.num_faces == 0:
+        raise MeshError("milo tsdf extraction: every face was removed by cleaning (only small fragments); lower "
+                        "keep_components / min_component_faces or train longer")
+    report["vertices"], report["faces"] = int(mesh.v_pos.shape[0]), int(mesh.num_faces)
+    report["seconds"] = time.perf_counter() - t0
+    monitor.log(f"tsdf mesh: {report['vertices']:,} vertices, {report['faces']:,} faces (raw {report['raw_faces']:,}) "
+                f"in {report['seconds']:.1f} s")
+    return mesh, report
+
+
+def decimated(mesh, max_faces: int, monitor):
+    """``(mesh, report)``: ``mesh`` decimated to at most ``max_faces`` faces (quadrics; 0 keeps it)."""
+    if max_faces <= 0 or mesh.num_faces <= max_faces:
+        return mesh, None
+    from meshlift.mesh.simplify import simplify_mesh
+
+    t0 = time.perf_counter()
+    out, info = simplify_mesh(mesh, max_faces, keep_uv=False)
+    monitor.log(f"asset: decimated {mesh.num_faces:,} -> {out.num_faces:,} faces (max_asset_faces)")
+    return out, {k: v for k, v in info.items() if isinstance(v, (int, float, str))} | {"seconds": time.perf_counter() - t0}
+
+
+def object_asset(mesh, region: FusionRegion, *, monitor) -> tuple:
+    """Step 6: ``(Mesh, report)`` — ``mesh`` cut to the region of interest and closed at the cut.
+
+    Raises:
+        MeshError: nothing of the mesh lies in the region of interest (the message names ``--bbox``).
+    """
+    from meshlift.errors import MeshError
+    from meshlift.mesh.crop import crop_mesh
+
+    roi = region.roi
+    cut, rep = crop_mesh(mesh, roi.box_min, roi.box_max, cap=True, rotation=roi.rotation)
+    if cut.num_faces == 0:
+        lo, hi = roi.world_aabb()
+        raise MeshError(f"milo: the region of interest (world box {[round(float(x), 3) for x in lo]} .. "
+                        f"{[round(float(x), 3) for x in hi]}) "
+                        f"({roi.source}) holds no part of the mesh; give the object's box with --bbox "
+                        "x0,y0,z0,x1,y1,z1, or --set object_asset=false to export the whole scene")
+    monitor.log(f"asset: the mesh cut to the region of interest ({roi.source}): {cut.num_faces:,} of "
+                f"{mesh.num_faces:,} faces")
+    rep = vars(rep) if not isinstance(rep, dict) else rep
+    return cut, {k: v for k, v in rep.items() if isinstance(v, (int, float, str, list, dict, bool))}
+
+
+def vertex_colors(cfg, mesh, problem, device) -> tuple:
+    """``(mesh with linear v_color, report)``: depth-tested fusion of the training images at the vertices
+    (:func:`meshlift.methods.milo.extract.fuse_colors`; no UVs, no texture: for the whole-scene mesh)."""
+    from meshlift.methods.milo.extract import fuse_colors, mesh_depth_all
+    from meshlift.shading.color import srgb_to_linear
+
+    t0 = time.perf_counter()
+    depth = mesh_depth_all(mesh, problem.train, device, chunk_views=cfg.mesh_chunk_views,
+                           max_fragments=cfg.max_fragments or None)
+    rgb, n = fuse_colors(mesh.v_pos.to(device), problem.train, depth, tol=cfg.color_depth_tol * problem.scene_scale)
+    colored = dataclasses.replace(mesh, v_color=srgb_to_linear(rgb).clamp(0, 1).cpu())
+    return colored, {"vertices_seen_frac": float((n > 0).float().mean()), "color_s": time.perf_counter() - t0}
+
+
+def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, costs, budget, mesh_input: bool):
+    """The ``extract=tsdf`` path end to end: ``MeshProduct`` for the evaluation and the export.
+
+    A mesh input (its rendered views): one fusion over the object's box at ``tsdf_resolution``; that mesh is
+    scored, and (decimated to ``max_asset_faces``, coloured, textured) it is the asset.
+    A capture (``region=scene``, the default): the **whole-scene** mesh (the region of interest at
+    ``scene_resolution``, the rest contracted around it; vertex colours, ``scene_mesh.ply``) is rendered for
+    ``mesh_psnr``; the **asset** is a second fusion over the region of interest alone at ``tsdf_resolution``,
+    cut to it and closed (:func:`object_asset`), decimated, coloured and textured. ``region=object``: only the
+    second. A known truth in an unmasked scene (``ref_scene=ground``) is scored on the asset's fusion, both
+    cut to the object's box.
+    """
+    import dataclasses as dc
+
+    from meshlift.methods.milo.extract import MeshProduct, color_and_texture
+
+    depths, coverage = surface_depths(cfg, trainer.params, problem, near=trainer.near, device=device,
+                                      settings=trainer.settings, monitor=monitor)
+    kw = dict(near=trainer.near, device=device, monitor=monitor)
+    rep: dict = {"depth": cfg.surface_depth, "depth_coverage": coverage}
+    extra: dict = {}
+    eval_box = getattr(problem, "eval_box", None)
+    if eval_box is not None:
+        extra["eval_box"] = [[float(x) for x in eval_box[0]], [float(x) for x in eval_box[1]]]
+    if mesh_input and eval_box is None:
+        region = fusion_region(cfg, problem, mesh_input=True)
+        mesh, rep["object"] = fused_mesh(cfg, depths, problem, region, cfg.tsdf_resolution, **kw)
+        extra["region"] = region.to_dict()
+        asset, rep["decimate"] = decimated(mesh, cfg.max_asset_faces, monitor)
+        colored, textured, crep = color_and_texture(cfg, asset, problem, device, monitor, costs, budget)
+        return MeshProduct(colored, textured, textured, mesh, {**rep, **crep}, extra)
+    scene_colored = None
+    kind = cfg.region if cfg.region != "auto" else "scene"
+    obj_region = fusion_region(dc.replace(cfg, region="object"), problem, mesh_input=False)
+    extra["region"] = obj_region.to_dict()
+    if kind == "scene":
+        region = fusion_region(dc.replace(cfg, region="scene"), problem, mesh_input=False)
+        scene, rep["scene"] = fused_mesh(cfg, depths, problem, region, cfg.scene_resolution, **kw)
+        scene_colored, rep["scene_colors"] = vertex_colors(cfg, scene, problem, device)
+    if cfg.object_asset:
+        lo, hi = obj_region.box_min, obj_region.box_max
+        pad = 0.02 * (hi - lo)  # fuse a little beyond the box so the cut is clean
+        padded = FusionRegion(lo - pad, hi + pad, contract=False, roi=obj_region.roi, kind="object")
+        obj, rep["object"] = fused_mesh(cfg, depths, problem, padded, cfg.tsdf_resolution, **kw)
+        asset, rep["crop"] = object_asset(obj, obj_region, monitor=monitor)
+        geometry = obj
+    else:
+        asset = geometry = scene
+    asset, rep["decimate"] = decimated(asset, cfg.max_asset_faces, monitor)
+    colored, textured, crep = color_and_texture(cfg, asset, problem, device, monitor, costs, budget)
+    eval_mesh = scene_colored if scene_colored is not None else textured
+    return MeshProduct(colored, textured, eval_mesh, geometry, {**rep, **crep}, extra, scene_colored=scene_colored)

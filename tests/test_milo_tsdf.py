@@ -1,0 +1,150 @@
+"""MILo's ``extract=tsdf`` path: surface-aligned Gaussians, fusion of their depth, the scene and object meshes.
+
+Micro runs on tiny scenes (CPU, seconds): the object path (a masked sphere), a capture path (the unmasked
+synthetic scene: floor + environment, region of interest found from the cameras), and the fusion of the
+*true* depth of the synthetic scene scored in the object's box (the generator, the fusion, the region of
+interest and the evaluation box together, with no training noise).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from meshlift.errors import ConfigError, MeshError
+from meshlift.methods.engine import Monitor
+from meshlift.methods.gaussians.surface import SurfaceRegularizer, depth_normal_loss, flatten_loss
+from meshlift.methods.milo.config import apply_dict
+from meshlift.methods.milo.presets import get_preset
+from meshlift.methods.milo.reconstruct import reconstruct
+
+from _milo_scene import sphere_mesh, sphere_problem
+
+
+def _tiny(**kw):
+    base = dataclasses.replace(get_preset("milo_tiny"), steps=30, num_random=300, densify_refine_start=5,
+                               densify_refine_every=5, densify_refine_stop=15, reinit_step=0, sampling_step=0,
+                               prune_step=0, depth_normal_start=10, mesh_start=1000, texture_res=32,
+                               eval_samples=3000, checkpoint_every=0, preview_every=15, render_test=True,
+                               tsdf_resolution=32, scene_resolution=16, max_asset_faces=3000)
+    return dataclasses.replace(base, **kw)
+
+
+def test_config_fields_and_validation():
+    cfg = get_preset("verylowres")
+    assert cfg.extract == "tsdf" and cfg.surface_depth == "median"
+    for field, bad in (("extract", "poisson"), ("surface_depth", "mean"), ("region", "room"),
+                       ("tsdf_resolution", "300"), ("scene_resolution", "8"), ("tsdf_trunc_voxels", "0.5"),
+                       ("ref_scene", "table"), ("bbox", "1,2,3"), ("bbox", "0,0,0,1,1,x")):
+        with pytest.raises(ConfigError, match=field if field != "bbox" else "--bbox|bbox"):
+            apply_dict(cfg, {field: bad})
+    ok = apply_dict(cfg, {"bbox": "-1,-1,0,1,1,2", "extract": "delaunay", "tsdf_resolution": "1024"})
+    assert ok.bbox == "-1,-1,0,1,1,2" and ok.extract == "delaunay" and ok.tsdf_resolution == 1024
+
+
+def test_flatten_and_depth_normal_terms():
+    log_scales = torch.log(torch.tensor([[0.1, 0.2, 0.01], [0.3, 0.05, 0.4]]))
+    assert math.isclose(float(flatten_loss(log_scales, 2.0)), (0.01 + 0.05) / 2 / 2.0, rel_tol=1e-6)
+    assert float(flatten_loss(torch.zeros(0, 3), 1.0)) == 0.0
+    # a tilted plane's depth and its true normal: zero loss; a wrong normal: positive
+    W, H = 20, 16
+    K = torch.tensor([[[20.0, 0, W / 2], [0, 20.0, H / 2], [0, 0, 1]]])
+    w2c = torch.eye(4)[None]
+    jj = (torch.arange(W) + 0.5 - W / 2) / 20.0
+    depth = (2.0 / (1 - 0.5 * jj))[None, None, :, None].expand(1, H, W, 1).contiguous()
+    n = torch.nn.functional.normalize(torch.tensor([0.5, 0.0, -1.0]), dim=0).expand(1, H, W, 3)
+    assert float(depth_normal_loss(n, depth, K, w2c)) < 1e-5
+    assert float(depth_normal_loss(torch.tensor([0.0, 0.0, -1.0]).expand(1, H, W, 3), depth, K, w2c)) > 1e-2
+    reg = SurfaceRegularizer(1.0, depth_normal_start=5, depth="median_plane")
+    assert reg.render_outputs(4) == () and reg.render_outputs(5) == ("normal", "median_plane_depth")
+    with pytest.raises(ConfigError):
+        SurfaceRegularizer(1.0, depth="blended")
+
+
+@pytest.fixture(scope="module")
+def sphere():
+    return sphere_problem(size=24, n_train=10, n_test=2)
+
+
+def test_object_run_writes_a_scored_textured_asset(sphere, tmp_path):
+    problem, gt = sphere
+    r = reconstruct(_tiny(), tmp_path / "run", problem=problem, gt_mesh=gt)
+    m = r.metrics
+    assert m["extract"] == "tsdf" and m["steps"] == 30 and m["pivots"] == 0
+    assert m["faces"] > 0 and m["fscore"] is not None and m["mesh_psnr"] is not None
+    assert m["mesh_report"]["object"]["resolution"] == 32 and m["region"]["kind"] == "object"
+    assert m["faces"] <= 3000  # max_asset_faces
+    for name in ("mesh.glb", "mesh.obj", "mesh.ply", "metrics.json", "point_cloud.ply"):
+        assert (tmp_path / "run" / name).is_file(), name
+    assert not (tmp_path / "run" / "scene_mesh.ply").exists()  # an object input has no whole scene
+    # the flattening acted: the (isotropic at initialisation) Gaussians lean towards discs
+    s = torch.exp(r.gaussians.log_scales).sort(dim=-1).values
+    assert float((s[:, 0] / s[:, 1]).median()) < 0.9
+
+
+def _ground_problem(size=48, n_train=16, n_test=2):
+    from meshlift.data.synthetic_scene import make_synthetic_scene
+    from meshlift.methods.gaussians.views import STORE_DTYPE, SplatProblem, SplatViews
+
+    sc = make_synthetic_scene(sphere_mesh(subdivisions=2), n_train=n_train, n_test=n_test, resolution=size, seed=3)
+
+    def views(split):
+        v = sc.views(split)
+        return SplatViews(v.world_to_camera, v.K, v.images.to(STORE_DTYPE), None, list(v.names))
+
+    box = torch.stack([sc.eval_box_min.float(), sc.eval_box_max.float()])
+    pb = SplatProblem(train=views("train"), test=views("test"), bounds=sc.scene_bounds.float(), name="ground",
+                      eval_box=box)
+    return sc, pb
+
+
+def test_true_depth_of_the_unmasked_scene_fuses_to_the_object():
+    """The generator, the region of interest, the fusion and the evaluation box, without training noise: the
+    true depth (object + floor) of the training views fused over the automatic region of interest gives the
+    object within the F-score threshold."""
+    import dataclasses as dc
+
+    from meshlift.metrics.geometry import mesh_metrics
+    from meshlift.methods.milo import tsdf_mesh
+    from meshlift.methods.milo.occupancy_labels import render_mesh_depth
+    from meshlift.structures.mesh import Mesh
+
+    sc, pb = _ground_problem(size=64, n_train=20)
+    tr = pb.train
+    both = Mesh(torch.cat([sc.gt_mesh.v_pos, sc.ground_mesh.v_pos]),
+                torch.cat([sc.gt_mesh.t_pos_idx, sc.ground_mesh.t_pos_idx + sc.gt_mesh.num_vertices]))
+    depth = render_mesh_depth(both.v_pos, both.t_pos_idx, tr.world_to_camera, tr.K, (tr.height, tr.width))
+    cfg = dc.replace(get_preset("milo_tiny"), tsdf_resolution=64)
+    region = tsdf_mesh.fusion_region(dc.replace(cfg, region="object"), pb, mesh_input=False)
+    lo, hi = (t.float() for t in region.roi.world_aabb())
+    assert bool((lo <= sc.eval_box_min).all() and (hi >= sc.eval_box_max).all()), "the region of interest holds the object"
+    near = 0.01
+    mesh, rep = tsdf_mesh.fused_mesh(cfg, depth.cpu(), pb, region, 64, near=near, device=torch.device("cpu"),
+                                     monitor=Monitor())
+    g = mesh_metrics(mesh, sc.gt_mesh, threshold_frac=0.01, n_samples=20_000, crop_box=sc.eval_box)
+    assert g["fscore"] > 0.9, g
+    cut, crep = tsdf_mesh.object_asset(mesh, region, monitor=Monitor())
+    assert cut.num_faces > 0 and crep["faces_split"] > 0
+
+
+def test_capture_run_writes_the_scene_mesh_and_the_object_asset(tmp_path):
+    sc, pb = _ground_problem()
+    gt = sc.gt_mesh
+    cfg = _tiny(ref_scene="ground")
+    r = reconstruct(cfg, tmp_path / "run", problem=pb, gt_mesh=gt)
+    m = r.metrics
+    assert (tmp_path / "run" / "scene_mesh.ply").is_file() and (tmp_path / "run" / "mesh.glb").is_file()
+    assert m["mesh_evaluated"].startswith("whole-scene") and m["scene_faces"] > 0
+    assert m["region"]["roi"]["source"] == "cameras" and m["eval_box"] is not None
+    assert m["fscore"] is not None and "crop" in m["mesh_report"]
+
+
+def test_an_empty_region_of_interest_is_a_clear_error(sphere, tmp_path):
+    problem, gt = sphere
+    cfg = _tiny(bbox="5,5,5,6,6,6", ref_scene="ground")
+    pb = dataclasses.replace(problem, eval_box=torch.tensor([[-1.0] * 3, [1.0] * 3]))
+    with pytest.raises(MeshError, match="bbox"):
+        reconstruct(cfg, tmp_path / "run", problem=pb, gt_mesh=gt)
