@@ -503,9 +503,9 @@ def _tilted_sheet(camera_pose: bool, backend: str = "torch"):
                                          backend=backend)
     n = ref.quat_to_rotmat(quat)[0][:, 2]
     # analytic ray-plane depth per pixel: c + z ray on the plane n.(x - mean) = 0
-    from meshlift.render.splat import pixel_rays
+    from meshlift.render.splat import unit_depth_rays
 
-    ray = pixel_rays(K, w2c, W, H)[0]
+    ray = unit_depth_rays(K, w2c, W, H)[0]
     R, t = w2c[0, :3, :3], w2c[0, :3, 3]
     c = -(R.T @ t)
     z = ((mean[0] - c) @ n) / (ray @ n)

@@ -21,7 +21,8 @@ formula, so every block gets bit-identical values) is *kept* by block ``b`` when
 * its ball lies in ``E_b`` (with a relative slack): every point that could be in the ball is in ``P_b``,
   and ``T`` has an empty ball in ``P_b``, so ``T``'s ball is empty of *all* points;
 * it is well shaped (``|det| / L^3 > CERT_MIN_REL``) and robustly Delaunay: the far vertex of each of its
-  4 local neighbours is outside the ball by ``CERT_INSPHERE * r^2`` (no 5th point on or near the sphere;
+  4 local neighbours is outside the ball by ``max(CERT_INSPHERE * r^2, CERT_INSPHERE_ABS * D^2)`` (no
+  5th point on or near the sphere, at Qhull's precision for the whole box of diagonal ``D``;
   any such point would be a vertex of a neighbour in the same Delaunay cell). Robust tets belong to
   *every* Delaunay triangulation, so all ties (co-spherical points: lattices, box corners) are left to
   step 3, where one Qhull call resolves them consistently.
@@ -60,6 +61,12 @@ and the convex hull's layer end up there). A block of ``n`` points (halo include
 point inside Qhull plus ~1 KB per point here, so the peak is about ``workers * 4 KB * N * (1 + overhead)
 / blocks`` on top of the result (~7 tets per point, 32 B each in int64).
 
+Measured on the 16-core H200 host (Intel Xeon, scipy 1.18.1; MILo-like pivots, ``benchmarks/delaunay_scale.py``,
+48 blocks, 16 threads; before the ``CERT_INSPHERE_ABS`` guard): 270k points 3.8 s (one Qhull: 11.4 s), 1M
+points 11.6 s (45.5 s), 86k points/s; the fix-up is ~6.5% of the points on a hollow shell (its inside and
+its hull) and runs on one core (2.6 s at 1M). Forked processes were no faster (11.9 s at 1M). 5.4M was not
+measured: that run hit a tie the guard now prevents and fell back to a global Qhull.
+
 numpy/scipy only (no torch); the orientation of the result is done by the caller.
 """
 
@@ -76,8 +83,14 @@ from meshlift.errors import MeshError
 
 #: Kept tets need ``|det| / L^3`` above this (near-flat tets have ill-conditioned circumspheres).
 CERT_MIN_REL = 1e-6
-#: A kept tet's neighbours' far vertices must lie outside its ball by ``CERT_INSPHERE * r^2``.
+#: A kept tet's neighbours' far vertices must lie outside its ball by ``CERT_INSPHERE * r^2`` and by
+#: ``CERT_INSPHERE_ABS * D^2`` (``D`` the diagonal of all points' box): Qhull's own tolerance for
+#: co-sphericality scales with the box of its input, so the fix-up's Qhull (points spread over the whole
+#: box) merges as ties some cells a small block resolved (seen at 5.4M pivots: a margin of 3e-14 D^2, which
+#: made the fix-up disagree and fall back to one global Qhull; 1e-12 leaves 30x headroom, 1e-11 doubled
+#: the fix-up there).
 CERT_INSPHERE = 1e-9
+CERT_INSPHERE_ABS = 1e-12
 #: Relative slack on the radius in the ball-in-box test.
 BALL_SLACK = 1e-7
 #: Default halo width in units of a block's mean point spacing.
@@ -254,7 +267,7 @@ def _far_vertex(simp: np.ndarray, t: np.ndarray, n: np.ndarray) -> np.ndarray:
     return sn[np.arange(n.size), np.argmin(shared, axis=1)]
 
 
-def _block(pts, ids, lo, hi, margin_abs, options, min_rel):
+def _block(pts, ids, lo, hi, margin_abs, options, min_rel, tie_abs):
     """Triangulate one halo set. Returns ``(kept, faces, far, duplicates, stats)``: the kept tets
     (global ids, positively oriented, int32 when the ids fit), the candidate open faces (sorted id
     triples) with the far vertex of their kept tet, and the exact duplicates dropped here."""
@@ -292,7 +305,7 @@ def _block(pts, ids, lo, hi, margin_abs, options, min_rel):
         t_idx, n_idx = cand[has], n[has]
         q = xyz[_far_vertex(simp, t_idx, n_idx)]
         dq = q - centre[t_idx]
-        bad = (dq * dq).sum(axis=1) - r2[t_idx] <= CERT_INSPHERE * r2[t_idx]
+        bad = (dq * dq).sum(axis=1) - r2[t_idx] <= np.maximum(CERT_INSPHERE * r2[t_idx], tie_abs)
         ok[t_idx[bad]] = False
         cand = np.flatnonzero(ok)
     kept = ids[ls[cand]].astype(np.int32 if pts.shape[0] < 2**31 else np.int64)
@@ -317,8 +330,8 @@ def _block(pts, ids, lo, hi, margin_abs, options, min_rel):
 _PTS = None  # the points of the running call, for forked worker processes (copy-on-write)
 
 
-def _block_forked(ids, lo, hi, margin_abs, options, min_rel):
-    return _block(_PTS, ids, lo, hi, margin_abs, options, min_rel)
+def _block_forked(ids, lo, hi, margin_abs, options, min_rel, tie_abs):
+    return _block(_PTS, ids, lo, hi, margin_abs, options, min_rel, tie_abs)
 
 
 # ------------------------------------------------------------------------------------------------ fix-up
@@ -440,16 +453,17 @@ def _global(pts, options, why: str, stats: dict, t0: float) -> Partitioned:
 def _run_blocks(pts, parts, workers, options, min_rel, timeout_s, executor) -> list:
     """Run :func:`_block` on every part in ``workers`` threads (or forked processes); biggest first."""
     global _PTS
+    tie_abs = CERT_INSPHERE_ABS * float((np.ptp(pts, axis=0) ** 2).sum())
     order = sorted(range(len(parts)), key=lambda i: -parts[i][2].size)
     if executor == "process":
         import multiprocessing as mp
 
         _PTS = pts  # inherited by the forked workers
         pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork"))
-        submit = lambda p: pool.submit(_block_forked, p[2], p[0], p[1], p[3], options, min_rel)  # noqa: E731
+        submit = lambda p: pool.submit(_block_forked, p[2], p[0], p[1], p[3], options, min_rel, tie_abs)  # noqa: E731
     else:
         pool = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="meshlift-delaunay-block")
-        submit = lambda p: pool.submit(_block, pts, p[2], p[0], p[1], p[3], options, min_rel)  # noqa: E731
+        submit = lambda p: pool.submit(_block, pts, p[2], p[0], p[1], p[3], options, min_rel, tie_abs)  # noqa: E731
     results = [None] * len(parts)
     done = False
     try:

@@ -38,7 +38,7 @@ __all__ = [
     "rasterize_gaussians",
     "gaussian_statistics",
     "depth_to_normals",
-    "pixel_rays",
+    "unit_depth_rays",
     "plane_depth",
     "apply_filter_3d",
     "filter_3d_variance",
@@ -241,10 +241,10 @@ def _plane_distances(means, normals, world_to_camera) -> torch.Tensor:
     return (normals * view).sum(-1, keepdim=True)
 
 
-def pixel_rays(K: torch.Tensor, world_to_camera: torch.Tensor, width: int, height: int) -> torch.Tensor:
-    """World-frame ray directions ``[C, H, W, 3]`` with unit camera z: ``Rᵀ K⁻¹ (j + 0.5, i + 0.5, 1)``
-    (pixel centres, docs/conventions.md "Gaussian splatting"); a point at camera depth ``z`` on the ray of
-    pixel (i, j) is ``c + z · ray``."""
+def unit_depth_rays(K: torch.Tensor, world_to_camera: torch.Tensor, width: int, height: int) -> torch.Tensor:
+    """World-frame ray directions ``[C, H, W, 3]`` with **unit camera z** (not unit length, unlike
+    :meth:`meshlift.cameras.Cameras.pixel_rays`; docs/conventions.md §4): ``Rᵀ K⁻¹ (j + 0.5, i + 0.5, 1)``
+    through the pixel centres, so the point at depth ``z`` on the ray of pixel (i, j) is ``c + z · ray``."""
     dev, dtype = world_to_camera.device, world_to_camera.dtype
     K = K.to(dtype)
     jj = torch.arange(width, device=dev, dtype=dtype) + 0.5
@@ -270,7 +270,7 @@ def plane_depth(normal: torch.Tensor, distance: torch.Tensor, K: torch.Tensor, w
         K, world_to_camera: ``[C, 3, 3]`` / ``[C, 4, 4]``.
     """
     C, H, W, _ = normal.shape
-    ray = pixel_rays(K, world_to_camera, W, H).to(normal.dtype)
+    ray = unit_depth_rays(K, world_to_camera, W, H).to(normal.dtype)
     denom = (normal * ray).sum(-1, keepdim=True)
     ok = denom < -eps * normal.norm(dim=-1, keepdim=True).clamp_min(1e-12)
     safe = torch.where(ok, denom, -torch.ones_like(denom))

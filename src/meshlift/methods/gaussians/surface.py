@@ -56,15 +56,15 @@ def depth_normal_loss(normal: torch.Tensor, depth: torch.Tensor, K: torch.Tensor
     return torch.where(ok, err, torch.zeros_like(err)).sum() / ok.sum().clamp(min=1)
 
 
-def surface_depth(depth: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    """The depth where the pixel is opaque (``alpha > 0.5``: transmittance crossed 0.5), else 0 (empty).
+def surface_depth(depth: torch.Tensor, alpha: torch.Tensor, min_alpha: float = 0.5) -> torch.Tensor:
+    """The depth where the pixel is opaque (``alpha > min_alpha``; 0.5: transmittance crossed 0.5), else 0 (empty).
 
     The renderer's median depth falls back to the last contributor where T never crosses 0.5; for the
     depth fusion and the mesh depth loss such pixels hold no surface (faint floaters would otherwise
     become closed blobs: their far side gets no free-space vote). [our choice.] A non-finite depth is
     also empty. Shapes ``[B, H, W, 1]``.
     """
-    ok = (alpha.detach() > 0.5) & torch.isfinite(depth.detach())
+    ok = (alpha.detach() > min_alpha) & torch.isfinite(depth.detach())
     return torch.where(ok, depth, torch.zeros_like(depth))
 
 

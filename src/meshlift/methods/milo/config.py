@@ -79,6 +79,10 @@ class MiloConfig(GaussiansConfig):
     plane of the Gaussian where transmittance crosses 0.5 along the pixel's ray; ``plane`` = PGSR's unbiased
     depth of the blended Gaussian plane; ``median`` = the centre depth of the Gaussian where transmittance
     crosses 0.5 (RaDe-GS / MILo)."""
+    depth_min_alpha: float = 0.1
+    """``tsdf`` path: a training pixel's depth is fused where the Gaussians' alpha exceeds this (0.5 = where
+    transmittance crosses one half; lower keeps the faint parts of a capture: measured on the quick fox, the
+    holes in the test views fell from 4.3% to 1.6% of the pixels going from 0.5 to 0.1, depth error unchanged)."""
     flatten_weight: float = 100.0
     """``tsdf`` path: weight of PGSR's scale loss ``mean(min scale) / scene_scale`` that flattens every Gaussian
     into a disc whose normal is its shortest axis (0 = off)."""
@@ -201,6 +205,8 @@ def validate(cfg: MiloConfig) -> MiloConfig:
         v = getattr(cfg, name)
         if not (math.isfinite(v) and v >= 0):
             raise ConfigError(f"config field {name!r} must be a finite number >= 0, got {v!r}")
+    if not (math.isfinite(cfg.depth_min_alpha) and 0 <= cfg.depth_min_alpha < 1):
+        raise ConfigError(f"config field 'depth_min_alpha' must be in [0, 1), got {cfg.depth_min_alpha!r}")
     if not (math.isfinite(cfg.pivot_min_opacity) and 0 <= cfg.pivot_min_opacity < 1):
         raise ConfigError(f"config field 'pivot_min_opacity' must be in [0, 1), got {cfg.pivot_min_opacity!r}")
     if not cfg.mesh_res_scale > 0:

@@ -73,11 +73,12 @@ class FusionRegion:
 
 @torch.no_grad()
 def render_depths(params: dict, views, *, near: float, device: torch.device, settings, backend: str,
-                  depth: str = "plane", chunk_views: int = 4) -> torch.Tensor:
+                  depth: str = "median", chunk_views: int = 4, min_alpha: float = 0.5) -> torch.Tensor:
     """``[V, H, W]`` float32 CPU depth maps (camera z; 0 = empty) of the Gaussians ``params`` at ``views``.
 
     ``depth``: a key of :data:`~meshlift.methods.gaussians.surface.DEPTH_OUTPUTS`; a pixel is empty where the render is not
-    opaque (alpha <= 0.5, :func:`~meshlift.methods.gaussians.surface.surface_depth`).
+    opaque enough (alpha <= ``min_alpha``, :func:`~meshlift.methods.gaussians.surface.surface_depth`; below
+    0.5 the median depth is that of the last Gaussian along the ray).
     """
     from meshlift.methods.gaussians.surface import DEPTH_OUTPUTS, surface_depth
     from meshlift.methods.gaussians.trainer import render_params
@@ -90,7 +91,7 @@ def render_depths(params: dict, views, *, near: float, device: torch.device, set
         idx = torch.arange(s, min(s + chunk_views, len(views)))
         b = views.batch(idx, device)
         _, alpha, info = render_params(params, b, 0, bg, near, st, backend)
-        out[s:s + len(idx)] = surface_depth(info[key], alpha)[..., 0].float().cpu()
+        out[s:s + len(idx)] = surface_depth(info[key], alpha, min_alpha)[..., 0].float().cpu()
     return out
 
 
@@ -137,7 +138,8 @@ def surface_depths(cfg, params: dict, problem, *, near: float, device: torch.dev
     tr = problem.train
     monitor.log(f"tsdf: rendering the {cfg.surface_depth} depth of {len(tr)} training views")
     depths = render_depths(params, tr, near=near, device=device, settings=settings, backend=cfg.splat_backend,
-                           depth=cfg.surface_depth, chunk_views=max(1, cfg.mesh_chunk_views // 2))
+                           depth=cfg.surface_depth, chunk_views=max(1, cfg.mesh_chunk_views // 2),
+                           min_alpha=cfg.depth_min_alpha)
     coverage = float((depths > 0).float().mean())
     if coverage == 0.0:
         raise MeshError("milo tsdf extraction: the Gaussians render no opaque pixel in any training view, so "
