@@ -16,7 +16,7 @@
 Sign convention everywhere: ``sdf < 0`` inside, faces counter-clockwise seen from outside.
 """
 
-from meshlift.isosurface.delaunay import DelaunayResult, DelaunayRunner, delaunay_tets
+from meshlift.isosurface.delaunay import DelaunayResult, DelaunayRunner, delaunay_tets, delaunay_tets_parallel
 from meshlift.isosurface.dmtet import marching_tets, sdf_reg_loss
 from meshlift.isosurface.flexicubes import FlexiCubes, cube_edges, cube_grid, flexicubes
 from meshlift.isosurface.sparse_grid import extract_tsdf_mesh
@@ -27,6 +27,7 @@ __all__ = [
     "DelaunayResult",
     "DelaunayRunner",
     "delaunay_tets",
+    "delaunay_tets_parallel",
     "FlexiCubes",
     "cube_edges",
     "contract",

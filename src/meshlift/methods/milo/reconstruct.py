@@ -480,7 +480,8 @@ def _evaluate(cfg: MiloConfig, trainer, problem, device, strategy, product, gt_m
         "nan_recoveries": trainer.recoveries, "device": str(device), "splat_backend": cfg.splat_backend,
         "strategy_events": [list(e) for e in strategy.events], "warnings": [],
     }
-    metrics.update(product.extra)
+    metrics["warnings"] += product.extra.get("warnings", [])
+    metrics.update({k: v for k, v in product.extra.items() if k != "warnings"})
     if product.scene_colored is not None:
         metrics["scene_vertices"] = int(product.scene_colored.v_pos.shape[0])
         metrics["scene_faces"] = int(product.scene_colored.num_faces)

@@ -39,6 +39,9 @@ __all__ = ["FREE_SPACE_DEPTH", "SCENE_MAX_RADIUS", "FusionRegion", "decimated", 
            "fusion_region", "object_asset", "render_depths", "surface_depths", "truncation_voxels", "vertex_colors"]
 
 
+#: Fewer training views than this give a warning (``metrics.json`` ``warnings``): a surface needs several.
+MIN_FUSION_VIEWS = 8
+
 #: The whole-scene mesh keeps what lies within this many half-sizes of the region of interest around it (L-inf):
 #: the contraction's far rim (up to ~100 half-sizes at 512³) holds only a few large, unreliable triangles.
 SCENE_MAX_RADIUS = 16.0
@@ -301,7 +304,15 @@ def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, cost
                                       settings=trainer.settings, monitor=monitor)
     kw = dict(near=trainer.near, device=device, monitor=monitor)
     rep: dict = {"depth": cfg.surface_depth, "depth_coverage": coverage}
-    extra: dict = {}
+    extra: dict = {"warnings": []}
+    if len(problem.train) < MIN_FUSION_VIEWS:
+        extra["warnings"].append(
+            f"only {len(problem.train)} training views: the fusion needs several views of every surface "
+            f"(at least {MIN_FUSION_VIEWS}); expect holes, or capture more views")
+    if coverage < 0.05:
+        extra["warnings"].append(
+            f"the Gaussians cover {100 * coverage:.1f}% of the training pixels: little depth to fuse (did "
+            "training stop early? see the loss curve)")
     eval_box = getattr(problem, "eval_box", None)
     if eval_box is not None:
         extra["eval_box"] = [[float(x) for x in eval_box[0]], [float(x) for x in eval_box[1]]]
