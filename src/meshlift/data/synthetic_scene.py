@@ -41,7 +41,7 @@ from meshlift.errors import ConfigError, MeshError
 from meshlift.geometry.similarity import transform_mesh
 from meshlift.structures.mesh import Material, Mesh
 
-__all__ = ["GroundConfig", "OrbitConfig", "SceneEnvironment", "SceneViews", "SyntheticScene", "crop_to_box",
+__all__ = ["GroundConfig", "OrbitConfig", "SceneEnvironment", "SceneViews", "SyntheticScene",
            "make_scene_environment", "make_synthetic_scene", "scene_environment_radiance"]
 
 #: Evaluation box margin: the object's box grows by this fraction of its diagonal on every side ...
@@ -490,7 +490,8 @@ class SyntheticScene:
 
     @property
     def eval_box(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(min [3], max [3])``, e.g. ``metrics.geometry.mesh_metrics(pred, gt_mesh, crop_box=scene.eval_box)``."""
+        """``(min [3], max [3])``, e.g. ``metrics.geometry.mesh_metrics(pred, gt_mesh, crop_box=scene.eval_box)``
+        (or cut a mesh to it with :func:`meshlift.mesh.crop.crop_mesh`)."""
         return self.eval_box_min, self.eval_box_max
 
     def views(self, split: str) -> SceneViews:
@@ -505,38 +506,6 @@ class SyntheticScene:
         cams = self.cameras[idx]
         return SceneViews(cams.world_to_camera.float(), cams.K.float(), self.images[idx],
                           [self.names[int(i)] for i in idx])
-
-
-def crop_to_box(x, box_min, box_max):
-    """Keep what lies inside the axis-aligned box ``[box_min, box_max]`` (both ``[3]``, same frame as ``x``).
-
-    Args:
-        x: points ``[N, 3]`` (tensor), or a :class:`Mesh`: faces whose three corners are all inside are kept
-            and unused vertices dropped (UVs / normals / colours / material follow; F-score sampling then
-            sees only the object part, as DTU's evaluation region does).
-
-    Returns:
-        The points inside ``[M, 3]``, or a new Mesh (possibly without faces).
-    """
-    lo = torch.as_tensor(box_min, dtype=torch.float64).reshape(3)
-    hi = torch.as_tensor(box_max, dtype=torch.float64).reshape(3)
-    if bool((hi < lo).any()):
-        raise MeshError(f"crop_to_box: box_max {hi.tolist()} is below box_min {lo.tolist()}")
-    if not isinstance(x, Mesh):
-        p = torch.as_tensor(x)
-        inside = ((p.double() >= lo.to(p.device)) & (p.double() <= hi.to(p.device))).all(-1)
-        return p[inside]
-    v = x.v_pos
-    vin = ((v.double() >= lo.to(v.device)) & (v.double() <= hi.to(v.device))).all(-1)
-    keep = vin[x.t_pos_idx].all(-1)
-    faces = x.t_pos_idx[keep]
-    used = torch.zeros(x.num_vertices, dtype=torch.bool, device=v.device)
-    used[faces.reshape(-1)] = True
-    remap = torch.cumsum(used.long(), 0) - 1
-    return replace(x, v_pos=v[used], t_pos_idx=remap[faces],
-                   t_tex_idx=None if x.t_tex_idx is None else x.t_tex_idx[keep],
-                   t_nrm_idx=None if x.t_nrm_idx is None else x.t_nrm_idx[keep],
-                   v_color=None if x.v_color is None else x.v_color[used])
 
 
 # ---------------------------------------------------------------------------------------------------------

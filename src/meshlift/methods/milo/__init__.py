@@ -15,7 +15,9 @@ The Delaunay tetrahedralisation is :mod:`meshlift.isosurface.delaunay` and march
 The method (``meshlift reconstruct --method milo``, docs/usage/milo.md), built on the Gaussian trainer of
 :mod:`meshlift.methods.gaussians`: :mod:`~meshlift.methods.milo.config` / :mod:`~meshlift.methods.milo.presets`
 (verylowres, lowres, default, milo_tiny), :mod:`~meshlift.methods.milo.strategy` (importance sampling and
-cdf pruning), :mod:`~meshlift.methods.milo.mesh_in_loop` (the mesh-in-the-loop regulariser),
+cdf pruning), :mod:`~meshlift.methods.milo.mesh_in_loop` (the mesh-in-the-loop regulariser, ``extract=delaunay``),
+:mod:`~meshlift.methods.milo.tsdf_mesh` (``extract=tsdf``, the default: surface-aligned Gaussians'
+depth fused into a sparse TSDF grid; the whole scene and the object cut to its region of interest),
 :mod:`~meshlift.methods.milo.extract` (final mesh, colours, texture) and
 :mod:`~meshlift.methods.milo.reconstruct` (the run). Nothing heavy is imported here.
 """
