@@ -111,7 +111,7 @@ class MiloConfig(GaussiansConfig):
     tsdf_min_views: float = 1.0
     """A grid corner seen by fewer training views than this is unknown (no surface is made through it)."""
     region: str = "auto"
-    """Fusion region: ``auto`` = ``object`` for a mesh input, else ``scene``; ``scene`` = everything the
+    """Fusion region: ``auto`` = ``object`` for a mesh input or a capture with masks, else ``scene``; ``scene`` = everything the
     cameras see (the box around the cameras and the object at full resolution, the rest of space contracted
     into it, mip-NeRF 360's contraction); ``object`` = only the region of interest (``bbox`` or the
     automatic one)."""

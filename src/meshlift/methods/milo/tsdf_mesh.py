@@ -289,11 +289,11 @@ def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, cost
 
     A mesh input (its rendered views): one fusion over the object's box at ``tsdf_resolution``; that mesh is
     scored, and (decimated to ``max_asset_faces``, coloured, textured) it is the asset.
-    A capture (``region=scene``, the default): the **whole-scene** mesh (the region of interest at
+    A capture without masks (``region=scene``, what ``auto`` picks): the **whole-scene** mesh (the region of interest at
     ``scene_resolution``, the rest contracted around it; vertex colours, ``scene_mesh.ply``) is rendered for
     ``mesh_psnr``; the **asset** is a second fusion over the region of interest alone at ``tsdf_resolution``,
-    cut to it and closed (:func:`object_asset`), decimated, coloured and textured. ``region=object``: only the
-    second. A known truth in an unmasked scene (``ref_scene=ground``) is scored on the asset's fusion, both
+    cut to it and closed (:func:`object_asset`), decimated, coloured and textured. ``region=object`` (what
+    ``auto`` picks for a capture with masks): only the second, and it is the mesh rendered for ``mesh_psnr``. A known truth in an unmasked scene (``ref_scene=ground``) is scored on the asset's fusion, both
     cut to the object's box.
     """
     import dataclasses as dc
@@ -324,7 +324,8 @@ def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, cost
         colored, textured, crep = color_and_texture(cfg, asset, problem, device, monitor, costs, budget)
         return MeshProduct(colored, textured, textured, mesh, {**rep, **crep}, extra)
     scene_colored = None
-    kind = cfg.region if cfg.region != "auto" else "scene"
+    masked = problem.train.alpha is not None  # a masked capture has no scene around the object to mesh
+    kind = cfg.region if cfg.region != "auto" else ("object" if masked else "scene")
     obj_region = fusion_region(dc.replace(cfg, region="object"), problem, mesh_input=False)
     extra["region"] = obj_region.to_dict()
     if kind == "scene":
