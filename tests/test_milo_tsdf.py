@@ -144,7 +144,44 @@ def test_capture_run_writes_the_scene_mesh_and_the_object_asset(tmp_path):
 
 def test_an_empty_region_of_interest_is_a_clear_error(sphere, tmp_path):
     problem, gt = sphere
-    cfg = _tiny(bbox="5,5,5,6,6,6", ref_scene="ground")
     pb = dataclasses.replace(problem, eval_box=torch.tensor([[-1.0] * 3, [1.0] * 3]))
+    # seen by no camera (a box behind the only training camera): refused before training
+    from meshlift.methods.gaussians.views import SplatViews
+
+    t = pb.train
+    one = dataclasses.replace(pb, train=SplatViews(t.world_to_camera[:1], t.K[:1], t.images[:1], t.alpha[:1], t.names[:1]))
+    R, tt = t.world_to_camera[0, :3, :3].double(), t.world_to_camera[0, :3, 3].double()
+    behind = -(R.T @ tt) - 3.0 * R[2]  # 3 units behind the camera centre, against its viewing direction
+    box = ",".join(f"{x:.3f}" for x in torch.cat([behind - 0.1, behind + 0.1]).tolist())
+    with pytest.raises(ConfigError, match="no training camera sees this box"):
+        reconstruct(_tiny(bbox=box, ref_scene="ground"), tmp_path / "a", problem=one, gt_mesh=gt)
+    assert not (tmp_path / "a" / "checkpoint.pt").exists()
+    # seen, but empty (a box beside the sphere): the extraction names --bbox
     with pytest.raises(MeshError, match="bbox"):
-        reconstruct(cfg, tmp_path / "run", problem=pb, gt_mesh=gt)
+        reconstruct(_tiny(bbox="1.2,1.2,1.2,1.5,1.5,1.5", ref_scene="ground"), tmp_path / "b", problem=pb, gt_mesh=gt)
+
+
+def test_resume_names_the_method_that_wrote_the_folder(tmp_path):
+    """``--resume`` into another method's folder says which method wrote it (not an unknown-field error)."""
+    from meshlift.cli.reconstruct_cmd import resume_method
+    from meshlift.io.jsonfile import write_json
+    from meshlift.methods.gaussians.config import GaussiansConfig
+    from meshlift.methods.milo.config import MiloConfig, config_to_dict
+    from meshlift.methods.nvdiffrec.config import SurfaceConfig
+    from meshlift.methods.nvdiffrec.config import config_to_dict as surface_dict
+
+    for name, cfg in (("milo", config_to_dict(MiloConfig())), ("gaussians", config_to_dict(GaussiansConfig())),
+                      ("nvdiffrec", surface_dict(SurfaceConfig()))):
+        d = tmp_path / name
+        d.mkdir()
+        write_json(d / "config.json", cfg)
+        assert resume_method(d) == name
+    assert resume_method(tmp_path / "nothing") is None
+
+
+def test_extract_cannot_change_on_resume(sphere, tmp_path):
+    problem, gt = sphere
+    out = tmp_path / "run"
+    reconstruct(_tiny(steps=12, checkpoint_every=6, render_test=False), out, problem=problem, gt_mesh=gt)
+    with pytest.raises(ConfigError, match="extract"):
+        reconstruct(_tiny(steps=12, extract="delaunay", mesh_start=8), out, problem=problem, gt_mesh=gt, resume=True)

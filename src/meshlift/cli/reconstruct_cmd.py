@@ -1,6 +1,6 @@
 """`meshlift reconstruct`: two-pass surface reconstruction (DMTet/FlexiCubes + PBR materials + HDR light), or
 3D Gaussian splatting with ``--method gaussians`` (:mod:`meshlift.methods.gaussians.reconstruct`), or MILo
-(Gaussians with the mesh in the loop → a textured mesh) with ``--method milo``
+(Gaussians → a textured mesh, by TSDF fusion or MILo's mesh in the loop) with ``--method milo``
 (:mod:`meshlift.methods.milo.reconstruct`).
 
 Configuration precedence: preset (``--preset``, CPU-sized with ``--quick``) → ``--config FILE`` (JSON/TOML)
@@ -114,6 +114,31 @@ def _help_config() -> str:
     return "\n".join(lines)
 
 
+def resume_method(out: Path) -> Optional[str]:
+    """The ``--method`` whose config class holds every field of ``out/config.json`` (the run ``--resume``
+    would continue), or None when there is no readable saved config or no method fits. The smallest fitting
+    class wins (milo's config extends the Gaussian one)."""
+    import json
+
+    path = Path(out) / "config.json"
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(saved, dict):
+        return None
+    saved = saved.get("config", saved)
+    from meshlift.methods.gaussians.config import GaussiansConfig
+    from meshlift.methods.milo.config import MiloConfig
+    from meshlift.methods.nvdiffrec.config import SurfaceConfig
+
+    keys = {k.replace("densify.", "densify_") for k in saved}
+    fits = [(len(c.__dataclass_fields__), name) for name, c in
+            (("nvdiffrec", SurfaceConfig), ("gaussians", GaussiansConfig), ("milo", MiloConfig))
+            if keys <= set(c.__dataclass_fields__)]
+    return min(fits)[1] if fits else None
+
+
 def register(app: typer.Typer) -> None:
     """Add the `reconstruct` subcommand to ``app``."""
 
@@ -141,8 +166,9 @@ def register(app: typer.Typer) -> None:
                                          "are rotated so it becomes glTF's +Y (nvdiffrec; same as --set up_axis=)."),
         method: str = typer.Option("nvdiffrec", "--method", "-m", help="nvdiffrec (textured mesh, default), "
                                    "gaussians (3D Gaussian splatting: point_cloud.ply; presets gaussians, "
-                                   "gaussians_tiny) or milo (Gaussians with the mesh in the loop -> textured "
-                                   "mesh; presets verylowres, lowres, default, milo_tiny)."),
+                                   "gaussians_tiny) or milo (Gaussians -> textured mesh, also from unmasked "
+                                   "captures: fused surface-aligned Gaussians by default, --set extract=delaunay "
+                                   "for MILo's mesh in the loop; presets verylowres, lowres, default, milo_tiny)."),
         simplify: Optional[int] = typer.Option(None, "--simplify", help="--method milo: decimate the final mesh "
                                                "to at most this many faces (same as --set simplify=N)."),
         bbox: Optional[str] = typer.Option(None, "--bbox", help="--method milo: the region of interest "
@@ -153,7 +179,7 @@ def register(app: typer.Typer) -> None:
                                  "gaussians)."),
     ) -> None:
         """Reconstruct a textured PBR mesh (OBJ+MTL, GLB), an HDR light probe and metrics from posed images,
-        or train 3D Gaussians (--method gaussians)."""
+        train 3D Gaussians (--method gaussians), or Gaussians and a mesh from them (--method milo)."""
         from rich.console import Console
 
         from meshlift.errors import ConfigError
@@ -187,6 +213,11 @@ def register(app: typer.Typer) -> None:
         from meshlift.methods.engine import prepare_output_dir
 
         prepare_output_dir(out, resume=resume, overwrite=overwrite)  # before anything is loaded
+        if resume:
+            saved_method = resume_method(out)
+            if saved_method is not None and saved_method != method:
+                raise ConfigError(f"--resume: {out} holds a --method {saved_method} run (its config.json); resume it "
+                                  f"with --method {saved_method}, or write this --method {method} run to another --out")
         from meshlift.methods.distributed import env_rank, env_world_size, shutdown
 
         if gpus != 1 and env_world_size() == 1:  # not yet a rank: start the ranks and wait for them

@@ -186,7 +186,7 @@ class MiloConfig(GaussiansConfig):
 
 
 #: Fields that cannot change on ``--resume``.
-SHAPE_FIELDS = ("sh_degree", "data", "num_pivots", "mesh_res_scale", "ref_views", "train_res", "ref_scene")
+SHAPE_FIELDS = ("sh_degree", "data", "num_pivots", "mesh_res_scale", "ref_views", "train_res", "ref_scene", "extract")
 
 _CHOICES = {"imp_metric": ("indoor", "outdoor"), "extract": ("tsdf", "delaunay"), "surface_depth": ("median_plane", "plane", "median"),
             "region": ("auto", "scene", "object"), "ref_scene": ("object", "ground")}

@@ -326,6 +326,10 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
         if problem is None:
             monitor.log(f"loading {cfg.data}")
             problem, gt_mesh = load_problem(cfg)
+        if cfg.extract == "tsdf":
+            from meshlift.methods.milo.tsdf_mesh import check_bbox
+
+            check_bbox(cfg, problem)  # before training: a box no camera sees is an error now, not in 10 minutes
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             if overwrite and not resume:
@@ -333,8 +337,9 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
                     (out / name).unlink(missing_ok=True)
             outputs.write_config(out, cfg)
         monitor.log(f"{len(problem.train)} training / {len(problem.test)} test views at {problem.train.width}x"
-                    f"{problem.train.height}, device {device}; mesh budget {num_mesh_gaussians(cfg):,} Gaussians "
-                    f"({9 * num_mesh_gaussians(cfg):,} pivots)")
+                    f"{problem.train.height}, device {device}; "
+                    + (f"mesh by TSDF fusion at {cfg.tsdf_resolution}³" if cfg.extract == "tsdf" else
+                       f"mesh budget {num_mesh_gaussians(cfg):,} Gaussians ({9 * num_mesh_gaussians(cfg):,} pivots)"))
         base = densify_strategy(cfg, problem.scene_scale) if cfg.densify else None
         kw = {} if base is None else {k: getattr(base, k) for k in base.__dataclass_fields__ if k != "history"}
         if base is None:  # no 3DGS densification: only MILo's events
@@ -471,7 +476,7 @@ def _evaluate(cfg: MiloConfig, trainer, problem, device, strategy, product, gt_m
         "mesh_evaluated": "whole-scene mesh (vertex colours)" if product.scene_colored is not None
         and product.eval_mesh is product.scene_colored else "the asset (baked albedo texture)",
         "vertices": int(product.colored.v_pos.shape[0]), "faces": int(product.colored.num_faces),
-        "mesh_report": rep, "background": eval_background(cfg.background),
+        "mesh_report": rep, "background": eval_background(cfg.background), "masked": problem.test.alpha is not None,
         "test_views": len(problem.test), "resolution": [problem.train.width, problem.train.height],
         "gaussians": trainer.num_gaussians, "mesh_gaussians": 0, "pivots": 0, "tets": 0, "triangulations": 0,
         "refinement": None,
@@ -543,7 +548,7 @@ def summary_lines(result: MiloResult) -> list[str]:
     lines = [f"[bold]mesh render PSNR[/bold] {f(m['mesh_psnr'], '.2f')} dB  SSIM {f(m['mesh_ssim'], '.4f')}"
              f"  LPIPS {'off (lpips=false)' if m['mesh_lpips'] is None else f(m['mesh_lpips'], '.4f')}"
              f"   [bold]Gaussian PSNR[/bold] {f(m['gaussian_psnr'], '.2f')} dB"
-             f"   ({m['test_views']} views on {m['background']})",
+             f"   ({m['test_views']} views" + (f" on {m['background']})" if m.get("masked", True) else ")"),
              (f"{m['vertices']:,} vertices, {m['faces']:,} faces from {m['pivots']:,} pivots; {m['gaussians']:,} "
               f"Gaussians, {m['steps']} steps, {m['triangulations']} Delaunay runs" if m.get("extract") != "tsdf" else
               f"asset {m['vertices']:,} vertices, {m['faces']:,} faces"
@@ -559,4 +564,6 @@ def summary_lines(result: MiloResult) -> list[str]:
     if result.files:
         lines.append(f"[bold]GLB[/bold] {result.files.get('mesh_glb')}   PLY {result.files.get('mesh_ply')}   "
                      f"metrics {result.files.get('metrics')}")
+        if result.files.get("scene_mesh_ply"):
+            lines.append(f"whole-scene mesh {result.files['scene_mesh_ply']}")
     return lines

@@ -35,9 +35,13 @@ import dataclasses
 import time
 import torch
 
-__all__ = ["FREE_SPACE_DEPTH", "SCENE_MAX_RADIUS", "FusionRegion", "decimated", "extract_assets", "fused_mesh",
+__all__ = ["FREE_SPACE_DEPTH", "SCENE_MAX_RADIUS", "FusionRegion", "check_bbox", "decimated", "extract_assets", "fused_mesh",
            "fusion_region", "object_asset", "render_depths", "surface_depths", "truncation_voxels", "vertex_colors"]
 
+
+#: The pixel-based band is capped at ``resolution / MAX_TRUNC_FRACTION`` voxels (an eighth of the region: a
+#: small ``--bbox`` seen in coarse images must not get a band wider than itself).
+MAX_TRUNC_FRACTION = 8
 
 #: Fewer training views than this give a warning (``metrics.json`` ``warnings``): a surface needs several.
 MIN_FUSION_VIEWS = 8
@@ -155,6 +159,34 @@ def surface_depths(cfg, params: dict, problem, *, near: float, device: torch.dev
     return depths, coverage
 
 
+def check_bbox(cfg, problem) -> None:
+    """Before training: an explicit ``--bbox`` must be seen by at least one training view (its centre or a
+    corner in front of the camera and inside the image), else a ConfigError naming ``--bbox``.
+
+    Raises:
+        ConfigError: a malformed box, or a box no training camera sees.
+    """
+    from meshlift.data.roi import parse_bbox
+    from meshlift.errors import ConfigError
+    from meshlift.methods.milo.depth_fusion import project_points
+
+    if not cfg.bbox:
+        return
+    roi = parse_bbox(cfg.bbox)
+    pts = torch.cat([roi.corners(), 0.5 * (roi.box_min + roi.box_max)[None]]).float()
+    tr = problem.train
+    xy, z = project_points(pts, tr.world_to_camera.float(), tr.K.float())
+    seen = (z > 0) & (xy[..., 0] >= 0) & (xy[..., 0] < tr.width) & (xy[..., 1] >= 0) & (xy[..., 1] < tr.height)
+    if not bool(seen.any()):
+        c = tr.world_to_camera.double()
+        centres = -(c[:, :3, :3].transpose(1, 2) @ c[:, :3, 3:])[..., 0]
+        lo, hi = centres.min(0).values, centres.max(0).values
+        raise ConfigError(f"--bbox {cfg.bbox}: no training camera sees this box (world units of the dataset; the "
+                          f"cameras are within {[round(float(x), 2) for x in lo]} .. "
+                          f"{[round(float(x), 2) for x in hi]}); give a box around the object, or leave --bbox out "
+                          "for the automatic region of interest (metrics.json region.roi records it)")
+
+
 def fused_mesh(cfg, depths: torch.Tensor, problem, region: FusionRegion, resolution: int, *, near: float,
                device: torch.device, monitor) -> tuple:
     """Steps 4 and 5 of the module docstring: ``(Mesh, report)`` in the training frame from the depth maps.
@@ -189,10 +221,15 @@ def fused_mesh(cfg, depths: torch.Tensor, problem, region: FusionRegion, resolut
                     "fusion": {k: val for k, val in rep.items() if isinstance(val, (int, float, str, list, dict))},
                     "fusion_s": time.perf_counter() - t0, "raw_vertices": int(v.shape[0]), "raw_faces": int(f.shape[0])}
     if f.shape[0] == 0:
-        where = "region of interest (bbox)" if region.kind == "object" else "scene"
-        raise MeshError(f"milo tsdf extraction: no surface in the {where}: the training views' depths do not "
-                        f"agree on one (too few views or too little overlap?). Try a larger tsdf_trunc_voxels (now "
-                        f"{cfg.tsdf_trunc_voxels}), more steps, region=scene, or check --bbox")
+        if region.kind == "object":
+            raise MeshError("milo tsdf extraction: no surface in the region of interest: check --bbox (it must hold "
+                            "the object, world units of the dataset; metrics.json region.roi of a run without it "
+                            "shows the automatic one), or the views' depths do not agree on one (too few views or "
+                            f"too little overlap?): more steps, a wider band (tsdf_trunc_pixels, now "
+                            f"{cfg.tsdf_trunc_pixels:g}; {trunc_voxels:.1f} voxels)")
+        raise MeshError("milo tsdf extraction: no surface in the scene: the training views' depths do not agree "
+                        "on one (too few views or too little overlap?); train more steps or widen the band "
+                        f"(scene_trunc_pixels, now {cfg.scene_trunc_pixels:g}; {trunc_voxels:.1f} voxels)")
     if region.contract:  # drop what lies beyond SCENE_MAX_RADIUS box half-sizes (the contraction's far rim)
         c = 0.5 * (region.box_min + region.box_max).to(v)
         half = 0.5 * float((region.box_max - region.box_min).max())
@@ -232,7 +269,8 @@ def truncation_voxels(cfg, problem, region: FusionRegion, resolution: int) -> tu
     foot = pixel_footprint(tr.world_to_camera, tr.K, centre.float())
     voxel = float((region.box_max - region.box_min).max()) / float(resolution)
     px = cfg.scene_trunc_pixels if region.contract else cfg.tsdf_trunc_pixels
-    return max(float(cfg.tsdf_trunc_voxels), float(px) * foot / max(voxel, 1e-12)), foot
+    band = min(float(px) * foot / max(voxel, 1e-12), resolution / MAX_TRUNC_FRACTION)
+    return max(float(cfg.tsdf_trunc_voxels), band), foot
 
 
 def decimated(mesh, max_faces: int, monitor):
