@@ -36,6 +36,21 @@ def _f(mesh_or_vf, gt, frac):
     return {k: g[k] for k in ("fscore", "precision", "recall", "chamfer_l1")} | {"faces": int(mesh_or_vf.num_faces)}
 
 
+def load_run(run: Path, device: torch.device):
+    """``(cfg, problem, gt mesh, checkpoint, params on device, settings)`` of a finished milo run in ``run``."""
+    from meshlift.methods.milo.config import MiloConfig, apply_dict
+    from meshlift.methods.milo.reconstruct import load_problem
+    from meshlift.render.splat import SplatSettings
+
+    saved = json.loads((run / "config.json").read_text())
+    saved = {"reinit_step": 0, **saved.get("config", saved)}  # runs from before the re-init field
+    cfg = apply_dict(MiloConfig(), {k: v for k, v in saved.items() if k in MiloConfig.__dataclass_fields__})
+    problem, gt = load_problem(cfg)
+    ck = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=False)
+    params = {k: v.to(device) for k, v in ck["params"].items()}
+    return cfg, problem, gt, ck, params, SplatSettings(check_inputs=False, chunk_elements=cfg.chunk_elements)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("run", type=Path)
@@ -45,22 +60,13 @@ def main() -> int:
     args = ap.parse_args()
     from meshlift.methods.engine import Monitor
     from meshlift.methods.milo import extract
-    from meshlift.methods.milo.config import MiloConfig, apply_dict
     from meshlift.methods.milo.depth_fusion import fuse_depth_at_pivots
     from meshlift.methods.milo.mesh_in_loop import MeshInTheLoop
     from meshlift.methods.milo.occupancy_labels import render_mesh_depth
     from meshlift.methods.milo.pivots import PivotSDF
-    from meshlift.methods.milo.reconstruct import load_problem
-    from meshlift.render.splat import SplatSettings
 
-    saved = json.loads((args.run / "config.json").read_text())
-    saved = {"reinit_step": 0, **saved.get("config", saved)}  # runs from before the re-init field
-    cfg = apply_dict(MiloConfig(), {k: v for k, v in saved.items() if k in MiloConfig.__dataclass_fields__})
     dev = torch.device(args.device)
-    problem, gt = load_problem(cfg)
-    ck = torch.load(args.run / "checkpoint.pt", map_location="cpu", weights_only=False)
-    params = {k: v.to(dev) for k, v in ck["params"].items()}
-    settings = SplatSettings(check_inputs=False, chunk_elements=cfg.chunk_elements)
+    cfg, problem, gt, ck, params, settings = load_run(args.run, dev)
     reg = MeshInTheLoop(cfg, problem, dev, monitor=Monitor(), settings=settings,
                         near=cfg.near_frac * problem.scene_scale)
     reg.load_state_dict(ck["regularizer"])

@@ -42,20 +42,13 @@ def main() -> int:
     args = ap.parse_args()
     from meshlift.methods.engine import Monitor
     from meshlift.methods.milo import tsdf_mesh
-    from meshlift.methods.milo.config import MiloConfig, apply_dict
     from meshlift.methods.milo.occupancy_labels import render_mesh_depth
-    from meshlift.methods.milo.reconstruct import load_problem
-    from meshlift.render.splat import SplatSettings
     from meshlift.structures.mesh import Mesh
 
-    saved = json.loads((args.run / "config.json").read_text())
-    saved = saved.get("config", saved)
-    cfg = apply_dict(MiloConfig(), {k: v for k, v in saved.items() if k in MiloConfig.__dataclass_fields__})
+    from milo_diagnose import load_run  # benchmarks/ is on sys.path when this file runs as a script
+
     dev = torch.device(args.device)
-    problem, gt = load_problem(cfg)
-    ck = torch.load(args.run / "checkpoint.pt", map_location="cpu", weights_only=False)
-    params = {k: v.to(dev) for k, v in ck["params"].items()}
-    settings = SplatSettings(check_inputs=False, chunk_elements=cfg.chunk_elements)
+    cfg, problem, gt, _, params, settings = load_run(args.run, dev)
     near = cfg.near_frac * problem.scene_scale
     views = problem.train
     w2c, K = views.world_to_camera.to(dev), views.K.to(dev)
@@ -75,7 +68,7 @@ def main() -> int:
         out[f"depth_{kind}"] = {"signed_median": float(err.median()), "abs_median": float(q[0]), "abs_p90": float(q[1]),
                                 "abs_median_px": float(q[0]) / foot,
                                 "gt_covered_gauss_empty": float(((d_true > 0) & (d <= 0)).sum() / (d_true > 0).sum())}
-    region = tsdf_mesh.fusion_region(cfg, problem, mesh_input=True)
+    region = tsdf_mesh.fusion_region("object", bounds=problem.bounds, pad=0.05)  # what a mesh input's run fuses
     monitor = Monitor()
 
     def mesh_from(d, c):

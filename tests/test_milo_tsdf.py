@@ -118,7 +118,7 @@ def test_true_depth_of_the_unmasked_scene_fuses_to_the_object():
                 torch.cat([sc.gt_mesh.t_pos_idx, sc.ground_mesh.t_pos_idx + sc.gt_mesh.num_vertices]))
     depth = render_mesh_depth(both.v_pos, both.t_pos_idx, tr.world_to_camera, tr.K, (tr.height, tr.width))
     cfg = dc.replace(get_preset("milo_tiny"), tsdf_resolution=64)
-    region = tsdf_mesh.fusion_region(dc.replace(cfg, region="object"), pb, mesh_input=False)
+    region = tsdf_mesh.fusion_region("object", roi=tsdf_mesh.region_of_interest(cfg, pb))
     lo, hi = (t.float() for t in region.roi.world_aabb())
     assert bool((lo <= sc.eval_box_min).all() and (hi >= sc.eval_box_max).all()), "the region of interest holds the object"
     near = 0.01
@@ -126,7 +126,7 @@ def test_true_depth_of_the_unmasked_scene_fuses_to_the_object():
                                      monitor=Monitor())
     g = mesh_metrics(mesh, sc.gt_mesh, threshold_frac=0.01, n_samples=20_000, crop_box=sc.eval_box)
     assert g["fscore"] > 0.9, g
-    cut, crep = tsdf_mesh.object_asset(mesh, region, monitor=Monitor())
+    cut, crep = tsdf_mesh.object_asset(mesh, region.roi, monitor=Monitor())
     assert cut.num_faces > 0 and crep["faces_split"] > 0
 
 
@@ -185,3 +185,13 @@ def test_extract_cannot_change_on_resume(sphere, tmp_path):
     reconstruct(_tiny(steps=12, checkpoint_every=6, render_test=False), out, problem=problem, gt_mesh=gt)
     with pytest.raises(ConfigError, match="extract"):
         reconstruct(_tiny(steps=12, extract="delaunay", mesh_start=8), out, problem=problem, gt_mesh=gt, resume=True)
+
+
+def test_masked_capture_without_the_crop_exports_the_region_uncut(sphere, tmp_path):
+    """A capture with masks (no scene mesh) and ``object_asset=false``: the fused region is the asset."""
+    problem, _ = sphere
+    r = reconstruct(_tiny(object_asset=False, render_test=False), tmp_path / "run", problem=problem)
+    m = r.metrics
+    assert m["mesh_evaluated"].startswith("the asset") and "crop" not in m["mesh_report"]
+    assert m["faces"] > 0 and (tmp_path / "run" / "mesh.glb").is_file()
+    assert not (tmp_path / "run" / "scene_mesh.ply").exists()

@@ -385,11 +385,14 @@ def rasterize_gaussians(
         feats.append(proj["depths"][..., None])
     want_plane = "plane_depth" in settings.outputs
     want_normal = "normal" in settings.outputs or want_plane
+    want_mplane = "median_plane_depth" in settings.outputs
+    # the Gaussians' plane normals and camera distances, computed once for the maps that need them
+    normals = _gaussian_normals(means, quats, scales, w2c).to(dtype) if want_normal or want_mplane else None
+    distances = _plane_distances(means, normals, w2c).to(dtype) if want_plane or want_mplane else None
     if want_normal:
-        normals = _gaussian_normals(means, quats, scales, w2c).to(dtype)
         feats.append(normals)
         if want_plane:
-            feats.append(_plane_distances(means, normals, w2c).to(dtype))
+            feats.append(distances)
     if not feats:
         feats.append(proj["depths"][..., None])
     features = (feats[0].to(dtype) if len(feats) == 1 else torch.cat([f.to(dtype) for f in feats], dim=-1)).contiguous()
@@ -401,14 +404,12 @@ def rasterize_gaussians(
         comp_kw = {"records": proj["records"]}
     _, flatten_ids, offsets = ops.isect_tiles(means2d, proj["radii"], proj["depths"], ts, tiles_w, tiles_h,
                                               with_keys=False, **isect_kw)
-    want_mplane = "median_plane_depth" in settings.outputs
     want_median = "median_depth" in settings.outputs or want_mplane
     med_in = None
     if want_median:  # values of the Gaussian where T crosses 0.5: its centre z (+ its plane for median_plane)
         med_in = proj["depths"][..., None]
         if want_mplane:
-            nm = _gaussian_normals(means, quats, scales, w2c).to(dtype)
-            med_in = torch.cat([med_in, _plane_distances(means, nm, w2c).to(dtype), nm], dim=-1)
+            med_in = torch.cat([med_in, distances, normals], dim=-1)
     out, alpha, median = ops.composite_tiles(
         means2d, proj["conics"], proj["opacities"], features, med_in, flatten_ids, offsets, width, height, ts,
         settings.alpha_max, settings.chunk_elements, **comp_kw)

@@ -35,8 +35,9 @@ import dataclasses
 import time
 import torch
 
-__all__ = ["FREE_SPACE_DEPTH", "SCENE_MAX_RADIUS", "FusionRegion", "check_bbox", "decimated", "extract_assets", "fused_mesh",
-           "fusion_region", "object_asset", "render_depths", "surface_depths", "truncation_voxels", "vertex_colors"]
+__all__ = ["FREE_SPACE_DEPTH", "SCENE_MAX_RADIUS", "FusionRegion", "check_bbox", "decimated", "extract_assets",
+           "fused_mesh", "fusion_region", "object_asset", "region_of_interest", "render_depths", "surface_depths",
+           "truncation_voxels", "vertex_colors"]
 
 
 #: The pixel-based band is capped at ``resolution / MAX_TRUNC_FRACTION`` voxels (an eighth of the region: a
@@ -80,8 +81,10 @@ class FusionRegion:
 
 @torch.no_grad()
 def render_depths(params: dict, views, *, near: float, device: torch.device, settings, backend: str,
-                  depth: str = "median", chunk_views: int = 4, min_alpha: float = 0.5) -> torch.Tensor:
-    """``[V, H, W]`` float32 CPU depth maps (camera z; 0 = empty) of the Gaussians ``params`` at ``views``.
+                  depth: str = "median", chunk_views: int = 4, min_alpha: float = 0.5,
+                  indices=None) -> torch.Tensor:
+    """``[V, H, W]`` float32 CPU depth maps (camera z; 0 = empty) of the Gaussians ``params`` at ``views``
+    (the views ``indices`` only, when given).
 
     ``depth``: a key of :data:`~meshlift.methods.gaussians.surface.DEPTH_OUTPUTS`; a pixel is empty where the render is not
     opaque enough (alpha <= ``min_alpha``, :func:`~meshlift.methods.gaussians.surface.surface_depth`; below
@@ -93,41 +96,42 @@ def render_depths(params: dict, views, *, near: float, device: torch.device, set
     key = DEPTH_OUTPUTS[depth]
     st = dataclasses.replace(settings, outputs=(key,))
     bg = torch.zeros(3, device=device)
-    out = torch.zeros(len(views), views.height, views.width, dtype=torch.float32)
-    for s in range(0, len(views), chunk_views):
-        idx = torch.arange(s, min(s + chunk_views, len(views)))
+    which = torch.arange(len(views)) if indices is None else torch.as_tensor(indices, dtype=torch.long).reshape(-1)
+    out = torch.zeros(len(which), views.height, views.width, dtype=torch.float32)
+    for s in range(0, len(which), chunk_views):
+        idx = which[s:s + chunk_views]
         b = views.batch(idx, device)
         _, alpha, info = render_params(params, b, 0, bg, near, st, backend)
         out[s:s + len(idx)] = surface_depth(info[key], alpha, min_alpha)[..., 0].float().cpu()
     return out
 
 
-def _camera_centres(world_to_camera: torch.Tensor) -> torch.Tensor:
-    R = world_to_camera[:, :3, :3].double()
-    t = world_to_camera[:, :3, 3].double()
-    return -(R.transpose(-1, -2) @ t[..., None])[..., 0]
-
-
-def fusion_region(cfg, problem, *, mesh_input: bool) -> FusionRegion:
-    """The :class:`FusionRegion` of ``cfg.region`` (module docstring, step 3).
+def region_of_interest(cfg, problem):
+    """The :class:`meshlift.data.roi.RegionOfInterest` of a capture: ``--bbox`` when given, else
+    :func:`meshlift.data.roi.auto_roi` (cameras, refined by the SfM points).
 
     Raises:
-        ConfigError: a bad ``bbox``; DatasetError: no region of interest could be found from the cameras.
+        ConfigError: a bad ``bbox``.
     """
     from meshlift.data.roi import auto_roi, parse_bbox
 
-    kind = cfg.region if cfg.region != "auto" else ("object" if mesh_input else "scene")
-    if mesh_input and not cfg.bbox:
-        lo, hi = problem.bounds[0].double(), problem.bounds[1].double()
-        pad = 0.05 * (hi - lo)
-        return FusionRegion(lo - pad, hi + pad, contract=kind == "scene", roi=None, kind=kind)
-    tr = problem.train
     if cfg.bbox:
-        roi = parse_bbox(cfg.bbox)
+        return parse_bbox(cfg.bbox)
+    tr = problem.train
+    return auto_roi(tr.world_to_camera, tr.K, tr.width, tr.height, points=problem.points)
+
+
+def fusion_region(kind: str, *, roi=None, bounds=None, pad: float = 0.0) -> FusionRegion:
+    """The :class:`FusionRegion` of ``kind`` (module docstring, step 3): ``object`` = the world box around
+    ``roi`` (or ``bounds [2, 3]`` of a mesh input), each side grown by ``pad`` × its length; ``scene`` = the
+    cube around it as the inner box of the contraction."""
+    if roi is not None:
+        lo, hi = (t.double() for t in roi.world_aabb())
     else:
-        roi = auto_roi(tr.world_to_camera, tr.K, tr.width, tr.height, points=problem.points)
-    lo, hi = (t.double() for t in roi.world_aabb())
-    if kind == "scene":  # a cube around the region of interest: the contraction's inner box
+        lo, hi = bounds[0].double(), bounds[1].double()
+    if pad:
+        lo, hi = lo - pad * (hi - lo), hi + pad * (hi - lo)
+    if kind == "scene":
         c, half = 0.5 * (lo + hi), 0.5 * float((hi - lo).max())
         lo, hi = c - half, c + half
     return FusionRegion(lo, hi, contract=kind == "scene", roi=roi, kind=kind)
@@ -168,6 +172,7 @@ def check_bbox(cfg, problem) -> None:
     """
     from meshlift.data.roi import parse_bbox
     from meshlift.errors import ConfigError
+    from meshlift.geometry.transforms import invert_rigid
     from meshlift.methods.milo.depth_fusion import project_points
 
     if not cfg.bbox:
@@ -178,8 +183,7 @@ def check_bbox(cfg, problem) -> None:
     xy, z = project_points(pts, tr.world_to_camera.float(), tr.K.float())
     seen = (z > 0) & (xy[..., 0] >= 0) & (xy[..., 0] < tr.width) & (xy[..., 1] >= 0) & (xy[..., 1] < tr.height)
     if not bool(seen.any()):
-        c = tr.world_to_camera.double()
-        centres = -(c[:, :3, :3].transpose(1, 2) @ c[:, :3, 3:])[..., 0]
+        centres = invert_rigid(tr.world_to_camera.double())[:, :3, 3]
         lo, hi = centres.min(0).values, centres.max(0).values
         raise ConfigError(f"--bbox {cfg.bbox}: no training camera sees this box (world units of the dataset; the "
                           f"cameras are within {[round(float(x), 2) for x in lo]} .. "
@@ -285,8 +289,9 @@ def decimated(mesh, max_faces: int, monitor):
     return out, {k: v for k, v in info.items() if isinstance(v, (int, float, str))} | {"seconds": time.perf_counter() - t0}
 
 
-def object_asset(mesh, region: FusionRegion, *, monitor) -> tuple:
-    """Step 6: ``(Mesh, report)`` — ``mesh`` cut to the region of interest and closed at the cut.
+def object_asset(mesh, roi, *, monitor) -> tuple:
+    """Step 6: ``(Mesh, report)`` — ``mesh`` cut to the region of interest ``roi`` (a
+    :class:`meshlift.data.roi.RegionOfInterest`) and closed at the cut.
 
     Raises:
         MeshError: nothing of the mesh lies in the region of interest (the message names ``--bbox``).
@@ -294,7 +299,6 @@ def object_asset(mesh, region: FusionRegion, *, monitor) -> tuple:
     from meshlift.errors import MeshError
     from meshlift.mesh.crop import crop_mesh
 
-    roi = region.roi
     cut, rep = crop_mesh(mesh, roi.box_min, roi.box_max, cap=True, rotation=roi.rotation)
     if cut.num_faces == 0:
         lo, hi = roi.world_aabb()
@@ -304,8 +308,7 @@ def object_asset(mesh, region: FusionRegion, *, monitor) -> tuple:
                         "x0,y0,z0,x1,y1,z1, or --set object_asset=false to export the whole scene")
     monitor.log(f"asset: the mesh cut to the region of interest ({roi.source}): {cut.num_faces:,} of "
                 f"{mesh.num_faces:,} faces")
-    rep = vars(rep) if not isinstance(rep, dict) else rep
-    return cut, {k: v for k, v in rep.items() if isinstance(v, (int, float, str, list, dict, bool))}
+    return cut, rep.to_dict()
 
 
 def vertex_colors(cfg, mesh, problem, device) -> tuple:
@@ -325,17 +328,17 @@ def vertex_colors(cfg, mesh, problem, device) -> tuple:
 def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, costs, budget, mesh_input: bool):
     """The ``extract=tsdf`` path end to end: ``MeshProduct`` for the evaluation and the export.
 
-    A mesh input (its rendered views): one fusion over the object's box at ``tsdf_resolution``; that mesh is
-    scored, and (decimated to ``max_asset_faces``, coloured, textured) it is the asset.
-    A capture without masks (``region=scene``, what ``auto`` picks): the **whole-scene** mesh (the region of interest at
+    Views of a mesh file (``mesh_input`` without an ``eval_box``): one fusion over the object's box at
+    ``tsdf_resolution``; that mesh is scored, and (decimated to ``max_asset_faces``, coloured, textured) it
+    is the asset. A capture without masks (``region=scene``, what ``auto`` picks; also a known truth in an
+    unmasked scene, ``ref_scene=ground``): the **whole-scene** mesh (the region of interest at
     ``scene_resolution``, the rest contracted around it; vertex colours, ``scene_mesh.ply``) is rendered for
     ``mesh_psnr``; the **asset** is a second fusion over the region of interest alone at ``tsdf_resolution``,
-    cut to it and closed (:func:`object_asset`), decimated, coloured and textured. ``region=object`` (what
-    ``auto`` picks for a capture with masks): only the second, and it is the mesh rendered for ``mesh_psnr``. A known truth in an unmasked scene (``ref_scene=ground``) is scored on the asset's fusion, both
-    cut to the object's box.
+    cut to it and closed (:func:`object_asset`), decimated, coloured and textured, and it is what a known
+    truth is scored against (both cut to the object's box). ``region=object`` (what ``auto`` picks for a
+    capture with masks): only the second, which is then also the mesh rendered for ``mesh_psnr``.
+    ``object_asset=false``: the asset is not cut (the whole scene, or the whole region).
     """
-    import dataclasses as dc
-
     from meshlift.methods.milo.extract import MeshProduct, color_and_texture
 
     depths, coverage = surface_depths(cfg, trainer.params, problem, near=trainer.near, device=device,
@@ -351,32 +354,33 @@ def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, cost
         extra["warnings"].append(
             f"the Gaussians cover {100 * coverage:.1f}% of the training pixels: little depth to fuse (did "
             "training stop early? see the loss curve)")
-    eval_box = getattr(problem, "eval_box", None)
-    if eval_box is not None:
-        extra["eval_box"] = [[float(x) for x in eval_box[0]], [float(x) for x in eval_box[1]]]
-    if mesh_input and eval_box is None:
-        region = fusion_region(cfg, problem, mesh_input=True)
+    if problem.eval_box is not None:
+        extra["eval_box"] = problem.eval_box.tolist()
+    if mesh_input and problem.eval_box is None:  # views of a mesh file: its box, one fusion
+        region = (fusion_region("object", bounds=problem.bounds, pad=0.05) if not cfg.bbox
+                  else fusion_region("object", roi=region_of_interest(cfg, problem)))
         mesh, rep["object"] = fused_mesh(cfg, depths, problem, region, cfg.tsdf_resolution, **kw)
         extra["region"] = region.to_dict()
         asset, rep["decimate"] = decimated(mesh, cfg.max_asset_faces, monitor)
         colored, textured, crep = color_and_texture(cfg, asset, problem, device, monitor, costs, budget)
         return MeshProduct(colored, textured, textured, mesh, {**rep, **crep}, extra)
-    scene_colored = None
     masked = problem.train.alpha is not None  # a masked capture has no scene around the object to mesh
     kind = cfg.region if cfg.region != "auto" else ("object" if masked else "scene")
-    obj_region = fusion_region(dc.replace(cfg, region="object"), problem, mesh_input=False)
-    extra["region"] = obj_region.to_dict()
+    roi = region_of_interest(cfg, problem)
+    extra["region"] = fusion_region("object", roi=roi).to_dict()
+    scene = scene_colored = None
     if kind == "scene":
-        region = fusion_region(dc.replace(cfg, region="scene"), problem, mesh_input=False)
-        scene, rep["scene"] = fused_mesh(cfg, depths, problem, region, cfg.scene_resolution, **kw)
+        scene, rep["scene"] = fused_mesh(cfg, depths, problem, fusion_region("scene", roi=roi), cfg.scene_resolution,
+                                         **kw)
         scene_colored, rep["scene_colors"] = vertex_colors(cfg, scene, problem, device)
-    if cfg.object_asset:
-        lo, hi = obj_region.box_min, obj_region.box_max
-        pad = 0.02 * (hi - lo)  # fuse a little beyond the box so the cut is clean
-        padded = FusionRegion(lo - pad, hi + pad, contract=False, roi=obj_region.roi, kind="object")
-        obj, rep["object"] = fused_mesh(cfg, depths, problem, padded, cfg.tsdf_resolution, **kw)
-        asset, rep["crop"] = object_asset(obj, obj_region, monitor=monitor)
+    if cfg.object_asset or scene is None:
+        # a little beyond the box, so that the cut is clean
+        obj, rep["object"] = fused_mesh(cfg, depths, problem, fusion_region("object", roi=roi, pad=0.02),
+                                        cfg.tsdf_resolution, **kw)
         geometry = obj
+        asset = obj
+        if cfg.object_asset:
+            asset, rep["crop"] = object_asset(obj, roi, monitor=monitor)
     else:
         asset = geometry = scene
     asset, rep["decimate"] = decimated(asset, cfg.max_asset_faces, monitor)
