@@ -239,7 +239,7 @@ def _preview_writer(out: Optional[Path], problem, cfg: MiloConfig, device, train
         ours, target = render_views(params, problem.test, sh_degree=sh_degree, background=cfg.background,
                                     near=trainer.near, device=device, backend=cfg.splat_backend, indices=[0])
         bg = torch.ones(3) if cfg.background != "black" else torch.zeros(3)
-        if getattr(reg, "active", False):
+        if cfg.extract == "delaunay" and reg.active:
             v, f = reg.mesh(params, grad=False)
             mesh_img = render_mesh_views(Mesh(v.float(), f), problem.test, device, bg, indices=[0])[0]
         else:  # the tsdf path: the depth it will fuse, near = bright
