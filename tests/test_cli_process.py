@@ -164,14 +164,26 @@ def test_fast_exit_flushes_c_level_stdout(tmp_path):
     assert r.stdout == "from C\n"
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux) for a failing flush")
 def test_fast_exit_reports_a_failed_flush_of_stdout(tmp_path):
+    with open("/dev/full", "w") as full:  # every write fails with ENOSPC: the last flush of stdout fails
+        p = _run_stub(tmp_path, "work", stdout=full, edit=lambda s: s.replace("raise typer.Exit(3)", "return"))
+    assert p.returncode == 120  # what the interpreter's own exit returns
+
+
+@pytest.mark.parametrize("command,status", [("work", 3), ("ok", 0)])
+def test_fast_exit_after_a_closed_pipe_is_quiet_and_keeps_the_status(tmp_path, command, status):
+    """`meshlift ... | head`: the reader is gone before the buffered output is flushed (EPIPE at exit). No
+    "Exception ignored" or "Broken pipe" line, no 120: the command's own status."""
     rd, wr = os.pipe()
-    os.close(rd)  # the reader is gone: the last flush of stdout fails (EPIPE)
+    os.close(rd)
     try:
-        p = _run_stub(tmp_path, "work", stdout=wr, edit=lambda s: s.replace("raise typer.Exit(3)", "return"))
+        p = _run_stub(tmp_path, "work", stdout=wr,
+                      edit=(lambda s: s) if command == "work" else (lambda s: s.replace("raise typer.Exit(3)", "return")))
     finally:
         os.close(wr)
-    assert p.returncode == 120  # what the interpreter's own exit returns
+    assert p.returncode == status
+    assert p.stderr == ""
 
 
 def test_no_fast_exit_under_a_profiler(tmp_path):

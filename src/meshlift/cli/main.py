@@ -6,10 +6,17 @@ command bodies, so ``meshlift --help`` is fast.
 
 Errors of the package's type (:class:`meshlift.errors.MeshliftError`) are printed as one clear line
 and exit with status 2; anything else is a bug and shows its traceback.
+
+A closed pipe on the output (``meshlift demo | head``: the reader stopped reading) ends the command
+quietly with status 0, whichever command it is: no traceback, no "Broken pipe" line, no exit status 1
+(typer's). Output that was still to be written is dropped (the console script points stdout and stderr at
+the null device, so the exit's flush cannot fail again).
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 
 import typer
@@ -114,7 +121,13 @@ def _run(argv: list[str] | None) -> int:
         typer.echo("aborted", err=True)
         return 1
     except SystemExit as exc:
+        if _is_broken_pipe(exc.__context__):  # typer turns EPIPE into sys.exit(1)
+            return _broken_pipe(argv is None)
         return int(exc.code or 0)
+    except OSError as exc:
+        if _is_broken_pipe(exc):
+            return _broken_pipe(argv is None)
+        raise
     except Exception as exc:
         # Usage errors (missing argument, unknown option, bad value): click's exceptions, which typer may
         # vendor under another module name, so they are recognised by their interface, not their class.
@@ -122,6 +135,33 @@ def _run(argv: list[str] | None) -> int:
             exc.show()
             return exc.exit_code
         raise
+    return 0
+
+
+def _is_broken_pipe(exc: BaseException | None) -> bool:
+    """True for the error of a write to a pipe whose reader has gone (EPIPE), also when wrapped."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, BrokenPipeError) or (isinstance(exc, OSError) and exc.errno == errno.EPIPE):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def _broken_pipe(console_script: bool) -> int:
+    """Status 0 after a closed output pipe (module docstring). The console script points its stdout and
+    stderr at the null device so no later write or the exit's flush reports the broken pipe."""
+    if console_script:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    os.dup2(devnull, stream.fileno())
+                except (AttributeError, OSError, ValueError):
+                    pass
+            os.close(devnull)
+        except OSError:
+            pass
     return 0
 
 

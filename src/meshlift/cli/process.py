@@ -31,7 +31,8 @@ profiler or coverage tool:
   checkpoint writer finishes its file; ``threading._shutdown``, as ``Py_FinalizeEx`` calls it), the
   ``atexit`` handlers (:class:`meshlift.kernels.precompile.Precompile` stops its workers, ``logging``
   flushes its handlers, multiprocessing joins its children), a flush of stdout and stderr (Python's and the
-  C library's buffers; a failed flush exits with 120, as CPython does), and the exit status. What is
+  C library's buffers; a failed flush exits with 120, as CPython does, except for a pipe whose reader has
+  gone, ``meshlift ... | head``, which keeps the command's status quietly), and the exit status. What is
   skipped is the teardown of the modules and objects themselves, which the operating system does at once
   when the process ends (memory, file descriptors, the CUDA context). Files the commands write are closed
   before the command returns.
@@ -126,6 +127,8 @@ def exit_now(code: int) -> None:
         try:
             stream.flush()
         except (AttributeError, ValueError):
+            pass
+        except BrokenPipeError:  # the reader of a pipe has gone (`meshlift ... | head`): quiet, status kept
             pass
         except OSError:
             failed = True
