@@ -3,7 +3,9 @@
 The object (``meshlift.data.demo_object.make_demo_object``) is a genus-1 ring with surface bumps and a
 procedural texture; it is rendered from cameras on a sphere under a procedural environment, reconstructed with
 the ``demo`` preset (DMTet from the visual hull, material field, learned light, then textures), and compared
-with the true shape (Chamfer-L1, F-score at 1% of its bounding-box diagonal).
+with the true shape (Chamfer-L1, F-score at 1% of its bounding-box diagonal). The true shape is written as
+``OUT/gt_mesh.ply`` (world units, the mesh the metrics used), and the summary prints the
+``meshlift eval mesh`` command that measures the GLB against it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,18 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+
+#: The demo's ground-truth mesh in OUT.
+GT_NAME = "gt_mesh.ply"
+
+
+def clear_demo_outputs(out: Path) -> None:
+    """What a demo re-run removes before it starts: the run's outputs
+    (:func:`meshlift.methods.nvdiffrec.outputs.clear_outputs`) and :data:`GT_NAME`; other files stay."""
+    from meshlift.methods.nvdiffrec.outputs import clear_outputs
+
+    clear_outputs(Path(out))
+    (Path(out) / GT_NAME).unlink(missing_ok=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -49,6 +63,7 @@ def register(app: typer.Typer) -> None:
         if (Path(out) / "metrics.json").is_file():
             console.print(f"replacing the earlier demo in {out} (give --out DIR to keep it)")
         prepare_output_dir(out, resume=False, overwrite=True)  # reconstruct(overwrite=True) clears the old one
+        (Path(out) / GT_NAME).unlink(missing_ok=True)  # and the demo's own ground truth (written again below)
         cfg = apply_dict(get_preset("demo"), {"device": device, **parse_overrides(list(set_ or []))})
         dev = resolve_device(cfg.device)
         monitor = make_monitor()
@@ -62,4 +77,21 @@ def register(app: typer.Typer) -> None:
         result = reconstruct(cfg, out, overwrite=True, monitor=monitor, data=data, checkpoints=False)
         if warmup is not None:
             warmup.close()
+        gt = _write_ground_truth(data.gt_mesh, out)  # what Chamfer and F-score were measured against
         print_summary(console, result)  # wall time since the process started
+        glb = result.files.get("glb", Path(out) / "mesh.glb")
+        samples = result.metrics.get("n_samples")
+        console.print(f"ground truth {gt}: `meshlift eval mesh {glb} {gt}"
+                      + (f" --samples {samples}" if samples else "") + "` measures the same")
+
+
+def _write_ground_truth(gt_mesh, out: Path) -> Path:
+    """Write the demo's true shape (positions and faces, world units: what the metrics compare with) as
+    ``OUT/gt_mesh.ply``, so the summary's `meshlift eval mesh` hint has a file to compare with."""
+    from meshlift.io.mesh import save_mesh
+    from meshlift.structures.mesh import Mesh
+
+    path = Path(out) / GT_NAME
+    geometry = Mesh(v_pos=gt_mesh.v_pos.detach().cpu(), t_pos_idx=gt_mesh.t_pos_idx.cpu())
+    save_mesh(path, geometry)
+    return path
