@@ -63,7 +63,7 @@ def test_gaussian_ply_errors(tmp_path):
     mesh_ply.write_bytes(b"ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\nproperty float y\n"
                          b"property float z\nend_header\n0 0 0\n")
     assert not is_gaussian_ply(mesh_ply)
-    with pytest.raises(MeshError, match="not a 3DGS point cloud"):
+    with pytest.raises(MeshError, match=r"holds a point cloud \(1 point, 0 faces\), not 3D Gaussians"):
         load_gaussian_ply(mesh_ply)
     p = save_gaussian_ply(tmp_path / "pc.ply", _random_gaussians(10, 0))
     p.write_bytes(p.read_bytes()[:-7])

@@ -55,3 +55,10 @@ class OutputError(MeshliftError):
 class DistributedError(MeshliftError):
     """A multi-process (torch.distributed) run failed: a rank died, hung past the collective timeout, or
     the launch environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``) is inconsistent."""
+
+
+class MeshliftWarning(UserWarning):
+    """Input data meshlift used after repairing it, or that may give a wrong result (dropped invalid
+    Gaussians, values that look like another convention, an all-background render). The message names
+    the file or argument, what was found and what was done; commands print these in their summary and
+    JSON output."""

@@ -16,6 +16,13 @@ layout), or a reconstruction output folder (``mesh/mesh.obj`` or ``mesh.glb``, w
 Renders are composited on the dataset's background (``--background``), written as PNGs named like the
 dataset's images so ``meshlift eval images`` can pair them, and, where the dataset has images, compared
 with PSNR / SSIM / LPIPS (``metrics.json``).
+
+Depth range: the dataset's own near/far when it has them (LLFF bounds); otherwise the asset's (a mesh's
+bounding sphere; splats have no far plane), never the reader's estimate from the camera layout, which can
+clip the asset. Warnings (the summary, ``warnings`` in the JSON and ``metrics.json``): invalid Gaussians
+dropped from the PLY, values that look like another convention, renders that show only background where
+the dataset's image does not (``blank_views``), a turntable with nothing visible. A file without faces
+that is not a 3DGS PLY (a point cloud) is refused naming what it holds.
 """
 
 from __future__ import annotations
@@ -87,23 +94,26 @@ def render(
     bg = 1.0 if background == "white" else 0.0
     splats = _gaussian_asset(asset)
     env = None
+    notes: list[str] = []  # warnings for the summary and the JSON (input repaired, nothing visible, ...)
     if splats is not None:  # a 3DGS point cloud: its own (sRGB) colours, no light
-        from meshlift.io.gaussian_ply import load_gaussian_ply
         from meshlift.renderers.gaussians import gaussian_turntable_cameras, render_gaussian_views
         from meshlift.structures.gaussians import Gaussians
 
         if mode == "pbr":
             raise ConfigError(f"{splats} is a Gaussian point cloud: it carries its own colours; use --mode auto")
         mesh_path, probe, mode = splats, None, "splat"
-        gaussians = Gaussians(**load_gaussian_ply(splats))
+        gaussians = Gaussians(**_load_gaussians(splats, notes))
+        # no far plane, a near plane from the Gaussians' extent: never the dataset's guessed depth range
         views_of = lambda cams: render_gaussian_views(gaussians, cams, bg)  # noqa: E731
         turntable_of = lambda: gaussian_turntable_cameras(gaussians, frames, size, up, elevation_deg=20.0)  # noqa: E731
+        own_range = lambda cams: cams  # noqa: E731
     else:
+        from meshlift.io.mesh import load_surface_mesh
+        from meshlift.renderers.mesh_pbr import depth_range_around_mesh
+
         mesh_path, probe = find_asset(asset)
         probe = light or probe
-        mesh = load_mesh(mesh_path)
-        if mesh.num_faces == 0:
-            raise ConfigError(f"{mesh_path}: the mesh has no faces; nothing to render")
+        mesh = load_surface_mesh(mesh_path, "render draws meshes (or 3DGS point clouds), not bare points")
         if mode == "pbr" or (mode == "auto" and probe is not None):
             if probe is None:
                 raise ConfigError("--mode pbr needs a light: --light PROBE.hdr (or probe.hdr in the asset folder)")
@@ -121,9 +131,12 @@ def render(
             mode = "unlit"
         views_of = lambda cams: render_views(mesh, cams, env, bg, mode, spp)  # noqa: E731
         turntable_of = lambda: turntable_cameras(mesh, frames, size, up, elevation_deg=20.0)  # noqa: E731
+        own_range = lambda cams: depth_range_around_mesh(mesh, cams)  # noqa: E731
     out = Path(out)
     result: dict = {"asset": str(mesh_path), "mode": mode, "light": None if env is None else str(probe),
                     "background": background}
+    from meshlift.renderers.blank import has_content, is_blank
+
     with torch.no_grad():
         if data is not None:
             from meshlift.data import load_scene
@@ -134,10 +147,16 @@ def render(
             idx = scene.splits[split].tolist()
             if max_views is not None:
                 cams, idx = cams[: max_views], idx[: max_views]
+            if "depth_bounds" not in scene.metadata:
+                # the dataset gives no depth range: the reader's estimate from the camera layout must not clip
+                # the asset, so the range is the asset's own
+                cams = own_range(cams)
+            result["depth_range"] = "dataset" if "depth_bounds" in scene.metadata else "asset"
             lp = None
             if not no_lpips:
                 from meshlift.metrics.lpips import lpips as lp
             per = []
+            blank: list[str] = []
             for i, img in zip(idx, views_of(cams)):
                 name = Path(scene.image_paths[i]).stem
                 write_image(out / "renders" / f"{name}.png", img)
@@ -147,23 +166,34 @@ def render(
                     gt = scene.image(i).float()
                     row.update(psnr=float(psnr(img, gt)), ssim=float(ssim(img, gt)),
                                lpips=None if lp is None else float(lp(img, gt)))
+                    if is_blank(img, bg) and has_content(gt, bg):
+                        row["blank"] = True
+                        blank.append(name)
                 per.append(row)
             result["split"] = split
             result["num_views"] = len(per)
+            if blank:
+                notes.append(_blank_warning(blank, len(per), mesh_path, data))
+            result["blank_views"] = blank
             scored = [r for r in per if "psnr" in r]
             if scored:
                 for k in ("psnr", "ssim", "lpips"):
                     vals = [r[k] for r in scored if r.get(k) is not None]
                     result[k] = sum(vals) / len(vals) if vals else None
                 result["per_image"] = per
-                write_json(out / "metrics.json", result)
         if turntable:
             from meshlift.io.images import write_turntable
 
-            cams_t = turntable_of()
-            gif, sheet = write_turntable(out, [img.numpy() for img in views_of(cams_t)], bg)
+            imgs = list(views_of(turntable_of()))
+            if all(is_blank(img, bg) for img in imgs):
+                notes.append(f"{mesh_path}: every turntable frame is background only: nothing of the asset is "
+                             "visible (fully transparent or degenerate?)")
+            gif, sheet = write_turntable(out, [img.numpy() for img in imgs], bg)
             result["turntable"] = str(gif)
             result["contact_sheet"] = str(sheet)
+    result["warnings"] = notes
+    if "per_image" in result:
+        write_json(out / "metrics.json", result)
     if json_output:
         typer.echo(dumps(result))
         return
@@ -182,6 +212,34 @@ def render(
         if up_note:
             console.print(up_note)
         console.print(f"turntable -> {result['turntable']}, contact sheet -> {result['contact_sheet']}")
+    for n in notes:
+        console.print(f"[yellow]warning:[/yellow] {n}")
+
+
+def _load_gaussians(path: Path, notes: list) -> dict:
+    """:func:`meshlift.io.gaussian_ply.load_gaussian_ply`, its warnings (invalid Gaussians dropped, values in
+    another convention) appended to ``notes``."""
+    import warnings
+
+    from meshlift.errors import MeshliftWarning
+    from meshlift.io.gaussian_ply import load_gaussian_ply
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", MeshliftWarning)
+        tensors = load_gaussian_ply(path)
+    for w in caught:
+        if issubclass(w.category, MeshliftWarning):
+            notes.append(str(w.message))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return tensors
+
+
+def _blank_warning(blank: list, total: int, asset, data) -> str:
+    shown = ", ".join(blank[:6]) + (f", ... ({len(blank)} in all)" if len(blank) > 6 else "")
+    return (f"{len(blank)} of {total} renders show only background where the dataset's images do not ({shown}): "
+            f"{asset} is not in these cameras' view, so their scores measure the background. Check that the asset "
+            f"was made from {data} (same world frame and scale; an asset exported with --up or rescaled is not)")
 
 
 def _auto_up(asset: Path) -> tuple[str, Optional[str]]:

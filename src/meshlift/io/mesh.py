@@ -56,6 +56,71 @@ def load_mesh(path: str | Path) -> Mesh:
     raise MeshError(f"{path}: unknown mesh format {suffix!r}; supported: {', '.join(READ_SUFFIXES)}")
 
 
+def not_a_surface_message(path: str | Path, need: str, mesh: Optional[Mesh] = None) -> Optional[str]:
+    """Why the file ``path`` cannot be used where a mesh with faces is needed, or None when it can.
+
+    A ``.ply`` is judged from its header (:func:`meshlift.io.ply_header.ply_contents`: a 3D Gaussian
+    splatting point cloud, a point cloud, an empty file), other formats from ``mesh`` (already loaded) or
+    by loading it. The message names the file, what it holds (with counts), ``need`` (what the caller
+    needs it for, e.g. ``"convert works on triangle meshes"``) and what to do.
+    """
+    from meshlift.io.ply_header import counted, ply_contents
+
+    path = Path(path)
+    info = None
+    if path.suffix.lower() == ".ply":
+        info = ply_contents(path)
+    if info is not None:
+        kind, what = info.kind, info.describe()
+    else:
+        if mesh is None:
+            mesh = load_mesh(path)
+        if mesh.num_faces > 0:
+            return None
+        kind = "point_cloud" if mesh.num_vertices else "empty"
+        what = (f"a point cloud ({counted(mesh.num_vertices, 'point')}, 0 faces)" if mesh.num_vertices
+                else "no vertices and no faces (an empty file)")
+    if kind == "mesh":
+        return None
+    fix = {
+        "gaussians": f"a mesh of the scene comes from `meshlift reconstruct DATA --method milo` (Gaussians and a "
+                     f"mesh); `meshlift render {path} --turntable --out DIR` shows the Gaussians themselves",
+        "point_cloud": "a point cloud has no surface: reconstruct one first (e.g. screened Poisson in MeshLab or "
+                       "Open3D), or give the mesh file",
+        "empty": "export the file again",
+    }[kind]
+    if info is not None and info.missing_gaussian_properties:
+        fix = (f"it carries some 3DGS properties but lacks {list(info.missing_gaussian_properties)}: if it is meant "
+               "as Gaussian splats, export it in the full 3DGS layout (x y z f_dc_0-2 f_rest_* opacity scale_0-2 "
+               "rot_0-3); " + fix)
+    return f"{path}: holds {what}, not a mesh with faces; {need}. {fix[0].upper()}{fix[1:]}"
+
+
+def load_surface_mesh(path: str | Path, need: str) -> Mesh:
+    """:func:`load_mesh`, refusing a file that holds no surface (a 3DGS point cloud, a point cloud, an empty
+    file) with one :class:`MeshError` naming the file, what it holds, ``need`` and what to do
+    (:func:`not_a_surface_message`). A 3DGS PLY is refused from its header, before its body is read.
+
+    Returns:
+        :class:`Mesh` with at least one face.
+
+    Raises:
+        MeshError: as :func:`load_mesh`, or the file holds no faces.
+    """
+    path = Path(path)
+    if path.suffix.lower() == ".ply" and path.is_file():
+        msg = not_a_surface_message(path, need)
+        if msg is not None:
+            raise MeshError(msg)
+    mesh = load_mesh(path)
+    msg = None if mesh.num_faces > 0 else not_a_surface_message(path, need, mesh)
+    if msg is not None:
+        raise MeshError(msg)
+    if mesh.num_faces == 0:  # a PLY whose header announced faces that did not load
+        raise MeshError(f"{path}: no faces could be read; {need}. Export the file again")
+    return mesh
+
+
 def _load_trimesh(path: Path) -> Mesh:
     import trimesh
 

@@ -482,4 +482,34 @@ def turntable_cameras(mesh: Mesh, n: int, size: int, up: str, elevation_deg: flo
                            far=dist + radius * 1.5)
 
 
-__all__ = ["render_mesh", "render_unlit", "render_views", "transform_points_to_clip", "turntable_cameras"]
+#: Largest far/near ratio :func:`depth_range_around_mesh` gives (a camera inside the mesh's bounding sphere).
+MAX_DEPTH_RATIO = 1e4
+
+
+def depth_range_around_mesh(mesh: Mesh, cams):
+    """``cams`` with per-camera ``near``/``far`` ``[N]`` enclosing ``mesh``'s bounding sphere (centre and
+    radius of its bounding box, 5% margin): ``far = d + 1.05·R``, ``near = max(d − 1.05·R, far / 1e4)`` with
+    ``d`` each camera's distance to the centre (world units).
+
+    For renders from a dataset that gives no depth range: readers then estimate one from the camera layout,
+    which must not clip the asset. Raises MeshError: the mesh has no vertex or a non-finite bounding box.
+    """
+    import dataclasses
+
+    from meshlift.errors import MeshError
+
+    if mesh.num_vertices == 0:
+        raise MeshError("depth_range_around_mesh: the mesh has no vertices")
+    lo, hi = mesh.bbox()
+    lo, hi = lo.double().cpu(), hi.double().cpu()
+    if not bool(torch.isfinite(lo).all() and torch.isfinite(hi).all()):
+        raise MeshError("depth_range_around_mesh: the mesh's bounding box is not finite (NaN/Inf vertices)")
+    center, radius = (lo + hi) / 2, max(float((hi - lo).norm()) / 2, 1e-9)
+    d = (cams.camera_centers().double().cpu() - center).norm(dim=-1)
+    far = d + 1.05 * radius
+    near = torch.maximum(d - 1.05 * radius, far / MAX_DEPTH_RATIO)
+    return dataclasses.replace(cams, near=near.float(), far=far.float())
+
+
+__all__ = ["MAX_DEPTH_RATIO", "depth_range_around_mesh", "render_mesh", "render_unlit", "render_views",
+           "transform_points_to_clip", "turntable_cameras"]
