@@ -33,12 +33,16 @@ def build_app(limits=None):
 def launch(host: str = "127.0.0.1", port: Optional[int] = 7860, limits=None, **kwargs):
     """Build and serve the app on ``host:port`` (127.0.0.1 by default: only this machine can reach it).
 
+    The session folders under ``limits.root`` that the app makes are deleted when it stops
+    (:func:`meshlift.app.uploads.clear_on_stop`); gradio deletes its own upload cache (``delete_cache``).
+
     ``kwargs`` go to :meth:`gradio.Blocks.launch` (e.g. ``prevent_thread_lock=True`` in tests).
     """
-    from meshlift.app.uploads import Limits
+    from meshlift.app.uploads import Limits, clear_on_stop
 
     limits = limits or Limits()
     demo = build_app(limits)
+    clear_on_stop(limits)  # the session folders (uploads, outputs) go when the app stops
     demo.queue(default_concurrency_limit=1)
     return demo.launch(server_name=host, server_port=port, allowed_paths=[str(limits.root)],
                        max_file_size=f"{limits.max_total_mb}mb", show_error=True, **kwargs)

@@ -6,14 +6,22 @@ Nothing here imports gradio or torch. Every refusal raises :class:`UploadError` 
 Safety rules (issue 12): uploads are limited in count and size (per file and in total, zip contents
 included); a zip member with an absolute path, a drive letter, a ``..`` component or a symbolic link is
 refused (zip-slip), as is any suffix outside :data:`ALLOWED_SUFFIXES`; each browser session gets its own
-folder under :attr:`Limits.root`, deleted when the tab closes or after :attr:`Limits.max_age_s`.
+folder under :attr:`Limits.root`, deleted when the tab closes, after :attr:`Limits.max_age_s`, or when the
+app stops (:func:`clear_on_stop`: every session folder this process made, at exit or on SIGTERM).
+
+A ``.ply`` upload is checked from its header (:func:`meshlift.io.ply_header.ply_contents`): a 3D Gaussian
+splatting point cloud, a point cloud or an empty file is refused naming what it holds, since the app needs
+a reference mesh with faces (or photos).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
+import signal
+import threading
 import stat
 import tempfile
 import time
@@ -278,6 +286,24 @@ def ingest(uploaded: Iterable[str | Path], session_dir: Path, limits: Optional[L
     return classify(dest)
 
 
+def _check_reference_mesh(path: Path) -> None:
+    """Refuse a ``.ply`` whose header says it holds no surface (3DGS splats, a point cloud, nothing)."""
+    if path.suffix.lower() != ".ply":
+        return
+    from meshlift.io.ply_header import ply_contents
+
+    info = ply_contents(path)
+    if info is None or info.kind == "mesh":
+        return  # unreadable headers are reported when the mesh is loaded
+    fix = {"gaussians": "the app makes a mesh from photos or from a reference mesh; to look at the splats run "
+                        f"`meshlift render {path.name} --turntable --out DIR`, or upload the photos they were "
+                        "trained on",
+           "point_cloud": "the app needs a reference mesh with faces (or photos); reconstruct a surface from the "
+                          "points first",
+           "empty": "export the mesh again"}[info.kind]
+    raise UploadError(f"{path.name} holds {info.describe()}, not a mesh with faces; {fix}")
+
+
 def classify(folder: Path) -> Ingested:
     """Decide what the files in ``folder`` are: a reference mesh, posed photos or unposed photos."""
     from meshlift.errors import DatasetError
@@ -300,21 +326,68 @@ def classify(folder: Path) -> Ingested:
             raise UploadError(f"{len(meshes)} meshes uploaded ({', '.join(p.name for p in meshes[:4])}); upload "
                               "one reference mesh (with its .mtl and textures for an .obj)")
         m = meshes[0]
+        _check_reference_mesh(m)
         return Ingested("mesh", str(m), f"reference mesh {m.name} ({_mb(m.stat().st_size)})")
     if images:
         return Ingested("unposed", str(root), f"{len(images)} photos without camera poses", len(images))
     raise UploadError("no photos or mesh found in the upload")
 
 
+#: Session folders this process made (resolved paths): what :func:`clear_sessions` deletes.
+_MADE: set[Path] = set()
+_MADE_LOCK = threading.Lock()
+
+
 def session_folder(limits: Limits, session_id: str) -> Path:
-    """This session's folder (created), after deleting every session folder older than ``limits.max_age_s``."""
+    """This session's folder (created), after deleting every session folder older than ``limits.max_age_s``.
+    The folder is remembered for :func:`clear_sessions` (when the app stops)."""
     safe = "".join(c for c in session_id if c.isalnum() or c in "-_")[:64] or "anonymous"
     limits.root.mkdir(parents=True, exist_ok=True)
     sweep(limits)
     d = limits.root / safe
     d.mkdir(parents=True, exist_ok=True)
     os.utime(d)
+    with _MADE_LOCK:
+        _MADE.add(d.resolve())
     return d
+
+
+def clear_sessions(limits: Optional[Limits] = None) -> list[Path]:
+    """Delete every session folder this process made (under ``limits.root`` when given, else anywhere), and
+    ``limits.root`` itself when that leaves it empty. Folders of other processes (another app on the same
+    root) are left alone: :func:`sweep` removes them by age. Returns the folders deleted."""
+    root = None if limits is None else limits.root.resolve()
+    gone = []
+    with _MADE_LOCK:
+        for d in sorted(_MADE):
+            if root is not None and d.parent != root:
+                continue
+            if d.is_dir() and not d.is_symlink():
+                shutil.rmtree(d, ignore_errors=True)
+            _MADE.discard(d)
+            gone.append(d)
+    if root is not None:
+        try:
+            root.rmdir()  # only when empty
+        except OSError:
+            pass
+    return gone
+
+
+def clear_on_stop(limits: Limits) -> None:
+    """Delete this process's session folders when the app stops: at interpreter exit (``atexit``: a normal
+    stop, Ctrl-C, the CLI's exit) and on SIGTERM (a service manager's stop, ``kill``), which otherwise ends
+    the process without exit handlers. A SIGTERM handler is installed only from the main thread and only
+    when none is set (the default action); it clears the folders and exits with 128 + 15."""
+    atexit.register(clear_sessions, limits)
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        def on_term(signum, frame):  # noqa: ARG001
+            clear_sessions(limits)
+            raise SystemExit(128 + signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, on_term)
 
 
 def sweep(limits: Limits, now: Optional[float] = None) -> list[Path]:
@@ -341,4 +414,4 @@ def delete_session(limits: Limits, session_id: str) -> None:
 
 
 __all__ = ["ALLOWED_SUFFIXES", "Ingested", "Limits", "UploadError", "check_member_name", "classify",
-           "delete_session", "ingest", "safe_extract", "session_folder", "sweep"]
+           "clear_on_stop", "clear_sessions", "delete_session", "ingest", "safe_extract", "session_folder", "sweep"]
