@@ -1,5 +1,8 @@
 """``meshlift convert IN``: clean, optionally decimate, and export a mesh as PLY / OBJ+MTL / GLB.
 
+IN must hold a surface: a 3DGS ``point_cloud.ply``, a point cloud or an empty file is refused with one line
+naming what it holds, and a result with no face left is not written.
+
 Prints a before/after table (vertices, faces, components, watertight, manifold, bbox) and the files
 written. Heavy imports happen inside the command.
 """
@@ -37,7 +40,8 @@ def convert(
     import warnings
 
     from meshlift.errors import ConfigError
-    from meshlift.io.mesh import load_mesh, save_mesh
+    from meshlift.errors import MeshError
+    from meshlift.io.mesh import load_surface_mesh, save_mesh
     from meshlift.geometry.transforms import UP_AXES
     from meshlift.mesh.clean import clean_mesh
     from meshlift.mesh.orient import to_y_up
@@ -61,7 +65,8 @@ def convert(
     notes: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        mesh = load_mesh(input)
+        # a 3DGS point_cloud.ply or another file without faces: refused, not written out as 0-face files
+        mesh = load_surface_mesh(input, "convert cleans and exports triangle meshes")
         before = mesh_stats(mesh)
         clean_info = None
         if not no_clean:
@@ -79,6 +84,11 @@ def convert(
             notes.append("coordinates kept as in the input (--up keep); glTF expects +Y up: pass --up z for a "
                          "Z-up input (Blender, 3ds Max, most CAD)")
         after = mesh_stats(mesh)
+        if after["faces"] == 0:
+            step = "simplification" if clean_info is None else "cleaning"
+            raise MeshError(f"{input}: {step} left no face of its {before['faces']:,} (degenerate, duplicate or "
+                            f"tiny components?): nothing to write. Check the input; --no-clean or "
+                            "--keep-components 0 keep more of it")
         out = Path(out_dir) if out_dir is not None else input.resolve().parent
         name = stem or input.stem
         targets = [out / f"{name}.{f}" for f in fmts]

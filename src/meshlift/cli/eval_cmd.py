@@ -31,9 +31,26 @@ def _load_alignment(path: Path):
     return m
 
 
+def _load_gt(gt: Path):
+    """The ground truth of ``eval mesh``: a mesh or a point cloud (a scan), not 3DGS splats, not empty."""
+    from meshlift.errors import MeshError
+    from meshlift.io.mesh import load_mesh, not_a_surface_message
+    from meshlift.io.ply_header import ply_contents
+
+    need = "the ground truth of eval mesh is a surface or a scanned point cloud"
+    info = ply_contents(gt) if gt.suffix.lower() == ".ply" and gt.is_file() else None
+    if info is not None and info.kind in ("gaussians", "empty"):
+        raise MeshError(not_a_surface_message(gt, need))
+    mesh = load_mesh(gt)
+    if mesh.num_vertices == 0:
+        raise MeshError(f"{gt}: holds no vertices and no faces (an empty file); {need}. Export it again")
+    return mesh
+
+
 @eval_app.command("mesh")
 def eval_mesh(
-    pred: Path = typer.Argument(..., help="Predicted mesh (.ply/.obj/.glb/.off/.stl)."),
+    pred: Path = typer.Argument(..., help="Predicted mesh with faces (.ply/.obj/.glb/.off/.stl; not a point cloud "
+                                "or a 3DGS point_cloud.ply)."),
     gt: Path = typer.Argument(..., help="Ground-truth mesh, or a point cloud (PLY without faces)."),
     threshold: float = typer.Option(None, "--threshold", help="F-score distance, absolute, in GT units."),
     threshold_frac: float = typer.Option(None, "--threshold-frac", help="F-score distance as a fraction of GT's bbox diagonal (default 0.01)."),
@@ -46,7 +63,7 @@ def eval_mesh(
     """Chamfer L1/L2, precision, recall, F-score and normal consistency from uniform surface samples."""
     from meshlift.io.jsonfile import dumps
     from meshlift.errors import ConfigError
-    from meshlift.io.mesh import load_mesh
+    from meshlift.io.mesh import load_surface_mesh
     from meshlift.metrics.geometry import mesh_metrics
 
     if threshold is not None and threshold_frac is not None:
@@ -63,7 +80,7 @@ def eval_mesh(
             raise ConfigError(f"--crop-box {crop_box!r}: need six numbers xmin,ymin,zmin,xmax,ymax,zmax")
         box = (vals[:3], vals[3:])
     res = mesh_metrics(
-        load_mesh(pred), load_mesh(gt), threshold=threshold,
+        load_surface_mesh(pred, "eval mesh samples the predicted surface"), _load_gt(gt), threshold=threshold,
         threshold_frac=0.01 if threshold_frac is None else threshold_frac, n_samples=samples, seed=seed,
         alignment=None if alignment is None else _load_alignment(alignment), crop_box=box,
     )

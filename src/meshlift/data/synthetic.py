@@ -91,13 +91,12 @@ def load_normalized_mesh(path: Union[str, Path]) -> tuple[Mesh, torch.Tensor]:
         the file's units). The transform is also recorded as ``mesh.extras["world_to_normalized"]``.
 
     Raises:
-        MeshError: unreadable file, or a mesh without faces.
+        MeshError: unreadable file, or a file without faces (a 3DGS point cloud, a point cloud: the
+            message names what it holds).
     """
-    from meshlift.io.mesh import load_mesh
+    from meshlift.io.mesh import load_surface_mesh
 
-    mesh = load_mesh(path)
-    if mesh.num_faces == 0:
-        raise MeshError(f"{path}: the file has no faces; a synthetic scene needs triangles to render")
+    mesh = load_surface_mesh(path, "a synthetic scene renders the triangles of a mesh")
     T = normalization_transform(mesh)
     out = transform_mesh(mesh, T)
     out.extras = {**mesh.extras, "world_to_normalized": T, "source": str(path)}

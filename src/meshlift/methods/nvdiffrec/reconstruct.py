@@ -154,9 +154,11 @@ def load_problem(cfg: SurfaceConfig, device: torch.device) -> ProblemData:
         raise ConfigError("no input: give DATA (a dataset folder or a mesh file)")
     training_images_device(cfg, device, 0)  # a bad data_device fails here, before any reading
     if sniff_input(cfg.data) == "mesh":
-        from meshlift.io.mesh import load_mesh
+        from meshlift.io.mesh import load_surface_mesh
 
-        return synthetic_problem(load_mesh(cfg.data), cfg, device, name=Path(cfg.data).name)
+        # a 3DGS point_cloud.ply or a point cloud is refused naming what it holds
+        mesh = load_surface_mesh(cfg.data, "reconstruct renders views of a mesh input's surface")
+        return synthetic_problem(mesh, cfg, device, name=Path(cfg.data).name)
     data = scene_problem(cfg.data, background="black" if cfg.background == "black" else "white",
                          train_split=cfg.train_split, test_split=cfg.test_split, max_test_views=cfg.max_test_views,
                          train_res=cfg.train_res, camera_convention=cfg.camera_convention)  # read into host memory
