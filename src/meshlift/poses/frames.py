@@ -9,6 +9,10 @@
 - Video (imageio's ffmpeg plugin, from the ``imageio-ffmpeg`` wheel): the video is cut into windows of
   ``1 / fps`` seconds (fewer when ``max_frames`` would be exceeded) and the sharpest frame of each window
   is kept; kept frames whose sharpness is below ``blur_threshold`` x their median are dropped as blurry.
+- Duplicates: images whose grey 64x64 thumbnails differ by less than :data:`DUPLICATE_RMS` (RMS, 0-255
+  units) are near-identical (the same picture copied, or the camera did not move): they add no parallax.
+  Fewer than 3 distinct pictures is an error naming the cause before structure from motion runs; fewer
+  duplicates are a warning naming them.
 - Sharpness is the variance of the Laplacian of the grey image scaled to a 512-pixel longest side
   (Pech-Pacheco et al., "Diatom autofocusing in brightfield microscopy: a comparative study", ICPR 2000),
   so scores of differently sized images are roughly comparable (within a few x).
@@ -30,7 +34,7 @@ from meshlift.poses.options import PosesOptions
 from meshlift.poses.progress import StageProgress
 
 __all__ = ["FrameRecord", "FramesResult", "prepare_frames", "list_images", "is_video", "sharpness",
-           "VIDEO_EXTENSIONS", "MIN_IMAGES"]
+           "thumbnail", "near_duplicate_groups", "VIDEO_EXTENSIONS", "MIN_IMAGES", "DUPLICATE_RMS"]
 
 VIDEO_EXTENSIONS = (".mp4", ".mov", ".m4v", ".avi", ".mkv", ".webm", ".mpg", ".mpeg", ".wmv", ".3gp")
 """File extensions (lower case) read as videos."""
@@ -38,6 +42,12 @@ VIDEO_EXTENSIONS = (".mp4", ".mov", ".m4v", ".avi", ".mkv", ".webm", ".mpg", ".m
 MIN_IMAGES = 3
 """Structure from motion needs at least this many images."""
 
+DUPLICATE_RMS = 1.5
+"""Two images whose 64x64 grey thumbnails differ by less than this RMS (0-255 units) are near-identical: a
+re-encoded copy, or the same view (a camera that did not move; sensor noise averages out at that size).
+Any camera movement that gives parallax shifts textured content by pixels of the thumbnail, far above it."""
+
+_THUMB = 64
 _SHARPNESS_SIDE = 512
 _COPY_SUFFIXES = (".jpg", ".jpeg", ".png")  # COLMAP reads these as they are; others are re-encoded to PNG
 
@@ -112,6 +122,64 @@ def sharpness(gray: np.ndarray) -> float:
     return float(lap.var())
 
 
+def thumbnail(gray: np.ndarray) -> np.ndarray:
+    """The ``[64, 64]`` float32 grey thumbnail (box-filtered, 0-255 units) :func:`near_duplicate_groups`
+    compares; ``gray`` is ``[H, W]`` uint8 or float in 0-255 units."""
+    from PIL import Image
+
+    g = np.clip(np.asarray(gray, dtype=np.float32), 0, 255)
+    im = Image.fromarray(g.astype(np.uint8)).resize((_THUMB, _THUMB), Image.BOX)
+    return np.asarray(im, dtype=np.float32)
+
+
+def near_duplicate_groups(thumbs: list[np.ndarray], rms: float = DUPLICATE_RMS) -> list[list[int]]:
+    """Groups (index lists, each of 2 or more, sorted) of images whose thumbnails (:func:`thumbnail`) are
+    within ``rms`` of one another, directly or through a chain of such pairs. Pairwise RMS differences by
+    one matrix product (``|a − b|² = |a|² + |b|² − 2ab``), so hundreds of images take well under a second."""
+    n = len(thumbs)
+    if n < 2:
+        return []
+    x = np.stack([t.reshape(-1) for t in thumbs]).astype(np.float64)
+    sq = (x * x).sum(1)
+    d2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * (x @ x.T), 0.0) / x.shape[1]
+    parent = list(range(n))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, j in zip(*np.nonzero(np.triu(d2 < rms * rms, k=1))):
+        parent[find(int(i))] = find(int(j))
+    groups: dict[int, list[int]] = {}
+    for i in range(n):
+        groups.setdefault(find(i), []).append(i)
+    return sorted((g for g in groups.values() if len(g) > 1), key=lambda g: g[0])
+
+
+def _check_duplicates(names: list[str], thumbs: list[np.ndarray], where: Path, what: str,
+                      res: "FramesResult") -> None:
+    """Refuse fewer than :data:`MIN_IMAGES` distinct pictures naming the cause; warn about duplicates."""
+    groups = near_duplicate_groups(thumbs)
+    if not groups:
+        return
+    distinct = len(names) - sum(len(g) - 1 for g in groups)
+    shown = "; ".join(" = ".join(names[i] for i in g[:4]) + (f" (+{len(g) - 4} more)" if len(g) > 4 else "")
+                      for g in groups[:4])
+    more = f"; ... ({len(groups)} groups)" if len(groups) > 4 else ""
+    if distinct < MIN_IMAGES:
+        raise DatasetError(
+            f"{where}: the {len(names)} {what} show only {distinct} distinct picture(s) ({shown}{more}): they are "
+            "identical or near-identical (the same picture copied, or the camera did not move between shots), so "
+            "there is no parallax to triangulate. Structure from motion needs views from different positions: "
+            "walk around the subject, 60-80% overlap between neighbouring shots")
+    res.warnings.append(
+        f"{sum(len(g) - 1 for g in groups)} of the {len(names)} {what} are near-identical copies of others ({shown}"
+        f"{more}): they add no parallax (the camera did not move); remove the copies or move the camera between "
+        "shots")
+
+
 def _short_list(names: list[str], k: int = 6) -> str:
     return ", ".join(names[:k]) + (f", ... ({len(names)} in all)" if len(names) > k else "")
 
@@ -177,6 +245,7 @@ def _prepare_photos(folder: Path, images_dir: Path, progress: StageProgress) -> 
                            f"from motion needs at least {MIN_IMAGES} overlapping photos (20-100 is typical)")
     progress.start("reading images", len(paths))
     loaded = []
+    thumbs: dict[Path, np.ndarray] = {}
     for p in paths:
         try:
             im, orient, key = _load_photo(p)
@@ -184,7 +253,9 @@ def _prepare_photos(folder: Path, images_dir: Path, progress: StageProgress) -> 
             res.skipped.append((p.name, str(exc).split(": ", 1)[-1]))
             progress.advance()
             continue
-        loaded.append((p, im.size, orient, sharpness(np.asarray(im.convert("L"))), im if orient != 1 else None, key))
+        grey = np.asarray(im.convert("L"))
+        thumbs[p] = thumbnail(grey)
+        loaded.append((p, im.size, orient, sharpness(grey), im if orient != 1 else None, key))
         progress.advance()
     progress.end()
     if res.skipped:
@@ -220,6 +291,7 @@ def _prepare_photos(folder: Path, images_dir: Path, progress: StageProgress) -> 
     if len(kept) < MIN_IMAGES:
         raise DatasetError(f"{folder}: only {len(kept)} usable image(s) of {len(paths)}; structure from motion needs "
                            f"at least {MIN_IMAGES}. Skipped: " + "; ".join(f"{n} ({r})" for n, r in res.skipped[:6]))
+    _check_duplicates([it[0].name for it in kept], [thumbs[it[0]] for it in kept], folder, "photos", res)
     images_dir.mkdir(parents=True, exist_ok=True)
     progress.start("writing images", len(kept))
     used: set[str] = set()
@@ -291,6 +363,7 @@ def _prepare_video(path: Path, images_dir: Path, opts: PosesOptions, progress: S
     images_dir.mkdir(parents=True, exist_ok=True)
     progress.start("decoding video", total)
     best: tuple[float, int, np.ndarray] | None = None
+    thumbs: dict[str, np.ndarray] = {}
     window = -1
     n_decoded = 0
 
@@ -300,6 +373,8 @@ def _prepare_video(path: Path, images_dir: Path, opts: PosesOptions, progress: S
         s, k, frame = best
         name = f"frame_{window:05d}.jpg"
         Image.fromarray(frame).save(images_dir / name, quality=95, subsampling=0)
+        grey = frame if frame.ndim == 2 else frame[..., :3] @ np.array([0.299, 0.587, 0.114])
+        thumbs[name] = thumbnail(grey)
         res.records.append(FrameRecord(name=name, source=f"{path.name} @ {k / vfps:.2f} s", sharpness=s,
                                        size=(frame.shape[1], frame.shape[0])))
 
@@ -357,6 +432,8 @@ def _prepare_video(path: Path, images_dir: Path, opts: PosesOptions, progress: S
         raise DatasetError(f"{path}: only {len(res.records)} usable frame(s) from {n_decoded} decoded at {fps:g} "
                            f"fps; structure from motion needs at least {MIN_IMAGES}: raise --fps, or give a "
                            "longer video")
+    _check_duplicates([r.name for r in res.records], [thumbs[r.name] for r in res.records], path,
+                      "sampled video frames", res)
     return res
 
 

@@ -182,14 +182,8 @@ def run_poses(
     if sfm.reconstruction is None or sfm.reconstruction.num_reg_images() < 3:
         report = build_report(input=src, output=out, sfm=sfm, frames=frames, camera_model=opts.camera_model)
         report.save(out / "poses_report.json")
-        alone = [u["name"] for u in report.unregistered if "does not overlap" in u["reason"]]
-        raise DatasetError(
-            f"{src}: structure from motion found no model (models: {sfm.model_sizes or 'none'}): the images do not "
-            f"overlap enough to be matched ({len(alone)} of {len(names)} share no verified matches with any other"
-            + (f": {', '.join(alone[:6])}{' ...' if len(alone) > 6 else ''}" if alone else "") + "). Take photos "
-            "of one scene from nearby viewpoints (60-80% overlap between neighbours); details in "
-            f"{out / 'poses_report.json'}"
-        )
+        raise DatasetError(f"{src}: structure from motion found no model (models: {sfm.model_sizes or 'none'}): "
+                           f"{_no_model_cause(report, names)}; details in {out / 'poses_report.json'}")
     sparse = out / "sparse" / "0"
     sparse.mkdir(parents=True)
     sfm.reconstruction.write(str(sparse))
@@ -207,6 +201,29 @@ def run_poses(
     report.files = files
     report.save(out / "poses_report.json")
     return report
+
+
+def _no_model_cause(report, names: list[str]) -> str:
+    """Why no model was built, from the per-image reasons of the report: too few features, no overlap, or
+    (the images match but nothing could be triangulated) too little parallax."""
+    from meshlift.poses.report import MIN_FEATURES
+
+    def short(xs: list[str]) -> str:
+        return ", ".join(xs[:6]) + (" ..." if len(xs) > 6 else "")
+
+    few = [u["name"] for u in report.unregistered if "few features" in u["reason"]]
+    alone = [u["name"] for u in report.unregistered if "does not overlap" in u["reason"]]
+    if few and 2 * len(few) >= len(names):
+        return (f"too few features: {len(few)} of {len(names)} images have fewer than {MIN_FEATURES} SIFT keypoints "
+                f"({short(few)}): blank, dark, blurred, textureless or tiny pictures. Photograph a textured subject "
+                "in good light and in focus, at full resolution")
+    if alone:
+        return (f"the images do not overlap enough to be matched ({len(alone)} of {len(names)} share no verified "
+                f"matches with any other: {short(alone)}). Take photos of one scene from nearby viewpoints "
+                "(60-80% overlap between neighbours)")
+    return ("the images match one another, but nothing could be triangulated from them: too little parallax (the "
+            "camera turned in place or barely moved between shots: a panorama from one spot, or near-identical "
+            "photos). Move the camera around the subject between shots (60-80% overlap between neighbours)")
 
 
 # ----------------------------------------------------------------------------------------------------
