@@ -33,12 +33,45 @@ if [ -z "${COLLECT:-}" ]; then
   kill -0 $pid 2>/dev/null && echo "still running after $((SECONDS - T0)) s (collect later with COLLECT=1)"
 fi
 if [ -n "${OUT:-}" ]; then
+  # at most 8 files of 16 MB come back: metrics in one archive, images as small JPEGs (first two mesh renders
+  # and the last preview of each case; session 15's PNG archive was 19.7 MB and did not come back)
   mkdir -p "$OUT/metrics"
   for d in "$outdir"/*/; do n=$(basename "$d"); [ -f "$d/metrics.json" ] && cp "$d/metrics.json" "$OUT/metrics/$n.json"; done
-  last=""
-  for d in "$outdir"/*/images; do f=$(ls "$d"/preview_*.png 2>/dev/null | tail -1); last="$last $f"; done
+  tar czf "$OUT/metrics.tgz" -C "$OUT" metrics && rm -rf "$OUT/metrics"
   tar czf "$OUT/logs.tgz" "$outdir"/*.log 2>/dev/null
-  tar czf "$OUT/images.tgz" "$outdir"/*/mesh_renders $last 2>/dev/null
-  ls -la "$OUT" "$OUT/metrics"
+  python3 - "$outdir" "$OUT/images" <<'PY'
+import sys
+from pathlib import Path
+from PIL import Image
+src, dst = Path(sys.argv[1]), Path(sys.argv[2])
+for case in sorted(p for p in src.iterdir() if p.is_dir()):
+    picks = sorted((case / "mesh_renders").glob("*.png"))[:2] + sorted((case / "images").glob("preview_*.png"))[-1:]
+    for f in picks:
+        im = Image.open(f).convert("RGB")
+        im.thumbnail((1600, 1600))
+        (dst / case.name).mkdir(parents=True, exist_ok=True)
+        im.save(dst / case.name / (f.parent.name + "_" + f.stem + ".jpg"), quality=85)
+PY
+  tar czf "$OUT/images.tgz" -C "$OUT" images && rm -rf "$OUT/images"
+  if [ -n "${MESHES:-}" ]; then  # MESHES=1: each case's asset and whole-scene mesh, decimated to 60k faces
+    python3 - "$outdir" "$OUT/meshes" <<'PY'
+import sys
+from pathlib import Path
+import fast_simplification, numpy as np, trimesh
+src, dst = Path(sys.argv[1]), Path(sys.argv[2])
+for case in sorted(p for p in src.iterdir() if p.is_dir()):
+    for name in ("mesh.ply", "scene_mesh.ply"):
+        if not (case / name).is_file():
+            continue
+        m = trimesh.load(case / name, process=False)
+        if len(m.faces) > 60_000:
+            v, f = fast_simplification.simplify(np.asarray(m.vertices, np.float32), np.asarray(m.faces), 1 - 60_000 / len(m.faces))
+            m = trimesh.Trimesh(v, f, process=False)
+        (dst / case.name).mkdir(parents=True, exist_ok=True)
+        m.export(dst / case.name / name)
+PY
+    tar czf "$OUT/meshes.tgz" -C "$OUT" meshes && rm -rf "$OUT/meshes"
+  fi
+  ls -la "$OUT"
 fi
 for f in "$outdir"/*.log; do echo "== $f"; tail -4 "$f"; done

@@ -69,7 +69,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--preset", default="verylowres", choices=["verylowres", "lowres", "default"])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", nargs="*", default=list(CASES))
+    ap.add_argument("--only", nargs="*", default=list(CASES),
+                    help="cases to run; CASE@LABEL:key=value,... is a variant of CASE with those --set values")
     ap.add_argument("--set", dest="sets", action="append", default=[])
     ap.add_argument("--surface-results", type=Path, default=None)
     ap.add_argument("--schedule-scale", type=float, default=1.0,
@@ -81,7 +82,11 @@ def main() -> int:
     procs = {}
     args.out.mkdir(parents=True, exist_ok=True)
     for name in args.only:
-        rel, kind, extra = CASES[name]
+        # a variant of a case: CASE@LABEL:key=value,key=value runs CASE with those --set values as OUT/CASE@LABEL
+        base_name, _, variant = name.partition("@")
+        rel, kind, extra = CASES[base_name]
+        extra = extra + ([kv for kv in variant.partition(":")[2].split(",") if kv] if variant else [])
+        name = base_name + ("@" + variant.partition(":")[0] if variant else "")
         out = args.out / name
         cmd = [sys.executable, "-m", "meshlift.cli.main", "reconstruct", str(DATA / rel), "--method", "milo",
                "--preset", args.preset, "--out", str(out), "--overwrite"] + (["--quick"] if args.quick else [])

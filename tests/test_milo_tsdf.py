@@ -128,6 +128,18 @@ def test_true_depth_of_the_unmasked_scene_fuses_to_the_object():
     assert g["fscore"] > 0.9, g
     cut, crep = tsdf_mesh.object_asset(mesh, region.roi, monitor=Monitor())
     assert cut.num_faces > 0 and crep["faces_split"] > 0
+    # the floor under the object: in the uncut asset, gone with the support plane (scored in a box that
+    # reaches below the floor, the floor counts against the precision)
+    voxel = float((region.roi.box_max - region.roi.box_min).max()) / 64
+    obj, orep = tsdf_mesh.object_asset(mesh, region.roi, monitor=Monitor(), support_voxel=voxel)
+    sp = orep["support_plane"]
+    assert sp["found"] and sp["tilt_deg"] < 3.0 and abs(sp["offset"]) < 2 * voxel, sp
+    assert float(obj.v_pos[:, 1].min()) > 0.5 * voxel, "nothing of the floor is left"
+    low = (sc.eval_box_min.clone(), sc.eval_box_max)
+    low[0][1] = -0.2
+    p_cut = mesh_metrics(cut, sc.gt_mesh, threshold_frac=0.01, n_samples=20_000, crop_box=low)["precision"]
+    p_obj = mesh_metrics(obj, sc.gt_mesh, threshold_frac=0.01, n_samples=20_000, crop_box=low)["precision"]
+    assert p_obj > 0.9 and p_obj > p_cut + 0.2, (p_obj, p_cut)
 
 
 def test_capture_run_writes_the_scene_mesh_and_the_object_asset(tmp_path):

@@ -121,6 +121,10 @@ class MiloConfig(GaussiansConfig):
     object_asset: bool = True
     """``tsdf`` path on a dataset: export the mesh cut to the region of interest (closed at the cut) as the
     asset (``mesh.glb``/``mesh.obj``); the whole-scene mesh is ``scene_mesh.ply`` either way."""
+    remove_support: bool = True
+    """``tsdf`` path on a capture without masks, with ``object_asset``: also cut away the plane the object
+    stands on (the table or floor inside the region of interest; RANSAC, :mod:`meshlift.mesh.support_plane`,
+    near-horizontal planes only), closing the cut; nothing is removed when no such plane is found."""
 
     # ---- the mesh in the loop -----------------------------------------------------------------------------
     mesh_start: int = 8000

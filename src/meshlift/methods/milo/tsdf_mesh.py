@@ -11,7 +11,7 @@ surface itself, and a surface is only made where views agree. The steps:
    flat Gaussians (PGSR's scale loss), their unbiased plane depth and depth-normal consistency, so the depth
    lies on the surface rather than inside it.
 2. **Depth maps** of the trained Gaussians at every training view (:func:`render_depths`): the plane depth
-   (or median depth) where the pixel is opaque (alpha > 0.5), else empty. Kept on the CPU (4 bytes a pixel)
+   (or median depth) where the pixel is opaque enough (alpha > ``depth_min_alpha``), else empty. Kept on the CPU (4 bytes a pixel)
    and streamed to the device in chunks of ``chunk_views``.
 3. **The region** (:func:`fusion_region`): for a bounded input (a mesh's rendered views) the object box; for
    a capture, the region of interest (explicit ``bbox``, else :func:`meshlift.data.roi.auto_roi`: where the
@@ -50,6 +50,10 @@ MIN_FUSION_VIEWS = 8
 #: The whole-scene mesh keeps what lies within this many half-sizes of the region of interest around it (L-inf):
 #: the contraction's far rim (up to ~100 half-sizes at 512³) holds only a few large, unreliable triangles.
 SCENE_MAX_RADIUS = 16.0
+
+#: The support plane's RANSAC inlier distance in voxels of the asset's grid (the fused floor is smooth to about a
+#: voxel); the cut lies twice this above the plane (:func:`object_asset`).
+SUPPORT_INLIER_VOXELS = 2.0
 
 #: Depth (× scene_scale) given to pixels outside a view's mask: the whole ray in front of it is free space,
 #: so the fusion carves the visual hull (used only when the views have masks / alpha).
@@ -289,15 +293,20 @@ def decimated(mesh, max_faces: int, monitor):
     return out, {k: v for k, v in info.items() if isinstance(v, (int, float, str))} | {"seconds": time.perf_counter() - t0}
 
 
-def object_asset(mesh, roi, *, monitor) -> tuple:
+def object_asset(mesh, roi, *, monitor, support_voxel: float = 0.0) -> tuple:
     """Step 6: ``(Mesh, report)`` — ``mesh`` cut to the region of interest ``roi`` (a
-    :class:`meshlift.data.roi.RegionOfInterest`) and closed at the cut.
+    :class:`meshlift.data.roi.RegionOfInterest`) and closed at the cut; with ``support_voxel > 0`` (world
+    units: the fusion grid's voxel) also without the plane the object stands on
+    (:func:`meshlift.mesh.support_plane.remove_support_plane` along ``roi.up``: inliers within
+    ``SUPPORT_INLIER_VOXELS`` voxels, cut ``2 ×`` that above the plane, closed), so that the asset is the
+    object and not a square of the table under it.
 
     Raises:
         MeshError: nothing of the mesh lies in the region of interest (the message names ``--bbox``).
     """
     from meshlift.errors import MeshError
     from meshlift.mesh.crop import crop_mesh
+    from meshlift.mesh.support_plane import remove_support_plane
 
     cut, rep = crop_mesh(mesh, roi.box_min, roi.box_max, cap=True, rotation=roi.rotation)
     if cut.num_faces == 0:
@@ -308,7 +317,16 @@ def object_asset(mesh, roi, *, monitor) -> tuple:
                         "x0,y0,z0,x1,y1,z1, or --set object_asset=false to export the whole scene")
     monitor.log(f"asset: the mesh cut to the region of interest ({roi.source}): {cut.num_faces:,} of "
                 f"{mesh.num_faces:,} faces")
-    return cut, rep.to_dict()
+    out = rep.to_dict()
+    if support_voxel > 0:
+        dist = SUPPORT_INLIER_VOXELS * float(support_voxel)
+        kept, srep = remove_support_plane(cut, roi.up, distance=dist, cut_offset=2.0 * dist)
+        out["support_plane"] = dataclasses.asdict(srep)
+        if srep.found and kept.num_faces > 0:
+            monitor.log(f"asset: removed the support plane under the object (tilt {srep.tilt_deg:.1f}°, "
+                        f"{100 * srep.inlier_area_frac:.0f}% of the area, {srep.faces_removed:,} faces)")
+            cut = kept
+    return cut, out
 
 
 def vertex_colors(cfg, mesh, problem, device) -> tuple:
@@ -377,10 +395,12 @@ def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, cost
         # a little beyond the box, so that the cut is clean
         obj, rep["object"] = fused_mesh(cfg, depths, problem, fusion_region("object", roi=roi, pad=0.02),
                                         cfg.tsdf_resolution, **kw)
-        geometry = obj
         asset = obj
         if cfg.object_asset:
-            asset, rep["crop"] = object_asset(obj, roi, monitor=monitor)
+            voxel = float((roi.box_max - roi.box_min).max()) / cfg.tsdf_resolution
+            asset, rep["crop"] = object_asset(obj, roi, monitor=monitor,
+                                              support_voxel=voxel if cfg.remove_support and not masked else 0.0)
+        geometry = asset  # what a known truth scores: the asset as exported, before decimation
     else:
         asset = geometry = scene
     asset, rep["decimate"] = decimated(asset, cfg.max_asset_faces, monitor)
