@@ -146,3 +146,27 @@ def test_blank_and_content_rules():
     spot[:3, :3] = 0.2  # 9 of 400 pixels
     assert has_content(spot, 1.0)
     assert is_blank(white - 1.5 / 255, 1.0)  # 8-bit rounding of the background
+
+
+def test_eval_images_warns_about_background_only_renders(tmp_path, capsys):
+    from meshlift.io.images import write_image
+
+    (tmp_path / "pred").mkdir()
+    (tmp_path / "gt").mkdir()
+    g = torch.Generator().manual_seed(0)
+    content = torch.ones(24, 24, 3)
+    content[6:18, 6:18] = torch.rand(12, 12, 3, generator=g)
+    for name, pred in (("blank", torch.ones(24, 24, 3)), ("fine", content)):
+        write_image(tmp_path / "gt" / f"{name}.png", content)
+        write_image(tmp_path / "pred" / f"{name}.png", pred)
+    args = ["eval", "images", str(tmp_path / "pred"), str(tmp_path / "gt"), "--no-lpips"]
+    assert main(args + ["--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["blank_images"] == ["blank"] and len(res["warnings"]) == 1
+    assert "1 of 2 images in" in res["warnings"][0] and "background only (white)" in res["warnings"][0]
+    assert {r["name"]: r.get("blank", False) for r in res["per_image"]} == {"blank": True, "fine": False}
+    assert main(args) == 0
+    assert "warning: 1 of 2 images" in capsys.readouterr().out
+    # on a black background the same white render is not background
+    assert main(args + ["--json", "--background", "black"]) == 0
+    assert json.loads(capsys.readouterr().out)["blank_images"] == []

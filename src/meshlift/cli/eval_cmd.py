@@ -140,11 +140,13 @@ def eval_images(
     json_output: bool = typer.Option(False, "--json", metavar="", help="Print one JSON object."),
 ) -> None:
     """PSNR (mean of per-image values), SSIM (11x11 Gaussian, sigma 1.5) and LPIPS (AlexNet) of matched images.
-    JSON output is strict: the PSNR of identical images (infinite) is written as null."""
+    JSON output is strict: the PSNR of identical images (infinite) is written as null. A rendered image that is
+    background only where its ground truth is not is a warning (``blank_images``, ``warnings``)."""
     from meshlift.io.jsonfile import dumps
     from meshlift.errors import ConfigError, ImageError
     from meshlift.io.images import read_image
     from meshlift.metrics.image import psnr, ssim
+    from meshlift.renderers.blank import has_content, is_blank
 
     if background not in ("white", "black"):
         raise ConfigError(f"--background must be white or black, got {background!r}")
@@ -170,6 +172,8 @@ def eval_images(
             )
         row = {"name": n, "psnr": float(psnr(a, b)), "ssim": float(ssim(a, b))}
         row["lpips"] = None if lp is None else float(lp(a.float(), b.float()))
+        if is_blank(a, bg) and has_content(b, bg):
+            row["blank"] = True
         per.append(row)
     mean = lambda k: None if per[0][k] is None else sum(r[k] for r in per) / len(per)  # noqa: E731
     res = {
@@ -177,6 +181,12 @@ def eval_images(
         "num_images": len(per), "unmatched_pred": len(preds) - len(names), "unmatched_gt": len(gts) - len(names),
         "per_image": per,
     }
+    blank = [r["name"] for r in per if r.get("blank")]
+    res["blank_images"] = blank
+    res["warnings"] = [] if not blank else [
+        f"{len(blank)} of {len(per)} images in {pred_dir} are background only ({background}) where the ground truth "
+        f"is not ({', '.join(blank[:6])}{' ...' if len(blank) > 6 else ''}): the asset was not in view when they "
+        "were rendered (another world frame or scale, or clipped), so their scores measure the background"]
     if json_output:
         typer.echo(dumps(res))
         return
@@ -195,6 +205,8 @@ def eval_images(
     console.print(table)
     if res["unmatched_pred"] or res["unmatched_gt"]:
         console.print(f"[yellow]note:[/yellow] unmatched images: {res['unmatched_pred']} in {pred_dir}, {res['unmatched_gt']} in {gt_dir}")
+    for w in res["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {w}")
 
 
 def register(app: typer.Typer) -> None:
