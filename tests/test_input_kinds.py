@@ -137,3 +137,20 @@ def test_app_uploads_of_splats_or_points_are_refused(files, tmp_path):
         ingest([f["scan.ply"]], s, limits)
     assert ingest([f["sphere.ply"]], s, limits).kind == "mesh"
     _unchanged(files)
+
+
+def test_inspect_says_what_a_file_holds(files, capsys):
+    f, _ = files
+    assert main(["inspect", str(f["point_cloud.ply"])]) == 0
+    out = capsys.readouterr().out
+    assert "a 3D Gaussian splatting point cloud, 40 Gaussians, SH degree 1" in out
+    assert "meshlift render" in out and "meshlift convert" not in out
+    assert main(["inspect", str(f["point_cloud.ply"]), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["format"] == "gaussians" and info["gaussians"] == 40 and info["warnings"] == []
+    assert main(["inspect", str(f["scan.obj"]), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["format"] == "point_cloud"
+    assert main(["inspect", str(f["nothing.ply"])]) == 0  # was an IndexError in amin()
+    out = capsys.readouterr().out
+    assert "an empty file, 0 vertices" in out and "no vertices" in out
+    _unchanged(files)

@@ -68,24 +68,68 @@ def inspect(
 
 
 def _inspect_mesh(path: Path, json_output: bool) -> None:
-    """A mesh file is not a dataset: say what it holds and what to run on it."""
+    """A mesh file is not a dataset: say what it holds (a mesh, a 3DGS point cloud, a point cloud, nothing)
+    and what to run on it."""
     from meshlift.io.jsonfile import dumps
     from meshlift.io.mesh import load_mesh
+    from meshlift.io.ply_header import ply_contents
 
+    contents = ply_contents(path) if path.suffix.lower() == ".ply" else None
+    if contents is not None and contents.kind == "gaussians":
+        _inspect_gaussians(path, json_output)
+        return
     mesh = load_mesh(path)
-    lo, hi = mesh.v_pos.amin(0).tolist(), mesh.v_pos.amax(0).tolist()
-    info = {"format": "mesh", "path": str(path), "vertices": int(mesh.num_vertices), "faces": int(mesh.num_faces),
+    kind = "mesh" if mesh.num_faces else ("point_cloud" if mesh.num_vertices else "empty")
+    finite = mesh.v_pos[mesh.v_pos.isfinite().all(dim=1)] if mesh.num_vertices else mesh.v_pos
+    lo, hi = (finite.amin(0).tolist(), finite.amax(0).tolist()) if len(finite) else (None, None)
+    info = {"format": kind, "path": str(path), "vertices": int(mesh.num_vertices), "faces": int(mesh.num_faces),
             "uvs": mesh.v_tex is not None, "vertex_colors": mesh.v_color is not None,
             "material": mesh.material is not None, "bounds": {"min": lo, "max": hi}}
     if json_output:
         typer.echo(dumps(info, indent=None))
         return
-    typer.echo(f"{path}: a mesh, {info['vertices']:,} vertices, {info['faces']:,} faces; UVs "
+    what = {"mesh": "a mesh", "point_cloud": "a point cloud (no faces)", "empty": "an empty file"}[kind]
+    bounds = ("no vertices" if lo is None else "bounds [" + ", ".join(f"{v:.3g}" for v in lo) + "] .. ["
+              + ", ".join(f"{v:.3g}" for v in hi) + "]")
+    typer.echo(f"{path}: {what}, {info['vertices']:,} vertices, {info['faces']:,} faces; UVs "
                f"{'yes' if info['uvs'] else 'no'}, vertex colours {'yes' if info['vertex_colors'] else 'no'}, "
-               f"material {'yes' if info['material'] else 'no'}; bounds [" + ", ".join(f"{v:.3g}" for v in lo)
-               + "] .. [" + ", ".join(f"{v:.3g}" for v in hi) + "]")
-    typer.echo(f"Not a dataset of photos. To reconstruct it from rendered views: meshlift reconstruct {path} "
-               f"--out out/{Path(path).stem}; to clean or convert it: meshlift convert {path} --out-dir OUT")
+               f"material {'yes' if info['material'] else 'no'}; {bounds}")
+    if kind == "mesh":
+        typer.echo(f"Not a dataset of photos. To reconstruct it from rendered views: meshlift reconstruct {path} "
+                   f"--out out/{Path(path).stem}; to clean or convert it: meshlift convert {path} --out-dir OUT")
+    else:
+        typer.echo("Not a dataset of photos, and no surface: meshlift's mesh commands (reconstruct from a mesh, "
+                   "convert, render, eval mesh as the prediction) need faces")
+
+
+def _inspect_gaussians(path: Path, json_output: bool) -> None:
+    """A 3DGS point cloud: its Gaussians, SH degree, bounds, what the reader repaired, what to run."""
+    import warnings
+
+    from meshlift.errors import MeshliftWarning
+    from meshlift.io.gaussian_ply import load_gaussian_ply
+    from meshlift.io.jsonfile import dumps
+    from meshlift.io.ply_header import counted
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", MeshliftWarning)
+        g = load_gaussian_ply(path)
+    notes = [str(w.message) for w in caught if issubclass(w.category, MeshliftWarning)]
+    k = g["shN"].shape[1] + 1
+    degree = int(round(k ** 0.5)) - 1
+    lo, hi = g["means"].amin(0).tolist(), g["means"].amax(0).tolist()
+    info = {"format": "gaussians", "path": str(path), "gaussians": int(g["means"].shape[0]), "sh_degree": degree,
+            "bounds": {"min": lo, "max": hi}, "warnings": notes}
+    if json_output:
+        typer.echo(dumps(info, indent=None))
+        return
+    typer.echo(f"{path}: a 3D Gaussian splatting point cloud, {counted(info['gaussians'], 'Gaussian')}, SH degree {degree}; "
+               "bounds of the centres [" + ", ".join(f"{v:.3g}" for v in lo) + "] .. ["
+               + ", ".join(f"{v:.3g}" for v in hi) + "]")
+    for n in notes:
+        typer.echo(f"warning: {n}")
+    typer.echo(f"Not a dataset of photos, and not a mesh. To look at it: meshlift render {path} --turntable --out DIR; "
+               f"from a dataset's cameras: meshlift render {path} --data DATA --out DIR")
 
 
 def _camera_row(chk: dict) -> str:
