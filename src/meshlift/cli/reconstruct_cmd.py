@@ -1,7 +1,8 @@
-"""`meshlift reconstruct`: two-pass surface reconstruction (DMTet/FlexiCubes + PBR materials + HDR light), or
-3D Gaussian splatting with ``--method gaussians`` (:mod:`meshlift.methods.gaussians.reconstruct`), or MILo
-(Gaussians → a textured mesh, by TSDF fusion or MILo's mesh in the loop) with ``--method milo``
-(:mod:`meshlift.methods.milo.reconstruct`).
+"""`meshlift reconstruct`: any method of :mod:`meshlift.methods.registry` (``--method``; the surface method,
+nvdiffrec, by default), called through its :class:`~meshlift.methods.spec.Method` spec: build its config,
+check the output folder, pose unposed photos first (:func:`meshlift.poses.ensure_posed`), run it, print its
+summary. Which options apply to a method (``--gpus``, ``--simplify``, ``--bbox``, ``--up``) is read from its
+capabilities.
 
 Configuration precedence: preset (``--preset``, CPU-sized with ``--quick``) → ``--config FILE`` (JSON/TOML)
 → ``--set field=value`` / trailing ``field=value`` arguments. With ``--resume`` the base is the run's saved
@@ -100,47 +101,41 @@ def make_monitor(console=None):
     return RichMonitor()
 
 
-def _help_config() -> str:
-    from meshlift.methods.nvdiffrec.config import SurfaceConfig, config_to_dict, field_docs
-    from meshlift.methods.nvdiffrec.presets import preset_names
-
-    docs = field_docs()
-    defaults = config_to_dict(SurfaceConfig())
-    lines = ["SurfaceConfig fields (override with --set field=value):", ""]
-    for name, doc in docs.items():
-        lines.append(f"  {name} = {defaults[name]!r}\n      {doc}")
-    lines.append("")
-    lines.append("presets: " + ", ".join(preset_names()) + "  (each with --quick for a CPU-sized run)")
-    return "\n".join(lines)
-
-
 def resume_method(out: Path) -> Optional[str]:
-    """The ``--method`` whose config class holds every field of ``out/config.json`` (the run ``--resume``
-    would continue), or None when there is no readable saved config or no method fits. The smallest fitting
-    class wins (milo's config extends the Gaussian one)."""
-    import json
+    """The ``--method`` of the run ``--resume`` would continue in ``out`` (its ``config.json``), or None
+    (:func:`meshlift.methods.registry.method_of_run`)."""
+    from meshlift.methods.registry import method_of_run
 
-    path = Path(out) / "config.json"
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(saved, dict):
-        return None
-    saved = saved.get("config", saved)
-    from meshlift.methods.gaussians.config import GaussiansConfig
-    from meshlift.methods.milo.config import MiloConfig
-    from meshlift.methods.nvdiffrec.config import SurfaceConfig
+    return method_of_run(out)
 
-    keys = {k.replace("densify.", "densify_") for k in saved}
-    fits = [(len(c.__dataclass_fields__), name) for name, c in
-            (("nvdiffrec", SurfaceConfig), ("gaussians", GaussiansConfig), ("milo", MiloConfig))
-            if keys <= set(c.__dataclass_fields__)]
-    return min(fits)[1] if fits else None
+
+def _default_method() -> str:
+    """The ``--method`` used when none is given: the registry's first."""
+    from meshlift.methods.registry import METHODS
+
+    return next(iter(METHODS))
+
+
+def _method_help() -> str:
+    """``--method``'s help: every registered method with what it makes."""
+    from meshlift.methods.registry import METHODS
+    from meshlift.methods.spec import joined
+
+    return joined((f"{m.name} ({m.cli_help})" for m in METHODS.values()), "or") + "."
+
+
+def _names_with(capability: str) -> str:
+    """``nvdiffrec and gaussians``: the methods with ``capability`` (a :class:`~meshlift.methods.spec.
+    Capabilities` field)."""
+    from meshlift.methods.registry import METHODS
+    from meshlift.methods.spec import joined
+
+    return joined(m.name for m in METHODS.values() if getattr(m.capabilities, capability))
 
 
 def register(app: typer.Typer) -> None:
-    """Add the `reconstruct` subcommand to ``app``."""
+    """Add the `reconstruct` subcommand to ``app``; the methods and what applies to each come from
+    :mod:`meshlift.methods.registry`."""
 
     @app.command("reconstruct")
     def reconstruct(
@@ -163,56 +158,47 @@ def register(app: typer.Typer) -> None:
             None, "--camera-convention", help="Axes of transforms.json camera-to-world matrices: opengl (the "
             "format's definition, default) or opencv (same as --set camera_convention=)."),
         up: Optional[str] = typer.Option(None, "--up", help="The dataset's up axis (z, -y, ...): exported meshes "
-                                         "are rotated so it becomes glTF's +Y (nvdiffrec; same as --set up_axis=)."),
-        method: str = typer.Option("nvdiffrec", "--method", "-m", help="nvdiffrec (textured mesh, default), "
-                                   "gaussians (3D Gaussian splatting: point_cloud.ply; presets gaussians, "
-                                   "gaussians_tiny) or milo (Gaussians -> textured mesh, also from unmasked "
-                                   "captures: fused surface-aligned Gaussians by default, --set extract=delaunay "
-                                   "for MILo's mesh in the loop; presets verylowres, lowres, default, milo_tiny)."),
-        simplify: Optional[int] = typer.Option(None, "--simplify", help="--method milo: decimate the final mesh "
-                                               "to at most this many faces (same as --set simplify=N)."),
-        bbox: Optional[str] = typer.Option(None, "--bbox", help="--method milo: the region of interest "
-                                           "x0,y0,z0,x1,y1,z1 (dataset world units); the asset is the mesh cut to "
-                                           "it (default: found from where the cameras look; same as --set bbox=)."),
+                                         f"are rotated so it becomes glTF's +Y ({_names_with('up_axis')}; same as "
+                                         "--set up_axis=)."),
+        method: str = typer.Option(_default_method(), "--method", "-m", help=_method_help()),
+        simplify: Optional[int] = typer.Option(None, "--simplify", help=f"--method {_names_with('simplify')}: "
+                                               "decimate the final mesh to at most this many faces (same as --set "
+                                               "simplify=N)."),
+        bbox: Optional[str] = typer.Option(None, "--bbox", help=f"--method {_names_with('region_of_interest')}: "
+                                           "the region of interest x0,y0,z0,x1,y1,z1 (dataset world units); the asset "
+                                           "is the mesh cut to it (default: found from where the cameras look; same "
+                                           "as --set bbox=)."),
         gpus: int = typer.Option(1, "--gpus", help="Train on N GPUs: relaunches this command under torchrun "
-                                 "(data parallel; `batch` is the global batch over all GPUs; nvdiffrec and "
-                                 "gaussians)."),
+                                 "(data parallel; `batch` is the global batch over all GPUs; "
+                                 f"{_names_with('multi_gpu')})."),
     ) -> None:
         """Reconstruct a textured PBR mesh (OBJ+MTL, GLB), an HDR light probe and metrics from posed images,
         train 3D Gaussians (--method gaussians), or Gaussians and a mesh from them (--method milo)."""
         from rich.console import Console
 
         from meshlift.errors import ConfigError
+        from meshlift.methods.registry import METHODS, get_method
+        from meshlift.methods.spec import joined
 
         console = Console(soft_wrap=True)  # no hard line breaks in logs and pipes (paths stay whole)
-        if method not in ("nvdiffrec", "gaussians", "milo"):
-            raise ConfigError(f"--method {method!r}: choose nvdiffrec, gaussians or milo")
-        if simplify is not None and method != "milo":
-            raise ConfigError("--simplify applies to --method milo only")
-        if bbox is not None and method != "milo":
-            raise ConfigError("--bbox applies to --method milo only (the region of interest of its mesh)")
-        if gpus != 1 and method == "milo":
-            raise ConfigError("--gpus applies to --method nvdiffrec and gaussians; --method milo trains in one "
-                              "process (run it without --gpus)")
+        spec = get_method(method)
+        method, can = spec.name, spec.capabilities
+        if simplify is not None and not can.simplify:
+            raise ConfigError(f"--simplify applies to --method {_names_with('simplify')} only")
+        if bbox is not None and not can.region_of_interest:
+            raise ConfigError(f"--bbox applies to --method {_names_with('region_of_interest')} only (the region of "
+                              "interest of its mesh)")
+        if gpus != 1 and not can.multi_gpu:
+            raise ConfigError(f"--gpus applies to --method {_names_with('multi_gpu')}; --method {method} trains in "
+                              "one process (run it without --gpus)")
         if help_config:
-            if method == "milo":
-                from meshlift.methods.milo.reconstruct import help_config as milo_help
-
-                typer.echo(milo_help())
-            elif method == "gaussians":
-                from meshlift.methods.gaussians.reconstruct import help_config as gaussians_help
-
-                typer.echo(gaussians_help())
-            else:
-                typer.echo(_help_config())
+            typer.echo(spec.help_config())
             raise typer.Exit()
         if out is None:
             raise ConfigError("--out DIR is required (the folder the asset and metrics are written to)")
         if resume and overwrite:
             raise ConfigError("--resume and --overwrite exclude each other: continue the run, or replace it")
-        from meshlift.methods.engine import prepare_output_dir
-
-        prepare_output_dir(out, resume=resume, overwrite=overwrite)  # before anything is loaded
+        spec.check_out_dir(out, resume=resume, overwrite=overwrite)  # before anything is loaded
         if resume:
             saved_method = resume_method(out)
             if saved_method is not None and saved_method != method:
@@ -224,14 +210,7 @@ def register(app: typer.Typer) -> None:
             from meshlift.cli.launch import run_under_torchrun
 
             if data and not resume:  # an input the method cannot use: one line here, not one per rank
-                if method == "nvdiffrec":
-                    from meshlift.methods.nvdiffrec.reconstruct import check_input
-
-                    check_input(data, camera_convention)
-                else:
-                    from meshlift.data.views import sniff_input
-
-                    sniff_input(data)
+                spec.check_input(data, camera_convention)
 
             code = run_under_torchrun(gpus, echo=lambda line: console.print(f"[dim]{line}[/dim]"))
             raise typer.Exit(code)
@@ -241,9 +220,12 @@ def register(app: typer.Typer) -> None:
         if camera_convention is not None:
             items.append(f"camera_convention={camera_convention}")
         if up is not None:
-            if method != "nvdiffrec":
-                raise ConfigError("--up is implemented for the surface method's exports (--method nvdiffrec); "
-                                  "gaussians and milo outputs stay in the dataset's world frame")
+            if not can.up_axis:
+                ups = [m for m in METHODS.values() if m.capabilities.up_axis]
+                raise ConfigError(f"--up is implemented for {joined(m.title for m in ups)}'s exports (--method "
+                                  f"{joined(m.name for m in ups)}); "
+                                  f"{joined(m.name for m in METHODS.values() if m not in ups)} outputs stay in the "
+                                  "dataset's world frame")
             items.append(f"up_axis={up}")
         if data is not None and "=" in data and not Path(data).exists():
             items.insert(0, data)
@@ -253,75 +235,28 @@ def register(app: typer.Typer) -> None:
             from meshlift.poses import ensure_posed
 
             data = str(ensure_posed(data, out / "poses", progress=make_stage_progress(), log=console.print))
-        if method == "milo":
-            from meshlift.methods.gaussians.reconstruct import check_out_dir
-            from meshlift.methods.milo import reconstruct as milo
-
-            if simplify is not None:
-                items.append(f"simplify={simplify}")
-            if bbox is not None:
-                items.append(f"bbox={bbox}")
-            mcfg = milo.build_config(data or "", preset, quick, config, items, out=out, resume=resume)
-            check_out_dir(out, resume=resume, overwrite=overwrite)
-            with INTERRUPT:  # Ctrl-C: a checkpoint of the current step, then exit 130
-                result = milo.reconstruct(mcfg, out, resume=resume, overwrite=overwrite, monitor=make_monitor())
-            for line in milo.summary_lines(result):
-                console.print(line)
-            console.print(_wall_line())
-            return
-        if method == "gaussians":
-            from meshlift.methods.gaussians import reconstruct as gs
-
-            gcfg = gs.build_config(data or "", preset, quick, config, items, out=out, resume=resume)
-            gs.check_out_dir(out, resume=resume, overwrite=overwrite)
-            try:
-                with INTERRUPT:
-                    result = gs.reconstruct(gcfg, out, resume=resume, overwrite=overwrite,
-                                            monitor=make_monitor() if main_rank else None)
-            finally:
-                shutdown()
-            if main_rank:
-                for line in gs.summary_lines(result):
-                    console.print(line)
-                console.print(_wall_line())
-            return
-        from meshlift.methods.nvdiffrec.reconstruct import build_config
-        from meshlift.methods.nvdiffrec.reconstruct import reconstruct as run
-
-        cfg = build_config(data or "", preset, quick, config, items, out=out, resume=resume)
-
+        if simplify is not None:
+            items.append(f"simplify={simplify}")
+        if bbox is not None:
+            items.append(f"bbox={bbox}")
+        cfg = spec.build_config(data or "", preset, quick, config, items, out=out, resume=resume)
         try:
-            with INTERRUPT:
-                result = run(cfg, out, resume=resume, overwrite=overwrite, monitor=make_monitor() if main_rank else None)
+            with INTERRUPT:  # Ctrl-C: a checkpoint of the current step, then exit 130
+                result = spec.reconstruct(cfg, out, resume=resume, overwrite=overwrite,
+                                          monitor=make_monitor() if main_rank else None)
         finally:
             shutdown()
         if main_rank:
-            print_summary(console, result)
+            print_summary(console, result, method=method)
 
 
-def _wall_line(wall_s=None) -> str:
-    """``wall time of this command N s``: ``wall_s``, or since the process started (start-up, data, training,
-    evaluation and export, all of it; :func:`meshlift.cli.clock.process_seconds`)."""
-    return f"wall time of this command {process_seconds() if wall_s is None else wall_s:.1f} s"
+def print_summary(console, result, wall_s=None, method: Optional[str] = None) -> None:
+    """Print the summary of a run of ``method`` (default: the default method; its
+    :attr:`~meshlift.methods.spec.Method.summary_lines`):
+    headline metrics, output paths and ``wall_s``, the command's wall time (default: since the process
+    started, :func:`meshlift.cli.clock.process_seconds`: start-up, data, training, evaluation and export)."""
+    from meshlift.methods.registry import get_method
 
-
-def print_summary(console, result, wall_s=None) -> None:
-    """Print the headline metrics and output paths of a :class:`ReconstructionResult`; ``wall_s``: the
-    command's wall time (default: since the process started, :func:`meshlift.cli.clock.process_seconds`:
-    start-up, data, training, evaluation and export, all of it)."""
-
-    m = result.metrics
-    console.print(f"[bold]test PSNR[/bold] {m['psnr']:.2f} dB   [bold]SSIM[/bold] {m['ssim']:.4f}")
-    if "fscore" in m:
-        console.print(
-            f"[bold]Chamfer-L1[/bold] {m['chamfer_l1']:.5f}   [bold]F-score[/bold] {m['fscore']:.4f} "
-            f"(threshold {m.get('threshold', float('nan')):.5f}, 1% of the gt bbox diagonal; "
-            f"{m.get('n_samples', 0):,} samples per surface: `meshlift eval mesh --samples` the same to compare)"
-        )
-    t = m.get("timings", {})
-    if t:
-        console.print(f"{_wall_line(wall_s)}; training time over all sessions "
-                      f"(a resumed run adds up): pass 1 {t.get('pass1_s', 0):.1f} s, pass 2 {t.get('pass2_s', 0):.1f} s")
-    if result.files:
-        console.print(f"[bold]GLB[/bold] {result.files['glb']}")
-        console.print(f"OBJ {result.files['obj']}   metrics {result.files['metrics']}")
+    for line in get_method(method or _default_method()).summary_lines(
+            result, process_seconds() if wall_s is None else wall_s):
+        console.print(line)

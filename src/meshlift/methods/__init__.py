@@ -8,7 +8,11 @@
   with textures), its config, presets and outputs.
 - :mod:`meshlift.methods.gaussians`: 3D Gaussian splatting training (``point_cloud.ply``), config, presets,
   trainer, outputs.
+- :mod:`meshlift.methods.milo`: MILo, Gaussians with a mesh (TSDF fusion or the mesh in the loop).
+- :mod:`meshlift.methods.spec`: the contract of a method (``Method``: config, presets with their quick / tiny
+  variants and run sizes, inputs, capabilities, the calls of a run); :mod:`meshlift.methods.registry`: the one
+  list of methods (``METHODS``, ``get_method``) that the CLI, the web app and the benchmarks use.
 
-A new method family gets its own package here (``methods/<family>/``: config, presets, loop, outputs).
-Nothing heavy is imported here.
+A new method family gets its own package here (``methods/<family>/``: config, presets, loop, outputs, and a
+``method.py`` declaring its ``Method``) plus one line in ``registry.py``. Nothing heavy is imported here.
 """

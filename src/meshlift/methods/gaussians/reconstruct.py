@@ -1,10 +1,11 @@
 """``reconstruct --method gaussians``: the whole 3DGS run — dataset → views → training → evaluation → folder.
 
-What the CLI calls: :func:`build_config` (preset → ``--config`` file → ``field=value`` overrides; on
-``--resume`` the run's saved ``config.json`` is the base), :func:`reconstruct` (checks the output folder
-and the checkpoint before loading anything, trains with :class:`~meshlift.methods.gaussians.trainer.
-GaussianTrainer`, evaluates the test split, writes the folder of :mod:`meshlift.methods.gaussians.outputs`),
-:func:`summary_lines` (what the CLI prints) and :func:`help_config`. Nothing here prints.
+What the CLI calls through the method's spec (:mod:`meshlift.methods.gaussians.method`): :func:`build_config`
+(preset → ``--config`` file → ``field=value`` overrides; on ``--resume`` the run's saved ``config.json`` is the
+base), :func:`check_out_dir`, :func:`reconstruct` (checks the output folder and the checkpoint before loading
+anything, trains with :class:`~meshlift.methods.gaussians.trainer.GaussianTrainer`, evaluates the test split,
+writes the folder of :mod:`meshlift.methods.gaussians.outputs`) and :func:`summary_lines` (what the CLI
+prints). Nothing here prints.
 """
 
 from __future__ import annotations
@@ -57,17 +58,6 @@ def build_config(data: str, preset: Optional[str], quick: bool, config_file: Opt
     layers = ConfigLayers(GaussiansConfig, apply_dict, get_preset, load_config_file, parse_overrides,
                           "gaussians", "no input: give DATA (a dataset folder)")
     return build_layered_config(layers, data, preset, quick, config_file, overrides, out, resume)
-
-
-def help_config() -> str:
-    """Every field with its default and docstring, and the preset names (``--help-config``)."""
-    from meshlift.methods.config_layers import config_help
-    from meshlift.methods.gaussians.config import field_docs
-    from meshlift.methods.gaussians.presets import preset_names
-
-    return config_help(GaussiansConfig(), field_docs(),
-                       "GaussiansConfig fields (override with --set field=value; densify_x also as densify.x):",
-                       preset_names(), "gaussians with --quick for a CPU-sized run")
 
 
 def check_out_dir(out: Optional[Path], *, resume: bool, overwrite: bool) -> None:

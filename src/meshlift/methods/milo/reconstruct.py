@@ -32,7 +32,7 @@ from meshlift.kernels import precompile
 from meshlift.methods.engine import CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, is_oom, resolve_device
 from meshlift.methods.milo.config import SHAPE_FIELDS, MiloConfig, apply_dict, num_mesh_gaussians
 
-__all__ = ["BUDGET_FRACTIONS", "MiloResult", "budget_costs", "build_config", "help_config", "load_problem", "oom_error",
+__all__ = ["BUDGET_FRACTIONS", "MiloResult", "budget_costs", "build_config", "load_problem", "oom_error",
            "reconstruct", "summary_lines"]
 
 #: With ``time_budget_s``: shares of the *training* time (:class:`~meshlift.methods.engine.TimeBudget`) of
@@ -82,16 +82,6 @@ def build_config(data: str, preset: Optional[str], quick: bool, config_file: Opt
     layers = ConfigLayers(MiloConfig, apply_dict, get_preset, load_config_file, parse_overrides, "verylowres",
                           "no input: give DATA (a dataset folder or a mesh file)")
     return build_layered_config(layers, data, preset, quick, config_file, overrides, out, resume)
-
-
-def help_config() -> str:
-    """Every field with its default and docstring, and the presets (``--help-config``)."""
-    from meshlift.methods.config_layers import config_help
-    from meshlift.methods.milo.config import field_docs
-    from meshlift.methods.milo.presets import preset_names
-
-    return config_help(MiloConfig(), field_docs(), "MiloConfig fields (override with --set field=value):",
-                       preset_names(), "each with --quick for a CPU-sized run")
 
 
 def load_problem(cfg: MiloConfig):

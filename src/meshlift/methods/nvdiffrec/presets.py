@@ -9,6 +9,8 @@
 - ``nerf``: NeRF-synthetic (Blender) scenes, white background.
 - ``nerd``: NeRD / LLFF captures with masks.
 - ``demo``: the CPU demo (``meshlift demo``): ``spot`` with the ``--quick`` changes and :data:`DEMO_CHANGES`.
+- the ``tiny`` run (:func:`tiny_preset`, not a ``--preset`` name): an input's default preset, ``--quick``, with
+  :data:`TINY_CHANGES` — every stage in under a minute on 2 CPU cores (the app's ``tiny`` size).
 
 The full presets are sized for one 24 GB GPU (nvdiffrec's: 5000 iterations per pass, batch 8, 512-800 px,
 2048² textures; our Kuhn grid 96 has about 3x the vertices of nvdiffrec's "128" tet grid). SDF learning
@@ -120,6 +122,30 @@ DEMO_CHANGES = dict(
 PRESETS["demo"] = dataclasses.replace(_BASE_REF, **{**QUICK_CHANGES, **DEMO_CHANGES})
 
 
+#: What the ``tiny`` run (:func:`tiny_preset`) changes on top of a ``--quick`` preset: the smallest run that
+#: still goes through every stage (both passes, UV atlas, baked textures, export), so that the browser test
+#: and a fresh install check the whole path in well under a minute on 2 CPU cores; its asset is coarse.
+TINY_CHANGES = dict(
+    train_res=48,
+    batch=1,
+    grid_res=24,
+    iter_pass1=60,
+    iter_pass2=15,
+    ref_views=8,
+    ref_test_views=2,
+    max_test_views=2,
+    val_views=1,
+    texture_res=64,
+    env_res=8,
+    eval_samples=5000,
+    hash_levels=8,
+    hash_log2_size=12,
+    hash_max_res=128,
+    hidden_views=16,
+    hidden_res=128,
+)
+
+
 def preset_names() -> list[str]:
     """Names accepted by :func:`get_preset` (each also as ``NAME`` + ``quick=True``)."""
     return sorted(PRESETS)
@@ -139,7 +165,14 @@ def get_preset(name: str, *, quick: bool = False) -> SurfaceConfig:
     return validate(cfg)
 
 
-__all__ = ["DEMO_CHANGES", "PRESETS", "QUICK_CHANGES", "default_preset_for", "get_preset", "preset_names"]
+def tiny_preset(data: str) -> SurfaceConfig:
+    """The ``tiny`` run for the input ``data``: its default preset (:func:`default_preset_for`), CPU-sized, with
+    :data:`TINY_CHANGES` (``data`` itself is not set)."""
+    return validate(dataclasses.replace(get_preset(default_preset_for(data), quick=True), **TINY_CHANGES))
+
+
+__all__ = ["DEMO_CHANGES", "PRESETS", "QUICK_CHANGES", "TINY_CHANGES", "default_preset_for", "get_preset",
+           "preset_names", "tiny_preset"]
 
 
 def default_preset_for(data: str) -> str:
