@@ -154,3 +154,19 @@ def test_inspect_says_what_a_file_holds(files, capsys):
     out = capsys.readouterr().out
     assert "an empty file, 0 vertices" in out and "no vertices" in out
     _unchanged(files)
+
+
+def test_every_method_refuses_a_ply_without_faces_as_its_mesh_input(files, tmp_path, capsys):
+    """`data.views.sniff_input`, which every method asks whether DATA is a mesh, judges a .ply by its header."""
+    from meshlift.data.views import sniff_input
+
+    f, _ = files
+    assert sniff_input(f["sphere.ply"]) == "mesh" and sniff_input(tmp_path / "not_written_yet.ply") == "mesh"
+    for name in ("point_cloud.ply", "scan.ply", "nothing.ply"):
+        with pytest.raises(MeshError, match=f"{name}: holds .*; reconstruct renders views of a mesh input"):
+            sniff_input(f[name])
+    for method in ("nvdiffrec", "milo"):
+        err = _last_error(main, ["reconstruct", str(f["point_cloud.ply"]), "--method", method, "--quick",
+                                 "--out", str(tmp_path / f"run_{method}")], capsys)
+        assert f"{f['point_cloud.ply']}: holds {SPLATS}" in err and "Traceback" not in err, err
+    _unchanged(files)

@@ -22,7 +22,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from meshlift.errors import DatasetError
+from meshlift.errors import DatasetError, MeshError
 from meshlift.structures.mesh import Mesh
 
 __all__ = ["PosedViews", "ProblemData", "views_from_scene", "scene_problem", "split_indices", "synthetic_problem",
@@ -125,14 +125,22 @@ def sniff_input(path: str | Path) -> str:
     """What an input path is: ``"mesh"`` (a mesh file suffix :mod:`meshlift.io.mesh` reads) or the dataset
     format :func:`meshlift.data.detect_format` finds (``"blender"``, ``"colmap"``, ...).
 
-    A mesh suffix is recognised without touching the file system (so a preset can be chosen before the
-    input is checked). Raises:
+    A mesh suffix is recognised without reading the file (so a preset can be chosen before the input is
+    checked), except that an existing ``.ply`` is judged from its header: one that holds no surface (a 3D
+    Gaussian splatting point cloud, a point cloud, nothing) is refused here, for every method. Raises:
         DatasetError: the path does not exist, or is neither a mesh file nor a dataset.
+        MeshError: a ``.ply`` without faces (the message names the file and what it holds).
     """
     from meshlift.io.mesh import READ_SUFFIXES
 
     p = Path(path)
     if is_mesh_path(p):
+        if p.suffix.lower() == ".ply" and p.is_file():
+            from meshlift.io.mesh import not_a_surface_message
+
+            msg = not_a_surface_message(p, "reconstruct renders views of a mesh input's surface")
+            if msg is not None:
+                raise MeshError(msg)
         return "mesh"
     if not str(path) or not p.exists():
         raise DatasetError(f"input {str(path)!r} does not exist; give a dataset folder or a mesh file "
