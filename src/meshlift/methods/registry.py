@@ -28,16 +28,13 @@ METHODS: dict[str, Method] = {m.name: m for m in (NVDIFFREC, GAUSSIANS, MILO)}
 
 
 def get_method(name: str, what: str = "--method") -> Method:
-    """The method called ``name`` (or one of its aliases).
+    """The method called ``name`` (its ``--method`` name; the web app also accepts its aliases).
 
     Raises:
         ConfigError: no such method; the message (``what`` names the argument) lists the known ones.
     """
     if name in METHODS:
         return METHODS[name]
-    for m in METHODS.values():
-        if name in m.aliases:
-            return m
     raise ConfigError(f"{what} {name!r}: choose {joined(METHODS, 'or')}")
 
 

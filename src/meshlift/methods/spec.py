@@ -153,7 +153,7 @@ class Method:
     steps: Callable[[Any], int] = field(compare=False)
     """``steps(cfg) -> int``: training steps of a run of ``cfg`` (both passes of the surface method)."""
     aliases: tuple[str, ...] = ()
-    """Other names :func:`~meshlift.methods.registry.get_method` accepts for it."""
+    """Other names the web app accepts for it (``--method`` takes :attr:`name` only)."""
 
     def __post_init__(self) -> None:
         missing = [f.name for f in dataclasses.fields(self) if getattr(self, f.name) is None]
