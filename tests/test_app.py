@@ -237,7 +237,7 @@ def test_unposed_photos_go_through_a_registered_pose_step(tmp_path, monkeypatch)
 
     seen = {}
 
-    def fake_step(images, work):
+    def fake_step(images, work, monitor):
         seen["args"] = (images, work)
         raise DatasetError(f"fake pose step ran on {Path(images).name}")
 

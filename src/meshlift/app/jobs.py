@@ -100,23 +100,68 @@ class _QueueMonitor:
         self.q.put({"type": "log", "message": str(message)})
 
 
-def _collect_outputs(out: Path, result) -> dict:
-    """Write the PLY and the OBJ zip next to the run's outputs; return ``{name: path}`` (strings)."""
+def _obj_zip(out: Path) -> Path | None:
+    """A zip of the run's OBJ + MTL + textures: the ``mesh/`` folder (surface method), or ``mesh.obj`` with
+    its ``mesh.mtl`` and the textures that names (MILo); None when there is no OBJ."""
+    if (out / "mesh").is_dir():
+        return _zip_folder(out / "mesh", out / "mesh_obj.zip")
+    obj = out / "mesh.obj"
+    if not obj.is_file():
+        return None
+    members = [obj]
+    mtl = out / "mesh.mtl"
+    if mtl.is_file():
+        members.append(mtl)
+        for line in mtl.read_text(encoding="utf-8", errors="replace").splitlines():
+            parts = line.split()
+            if parts and parts[0].startswith("map_") and (out / parts[-1]).is_file():
+                members.append(out / parts[-1])
+    archive = out / "mesh_obj.zip"
+    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for p in dict.fromkeys(members):
+            zf.write(p, arcname=str(Path("mesh") / p.name))
+    return archive
+
+
+def _collect_outputs(out: Path, result, mesh_output: bool = True) -> dict:
+    """The files the page offers, ``{role: path}`` (strings): ``glb``, ``obj_zip`` (written here), ``ply``
+    (the mesh; written here from ``result.mesh`` when the run wrote none), ``splat`` (the Gaussians'
+    ``point_cloud.ply``), ``metrics``, ``asset_image``, and ``viewer``: what the 3D viewer shows (the GLB of a
+    mesh method, the Gaussians of the others; gradio's Model3D draws a ``.ply`` as Gaussian splats)."""
     from meshlift.io.ply import save_ply
 
     files = {}
     glb = out / "mesh.glb"
     if glb.is_file():
         files["glb"] = str(glb)
-    if (out / "mesh").is_dir():
-        files["obj_zip"] = str(_zip_folder(out / "mesh", out / "mesh_obj.zip"))
-    if getattr(result, "mesh", None) is not None:
+    archive = _obj_zip(out)
+    if archive is not None:
+        files["obj_zip"] = str(archive)
+    if (out / "mesh.ply").is_file():
+        files["ply"] = str(out / "mesh.ply")
+    elif getattr(result, "mesh", None) is not None:
         files["ply"] = str(save_ply(out / "mesh.ply", result.mesh))
+    if (out / "point_cloud.ply").is_file():
+        files["splat"] = str(out / "point_cloud.ply")
     if (out / "metrics.json").is_file():
         files["metrics"] = str(out / "metrics.json")
     if (out / "images" / "asset.png").is_file():
         files["asset_image"] = str(out / "images" / "asset.png")
+    viewer = files.get("glb") if mesh_output else files.get("splat")
+    if viewer is not None:
+        files["viewer"] = viewer
     return files
+
+
+def _summary(spec, result, out: Path, wall_s: float) -> list[str]:
+    """The run's summary as the CLI prints it (the method's ``summary_lines``), plain text, without the
+    lines that name server paths."""
+    if spec.summary is None:
+        return []
+    from rich.text import Text
+
+    lines = [Text.from_markup(line).plain for line in spec.summary(result, wall_s)]
+    return [line for line in lines if str(out) not in line]
 
 
 @gpu_task(_duration)
@@ -126,8 +171,9 @@ def reconstruct_job(input_path: str, input_kind: str, method: str, preset: str, 
     Args:
         input_path: the mesh file or dataset folder (:class:`meshlift.app.uploads.Ingested` ``.path``).
         input_kind: ``"mesh"``, ``"posed"``, or ``"unposed"`` when a pose step is registered
-            (:func:`meshlift.app.methods.register_pose_step`; it runs first, inside this GPU task).
-        method: a key of :data:`meshlift.app.methods.METHODS`.
+            (:data:`meshlift.app.methods.POSE_STEP`, ``meshlift poses`` by default; it runs first, inside this
+            GPU task, its output kept in ``out_dir/poses``).
+        method: a key of :data:`meshlift.app.methods.METHODS` (a name of :mod:`meshlift.methods.registry`).
         preset: one of that method's preset names.
         out_dir: folder for the outputs (replaced), inside the session folder.
 
@@ -135,7 +181,8 @@ def reconstruct_job(input_path: str, input_kind: str, method: str, preset: str, 
         ``{"type": "log", "message"}``, ``{"type": "pass", "name", "total", "start"}``,
         ``{"type": "progress", "name", "iteration", "total", "loss", "psnr", "eta_s"}``,
         ``{"type": "preview", "path"}`` (a new preview PNG), then exactly one of
-        ``{"type": "done", "files": {...}, "metrics": {...}, "seconds"}`` or ``{"type": "error", "message"}``.
+        ``{"type": "done", "files": {...}, "metrics": {...}, "summary": [lines], "seconds"}`` or
+        ``{"type": "error", "message"}``.
     """
     import json
 
@@ -154,12 +201,13 @@ def reconstruct_job(input_path: str, input_kind: str, method: str, preset: str, 
     def work() -> None:
         try:
             kind, path = input_kind, input_path
+            monitor = _QueueMonitor(events)
             if kind == "unposed" and POSE_STEP:
-                name, step = next(iter(POSE_STEP.items()))
+                name, pose = next(iter(POSE_STEP.items()))
                 events.put({"type": "log", "message": f"estimating camera poses ({name})"})
-                path, kind = step(path, str(out / "poses")), "posed"
+                path, kind = pose.run(path, str(out / "poses"), monitor), "posed"
             cfg = spec.configure(kind, path, preset, device)
-            box["result"] = spec.run(cfg, out, _QueueMonitor(events))
+            box["result"] = spec.run(cfg, out, monitor)
         except BaseException as exc:  # noqa: BLE001 - reported to the page, the server keeps running
             from meshlift.errors import MeshliftError
 
@@ -189,9 +237,11 @@ def reconstruct_job(input_path: str, input_kind: str, method: str, preset: str, 
                 print(box["traceback"], flush=True)
             yield {"type": "error", "message": box["error"]}
             return
-        files = _collect_outputs(out, box["result"])
+        files = _collect_outputs(out, box["result"], spec.mesh_output)
         metrics = json.loads(Path(files["metrics"]).read_text()) if "metrics" in files else {}
-        yield {"type": "done", "files": files, "metrics": metrics, "seconds": time.perf_counter() - t0}
+        seconds = time.perf_counter() - t0
+        yield {"type": "done", "files": files, "metrics": metrics, "seconds": seconds,
+               "summary": _summary(spec, box["result"], out, seconds)}
     finally:
         box.pop("result", None)
         if torch.cuda.is_available():

@@ -1,9 +1,11 @@
 """The gradio page of ``meshlift app`` (imported only by :func:`meshlift.app.build_app`).
 
-Flow: upload (checked and classified at once: :func:`meshlift.app.uploads.ingest`) -> pick method and
-preset -> Reconstruct (streams progress, preview images) -> 3D viewer of the GLB + downloads (GLB,
-OBJ+MTL+textures zip, PLY, metrics.json). The GPU work is :func:`meshlift.app.jobs.reconstruct_job`;
-this module only moves plain values and paths to and from it.
+Flow: upload (checked and classified at once: :func:`meshlift.app.uploads.ingest`; photos without poses
+are accepted when the pose step can run, :func:`meshlift.app.methods.unposed_verdict`) -> pick method (every
+method of the registry) and preset -> Reconstruct (streams progress, preview images) -> 3D viewer of the GLB
+(or of the Gaussians' PLY) + downloads (GLB, OBJ+MTL+textures zip, PLY, metrics.json) and the run's summary.
+The GPU work is :func:`meshlift.app.jobs.reconstruct_job`; this module only moves plain values and paths to
+and from it.
 """
 
 from __future__ import annotations
@@ -13,13 +15,8 @@ from typing import Optional
 import gradio as gr
 
 from meshlift.app import jobs
-from meshlift.app.methods import METHODS, POSE_STEP, describe_duration, get_method
+from meshlift.app.methods import METHODS, describe_duration, get_method, unposed_verdict
 from meshlift.app.uploads import ALLOWED_SUFFIXES, Limits, UploadError, delete_session, ingest, session_folder
-
-_UNPOSED = ("These {n} photos have no camera poses (no transforms.json, COLMAP model or poses_bounds.npy "
-            "found). This version of meshlift has no pose-estimation step yet: run COLMAP on them "
-            "(`colmap automatic_reconstructor --workspace_path W --image_path W/images`) and upload a zip of "
-            "the images with the `sparse/` folder, or add a transforms.json; or upload a mesh.")
 
 
 def _has_gpu() -> bool:
@@ -51,10 +48,8 @@ def build(limits: Optional[Limits] = None) -> gr.Blocks:
         except UploadError as exc:
             return f"**Refused:** {exc}", None
         if got.kind == "unposed":
-            if not POSE_STEP:
-                return "**Cannot use yet:** " + _UNPOSED.format(n=got.n_images), None
-            return (f"**Ready:** {got.summary}; poses will be estimated first ({next(iter(POSE_STEP))}).",
-                    {"kind": got.kind, "path": got.path})
+            accepted, text = unposed_verdict(got.summary, got.n_images)
+            return text, ({"kind": got.kind, "path": got.path} if accepted else None)
         return f"**Ready:** {got.summary}.", {"kind": got.kind, "path": got.path}
 
     def on_method(method):
@@ -85,8 +80,10 @@ def build(limits: Optional[Limits] = None) -> gr.Blocks:
                 lines.append(f"{ev['name']}: {ev['total']} steps")
                 progress(0.0, desc=ev["name"])
             elif kind == "progress":
-                status = (f"{ev['name']}: {ev['iteration']}/{ev['total']}, loss {ev['loss']:.4f}, "
-                          f"PSNR {ev['psnr']:.2f} dB, ETA {ev['eta_s']:.0f} s")
+                status = (f"{ev['name']}: {ev['iteration']}/{ev['total']}"
+                          + (f", loss {ev['loss']:.4f}" if ev["loss"] == ev["loss"] else "")
+                          + (f", PSNR {ev['psnr']:.2f} dB" if ev["psnr"] == ev["psnr"] else "")
+                          + f", ETA {ev['eta_s']:.0f} s")  # no loss / PSNR (nan): the pose step, MILo's refinement
                 progress(ev["iteration"] / max(1, ev["total"]), desc=status)
             elif kind == "preview":
                 preview = ev["path"]
@@ -95,11 +92,9 @@ def build(limits: Optional[Limits] = None) -> gr.Blocks:
                 return
             elif kind == "done":
                 f, m = ev["files"], ev["metrics"]
-                head = f"**Done** in {ev['seconds']:.0f} s: test PSNR {m.get('psnr', float('nan')):.2f} dB"
-                if "fscore" in m:
-                    head += f", Chamfer-L1 {m['chamfer_l1']:.4f}, F-score {m['fscore']:.3f}"
-                downloads = [f[k] for k in ("glb", "obj_zip", "ply", "metrics") if k in f]
-                yield (head + ".", preview or f.get("asset_image"), f.get("glb"), downloads, m)
+                head = "\n\n".join([f"**Done** in {ev['seconds']:.0f} s."] + ev.get("summary", []))
+                downloads = [f[k] for k in ("glb", "obj_zip", "ply", "splat", "metrics") if k in f]
+                yield (head, preview or f.get("asset_image"), f.get("viewer"), downloads, m)
                 return
             if kind in ("log", "pass", "preview", "progress"):
                 text = "\n\n".join(lines[-6:] + ([status] if status else []))
@@ -109,15 +104,16 @@ def build(limits: Optional[Limits] = None) -> gr.Blocks:
         delete_session(limits, _session_id(request))
 
     with gr.Blocks(title="meshlift", delete_cache=(600, limits.max_age_s)) as demo:
-        gr.Markdown("# meshlift\nPhotos with camera poses (or a reference mesh) → a textured PBR mesh "
-                    f"(GLB, OBJ+MTL, PLY). Running on **{'a GPU' if gpu else 'the CPU'}**. Limits: "
+        gr.Markdown("# meshlift\nPhotos (with camera poses, or without: they are posed first) or a reference "
+                    "mesh → a textured PBR mesh (GLB, OBJ+MTL, PLY) or 3D Gaussians (PLY). "
+                    f"Running on **{'a GPU' if gpu else 'the CPU'}**. Limits: "
                     f"{limits.max_files} files, {limits.max_file_mb} MiB per file, {limits.max_total_mb} MiB "
                     "in total; your files are deleted when you close the page or after "
                     f"{limits.max_age_s // 60} min.")
         with gr.Row():
             with gr.Column():
                 upload = gr.File(label="Photos (several files or one .zip, with transforms.json or a COLMAP "
-                                 "sparse/ folder) or one mesh (.obj + .mtl + textures, .ply, .glb)",
+                                 "sparse/ folder, or photos alone) or one mesh (.obj + .mtl + textures, .ply, .glb)",
                                  file_count="multiple", file_types=sorted(ALLOWED_SUFFIXES), elem_id="upload")
                 upload_status = gr.Markdown(elem_id="upload-status")
                 method = gr.Dropdown(choices=[(METHODS[m].label, m) for m in methods], value=methods[0],
@@ -129,8 +125,10 @@ def build(limits: Optional[Limits] = None) -> gr.Blocks:
             with gr.Column():
                 preview = gr.Image(label="Preview (reference | ours)", type="filepath", interactive=False,
                                    height=240, elem_id="preview")
-                viewer = gr.Model3D(label="Asset (GLB)", elem_id="viewer", clear_color=(0.9, 0.9, 0.9, 1.0), height=400)
-                downloads = gr.File(label="Downloads: GLB, OBJ+MTL+textures (zip), PLY, metrics.json",
+                viewer = gr.Model3D(label="Asset (GLB mesh, or PLY Gaussians)", elem_id="viewer",
+                                    clear_color=(0.9, 0.9, 0.9, 1.0), height=400)
+                downloads = gr.File(label="Downloads: GLB, OBJ+MTL+textures (zip), PLY (mesh, Gaussians), "
+                                    "metrics.json",
                                     file_count="multiple", interactive=False, elem_id="downloads")
                 metrics = gr.JSON(label="metrics.json", elem_id="metrics")
         state = gr.State(None)
