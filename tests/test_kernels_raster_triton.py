@@ -18,7 +18,10 @@ if not torch.cuda.is_available():
 
 triton = pytest.importorskip("triton")
 
+import triton.language as tl  # noqa: E402
+
 from meshlift.errors import RenderError  # noqa: E402
+from meshlift.kernels._raster_triton_kernels import _tri_off  # noqa: E402
 from meshlift.kernels import raster_triton as rt  # noqa: E402
 from meshlift.render import interpolate, rasterize, visible_triangles  # noqa: E402
 from meshlift.kernels import get_backend  # noqa: E402
@@ -141,6 +144,110 @@ def test_fragment_budget_chunks_give_the_same_result():
     ranges = torch.tensor([[0, 12], [12, 12]])
     want = rasterize(pos_r, tri_r, (16, 20), ranges=ranges, grad_db=False, backend="torch")[0]
     _assert_same_rast(want, rasterize(pos_r, tri_r, (16, 20), ranges=ranges, grad_db=False, backend="triton", max_fragments=12)[0])
+
+
+# --- 32-bit overflow guards (the H200 crash: 8,970,259 faces x 8 views at 512², "illegal memory access") ---
+
+
+class _BinSpy:
+    """Stands in for the bin kernel in ``rt._K``: runs the real one, records the pair lists it fills, checks
+    that every emit gets a list its cursors fit in (instead of writing past it, as the GPU did), and
+    optionally inflates the counts of the first count pass by ``inflate`` per (image, tile)."""
+
+    def __init__(self, real, inflate: int = 0):
+        self.real, self.inflate, self.emitted, self.counts = real, inflate, [], 0
+
+    def __getitem__(self, grid):
+        def launch(*a, **kw):
+            if kw["EMIT"]:
+                cursor, pairs = a[4], a[5]
+                assert int(cursor.min()) >= 0 and int(cursor.max()) <= pairs.numel(), "pair list too short"
+                self.emitted.append(pairs.numel())
+            out = self.real[grid](*a, **kw)
+            if not kw["EMIT"]:
+                if self.counts == 0 and self.inflate:
+                    a[4][1:] += self.inflate  # every count fits int32; their sum passes 2^31
+                self.counts += 1
+            return out
+
+        return launch
+
+
+def _spy(monkeypatch, inflate=0) -> _BinSpy:
+    K = rt._kernels()
+    spy = _BinSpy(K["bin"], inflate)
+    monkeypatch.setattr(rt, "_K", {**K, "bin": spy})
+    return spy
+
+
+@triton.jit
+def _tri_off_probe(t_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    m = i < n
+    t = tl.load(t_ptr + i, mask=m, other=0)  # int32, as the ids the kernels load
+    tl.store(out_ptr + i, _tri_off(t, 2), mask=m)
+
+
+@cpu_only
+def test_tri_offsets_are_int64_past_2_31():
+    """``3 t + k`` into the index buffer for t past 2^31 / 3: Triton types the loaded int32 ids (and
+    ``program_id`` / ``tl.arange``) as int32, so ``t * 3`` wrapped before it reached the pointer."""
+    t = torch.tensor([0, 5, 715_827_882, 715_827_883, 1_000_000_000, 2**31 - 1], dtype=torch.int32)
+    out = torch.zeros(8, dtype=torch.int64)
+    _tri_off_probe[(1,)](t, out, t.numel(), BLOCK=8)
+    assert out[: t.numel()].tolist() == [3 * int(x) + 2 for x in t]
+
+
+def test_tile_offsets_sum_past_int32():
+    # counts that each fit int32 but sum past 2^31 (negative in int32) and past 2^32 (small positive)
+    for n, extra in ((8, 5), (16, 5)):
+        cnt = torch.tensor([0] + [2**28] * n + [extra], dtype=torch.int32)
+        offs, total = rt.tile_offsets(cnt)
+        assert offs.dtype == torch.int64 and total == n * 2**28 + extra
+        assert offs.tolist() == [i * 2**28 for i in range(n + 1)] + [total]
+
+
+@cpu_only
+def test_pair_total_past_int32_chunks_instead_of_a_short_list(monkeypatch):
+    """End to end at a small size: the first count is inflated so that its pair total passes 2^31 (12
+    (image, tile) counters of 2^28 = 3.2e9 pairs). An int32 cumsum read that as -1.07e9, under the budget,
+    and emitted into a 1-element list; now the total is exact, over the budget, and the triangles run in
+    chunks (recounted, not inflated) with the same result as the torch backend."""
+    pos, tri = random_scene(B=2, T=12, seed=11)
+    want = rasterize(pos, tri, (16, 20), grad_db=False, backend="torch")[0]
+    spy = _spy(monkeypatch, inflate=2**28)
+    got = rasterize(pos, tri, (16, 20), grad_db=False, backend="triton")[0]
+    assert spy.counts > 2 and len(spy.emitted) > 1  # the chunked path, not one pass
+    _assert_same_rast(want, got)
+
+
+def _heavy_tail_scene():
+    """20 pixel-sized triangles in front, then 4 triangles covering the whole 16x20 frame (6 tiles of 8x8
+    each): the pair-heavy triangles all sit in the last chunk of an even split."""
+    g = torch.Generator().manual_seed(3)
+    small = []
+    for _ in range(20):
+        c = torch.rand(2, generator=g, dtype=torch.float64) * 1.8 - 0.9
+        small.append([[c[0], c[1], -0.5], [c[0] + 0.12, c[1], -0.5], [c[0], c[1] + 0.12, -0.5]])
+    big = [[[-1.5, -1.5, 0.1 * k], [4.0, -1.5, 0.1 * k + 0.3 * (-1) ** k], [-1.5, 4.0, 0.05]] for k in range(1, 5)]
+    xyz = torch.tensor(small + big, dtype=torch.float64).reshape(1, -1, 3)
+    pos = torch.cat([xyz, torch.ones_like(xyz[..., :1])], -1).float()
+    return pos, torch.arange(pos.shape[1], dtype=torch.int32).view(-1, 3)
+
+
+@cpu_only
+def test_uneven_chunks_are_halved_to_the_budget(monkeypatch):
+    """Over the fragment budget, every binned chunk holds at most ``max_fragments`` pairs even when the
+    pair-heavy triangles cluster in one chunk of the even split (which used to be binned whole)."""
+    pos, tri = _heavy_tail_scene()
+    want = rasterize(pos, tri, (16, 20), grad_db=False, backend="torch")[0]
+    assert len(torch.unique(want[..., 3])) > 10
+    _assert_same_rast(want, rasterize(pos, tri, (16, 20), grad_db=False, backend="triton")[0])
+    spy = _spy(monkeypatch)
+    got = rasterize(pos, tri, (16, 20), grad_db=False, backend="triton", max_fragments=6)[0]
+    _assert_same_rast(want, got)
+    assert spy.emitted and max(spy.emitted) <= 6, spy.emitted
+    assert sum(spy.emitted) >= 24  # the 4 full-frame triangles' pairs were all binned
 
 
 def test_default_tile_by_frame_size(monkeypatch):

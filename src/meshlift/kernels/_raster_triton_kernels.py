@@ -23,9 +23,17 @@ def _div(a, b):
 
 
 @triton.jit
+def _tri_off(t, k):
+    """Element offset ``3 t + k`` of vertex ``k`` of triangle ``t`` in the ``[T, 3]`` index buffer, formed in
+    int64: ``t`` is int32 (a lane index or a loaded id) and ``t * 3`` wraps from t = 715,827,883 (2^31 / 3)
+    before it is added to the pointer."""
+    return t.to(tl.int64) * 3 + k
+
+
+@triton.jit
 def _vert(pos_ptr, tri_ptr, t, k: tl.constexpr, vbase, mask):
     """Clip-space vertex k of triangle t (vector or scalar)."""
-    row = (tl.load(tri_ptr + t * 3 + k, mask=mask, other=0).to(tl.int64) + vbase) * 4
+    row = (tl.load(tri_ptr + _tri_off(t, k), mask=mask, other=0).to(tl.int64) + vbase) * 4
     x = tl.load(pos_ptr + row + 0, mask=mask, other=0.0)
     y = tl.load(pos_ptr + row + 1, mask=mask, other=0.0)
     z = tl.load(pos_ptr + row + 2, mask=mask, other=0.0)
@@ -35,7 +43,7 @@ def _vert(pos_ptr, tri_ptr, t, k: tl.constexpr, vbase, mask):
 @triton.jit
 def _vert_s(pos_ptr, tri_ptr, t, k: tl.constexpr, vbase):
     """Clip-space vertex k of triangle t (scalar)."""
-    row = (tl.load(tri_ptr + t * 3 + k).to(tl.int64) + vbase) * 4
+    row = (tl.load(tri_ptr + _tri_off(t, k)).to(tl.int64) + vbase) * 4
     return tl.load(pos_ptr + row + 0), tl.load(pos_ptr + row + 1), tl.load(pos_ptr + row + 2), tl.load(pos_ptr + row + 3)
 
 
@@ -352,9 +360,9 @@ def _raster_bwd_kernel(
         vbase = bimg * vstride
     px = tl.load(xtab_ptr + jx, mask=cov, other=0.0)
     py = tl.load(ytab_ptr + iy, mask=cov, other=0.0)
-    r0 = (tl.load(tri_ptr + t * 3 + 0, mask=cov, other=0).to(tl.int64) + vbase) * 4
-    r1 = (tl.load(tri_ptr + t * 3 + 1, mask=cov, other=0).to(tl.int64) + vbase) * 4
-    r2 = (tl.load(tri_ptr + t * 3 + 2, mask=cov, other=0).to(tl.int64) + vbase) * 4
+    r0 = (tl.load(tri_ptr + _tri_off(t, 0), mask=cov, other=0).to(tl.int64) + vbase) * 4
+    r1 = (tl.load(tri_ptr + _tri_off(t, 1), mask=cov, other=0).to(tl.int64) + vbase) * 4
+    r2 = (tl.load(tri_ptr + _tri_off(t, 2), mask=cov, other=0).to(tl.int64) + vbase) * 4
     x0 = tl.load(pos_ptr + r0 + 0, mask=cov, other=0.0)
     y0 = tl.load(pos_ptr + r0 + 1, mask=cov, other=0.0)
     z0 = tl.load(pos_ptr + r0 + 2, mask=cov, other=0.0)
@@ -371,7 +379,7 @@ def _raster_bwd_kernel(
     v = tl.load(rast_ptr + n * 4 + 1, mask=cov, other=0.0)
     zw = tl.load(rast_ptr + n * 4 + 2, mask=cov, other=0.0)
     if HAS_G:
-        goff = bimg * gsb + iy * gsh + jx * gsw  # g_rast may be strided (e.g. expanded)
+        goff = bimg * gsb + iy.to(tl.int64) * gsh + jx.to(tl.int64) * gsw  # g_rast may be strided (e.g. expanded)
         gu = tl.load(grast_ptr + goff, mask=cov, other=0.0)
         gv = tl.load(grast_ptr + goff + gsc, mask=cov, other=0.0)
         gzw = tl.load(grast_ptr + goff + 2 * gsc, mask=cov, other=0.0)
@@ -399,7 +407,7 @@ def _raster_bwd_kernel(
     if HAS_DB:
         # rast_db = (dudx, dudy, dvdx, dvdy) · (2/W, 2/H): dudx = (dex_0 − u dSx)/S, ... with
         # dex_k = d e_k/d px = −w_{k+1} c_{k+2} + w_{k+2} c_{k+1}, dey_k = −a_{k+1} w_{k+2} + a_{k+2} w_{k+1}
-        doff = bimg * dsb + iy * dsh + jx * dsw
+        doff = bimg * dsb + iy.to(tl.int64) * dsh + jx.to(tl.int64) * dsw
         gux = tl.load(gdb_ptr + doff, mask=cov, other=0.0) * tl.load(scale_ptr + 0)
         guy = tl.load(gdb_ptr + doff + dsc, mask=cov, other=0.0) * tl.load(scale_ptr + 1)
         gvx = tl.load(gdb_ptr + doff + 2 * dsc, mask=cov, other=0.0) * tl.load(scale_ptr + 0)
@@ -501,9 +509,9 @@ def _scatter_vertices(gpos_ptr, tri_ptr, vbase, t, cov, r, r0, r1, r2,
              tl.where(sel, g4, z), tl.where(sel, g5, z), tl.where(sel, g6, z), tl.where(sel, g7, z),
              tl.where(sel, g8, z), tl.where(sel, g9, z), tl.where(sel, g10, z), tl.where(sel, g11, z),
              sel.to(tl.int32)), 0, _add13)
-        q0 = (tl.load(tri_ptr + cur * 3 + 0).to(tl.int64) + vbase) * 4
-        q1 = (tl.load(tri_ptr + cur * 3 + 1).to(tl.int64) + vbase) * 4
-        q2 = (tl.load(tri_ptr + cur * 3 + 2).to(tl.int64) + vbase) * 4
+        q0 = (tl.load(tri_ptr + _tri_off(cur, 0)).to(tl.int64) + vbase) * 4
+        q1 = (tl.load(tri_ptr + _tri_off(cur, 1)).to(tl.int64) + vbase) * 4
+        q2 = (tl.load(tri_ptr + _tri_off(cur, 2)).to(tl.int64) + vbase) * 4
         tl.atomic_add(gpos_ptr + q0 + 0, s0, sem="relaxed")
         tl.atomic_add(gpos_ptr + q0 + 1, s1, sem="relaxed")
         tl.atomic_add(gpos_ptr + q0 + 2, s2, sem="relaxed")
@@ -541,9 +549,9 @@ def _interp_rows(rast_ptr, tri_ptr, n, m, HW, astride):
     cov = m & (tid >= 0)
     t = tl.where(cov, tid, 0)
     abase = (n // HW) * astride
-    r0 = tl.load(tri_ptr + t * 3 + 0, mask=cov, other=0).to(tl.int64) + abase
-    r1 = tl.load(tri_ptr + t * 3 + 1, mask=cov, other=0).to(tl.int64) + abase
-    r2 = tl.load(tri_ptr + t * 3 + 2, mask=cov, other=0).to(tl.int64) + abase
+    r0 = tl.load(tri_ptr + _tri_off(t, 0), mask=cov, other=0).to(tl.int64) + abase
+    r1 = tl.load(tri_ptr + _tri_off(t, 1), mask=cov, other=0).to(tl.int64) + abase
+    r2 = tl.load(tri_ptr + _tri_off(t, 2), mask=cov, other=0).to(tl.int64) + abase
     u = tl.load(rast_ptr + n * 4 + 0, mask=cov, other=0.0)
     v = tl.load(rast_ptr + n * 4 + 1, mask=cov, other=0.0)
     return cov, t, r0, r1, r2, u, v
@@ -588,7 +596,8 @@ def _interp_bwd_kernel(
     cov, t, r0, r1, r2, u, v = _interp_rows(rast_ptr, tri_ptr, n, m, H * W, astride)
     u2 = u[:, None]
     v2 = v[:, None]
-    goff = bimg * gsb + iy * gsh + jx * gsw  # g_out may be strided (e.g. expanded)
+    # int64: a per-image stride times a row index passes 2^31 once H·W·C does (e.g. 4096² × 128 channels)
+    goff = bimg * gsb + iy.to(tl.int64) * gsh + jx.to(tl.int64) * gsw  # g_out may be strided (e.g. expanded)
     gu = tl.zeros([BH * BW], dtype=u.dtype)
     gv = tl.zeros([BH * BW], dtype=u.dtype)
     n_cov = tl.sum(cov.to(tl.int32), axis=0)
@@ -597,7 +606,7 @@ def _interp_bwd_kernel(
         c = c0 + tl.arange(0, BLOCK_C)
         cm = c[None, :] < C
         mc = cov[:, None] & cm
-        g = tl.load(gout_ptr + goff[:, None] + c[None, :] * gsc, mask=mc, other=0.0)
+        g = tl.load(gout_ptr + goff[:, None] + c[None, :].to(tl.int64) * gsc, mask=mc, other=0.0)
         if NEED_ATTR:
             wa = g * u2
             wb = g * v2
@@ -614,9 +623,9 @@ def _interp_bwd_kernel(
                 sb = tl.sum(tl.where(s2, wb, 0.0), axis=0)
                 sc = tl.sum(tl.where(s2, wc, 0.0), axis=0)
                 cnt = tl.sum(sel.to(tl.int32), axis=0)
-                q0 = tl.load(tri_ptr + cur * 3 + 0).to(tl.int64) + abase
-                q1 = tl.load(tri_ptr + cur * 3 + 1).to(tl.int64) + abase
-                q2 = tl.load(tri_ptr + cur * 3 + 2).to(tl.int64) + abase
+                q0 = tl.load(tri_ptr + _tri_off(cur, 0)).to(tl.int64) + abase
+                q1 = tl.load(tri_ptr + _tri_off(cur, 1)).to(tl.int64) + abase
+                q2 = tl.load(tri_ptr + _tri_off(cur, 2)).to(tl.int64) + abase
                 cc = c < C
                 tl.atomic_add(gattr_ptr + q0 * C + c, sa, mask=cc, sem="relaxed")
                 tl.atomic_add(gattr_ptr + q1 * C + c, sb, mask=cc, sem="relaxed")

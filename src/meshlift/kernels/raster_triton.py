@@ -31,8 +31,10 @@ Design (all kernels below; ``triton`` is imported only here, on first use):
    vertices (with the torch backend's 1e-3 px slack and arithmetic; triangles reaching ``w ≤ 0`` or behind the near plane get the whole
    image — always conservative, the per-pixel test decides) and adds 1 to the counter of every
    ``TILE_H × TILE_W`` screen tile the box touches (atomics).
-2. ``torch.cumsum`` of the per-tile counts gives each tile's slice of one flat list; **one host sync**
-   reads the total to allocate it (4 bytes per (triangle, tile) pair).
+2. ``torch.cumsum`` of the per-tile counts (in int64, :func:`tile_offsets`: the total of a call can pass
+   2^31) gives each tile's slice of one flat list; **one host sync** reads the total to allocate it (4
+   bytes per (triangle, tile) pair); the offsets go to the kernels as int32 (a binned list holds at most
+   :data:`MAX_PAIRS` = 2^30 pairs).
 3. **Bin emit** (same kernel, ``EMIT=True``): the same boxes again, each pair claims a slot of its tile's
    slice with an atomic cursor and stores the triangle index. The order inside a slice is arbitrary:
    the depth test compares the packed key ``(z/w at float32, triangle index)`` of the torch backend
@@ -66,8 +68,8 @@ Design (all kernels below; ``triton`` is imported only here, on first use):
    pre-reduction of the ``3 · C`` attribute gradients) adds into the attribute gradient and writes
    ``d/du, d/dv`` into the gradient of ``rast``.
 
-Forward = 7 launches + 1 sync (key buffer fill, zero counters, count, cumsum, cursor copy, emit,
-raster) within the budget, + 1 for interpolate; backward = 2 launches per op (zeroed gradient + kernel). Memory: 4 bytes per tile counter and per (triangle, tile)
+Forward = 8 launches + 1 sync (key buffer fill, zero counters, count, cumsum, int32 cast, cursor copy,
+emit, raster) within the budget, + 1 for interpolate; backward = 2 launches per op (zeroed gradient + kernel). Memory: 4 bytes per tile counter and per (triangle, tile)
 pair, 8 per pixel (key buffer), plus the outputs; no per-triangle or per-fragment buffers. Pure-PyTorch twins: the torch backend
 + the torch formulas of :mod:`meshlift.render.rasterize` / :mod:`meshlift.render.interpolate` (and the
 brute-force :mod:`meshlift.render.reference`); tests/test_kernels_raster_triton.py compares them
@@ -84,9 +86,15 @@ Batches (instanced ``[B, V, 4]`` or range mode) are the second grid axis of ever
 per-tile kernel.
 
 Memory bound: the pair list holds at most ``max_fragments`` pairs (the rasterizer's fragment budget,
-default 2^24 → 64 MiB); when the first count says more, the triangles are binned and rastered in
-chunks of about that many pairs, the per-pixel winner carried between chunks in the key buffer (same
-result). Limits: triangles reaching ``w ≤ 0`` or crossing the near plane are binned to
+default 2^24 → 64 MiB; capped at :data:`MAX_PAIRS`); when the first count says more, the triangles are
+binned and rastered in chunks of about that many pairs, a chunk that counts more halved until it fits
+(only a single triangle's pairs, at most ``B ×`` tiles, can exceed it), the per-pixel winner carried
+between chunks in the key buffer (same result). Integer widths: per-(image, tile) counts, pair slots and
+offsets are int32 (each bounded by ``T`` or :data:`MAX_PAIRS`), their sum over a call int64; every
+pointer offset that scales with the mesh or the batch (``t · 3`` into ``tri``, vertex rows ``(b · V + v) ·
+4``, pixels ``(b · H + i) · W + j``, attribute rows) is formed in int64 in the kernels, since Triton
+types ``program_id``, ``tl.arange`` and loaded int32 values as int32 and a product of them wraps before it
+is added to the pointer. Limits: triangles reaching ``w ≤ 0`` or crossing the near plane are binned to
 every tile (exact, but slow if there are many; the torch backend clips their boxes).
 
 Cost of the first call: Triton compiles the kernels at run time (no nvcc; its bundled ptxas) and caches
@@ -267,6 +275,22 @@ def _tables(H: int, W: int, dtype: torch.dtype, device: torch.device):
     return pixel_centre_tables(H, W, dtype, device)
 
 
+def tile_offsets(cnt: torch.Tensor) -> Tuple[torch.Tensor, int]:
+    """``(offs, total)``: exclusive prefix sums of the per-(image, tile) pair counts ``cnt`` (int32, a
+    leading 0) as **int64**, and their total (one host sync).
+
+    The sum runs in int64 because the pair total of one call can pass 2^31 − 1 although every count fits
+    int32: ``B × T`` triangle instances times the tiles each box touches (a triangle crossing the near plane
+    or reaching ``w ≤ 0`` touches every tile, e.g. 1024 at 512² with 16 × 16 tiles): 8 views × 9M faces at
+    ~30 tiles each is 2.15e9. An int32 ``cumsum`` wrapped there to a negative or small total, which passed
+    the budget checks and sized the pair list (``max(total, 1)``) far too small: the emit kernel then wrote
+    past it (``CUDA error: an illegal memory access``, 8,970,259 faces × 8 views at 512² on an H200). The
+    kernels still take int32 offsets (cast after the check: a binned chunk holds at most
+    :data:`MAX_PAIRS` = 2^30 pairs)."""
+    offs = torch.cumsum(cnt, 0, dtype=torch.int64)
+    return offs, int(offs[-1])
+
+
 def _bin_and_raster(
     pos: torch.Tensor, tri: torch.Tensor, H: int, W: int, ranges: Optional[torch.Tensor], grad_db: bool, max_pairs: int
 ):
@@ -305,50 +329,53 @@ def _bin_and_raster(
     keys = torch.full((B * H * W,), _EMPTY, dtype=torch.int64, device=dev)
     targs = (keys, xtab, ytab)
 
-    def binned(lo: int, hi: int, offs=None, total=None):
-        """Pair list of the triangles with local index in [lo, hi) of every image: (offs, pairs, total)."""
+    def count(lo: int, hi: int):
+        """Pairs of the triangles with local index in [lo, hi) of every image: ``(offs int64, total)``."""
         grid = (max(K["cdiv"](hi - lo, _TRI_BLOCK), 1), B)
-        if offs is None:
-            cnt = torch.zeros(B * n_tiles + 1, dtype=torch.int32, device=dev)
-            K["bin"][grid](*args, cnt, cnt, *targs, *scal, lo, hi, EMIT=False, **bkw)
-            offs = torch.cumsum(cnt, 0, dtype=torch.int32)
-            total = int(offs[-1])  # the host sync: size of the pair list
-        if total > MAX_PAIRS:
+        cnt = torch.zeros(B * n_tiles + 1, dtype=torch.int32, device=dev)  # per (image, tile): <= T < 2^31
+        K["bin"][grid](*args, cnt, cnt, *targs, *scal, lo, hi, EMIT=False, **bkw)
+        return tile_offsets(cnt)  # the host sync: size of the pair list
+
+    def emit_and_raster(lo: int, hi: int, offs64: torch.Tensor, total: int, final: bool):
+        """Bin the triangles [lo, hi) into their tiles' slices (``total`` pairs) and raster them."""
+        if total > MAX_PAIRS:  # the emit kernel's slots and the raster kernel's offsets are int32
             raise OutOfMemoryError(
-                f"rasterize (triton) would bin {total} (triangle, tile) pairs in one chunk at {H}x{W}, batch {B}: "
-                "lower max_fragments= / MESHLIFT_RASTER_MAX_FRAGMENTS, the resolution or the batch size"
+                f"rasterize (triton) would bin {total} (triangle, tile) pairs in one chunk of {hi - lo} triangles "
+                f"at {H}x{W}, batch {B} (at most {MAX_PAIRS}, the int32 pair list's limit): lower the resolution "
+                "or the batch size"
             )
+        offs = offs64.to(torch.int32)
         cursor = offs[:-1].clone()
         pairs = torch.empty(max(total, 1), dtype=torch.int32, device=dev)
+        grid = (max(K["cdiv"](hi - lo, _TRI_BLOCK), 1), B)
         K["bin"][grid](*args, cursor, pairs, *targs, *scal, lo, hi, EMIT=True, **bkw)
-        return offs, pairs, total
-
-    def raster(offs, pairs, final: bool):
         K["raster"][(n_tiles, B)](
             pos, tri, offs, pairs, xtab, ytab, _db_scale(H, W, dtype, dev), rast, rast_db if grad_db else rast, keys,
             V, H, W, n_tx, n_tiles, RANGE=rng, GRAD_DB=grad_db, TILE_H=th, TILE_W=tw, UNROLL=unroll,
             FINAL=final, num_warps=warps, **_EXACT,
         )
 
+    budget = min(max_pairs, MAX_PAIRS)
     # count everything first; within the budget (the usual case) that is the only pass
-    grid = (max(K["cdiv"](max_count, _TRI_BLOCK), 1), B)
-    cnt = torch.zeros(B * n_tiles + 1, dtype=torch.int32, device=dev)
-    K["bin"][grid](*args, cnt, cnt, *targs, *scal, 0, max_count, EMIT=False, **bkw)
-    offs = torch.cumsum(cnt, 0, dtype=torch.int32)
-    total = int(offs[-1])  # the one host sync of the usual case
-    del cnt
-    if total <= max_pairs:
-        offs, pairs, _ = binned(0, max_count, offs, total)
-        raster(offs, pairs, True)
+    offs, total = count(0, max_count)
+    if total <= budget:
+        emit_and_raster(0, max_count, offs, total, True)
         return rast, rast_db
-    # over the budget: triangle chunks of about max_pairs pairs each, the winner carried in a z-buffer
-    n_chunks = -(-total // max_pairs)
-    step = -(-max_count // n_chunks)
+    # over the budget: triangle chunks of about `budget` pairs each, the winner carried in the key buffer;
+    # a chunk that counts more (pair-heavy triangles are rarely spread evenly) is halved until it fits
+    n_chunks = -(-total // budget)
+    step = max(-(-max_count // n_chunks), 1)
     del offs
-    for lo in range(0, max_count, step):
-        offs, pairs, _ = binned(lo, min(lo + step, max_count))
-        raster(offs, pairs, lo + step >= max_count)
-        del offs, pairs
+    lo = 0
+    while lo < max_count:
+        hi = min(lo + step, max_count)
+        offs, total = count(lo, hi)
+        while total > budget and hi - lo > 1:
+            hi = lo + (hi - lo) // 2
+            offs, total = count(lo, hi)
+        emit_and_raster(lo, hi, offs, total, hi >= max_count)
+        del offs
+        lo = hi
     return rast, rast_db
 
 
