@@ -339,3 +339,16 @@ def test_stamp_buckets_match_reference(monkeypatch, dense, fold):
     ids = visible_triangles(pos, tri, (61, 70), max_fragments=3000)
     assert torch.equal(ids, visibility_reference(pos, tri, (61, 70)))
     assert len(torch.unique(ids)) > 40
+
+
+def test_more_triangles_than_float32_ids_hold_is_refused():
+    """``rast`` keeps the triangle id in the positions' float type: above 2^24 triangles float32 ids would be
+    rounded (the wrong triangle interpolated), so the call is refused naming the limit; float64 is exact."""
+    from meshlift.render.rasterize import MAX_FLOAT32_IDS
+
+    pos = torch.tensor([[[-1.0, -1.0, 0.0, 1.0], [1.0, -1.0, 0.0, 1.0], [0.0, 1.0, 0.0, 1.0]]])
+    tri = torch.tensor([[0, 1, 2]], dtype=torch.int32).expand(MAX_FLOAT32_IDS + 1, 3)
+    with pytest.raises(RenderError, match="2\\^24"):
+        rasterize(pos, tri, (4, 4))
+    rast, _ = rasterize(pos[:, :, :].double(), tri[:8], (4, 4))  # under the limit: fine
+    assert rast.shape == (1, 4, 4, 4)

@@ -64,6 +64,10 @@ def _check_pos_ranges(pos: torch.Tensor, ranges: Optional[torch.Tensor]) -> Opti
     return ranges.to(torch.int64)
 
 
+#: Largest triangle count whose ids ``rast[..., 3]`` holds exactly in float32 (integers up to 2^24 are exact).
+MAX_FLOAT32_IDS = 2**24
+
+
 def _validate(pos, tri, resolution, ranges, max_fragments, backend):
     """Checked ``(ranges int64 on pos.device or None, H, W, tri int64, budget, backend)``."""
     ranges = _check_pos_ranges(pos, ranges)
@@ -71,6 +75,11 @@ def _validate(pos, tri, resolution, ranges, max_fragments, backend):
     tri = check_tri(tri, pos.shape[-2], pos.device)
     if tri.shape[0] > MAX_TRIANGLES:
         raise RenderError(f"at most {MAX_TRIANGLES} triangles are supported, got {tri.shape[0]}")
+    if tri.shape[0] > MAX_FLOAT32_IDS and pos.dtype != torch.float64:
+        raise RenderError(
+            f"rasterize: {tri.shape[0]:,} triangles with {pos.dtype} positions: rast stores the triangle id in "
+            f"the positions' float type, exact only up to {MAX_FLOAT32_IDS:,} (2^24) in float32; decimate the "
+            "mesh (meshlift convert --simplify), render it in parts, or pass float64 positions")
     if ranges is not None:
         r = ranges
         if r.numel() and (int(r.min()) < 0 or int((r[:, 0] + r[:, 1]).max()) > tri.shape[0]):
@@ -303,7 +312,8 @@ def rasterize(
     (zero projected area) cover nothing.
 
     Raises:
-        RenderError: bad shapes, dtypes, devices or indices.
+        RenderError: bad shapes, dtypes, devices or indices; more than 2^24 triangles with float32 (or half)
+            positions (their ids would not be exact in ``rast``).
         OutOfMemoryError: the visibility pass ran out of memory (message names the knobs).
     """
     ranges_c, H, W, tri_c, budget, be = _validate(pos, tri, resolution, ranges, max_fragments, backend)

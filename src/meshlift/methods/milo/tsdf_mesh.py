@@ -35,6 +35,8 @@ import dataclasses
 import time
 import torch
 
+from meshlift.render.rasterize import MAX_FLOAT32_IDS
+
 __all__ = ["FREE_SPACE_DEPTH", "SCENE_MAX_RADIUS", "FusionRegion", "check_bbox", "decimated", "extract_assets",
            "fused_mesh", "fusion_region", "object_asset", "region_of_interest", "render_depths", "surface_depths",
            "truncation_voxels", "vertex_colors"]
@@ -390,6 +392,8 @@ def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, cost
     if kind == "scene":
         scene, rep["scene"] = fused_mesh(cfg, depths, problem, fusion_region("scene", roi=roi), cfg.scene_resolution,
                                          **kw)
+        if scene.num_faces > MAX_FLOAT32_IDS:  # the rasterizer's float32 triangle ids (colouring, evaluation)
+            scene, rep["scene_decimate"] = decimated(scene, MAX_FLOAT32_IDS, monitor)
         scene_colored, rep["scene_colors"] = vertex_colors(cfg, scene, problem, device)
     if cfg.object_asset or scene is None:
         # a little beyond the box, so that the cut is clean
