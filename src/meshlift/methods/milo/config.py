@@ -88,6 +88,12 @@ class MiloConfig(GaussiansConfig):
     into a disc whose normal is its shortest axis (0 = off)."""
     flatten_start: int = 0
     """First step of the flattening loss."""
+    depth_consistency_views: int = 0
+    """``tsdf`` path: before fusion, drop a depth pixel that one of this many neighbouring training views sees
+    through and none confirms (a floater, a noisy depth in front of the surface that would carve it away;
+    :mod:`meshlift.isosurface.depth_consistency`); 0 = off."""
+    depth_consistency_tol: float = 0.02
+    """Relative depth tolerance of that check (``|D - z| <= tol z`` confirms)."""
     tsdf_resolution: int = 512
     """``tsdf`` path: voxels per axis of the finest fusion grid across the region (the object's box; with
     ``region=scene`` the contracted shell around it adds as many again, coarser with distance). A power of
@@ -195,7 +201,7 @@ SHAPE_FIELDS = ("sh_degree", "data", "num_pivots", "mesh_res_scale", "ref_views"
 _CHOICES = {"imp_metric": ("indoor", "outdoor"), "extract": ("tsdf", "delaunay"), "surface_depth": ("median_plane", "plane", "median"),
             "region": ("auto", "scene", "object"), "ref_scene": ("object", "ground")}
 _UNIT = ("sampling_factor", "prune_cdf", "sdf_reset_blend")
-_NONNEG = ("flatten_weight", "tsdf_trunc_pixels", "scene_trunc_pixels", "tsdf_trunc_voxels", "tsdf_min_views", "trunc_pixels", "depth_normal_weight", "mesh_depth_weight", "mesh_normal_weight", "occupied_centres_weight",
+_NONNEG = ("depth_consistency_views", "depth_consistency_tol", "flatten_weight", "tsdf_trunc_pixels", "scene_trunc_pixels", "tsdf_trunc_voxels", "tsdf_min_views", "trunc_pixels", "depth_normal_weight", "mesh_depth_weight", "mesh_normal_weight", "occupied_centres_weight",
            "occupancy_label_weight", "keep_components", "min_component_faces", "color_depth_tol", "mesh_res_scale")
 _GE1 = ("num_pivots", "delaunay_every", "sdf_reset_every", "labels_every", "extract_labels_every",
         "mesh_chunk_views", "tet_chunk", "texture_res", "ref_views", "ref_test_views", "eval_samples")

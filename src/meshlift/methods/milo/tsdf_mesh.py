@@ -157,6 +157,14 @@ def surface_depths(cfg, params: dict, problem, *, near: float, device: torch.dev
     depths = render_depths(params, tr, near=near, device=device, settings=settings, backend=cfg.splat_backend,
                            depth=cfg.surface_depth, chunk_views=max(1, cfg.mesh_chunk_views // 2),
                            min_alpha=cfg.depth_min_alpha)
+    if cfg.depth_consistency_views > 0:
+        from meshlift.isosurface.depth_consistency import consistent_depth, view_neighbours
+
+        nb = view_neighbours(tr.world_to_camera, cfg.depth_consistency_views)
+        depths, crep = consistent_depth(depths, tr.world_to_camera, tr.K, nb, tol=cfg.depth_consistency_tol,
+                                        device=device)
+        monitor.log(f"tsdf: multi-view check dropped {100 * crep['dropped_frac']:.1f}% of the depth pixels "
+                    f"(seen through by a neighbouring view, confirmed by none)")
     coverage = float((depths > 0).float().mean())
     if coverage == 0.0:
         raise MeshError("milo tsdf extraction: the Gaussians render no opaque pixel in any training view, so "

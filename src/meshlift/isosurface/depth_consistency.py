@@ -1,0 +1,219 @@
+"""Multi-view consistency filter of depth maps before fusion: a depth pixel that a neighbouring view sees
+through, and that no neighbouring view confirms, is dropped (made unknown).
+
+Sources: the geometric consistency check of multi-view stereo fusion (Schönberger et al. 2016, "Pixelwise
+View Selection for Unstructured Multi-View Stereo", Sec. 4.3, COLMAP's fusion: a depth is kept when enough
+other views agree with it) and PGSR's multi-view geometric consistency (Chen et al. 2024, "PGSR: Planar-based
+Gaussian Splatting", Sec. 3.3), used here as a filter, not as a loss.
+
+**Why.** TSDF fusion (:mod:`meshlift.isosurface.tsdf`) lets every view carve free space in front of the surface
+it saw. A depth that is wrongly *in front* of the true surface (a floater, a noisy pixel at a grazing angle)
+carves the true surface away where the other views saw it — holes in the mesh — and adds a surface where there
+is none. A neighbouring view that sees *beyond* such a point (its own depth at the point's projection is
+larger) contradicts it; a view that sees the same depth confirms it.
+
+**Rule** (per pixel ``p`` of view ``i`` with depth ``d > 0``; docs/conventions.md §2 and §4: OpenCV cameras,
+depth = camera z, pixel (row r, col c) centred at ``(c + 0.5, r + 0.5)``): back-project ``X = R_i^T (d K_i^-1
+(c + 0.5, r + 0.5, 1) - t_i)``; for every neighbour ``j`` of ``i`` project ``X`` (camera z ``z_j``, pixel
+position ``(u, v)``) and read the depths ``D`` of the 2 x 2 pixel centres around ``(u, v)`` (those ``> 0``;
+none, or ``(u, v)`` in the outer half pixel of the image, = says nothing). The depth within one pixel varies (a floor at a grazing angle changes by more than
+the tolerance from one pixel to the next), so a single nearest pixel would contradict exact depth:
+
+- some ``|D - z_j| <= tol z_j``, or ``z_j`` between the smallest and largest ``D`` where these differ by at
+  most :data:`BRACKET_RATIO` (not across an occlusion edge): **confirms**;
+- every ``D > (1 + tol) z_j``: **contradicts** (``j`` sees through ``X``);
+- otherwise (``X`` hidden in ``j``): says nothing.
+
+The pixel is dropped (depth 0) when it is contradicted at least once and confirmed fewer than
+``min_confirm`` times. Pixels no neighbour can judge are kept. Neighbours (:func:`view_neighbours`): the ``k``
+views with the nearest camera centres among those whose optical axis is within ``max_angle_deg``.
+
+Memory: one view's pixels against its neighbours at a time, ``chunk_pixels`` pixels per step (about 60 bytes
+x pixels x neighbours). :func:`consistent_depth_reference` is the per-pixel loop twin for tests.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from meshlift.errors import CameraError
+
+__all__ = ["BRACKET_RATIO", "consistent_depth", "consistent_depth_reference", "view_neighbours"]
+
+#: A depth between the 2 x 2 neighbours' confirms only where their largest is at most this times their smallest
+#: (a smooth surface within a pixel, not the two sides of an occlusion edge).
+BRACKET_RATIO = 1.5
+
+
+def _check(depth: torch.Tensor, world_to_camera: torch.Tensor, K: torch.Tensor) -> None:
+    if depth.ndim != 3:
+        raise CameraError(f"consistent_depth: depth must be [V, H, W], got {tuple(depth.shape)}")
+    V = depth.shape[0]
+    if world_to_camera.shape != (V, 4, 4) or K.shape != (V, 3, 3):
+        raise CameraError(f"consistent_depth: world_to_camera must be [{V}, 4, 4] and K [{V}, 3, 3], got "
+                          f"{tuple(world_to_camera.shape)} and {tuple(K.shape)}")
+
+
+def view_neighbours(world_to_camera: torch.Tensor, k: int, max_angle_deg: float = 60.0) -> torch.Tensor:
+    """``[V, k]`` int64 neighbour indices of every view (``-1`` pads views with fewer candidates): the ``k``
+    nearest camera centres among the views whose optical axis (camera +z) is within ``max_angle_deg``.
+
+    Raises:
+        CameraError: ``world_to_camera`` not ``[V, 4, 4]`` or ``k < 1``.
+    """
+    if world_to_camera.ndim != 3 or world_to_camera.shape[1:] != (4, 4):
+        raise CameraError(f"view_neighbours: world_to_camera must be [V, 4, 4], got {tuple(world_to_camera.shape)}")
+    if k < 1:
+        raise CameraError(f"view_neighbours: k must be >= 1, got {k}")
+    w = world_to_camera.double().cpu()
+    R, t = w[:, :3, :3], w[:, :3, 3]
+    centres = -torch.einsum("vji,vj->vi", R, t)  # R^T t
+    axes = R[:, 2, :]  # camera +z in world
+    V = w.shape[0]
+    dist = torch.cdist(centres, centres)
+    ok = (axes @ axes.T) >= math.cos(math.radians(max_angle_deg))
+    ok.fill_diagonal_(False)
+    dist = torch.where(ok, dist, torch.full_like(dist, float("inf")))
+    kk = min(k, max(V - 1, 1))
+    d, idx = torch.topk(dist, kk, dim=1, largest=False)
+    idx = torch.where(torch.isfinite(d), idx, torch.full_like(idx, -1))
+    if kk < k:
+        idx = torch.cat([idx, idx.new_full((V, k - kk), -1)], 1)
+    return idx
+
+
+def _backproject(d: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, w2c: torch.Tensor, K: torch.Tensor):
+    """World points ``[P, 3]`` of depth ``d [P]`` at pixel centres ``(cols + 0.5, rows + 0.5)``."""
+    x = (cols.to(d.dtype) + 0.5 - K[0, 2]) / K[0, 0] * d
+    y = (rows.to(d.dtype) + 0.5 - K[1, 2]) / K[1, 1] * d
+    pc = torch.stack([x, y, d], -1)
+    R, t = w2c[:3, :3], w2c[:3, 3]
+    return (pc - t) @ R  # R^T (pc - t)
+
+
+@torch.no_grad()
+def consistent_depth(depth: torch.Tensor, world_to_camera: torch.Tensor, K: torch.Tensor, neighbours: torch.Tensor,
+                     *, tol: float = 0.02, min_confirm: int = 1, device=None,
+                     chunk_pixels: int = 1 << 18) -> tuple[torch.Tensor, dict]:
+    """The filtered depth maps (module docstring) and a report.
+
+    Args:
+        depth: ``[V, H, W]`` camera-z depth (world units), ``<= 0`` or non-finite = none; not modified.
+        world_to_camera: ``[V, 4, 4]`` OpenCV extrinsics; K: ``[V, 3, 3]`` intrinsics in pixels.
+        neighbours: ``[V, k]`` int64 from :func:`view_neighbours` (``-1`` = none).
+        tol: relative depth tolerance (``|D - z| <= tol z`` confirms).
+        min_confirm: confirmations that keep a contradicted pixel.
+        device: where to compute (default: ``depth``'s); the result is on ``depth``'s device.
+        chunk_pixels: pixels of one view tested at a time (memory knob).
+
+    Returns:
+        ``(depth [V, H, W] same dtype/device, report)`` with ``report = {"pixels": n with depth,
+        "dropped": n dropped, "dropped_frac": ...}``.
+
+    Raises:
+        CameraError: shapes that do not match.
+    """
+    _check(depth, world_to_camera, K)
+    dev = torch.device(device) if device is not None else depth.device
+    V, H, W = depth.shape
+    out = depth.clone()
+    w2c = world_to_camera.to(dev, torch.float32)
+    Kd = K.to(dev, torch.float32)
+    total = dropped = 0
+    for i in range(V):
+        nb = [int(j) for j in neighbours[i].tolist() if int(j) >= 0]
+        di = depth[i].to(dev, torch.float32)
+        valid = torch.isfinite(di) & (di > 0)
+        flat = valid.reshape(-1).nonzero().squeeze(1)
+        total += int(flat.numel())
+        if not nb or flat.numel() == 0:
+            continue
+        dn = depth[nb].to(dev, torch.float32)
+        dn = torch.where(torch.isfinite(dn), dn, torch.zeros_like(dn)).reshape(len(nb), H * W)
+        drop = torch.zeros(flat.numel(), dtype=torch.bool, device=dev)
+        step = max(1, chunk_pixels)
+        for s in range(0, flat.numel(), step):
+            f = flat[s:s + step]
+            rows, cols = f // W, f % W
+            X = _backproject(di.reshape(-1)[f], rows, cols, w2c[i], Kd[i])  # [P, 3]
+            R, t = w2c[nb, :3, :3], w2c[nb, :3, 3]
+            pc = torch.einsum("nij,pj->npi", R, X) + t[:, None, :]  # [n, P, 3]
+            z = pc[..., 2]
+            zs = z.clamp(min=1e-12)
+            u = Kd[nb, 0, 0, None] * pc[..., 0] / zs + Kd[nb, 0, 2, None]
+            v = Kd[nb, 1, 1, None] * pc[..., 1] / zs + Kd[nb, 1, 2, None]
+            c0, r0 = torch.floor(u - 0.5), torch.floor(v - 0.5)  # the 2 x 2 pixel centres around (u, v)
+            lo = torch.full_like(z, float("inf"))
+            hi = torch.full_like(z, -float("inf"))
+            near_ok = torch.zeros_like(z, dtype=torch.bool)
+            any_d = torch.zeros_like(near_ok)
+            inside = (z > 0) & (c0 >= 0) & (c0 + 1 < W) & (r0 >= 0) & (r0 + 1 < H)  # all four in the image
+            for dr in (0.0, 1.0):
+                for dc in (0.0, 1.0):
+                    col, row = c0 + dc, r0 + dr
+                    ok = inside
+                    idx = (row.clamp(0, H - 1) * W + col.clamp(0, W - 1)).long()
+                    D = torch.gather(dn, 1, idx)
+                    ok = ok & (D > 0)
+                    any_d = any_d | ok
+                    near_ok = near_ok | (ok & ((D - z).abs() <= tol * z))
+                    lo = torch.where(ok, torch.minimum(lo, D), lo)
+                    hi = torch.where(ok, torch.maximum(hi, D), hi)
+            confirm = (near_ok | (any_d & (lo <= z) & (z <= hi) & (hi <= BRACKET_RATIO * lo))).sum(0)
+            contra = (any_d & (lo > (1.0 + tol) * z)).sum(0)
+            drop[s:s + step] = (contra >= 1) & (confirm < min_confirm)
+        if bool(drop.any()):
+            o = out[i].reshape(-1)
+            o[flat[drop].to(o.device)] = 0
+            dropped += int(drop.sum())
+    return out, {"pixels": total, "dropped": dropped, "dropped_frac": dropped / max(total, 1)}
+
+
+@torch.no_grad()
+def consistent_depth_reference(depth, world_to_camera, K, neighbours, *, tol: float = 0.02,
+                               min_confirm: int = 1) -> torch.Tensor:
+    """Per-pixel loop twin of :func:`consistent_depth` (float64; small inputs only, for tests)."""
+    _check(depth, world_to_camera, K)
+    V, H, W = depth.shape
+    out = depth.clone()
+    w2c, Kd, dd = world_to_camera.double(), K.double(), depth.double()
+    for i in range(V):
+        Rinv = w2c[i, :3, :3].T
+        for r in range(H):
+            for c in range(W):
+                d = float(dd[i, r, c])
+                if not (math.isfinite(d) and d > 0):
+                    continue
+                pc = torch.tensor([(c + 0.5 - Kd[i, 0, 2]) / Kd[i, 0, 0] * d,
+                                   (r + 0.5 - Kd[i, 1, 2]) / Kd[i, 1, 1] * d, d], dtype=torch.float64)
+                X = Rinv @ (pc - w2c[i, :3, 3])
+                confirm = contra = 0
+                for j in neighbours[i].tolist():
+                    if j < 0:
+                        continue
+                    q = w2c[j, :3, :3] @ X + w2c[j, :3, 3]
+                    z = float(q[2])
+                    if z <= 0:
+                        continue
+                    u = float(Kd[j, 0, 0] * q[0] / z + Kd[j, 0, 2])
+                    v = float(Kd[j, 1, 1] * q[1] / z + Kd[j, 1, 2])
+                    c0, r0 = math.floor(u - 0.5), math.floor(v - 0.5)
+                    if not (0 <= c0 and c0 + 1 < W and 0 <= r0 and r0 + 1 < H):
+                        continue
+                    Ds = []
+                    for rr in (r0, r0 + 1):
+                        for cc in (c0, c0 + 1):
+                            D = float(dd[j, rr, cc])
+                            if math.isfinite(D) and D > 0:
+                                Ds.append(D)
+                    if not Ds:
+                        continue
+                    if any(abs(D - z) <= tol * z for D in Ds) or (min(Ds) <= z <= max(Ds) <= BRACKET_RATIO * min(Ds)):
+                        confirm += 1
+                    elif min(Ds) > (1.0 + tol) * z:
+                        contra += 1
+                if contra >= 1 and confirm < min_confirm:
+                    out[i, r, c] = 0
+    return out
