@@ -171,6 +171,10 @@ def register(app: typer.Typer) -> None:
         gpus: int = typer.Option(1, "--gpus", help="Train on N GPUs: relaunches this command under torchrun "
                                  "(data parallel; `batch` is the global batch over all GPUs; "
                                  f"{_names_with('multi_gpu')})."),
+        strict: bool = typer.Option(False, "--strict", metavar="", help="Fail with exit status "
+                                    f"{STRICT_EXIT} when the run ends with a warning (a result far worse than its own "
+                                    "diagnostics: test views that show nothing, a test PSNR far below the training "
+                                    "one, a mesh far below its Gaussians); the outputs are written all the same."),
     ) -> None:
         """Reconstruct a textured PBR mesh (OBJ+MTL, GLB), an HDR light probe and metrics from posed images,
         train 3D Gaussians (--method gaussians), or Gaussians and a mesh from them (--method milo)."""
@@ -213,6 +217,8 @@ def register(app: typer.Typer) -> None:
                 spec.check_input(data, camera_convention)
 
             code = run_under_torchrun(gpus, echo=lambda line: console.print(f"[dim]{line}[/dim]"))
+            if code == 0 and strict:  # the ranks ignore --strict (a failed rank is torchrun's error): its check here
+                fail_if_warnings(spec, _saved_result(out), out)
             raise typer.Exit(code)
         main_rank = env_rank() == 0  # under torchrun rank 0 alone reports
         from meshlift.methods.engine import INTERRUPT
@@ -248,6 +254,38 @@ def register(app: typer.Typer) -> None:
             shutdown()
         if main_rank:
             print_summary(console, result, method=method)
+            if strict and env_world_size() == 1:
+                fail_if_warnings(spec, result, out)
+
+
+#: Exit status of ``reconstruct --strict`` when the run ended with a warning (2 is an error before or during
+#: the run; here the outputs were written).
+STRICT_EXIT = 3
+
+
+def fail_if_warnings(spec, result, out) -> None:
+    """``--strict``: exit with :data:`STRICT_EXIT`, naming every warning of ``result`` (``spec.warnings``, the
+    method's :attr:`~meshlift.methods.spec.Method.warnings`) on stderr; return when there are none."""
+    found = spec.warnings(result)
+    if not found:
+        return
+    lines = "\n".join(f"  - {w}" for w in found)
+    typer.secho(f"error: --strict: the run ended with {len(found)} warning{'s' if len(found) > 1 else ''} (its "
+                f"outputs are in {out}):\n{lines}", err=True, fg=typer.colors.RED)
+    raise typer.Exit(STRICT_EXIT)
+
+
+def _saved_result(out: Path):
+    """A result with the ``metrics`` of ``out/metrics.json`` (what the ranks of ``--gpus N`` wrote); metrics
+    ``{}`` when there is none."""
+    import json
+    from types import SimpleNamespace
+
+    try:
+        metrics = json.loads((Path(out) / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        metrics = {}
+    return SimpleNamespace(metrics=metrics if isinstance(metrics, dict) else {}, files={})
 
 
 def print_summary(console, result, wall_s=None, method: Optional[str] = None) -> None:

@@ -5,7 +5,7 @@ A family (``methods/<family>/``) describes itself with one :class:`Method` in it
 Everything a caller needs goes through the spec, so no caller tests method names: the config class and its
 presets (:class:`PresetTable`, with the ``--quick`` and ``tiny`` variants and the three run sizes the app
 offers, :class:`RunSize`), the input kinds it accepts, what it can do (:class:`Capabilities`) and the calls
-of a run (``build_config`` → ``check_out_dir`` → ``reconstruct`` → ``summary_lines``). nerfstudio's
+of a run (``build_config`` → ``check_out_dir`` → ``reconstruct`` → ``summary_lines``, ``warnings``). nerfstudio's
 ``method_configs`` is the model: one spec per method, the code behind it stays in the family.
 
 This module imports no family and nothing heavy (no torch): a spec's callables import their modules
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from meshlift.errors import ConfigError
+from meshlift.methods.result_checks import metrics_warnings
 
 __all__ = ["INPUT_KINDS", "Capabilities", "Method", "PresetTable", "RunSize", "SIZES", "joined", "wall_time_line"]
 
@@ -154,6 +155,11 @@ class Method:
     """``steps(cfg) -> int``: training steps of a run of ``cfg`` (both passes of the surface method)."""
     aliases: tuple[str, ...] = ()
     """Other names the web app accepts for it (``--method`` takes :attr:`name` only)."""
+    warnings: Callable[[Any], list] = field(default=metrics_warnings, compare=False)
+    """``warnings(result) -> [str]``: what the run found far worse than its own diagnostics (test views that
+    show nothing, a test PSNR far below the training one, a mesh far below its Gaussians:
+    :mod:`meshlift.methods.result_checks`), also in its summary and ``metrics.json``; ``meshlift reconstruct
+    --strict`` fails on any. Default: ``result.metrics["warnings"]``."""
 
     def __post_init__(self) -> None:
         missing = [f.name for f in dataclasses.fields(self) if getattr(self, f.name) is None]

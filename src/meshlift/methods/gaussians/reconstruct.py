@@ -206,6 +206,7 @@ def reconstruct(cfg: GaussiansConfig, out_dir: Optional[str | Path], *, resume: 
         })
         if trainer.strategy is not None and getattr(trainer.strategy, "history", None):
             metrics["densify_history"] = [list(h) for h in trainer.strategy.history]
+        _check_results(metrics, cfg, problem, ours, targets, state.history)
         gaussians = trainer.gaussians()
         files: dict = {}
         if out is not None:
@@ -221,14 +222,32 @@ def reconstruct(cfg: GaussiansConfig, out_dir: Optional[str | Path], *, resume: 
     return GaussiansResult(gaussians, metrics, out, files, list(state.history))
 
 
+def _check_results(metrics: dict, cfg: GaussiansConfig, problem: SplatProblem, ours, targets, history) -> None:
+    """Test renders that show nothing, a test PSNR far below the training one: ``warnings`` in ``metrics``
+    (:mod:`meshlift.methods.result_checks`)."""
+    from meshlift.methods.gaussians.evaluate import eval_background
+    from meshlift.methods.result_checks import check_test_views
+
+    check_test_views(
+        metrics, renders=ours, targets=targets, background=1.0 if eval_background(cfg.background) == "white" else 0.0,
+        names=problem.test.names, history=history, test_psnr=metrics.get("psnr"), subject="the Gaussians",
+        blank_hint="the test cameras are not in the training views' world frame (the dataset's poses, "
+        "--camera-convention), or training removed the Gaussians they look at; compare renders/ with gt/",
+        gap_hint="check that the test split's poses are in the training views' frame (meshlift inspect), that the "
+        "training views surround what the test views see, and compare renders/ with gt/")
+
+
 def summary_lines(result: GaussiansResult) -> list[str]:
     """The lines the CLI prints after a run (rich markup)."""
+    from meshlift.methods.result_checks import warning_lines
+
     m = result.metrics
     lp = m.get("lpips")
     lines = [f"[bold]test PSNR[/bold] {m['psnr']:.2f} dB   [bold]SSIM[/bold] {m['ssim']:.4f}"
              + (f"   [bold]LPIPS[/bold] {lp:.4f}" if lp is not None else "")
              + f"   ({m['test_views']} views on {m['background']})",
              f"{m['gaussians']:,} Gaussians, {m['steps']} steps at {m['steps_per_s']:.2f} steps/s"]
+    lines += warning_lines(m)
     t = m.get("timings", {})
     if t:
         lines.append(f"reconstruction {t.get('total_s', 0):.1f} s (data, training, evaluation); training time over all sessions "

@@ -438,10 +438,6 @@ def _delaunay_assets(cfg: MiloConfig, trainer, problem, device, monitor, reg, co
     return extract.MeshProduct(colored, textured, textured, mesh, {**mrep, **crep}, extra)
 
 
-#: A mesh render this far (dB) below the Gaussians' at the same views is reported as a warning.
-MESH_PSNR_WARN_DB = 3.0
-
-
 def _evaluate(cfg: MiloConfig, trainer, problem, device, strategy, product, gt_mesh) -> tuple:
     """``(metrics, gaussian renders, targets, mesh renders)`` of the test views (module docstring, step 5)."""
     from meshlift.methods.gaussians.evaluate import eval_background, image_metrics, render_views
@@ -476,13 +472,7 @@ def _evaluate(cfg: MiloConfig, trainer, problem, device, strategy, product, gt_m
     if product.scene_colored is not None:
         metrics["scene_vertices"] = int(product.scene_colored.v_pos.shape[0])
         metrics["scene_faces"] = int(product.scene_colored.num_faces)
-    gap = (gauss["psnr"] or 0.0) - (mesh_m["psnr"] or 0.0)
-    if gauss["psnr"] is not None and mesh_m["psnr"] is not None and gap > MESH_PSNR_WARN_DB:
-        metrics["warnings"].append(
-            f"the mesh renders {gap:.1f} dB below the Gaussians at the test views ({mesh_m['psnr']:.2f} vs "
-            f"{gauss['psnr']:.2f} dB): the surface was not recovered well; look at mesh_renders/ and try "
-            + ("--set extract=tsdf" if cfg.extract == "delaunay" else "more steps, a wider fusion band "
-               "(tsdf_trunc_pixels, scene_trunc_pixels), or --bbox around the object"))
+    _check_results(metrics, cfg, problem, trainer, ours, targets, mesh_imgs, float(bg[0]))
     if gt_mesh is not None:
         from meshlift.metrics.geometry import mesh_metrics
 
@@ -493,6 +483,30 @@ def _evaluate(cfg: MiloConfig, trainer, problem, device, strategy, product, gt_m
                         "recall": g["recall"], "normal_consistency": g["normal_consistency"],
                         "fscore_threshold": g["threshold"]})
     return metrics, ours, targets, mesh_imgs
+
+
+def _check_results(metrics: dict, cfg: MiloConfig, problem, trainer, ours, targets, mesh_imgs, bg: float) -> None:
+    """A mesh far below its Gaussians, test renders that show nothing (mesh or Gaussians), a test PSNR far
+    below the training one: ``warnings`` in ``metrics`` (:mod:`meshlift.methods.result_checks`)."""
+    from meshlift.methods.result_checks import add_warnings, blank_views, blank_views_warning, check_test_views
+    from meshlift.methods.result_checks import mesh_below_gaussians
+
+    names = problem.test.names
+    add_warnings(metrics, [mesh_below_gaussians(
+        metrics["mesh_psnr"], metrics["gaussian_psnr"], hint="look at mesh_renders/ and try "
+        + ("--set extract=tsdf" if cfg.extract == "delaunay" else "more steps, a wider fusion band "
+           "(tsdf_trunc_pixels, scene_trunc_pixels), or --bbox around the object"))])
+    blank = metrics["blank_views"] = blank_views(mesh_imgs, targets, bg, names)
+    add_warnings(metrics, [blank_views_warning(blank, len(names), subject="the mesh", hint="the mesh lies outside "
+                                               "what the test cameras see; look at mesh_renders/ and try --bbox "
+                                               "around the object")])
+    check_test_views(
+        metrics, renders=ours, targets=targets, background=bg, names=names, history=trainer.state.history,
+        test_psnr=metrics["gaussian_psnr"], subject="the Gaussians", blank_key="gaussian_blank_views",
+        blank_hint="the test cameras are not in the training views' world frame (the dataset's poses), or "
+        "training removed the Gaussians they look at; compare renders/ with gt/",
+        gap_hint="check that the test split's poses are in the training views' frame (meshlift inspect), that the "
+        "training views surround what the test views see, and compare renders/ with gt/")
 
 
 def _to_input_frame(items: tuple, world_to_normalized: torch.Tensor) -> tuple:

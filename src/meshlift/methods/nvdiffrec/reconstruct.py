@@ -361,6 +361,7 @@ def reconstruct(
         state.timings["eval_s"] = time.perf_counter() - t_stage
         state.timings["total_s"] = time.perf_counter() - t_start
         metrics["timings"] = dict(state.timings)
+        _check_results(metrics, data, ours, targets, state.history)
         files: dict = {}
         if out is not None:
             where = "export"
@@ -381,9 +382,27 @@ def reconstruct(
     return ReconstructionResult(mesh_world, dmtet_world, metrics, out, files, list(state.history))
 
 
+def _check_results(metrics: dict, data: ProblemData, ours: torch.Tensor, targets: torch.Tensor, history) -> None:
+    """Test renders that show nothing, a test PSNR far below the training one: ``warnings`` in ``metrics``
+    (:mod:`meshlift.methods.result_checks`)."""
+    from meshlift.methods.result_checks import check_test_views
+    from meshlift.shading.color import linear_to_srgb
+
+    background = float(linear_to_srgb(data.test.background.float().cpu().clamp(0, 1)).mean())
+    check_test_views(
+        metrics, renders=ours, targets=targets, background=background,
+        names=[f"test_{i:02d}" for i in range(len(ours))], history=history, test_psnr=metrics.get("psnr"),
+        subject="the mesh", blank_hint="the test cameras are not in the training views' world frame (the dataset's "
+        "poses, --camera-convention), or the mesh was lost in training; look at images/end_*.png",
+        gap_hint="check that the test split's poses are in the training views' frame (meshlift inspect) and that "
+        "the training views surround the object; look at images/end_*.png")
+
+
 def summary_lines(result: ReconstructionResult, wall_s: float) -> list[str]:
     """The lines the CLI prints after a run (rich markup): headline metrics, the command's wall time
     ``wall_s`` beside the training time of both passes, and the output paths."""
+    from meshlift.methods.result_checks import warning_lines
+
     m = result.metrics
     lines = [f"[bold]test PSNR[/bold] {m['psnr']:.2f} dB   [bold]SSIM[/bold] {m['ssim']:.4f}"]
     if "fscore" in m:
@@ -392,6 +411,7 @@ def summary_lines(result: ReconstructionResult, wall_s: float) -> list[str]:
             f"(threshold {m.get('threshold', float('nan')):.5f}, 1% of the gt bbox diagonal; "
             f"{m.get('n_samples', 0):,} samples per surface: `meshlift eval mesh --samples` the same to compare)"
         )
+    lines += warning_lines(m)
     t = m.get("timings", {})
     if t:
         lines.append(f"{wall_time_line(wall_s)}; training time over all sessions "
