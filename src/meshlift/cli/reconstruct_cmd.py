@@ -109,6 +109,39 @@ def resume_method(out: Path) -> Optional[str]:
     return method_of_run(out)
 
 
+def check_run_method(out: Path, method: str, *, resume: bool, overwrite: bool) -> None:
+    """Refuse to continue or replace a run of another method in ``out`` (the method its ``config.json``
+    records, :func:`resume_method`), naming that method and the flags to use: ``--resume`` would read a config
+    of other fields, a re-run or ``--overwrite`` would leave that method's files beside this one's (``render``
+    of the folder would show the old asset). A folder whose other run never started training (a
+    ``config.json`` alone) is not a run. Before anything is loaded.
+
+    Raises:
+        ConfigError: ``--resume`` of another method's run. OutputError: a re-run into it.
+    """
+    from meshlift.errors import ConfigError, OutputError
+    from meshlift.methods.engine import CHECKPOINT_NAME, FINISHED_MARKER
+
+    if not Path(out).is_dir():
+        return
+    saved = resume_method(out)
+    if saved is None or saved == method:
+        return
+    if resume:
+        raise ConfigError(f"--resume: {out} holds a --method {saved} run (its config.json); resume it with --method "
+                          f"{saved} --resume, or write this --method {method} run to another --out")
+    held = [n for n in (FINISHED_MARKER, CHECKPOINT_NAME) if (Path(out) / n).is_file()]
+    if not held:
+        return
+    what = "a finished" if FINISHED_MARKER in held else "an unfinished"
+    replace = ("--overwrite replaces a run of the same method only (the files of --method "
+               f"{saved} would stay beside the new ones)" if overwrite else
+               f"replacing it with --method {method} would mix the files of the two methods")
+    raise OutputError(f"--out {out}: holds {what} --method {saved} run ({', '.join(held)}, config.json); {replace}. "
+                      f"Write this --method {method} run to another --out, or continue that run with --method "
+                      f"{saved} --resume (--method {saved} --overwrite starts it again)")
+
+
 def _default_method() -> str:
     """The ``--method`` used when none is given: the registry's first."""
     from meshlift.methods.registry import METHODS
@@ -202,12 +235,8 @@ def register(app: typer.Typer) -> None:
             raise ConfigError("--out DIR is required (the folder the asset and metrics are written to)")
         if resume and overwrite:
             raise ConfigError("--resume and --overwrite exclude each other: continue the run, or replace it")
+        check_run_method(out, method, resume=resume, overwrite=overwrite)  # another method's folder
         spec.check_out_dir(out, resume=resume, overwrite=overwrite)  # before anything is loaded
-        if resume:
-            saved_method = resume_method(out)
-            if saved_method is not None and saved_method != method:
-                raise ConfigError(f"--resume: {out} holds a --method {saved_method} run (its config.json); resume it "
-                                  f"with --method {saved_method}, or write this --method {method} run to another --out")
         from meshlift.methods.distributed import env_rank, env_world_size, shutdown
 
         if gpus != 1 and env_world_size() == 1:  # not yet a rank: start the ranks and wait for them

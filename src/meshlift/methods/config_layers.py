@@ -14,7 +14,37 @@ from typing import Callable, Optional
 
 from meshlift.errors import ConfigError
 
-__all__ = ["ConfigLayers", "build_layered_config", "config_help"]
+__all__ = ["METHOD_KEY", "ConfigLayers", "build_layered_config", "config_help", "saved_config"]
+
+#: The key of a run's ``config.json`` that records the ``--method`` that wrote the folder (not a config field:
+#: it is taken out before the fields are applied). Folders written before it was recorded are recognised by
+#: their fields (:func:`meshlift.methods.registry.method_of_run`).
+METHOD_KEY = "method"
+
+
+def saved_config(fields: dict, method: str) -> dict:
+    """What a run writes to ``config.json``: the ``--method`` that wrote it (:data:`METHOD_KEY`), then
+    ``fields`` (the effective config, ``config_to_dict``)."""
+    return {METHOD_KEY: method, **{k: v for k, v in fields.items() if k != METHOD_KEY}}
+
+
+def _method_of(cls: type) -> Optional[str]:
+    """The ``--method`` whose config class is ``cls`` (:mod:`meshlift.methods.registry`), or None."""
+    from meshlift.methods.registry import METHODS
+
+    return next((m.name for m in METHODS.values() if m.config_cls is cls), None)
+
+
+def _fields_only(values: dict, cls: type, source: str, what: str) -> dict:
+    """``values`` without :data:`METHOD_KEY`; ConfigError when it names a method other than ``cls``'s (the
+    file is another method's config: its fields would be refused one by one as unknown)."""
+    if METHOD_KEY not in values:
+        return values
+    recorded, mine = values[METHOD_KEY], _method_of(cls)
+    if mine is not None and recorded != mine:
+        raise ConfigError(f"{source}: {what} of a --method {recorded} run, not of --method {mine}; run it with "
+                          f"--method {recorded}, or give a config of --method {mine}")
+    return {k: v for k, v in values.items() if k != METHOD_KEY}
 
 
 @dataclass(frozen=True)
@@ -54,13 +84,15 @@ def build_layered_config(layers: ConfigLayers, data: str, preset: Optional[str],
         if not isinstance(saved, dict):
             raise ConfigError(f"{saved_path}: expected a table of config fields; restore the file or start again "
                               "with --overwrite")
+        saved = _fields_only(saved, layers.cls, str(saved_path), "the saved config")
         cfg = layers.apply(layers.cls(), saved, source=str(saved_path))
     else:
         if preset is None:
             preset = layers.default_preset(data) if callable(layers.default_preset) else layers.default_preset
         cfg = layers.get_preset(preset, quick=quick)
     if config_file is not None:
-        cfg = layers.apply(cfg, layers.load_file(config_file), source=str(config_file))
+        values = _fields_only(layers.load_file(config_file), layers.cls, str(config_file), "the config")
+        cfg = layers.apply(cfg, values, source=str(config_file))
     values = layers.parse(overrides)
     if data:  # absolute when it exists, so config.json (and --resume) does not depend on the working directory
         values["data"] = str(Path(data).resolve()) if Path(data).exists() else str(data)

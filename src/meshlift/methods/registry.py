@@ -21,7 +21,8 @@ from meshlift.methods.milo.method import METHOD as MILO
 from meshlift.methods.nvdiffrec.method import METHOD as NVDIFFREC
 from meshlift.methods.spec import Capabilities, Method, PresetTable, RunSize, joined
 
-__all__ = ["METHODS", "Capabilities", "Method", "PresetTable", "RunSize", "get_method", "method_of_run"]
+__all__ = ["METHODS", "Capabilities", "Method", "PresetTable", "RunSize", "get_method", "method_of_config",
+           "method_of_run"]
 
 METHODS: dict[str, Method] = {m.name: m for m in (NVDIFFREC, GAUSSIANS, MILO)}
 """Every method by its ``--method`` name; the first is the default."""
@@ -38,11 +39,32 @@ def get_method(name: str, what: str = "--method") -> Method:
     raise ConfigError(f"{what} {name!r}: choose {joined(METHODS, 'or')}")
 
 
+def method_of_config(cfg) -> str:
+    """The ``--method`` name of a config object (the method whose :attr:`~meshlift.methods.spec.Method.
+    config_cls` is its class).
+
+    Raises:
+        ConfigError: no registered method has that config class.
+    """
+    for m in METHODS.values():
+        if type(cfg) is m.config_cls:
+            return m.name
+    fits = [(len(type(cfg).__mro__) - len(m.config_cls.__mro__), m.name) for m in METHODS.values()
+            if isinstance(cfg, m.config_cls)]  # a subclass: the nearest registered class
+    if fits:
+        return min(fits)[1]
+    raise ConfigError(f"{type(cfg).__name__} is the config of no registered method")
+
+
 def method_of_run(out: Path) -> Optional[str]:
-    """The name of the method whose config class holds every field of ``out/config.json`` (the run a
-    ``--resume`` would continue), or None when there is no readable saved config or no method fits. The
-    smallest fitting class wins (MILo's config extends the Gaussian one)."""
+    """The name of the method that wrote the run folder ``out`` (the run a ``--resume`` would continue), or
+    None when there is no readable saved config or no method fits: the ``method`` recorded in
+    ``out/config.json`` (:data:`meshlift.methods.config_layers.METHOD_KEY`), or for a folder written before
+    it was recorded the method whose config class holds every field there (the smallest fitting class wins:
+    MILo's config extends the Gaussian one)."""
     import json
+
+    from meshlift.methods.config_layers import METHOD_KEY
 
     try:
         saved = json.loads((Path(out) / "config.json").read_text(encoding="utf-8"))
@@ -50,6 +72,8 @@ def method_of_run(out: Path) -> Optional[str]:
         return None
     if not isinstance(saved, dict):
         return None
+    if isinstance(saved.get(METHOD_KEY), str):
+        return saved[METHOD_KEY] if saved[METHOD_KEY] in METHODS else None
     saved = saved.get("config", saved)
     keys = {k.replace("densify.", "densify_") for k in saved}
     fits = [(len(m.config_cls.__dataclass_fields__), m.name) for m in METHODS.values()

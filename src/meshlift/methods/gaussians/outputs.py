@@ -27,10 +27,14 @@ __all__ = ["preview_writer", "side_by_side", "write_config", "write_outputs"]
 
 
 def write_config(out: Path, cfg: GaussiansConfig) -> Path:
-    """Write the effective config to ``out/config.json`` (atomically, strict JSON)."""
+    """Write the effective config to ``out/config.json`` (atomically, strict JSON), with the ``--method`` that
+    wrote the folder (``gaussians`` or ``milo``: :func:`meshlift.methods.config_layers.saved_config`)."""
     from meshlift.io.jsonfile import write_json
 
-    return write_json(Path(out) / "config.json", config_to_dict(cfg))
+    from meshlift.methods.config_layers import saved_config
+    from meshlift.methods.registry import method_of_config
+
+    return write_json(Path(out) / "config.json", saved_config(config_to_dict(cfg), method_of_config(cfg)))
 
 
 def side_by_side(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:

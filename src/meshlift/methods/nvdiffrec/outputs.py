@@ -50,10 +50,14 @@ def clear_outputs(out: Path) -> None:
 
 
 def write_config(out: Path, cfg: SurfaceConfig) -> Path:
-    """Write the effective config to ``out/config.json`` (strict JSON, atomically)."""
+    """Write the effective config to ``out/config.json`` (strict JSON, atomically), with the ``--method`` that
+    wrote the folder (:func:`meshlift.methods.config_layers.saved_config`)."""
     from meshlift.io.jsonfile import write_json
 
-    return write_json(Path(out) / "config.json", config_to_dict(cfg))
+    from meshlift.methods.config_layers import saved_config
+    from meshlift.methods.registry import method_of_config
+
+    return write_json(Path(out) / "config.json", saved_config(config_to_dict(cfg), method_of_config(cfg)))
 
 
 def _atomic_path(path: Path, write) -> Path:
