@@ -115,7 +115,7 @@ def test_cli_help_and_help_config_list_every_method(capsys, monkeypatch):
         assert main(["reconstruct", "--method", m.name, "--help-config"]) == 0
         text = capsys.readouterr().out
         assert text.startswith(f"{m.config_cls.__name__} fields"), m.name
-        assert all(f"  {name} = " in text for name in m.config_cls.__dataclass_fields__), m.name
+        assert all(f"  {f.name} = " in text for f in dataclasses.fields(m.config_cls)), m.name
         assert "presets: " + ", ".join(m.presets.names) in text
 
 
@@ -196,3 +196,12 @@ def test_cli_gpus_checks_the_input_through_the_method_before_starting_ranks(tmp_
     code = main(["reconstruct", str(tmp_path / "missing"), "--method", "gaussians", "--gpus", "2",
                  "--out", str(tmp_path / "o")])
     assert code == 2 and "does not exist" in capsys.readouterr().err and started == []
+
+
+def test_every_config_class_names_its_method():
+    """The name a run records in config.json comes from the config class (no import of the registry from
+    below); it must be the registry's name for that method."""
+    from meshlift.methods.registry import METHODS
+
+    for name, m in METHODS.items():
+        assert m.config_cls.METHOD == name, (name, m.config_cls)

@@ -29,10 +29,8 @@ def saved_config(fields: dict, method: str) -> dict:
 
 
 def _method_of(cls: type) -> Optional[str]:
-    """The ``--method`` whose config class is ``cls`` (:mod:`meshlift.methods.registry`), or None."""
-    from meshlift.methods.registry import METHODS
-
-    return next((m.name for m in METHODS.values() if m.config_cls is cls), None)
+    """The ``--method`` whose config class is ``cls`` (its ``METHOD`` class attribute), or None."""
+    return getattr(cls, "METHOD", None)
 
 
 def _fields_only(values: dict, cls: type, source: str, what: str) -> dict:

@@ -20,7 +20,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from meshlift import config as _config
 from meshlift.config import config_to_dict, parse_overrides
@@ -33,6 +33,10 @@ __all__ = ["GaussiansConfig", "apply_dict", "config_to_dict", "densify_strategy"
 @dataclass
 class GaussiansConfig:
     """3DGS training: init, photometric loss, Adam per parameter group, densification, evaluation."""
+
+    #: The ``--method`` this config belongs to (recorded in a run's ``config.json``; the registry's name for
+    #: it). A class attribute, not a field.
+    METHOD: ClassVar[str] = "gaussians"
 
     # ---- data ----------------------------------------------------------------------------------------------
     data: str = ""

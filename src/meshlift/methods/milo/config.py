@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from meshlift import config as _config
 from meshlift.config import config_to_dict, parse_overrides
@@ -31,6 +31,10 @@ __all__ = ["MiloConfig", "SHAPE_FIELDS", "apply_dict", "config_to_dict", "field_
 @dataclass
 class MiloConfig(GaussiansConfig):
     """MILo: 3DGS training (inherited fields) + importance sampling + mesh in the loop + extraction."""
+
+    #: The ``--method`` this config belongs to (recorded in a run's ``config.json``; the registry's name for
+    #: it). A class attribute, not a field.
+    METHOD: ClassVar[str] = "milo"
 
     # ---- synthetic views of a mesh file (spot, bob, bunny: known-truth geometry) ---------------------------
     ref_views: int = 100

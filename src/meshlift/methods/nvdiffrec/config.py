@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from meshlift import config as _config
 from meshlift.config import config_to_dict, parse_overrides
@@ -24,6 +24,10 @@ from meshlift.errors import ConfigError
 @dataclass
 class SurfaceConfig:
     """Two-pass surface reconstruction: DMTet/FlexiCubes + material field + light, then fixed topology."""
+
+    #: The ``--method`` this config belongs to (recorded in a run's ``config.json``; the registry's name for
+    #: it). A class attribute, not a field.
+    METHOD: ClassVar[str] = "nvdiffrec"
 
     # ---- data ----------------------------------------------------------------------------------------------
     data: str = ""

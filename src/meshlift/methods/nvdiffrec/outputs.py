@@ -55,9 +55,7 @@ def write_config(out: Path, cfg: SurfaceConfig) -> Path:
     from meshlift.io.jsonfile import write_json
 
     from meshlift.methods.config_layers import saved_config
-    from meshlift.methods.registry import method_of_config
-
-    return write_json(Path(out) / "config.json", saved_config(config_to_dict(cfg), method_of_config(cfg)))
+    return write_json(Path(out) / "config.json", saved_config(config_to_dict(cfg), type(cfg).METHOD))
 
 
 def _atomic_path(path: Path, write) -> Path:
