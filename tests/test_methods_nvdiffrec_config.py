@@ -119,6 +119,11 @@ def test_default_preset_follows_the_input_and_the_shared_layering(tmp_path):
         build_config("", "spot", False, None, [])
     with pytest.raises(ConfigError, match="no run to resume"):  # --resume of an --out that holds no run
         build_config("", None, False, None, [], out=tmp_path / "never", resume=True)
+    demo = tmp_path / "demo"  # a `meshlift demo` folder: a config.json whose data is empty, no checkpoint
+    demo.mkdir()
+    (demo / "config.json").write_text('{"method": "nvdiffrec", "data": ""}')
+    with pytest.raises(ConfigError, match="names no data .*meshlift demo"):
+        build_config("", None, False, None, [], out=demo, resume=True)
     out = tmp_path / "run"
     out.mkdir()
     (out / "config.json").write_text("[1, 2]")

@@ -97,8 +97,11 @@ def build_layered_config(layers: ConfigLayers, data: str, preset: Optional[str],
     cfg = layers.apply(cfg, values, source="command line")
     if not cfg.data:
         if resume and not data:
-            raise ConfigError(f"--resume: there is no run to resume in {out} (no config.json there); give DATA to "
-                              "start one, or the --out of an earlier run")
+            why = ("its config.json names no data (a `meshlift demo` folder: the demo keeps no checkpoint; "
+                   "run `meshlift demo` again)" if out is not None and (Path(out) / "config.json").is_file()
+                   else "no config.json there")
+            raise ConfigError(f"--resume: there is no run to resume in {out} ({why}); give DATA to start one, "
+                              "or the --out of an earlier run")
         raise ConfigError(layers.no_data)
     return cfg
 

@@ -36,6 +36,13 @@ class MiloConfig(GaussiansConfig):
     #: it). A class attribute, not a field.
     METHOD: ClassVar[str] = "milo"
 
+    time_budget_s: float = 0.0
+    """Wall-clock budget in seconds for the whole run (0 = none), shared by the Gaussian training (85 %) and the
+    extraction (15 %: the occupancy refinement with ``extract=delaunay``; the TSDF fusion, colouring and
+    texture with ``extract=tsdf``), each stopping when its share is spent; the time of the stages around them
+    (colouring, unwrap, bake, evaluation, export) is estimated and kept free (``methods/milo/budget.py``). The
+    steps actually run go into metrics.json; learning-rate and densification schedules still follow ``steps``."""
+
     # ---- synthetic views of a mesh file (spot, bob, bunny: known-truth geometry) ---------------------------
     ref_views: int = 100
     """Training views rendered when DATA is a mesh file (random directions on a sphere)."""
