@@ -47,6 +47,21 @@ def _load_gt(gt: Path):
     return mesh
 
 
+def _load_pred(pred: Path):
+    """The prediction of ``eval mesh``: a surface; an empty file (a reconstruction that produced nothing) is
+    scored (F-score 0, with a message), a point cloud or 3DGS splats are refused."""
+    import torch
+
+    from meshlift.io.mesh import load_surface_mesh
+    from meshlift.io.ply_header import ply_contents
+    from meshlift.structures.mesh import Mesh
+
+    info = ply_contents(pred) if pred.suffix.lower() == ".ply" and pred.is_file() else None
+    if info is not None and info.kind == "empty":
+        return Mesh(v_pos=torch.zeros(0, 3), t_pos_idx=torch.zeros(0, 3, dtype=torch.int64))
+    return load_surface_mesh(pred, "eval mesh samples the predicted surface")
+
+
 @eval_app.command("mesh")
 def eval_mesh(
     pred: Path = typer.Argument(..., help="Predicted mesh with faces (.ply/.obj/.glb/.off/.stl; not a point cloud "
@@ -63,7 +78,6 @@ def eval_mesh(
     """Chamfer L1/L2, precision, recall, F-score and normal consistency from uniform surface samples."""
     from meshlift.io.jsonfile import dumps
     from meshlift.errors import ConfigError
-    from meshlift.io.mesh import load_surface_mesh
     from meshlift.metrics.geometry import mesh_metrics
 
     if threshold is not None and threshold_frac is not None:
@@ -80,7 +94,7 @@ def eval_mesh(
             raise ConfigError(f"--crop-box {crop_box!r}: need six numbers xmin,ymin,zmin,xmax,ymax,zmax")
         box = (vals[:3], vals[3:])
     res = mesh_metrics(
-        load_surface_mesh(pred, "eval mesh samples the predicted surface"), _load_gt(gt), threshold=threshold,
+        _load_pred(pred), _load_gt(gt), threshold=threshold,
         threshold_frac=0.01 if threshold_frac is None else threshold_frac, n_samples=samples, seed=seed,
         alignment=None if alignment is None else _load_alignment(alignment), crop_box=box,
     )
