@@ -76,3 +76,18 @@ def test_inspect_a_mesh_file_says_what_to_run(tmp_path, capsys):
     rc, out, _ = _run(capsys, "inspect", str(p), "--json")
     info = json.loads(out)
     assert rc == 0 and info["format"] == "mesh" and info["faces"] == 80 and info["vertices"] == 42
+
+
+def test_inspect_of_a_run_folder_says_what_it_is(tmp_path, capsys):
+    """A run folder is not a dataset: the message names the method and the outputs to inspect."""
+    import json
+
+    from meshlift.cli.main import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"method": "milo", "data": "x"}))
+    (run / "mesh.glb").write_bytes(b"")
+    assert main(["inspect", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "meshlift run folder (--method milo)" in err and "mesh.glb" in err and "no dataset found" not in err

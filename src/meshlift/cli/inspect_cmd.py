@@ -29,6 +29,7 @@ def inspect(
     if path.is_file() and path.suffix.lower() in READ_SUFFIXES:
         _inspect_mesh(path, json_output)
         return
+    _refuse_run_folder(path)
     scene = load_scene(path, format=format, downscale=downscale, colmap_model=colmap_model, split_every=split_every,
                        camera_convention=camera_convention)
     info = scene.summary()
@@ -65,6 +66,31 @@ def inspect(
     console.print(table)
     for w in info["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {w}")
+
+
+def _refuse_run_folder(path: Path) -> None:
+    """A meshlift run folder (its ``config.json`` records the method) is not a dataset: say what it is and
+    what to inspect in it, instead of "no dataset found"."""
+    from meshlift.errors import DatasetError
+    from meshlift.methods.registry import method_of_run
+
+    if not path.is_dir() or not (path / "config.json").is_file():
+        return
+    from meshlift.data import detect_format
+
+    try:
+        detect_format(path)
+        return  # a dataset that also holds a config.json
+    except DatasetError:
+        pass
+    method = method_of_run(path)
+    if method is None:
+        return
+    files = [n for n in ("mesh.glb", "mesh.ply", "point_cloud.ply", "scene_mesh.ply") if (path / n).is_file()]
+    raise DatasetError(
+        f"{path}: a meshlift run folder (--method {method}), not a dataset; inspect its outputs instead"
+        + (f", e.g. meshlift inspect {path / files[0]}" if files else "")
+        + "; its metrics are in metrics.json")
 
 
 def _inspect_mesh(path: Path, json_output: bool) -> None:
