@@ -207,3 +207,27 @@ def test_masked_capture_without_the_crop_exports_the_region_uncut(sphere, tmp_pa
     assert m["mesh_evaluated"].startswith("the asset") and "crop" not in m["mesh_report"]
     assert m["faces"] > 0 and (tmp_path / "run" / "mesh.glb").is_file()
     assert not (tmp_path / "run" / "scene_mesh.ply").exists()
+
+
+def test_scene_resolution_from_the_pixel_footprint():
+    """``scene_resolution=0``: the voxel closest to ``scene_voxel_pixels`` training pixels at the region's centre
+    (a camera 4 units in front of the centre with a 400 px focal: a pixel is 0.01 units there)."""
+    from types import SimpleNamespace
+
+    from meshlift.methods.milo import tsdf_mesh
+
+    w2c = torch.eye(4)[None].clone()
+    w2c[0, 2, 3] = 4.0  # the origin at camera z = 4
+    K = torch.tensor([[[400.0, 0.0, 100.0], [0.0, 400.0, 100.0], [0.0, 0.0, 1.0]]])
+    problem = SimpleNamespace(train=SimpleNamespace(world_to_camera=w2c, K=K))
+    region = tsdf_mesh.FusionRegion(box_min=torch.full((3,), -1.28, dtype=torch.float64),
+                                    box_max=torch.full((3,), 1.28, dtype=torch.float64), contract=True)
+    cfg = dataclasses.replace(get_preset("milo_tiny"), scene_resolution=0, scene_voxel_pixels=2.0)
+    assert tsdf_mesh.scene_resolution_from_pixels(cfg, problem, region) == 128  # 2.56 / (2 x 0.01)
+    cfg = dataclasses.replace(cfg, scene_voxel_pixels=0.5)
+    assert tsdf_mesh.scene_resolution_from_pixels(cfg, problem, region) == 512
+    cfg = dataclasses.replace(cfg, scene_voxel_pixels=0.01)
+    assert tsdf_mesh.scene_resolution_from_pixels(cfg, problem, region) == 1024  # clamped
+    apply_dict(get_preset("milo_tiny"), {"scene_resolution": 0})  # 0 is valid
+    with pytest.raises(ConfigError):
+        apply_dict(get_preset("milo_tiny"), {"scene_resolution": 100})

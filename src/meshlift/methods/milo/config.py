@@ -109,9 +109,14 @@ class MiloConfig(GaussiansConfig):
     """``tsdf`` path: voxels per axis of the finest fusion grid across the region (the object's box; with
     ``region=scene`` the contracted shell around it adds as many again, coarser with distance). A power of
     two. Memory grows with the surface area only (sparse, coarse-to-fine)."""
-    scene_resolution: int = 256
+    scene_resolution: int = 0
     """``tsdf`` path on a capture: voxels per axis across the region of interest for the whole-scene mesh
-    (the rest of the scene contracted around it; ``scene_mesh.ply``, the mesh rendered for ``mesh_psnr``)."""
+    (the rest of the scene contracted around it; ``scene_mesh.ply``, the mesh rendered for ``mesh_psnr``); a
+    power of two. 0 (the default; ``--quick`` uses 64) = from the images: the power of two whose voxel is closest to ``scene_voxel_pixels`` training pixels at
+    the region's centre (docs/results.md: on one fox checkpoint the whole-scene mesh was best at ~2 pixels per
+    voxel and lost 3 dB at 0.5), within [32, 1024]."""
+    scene_voxel_pixels: float = 2.0
+    """With ``scene_resolution=0``: the whole-scene voxel in training pixels at the region's centre."""
     max_asset_faces: int = 500_000
     """``tsdf`` path: decimate the exported asset to at most this many faces (quadrics; 0 = keep every face of
     the fusion, which makes ~4 faces per voxel of surface)."""
@@ -212,7 +217,7 @@ SHAPE_FIELDS = ("sh_degree", "data", "num_pivots", "mesh_res_scale", "ref_views"
 _CHOICES = {"imp_metric": ("indoor", "outdoor"), "extract": ("tsdf", "delaunay"), "surface_depth": ("median_plane", "plane", "median"),
             "region": ("auto", "scene", "object"), "ref_scene": ("object", "ground")}
 _UNIT = ("sampling_factor", "prune_cdf", "sdf_reset_blend")
-_NONNEG = ("depth_consistency_views", "depth_consistency_tol", "flatten_weight", "tsdf_trunc_pixels", "scene_trunc_pixels", "tsdf_trunc_voxels", "tsdf_min_views", "trunc_pixels", "depth_normal_weight", "mesh_depth_weight", "mesh_normal_weight", "occupied_centres_weight",
+_NONNEG = ("scene_voxel_pixels", "depth_consistency_views", "depth_consistency_tol", "flatten_weight", "tsdf_trunc_pixels", "scene_trunc_pixels", "tsdf_trunc_voxels", "tsdf_min_views", "trunc_pixels", "depth_normal_weight", "mesh_depth_weight", "mesh_normal_weight", "occupied_centres_weight",
            "occupancy_label_weight", "keep_components", "min_component_faces", "color_depth_tol", "mesh_res_scale")
 _GE1 = ("num_pivots", "delaunay_every", "sdf_reset_every", "labels_every", "extract_labels_every",
         "mesh_chunk_views", "tet_chunk", "texture_res", "ref_views", "ref_test_views", "eval_samples")
@@ -250,6 +255,8 @@ def validate(cfg: MiloConfig) -> MiloConfig:
             raise ConfigError(f"config field {name!r} must be >= 0, got {getattr(cfg, name)}")
     for name in ("tsdf_resolution", "scene_resolution"):
         v = getattr(cfg, name)
+        if name == "scene_resolution" and v == 0:  # chosen from the images (scene_voxel_pixels)
+            continue
         if not (16 <= v <= 4096 and v & (v - 1) == 0):
             raise ConfigError(f"config field {name!r} must be a power of two in [16, 4096], got {v}")
     if cfg.tsdf_trunc_voxels < 1:

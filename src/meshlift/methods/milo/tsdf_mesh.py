@@ -38,7 +38,7 @@ import torch
 from meshlift.render.rasterize import MAX_FLOAT32_IDS
 
 __all__ = ["FREE_SPACE_DEPTH", "SCENE_MAX_RADIUS", "FusionRegion", "check_bbox", "decimated", "extract_assets",
-           "fused_mesh", "fusion_region", "object_asset", "region_of_interest", "render_depths", "surface_depths",
+           "fused_mesh", "fusion_region", "object_asset", "region_of_interest", "render_depths", "scene_resolution_from_pixels", "surface_depths",
            "truncation_voxels", "vertex_colors"]
 
 
@@ -291,6 +291,22 @@ def truncation_voxels(cfg, problem, region: FusionRegion, resolution: int) -> tu
     return max(float(cfg.tsdf_trunc_voxels), band), foot
 
 
+def scene_resolution_from_pixels(cfg, problem, region: FusionRegion) -> int:
+    """``scene_resolution=0``: the power of two in [32, 1024] whose voxel (the region's longest side /
+    resolution) is closest, in log scale, to ``scene_voxel_pixels`` × the training pixel's footprint at the
+    region's centre (:func:`meshlift.methods.milo.depth_fusion.pixel_footprint`)."""
+    import math
+
+    from meshlift.methods.milo.depth_fusion import pixel_footprint
+
+    tr = problem.train
+    centre = 0.5 * (region.box_min + region.box_max)
+    foot = pixel_footprint(tr.world_to_camera, tr.K, centre.float())
+    side = float((region.box_max - region.box_min).max())
+    want = side / max(float(cfg.scene_voxel_pixels) * foot, 1e-12)
+    return int(2 ** min(10, max(5, round(math.log2(max(want, 1.0))))))
+
+
 def decimated(mesh, max_faces: int, monitor):
     """``(mesh, report)``: ``mesh`` decimated to at most ``max_faces`` faces (quadrics; 0 keeps it)."""
     if max_faces <= 0 or mesh.num_faces <= max_faces:
@@ -398,8 +414,10 @@ def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, cost
     extra["region"] = fusion_region("object", roi=roi).to_dict()
     scene = scene_colored = None
     if kind == "scene":
-        scene, rep["scene"] = fused_mesh(cfg, depths, problem, fusion_region("scene", roi=roi), cfg.scene_resolution,
-                                         **kw)
+        scene_region = fusion_region("scene", roi=roi)
+        res = cfg.scene_resolution or scene_resolution_from_pixels(cfg, problem, scene_region)
+        rep["scene_resolution"] = res
+        scene, rep["scene"] = fused_mesh(cfg, depths, problem, scene_region, res, **kw)
         if scene.num_faces > MAX_FLOAT32_IDS:  # the rasterizer's float32 triangle ids (colouring, evaluation)
             scene, rep["scene_decimate"] = decimated(scene, MAX_FLOAT32_IDS, monitor)
         scene_colored, rep["scene_colors"] = vertex_colors(cfg, scene, problem, device)
