@@ -231,3 +231,33 @@ def test_scene_resolution_from_the_pixel_footprint():
     apply_dict(get_preset("milo_tiny"), {"scene_resolution": 0})  # 0 is valid
     with pytest.raises(ConfigError):
         apply_dict(get_preset("milo_tiny"), {"scene_resolution": 100})
+
+
+def test_a_tilted_plane_is_not_taken_for_the_support():
+    """The asset's support-plane cut keeps to planes within SUPPORT_MAX_TILT_DEG of the region's up: a floor
+    tilted by 8 degrees (a blotchy floor's bad fit) is left alone, a level one is cut away."""
+    import trimesh
+
+    from meshlift.data.roi import RegionOfInterest
+    from meshlift.methods.milo import tsdf_mesh
+    from meshlift.structures.mesh import Mesh
+
+    def scene(tilt_deg):
+        obj = trimesh.creation.box(extents=(0.6, 0.6, 0.6)).subdivide().subdivide()
+        obj.update_faces(obj.face_normals[:, 2] > -0.5)  # no bottom: a capture never sees it
+        obj.apply_translation((0, 0, 0.3))
+        floor = trimesh.creation.box(extents=(2.0, 2.0, 0.02))
+        floor.apply_translation((0, 0, -0.01))
+        floor.apply_transform(trimesh.transformations.rotation_matrix(math.radians(tilt_deg), (1, 0, 0)))
+        floor = floor.subdivide().subdivide().subdivide()
+        both = trimesh.util.concatenate([obj, floor])
+        return Mesh(v_pos=torch.tensor(both.vertices, dtype=torch.float32), t_pos_idx=torch.tensor(both.faces))
+
+    d = torch.float64
+    roi = RegionOfInterest(box_min=torch.tensor([-0.9, -0.9, -0.2], dtype=d), box_max=torch.tensor([0.9, 0.9, 1.0], dtype=d),
+                           center=torch.zeros(3, dtype=d), up=torch.tensor([0.0, 0.0, 1.0], dtype=d), source="explicit")
+    _, rep = tsdf_mesh.object_asset(scene(0.0), roi, monitor=Monitor(), support_voxel=0.005)
+    assert rep["support_plane"]["found"], rep["support_plane"]
+    _, rep = tsdf_mesh.object_asset(scene(8.0), roi, monitor=Monitor(), support_voxel=0.005)
+    sp = rep["support_plane"]
+    assert not sp["found"], (sp["tilt_deg"], sp["inlier_area_frac"])
