@@ -8,8 +8,9 @@ Errors of the package's type (:class:`meshlift.errors.MeshliftError`) are printe
 and exit with status 2; anything else is a bug and shows its traceback.
 
 A closed pipe on the output (``meshlift demo | head``: the reader stopped reading) ends the command
-quietly with status 0, whichever command it is: no traceback, no "Broken pipe" line, no exit status 1
-(typer's). Output that was still to be written is dropped (the console script points stdout and stderr at
+quietly with the shell's usual status for it, 141 (128 + SIGPIPE, what ``yes | head`` leaves in
+``PIPESTATUS``; a shell without ``pipefail`` reports the reader's status), whichever command it is: no
+traceback, no "Broken pipe" line, no exit status 1 (typer's). Output that was still to be written is dropped (the console script points stdout and stderr at
 the null device, so the exit's flush cannot fail again).
 """
 
@@ -149,7 +150,7 @@ def _is_broken_pipe(exc: BaseException | None) -> bool:
 
 
 def _broken_pipe(console_script: bool) -> int:
-    """Status 0 after a closed output pipe (module docstring). The console script points its stdout and
+    """:data:`meshlift.cli.process.BROKEN_PIPE_STATUS` (141) after a closed output pipe (module docstring). The console script points its stdout and
     stderr at the null device so no later write or the exit's flush reports the broken pipe."""
     if console_script:
         try:
@@ -162,7 +163,9 @@ def _broken_pipe(console_script: bool) -> int:
             os.close(devnull)
         except OSError:
             pass
-    return 0
+    from meshlift.cli.process import BROKEN_PIPE_STATUS
+
+    return BROKEN_PIPE_STATUS
 
 
 if __name__ == "__main__":

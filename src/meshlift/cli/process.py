@@ -53,6 +53,10 @@ __all__ = ["ENV_FAST_EXIT", "enable_for_console_script", "pause_during_imports",
 #: Environment variable: ``0`` keeps the interpreter's normal teardown at the end of a command.
 ENV_FAST_EXIT = "MESHLIFT_FAST_EXIT"
 
+#: The exit status after a closed output pipe (``meshlift ... | head``): a process ended by SIGPIPE, as the
+#: shell reports it (128 + 13), what ``yes | head`` leaves in ``PIPESTATUS``.
+BROKEN_PIPE_STATUS = 128 + 13
+
 _STATE = {"enabled": False, "paused": False}
 
 
@@ -122,14 +126,14 @@ def exit_now(code: int) -> None:
     except KeyboardInterrupt:  # as the interpreter's exit does: report it, keep the status, go on
         sys.stderr.write("interrupted while waiting for the remaining threads\n")
     atexit._run_exitfuncs()  # the registered handlers, last registered first (_unfreeze last: harmless)
-    failed = False
+    failed = broken = False
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (AttributeError, ValueError):
             pass
-        except BrokenPipeError:  # the reader of a pipe has gone (`meshlift ... | head`): quiet, status kept
-            pass
+        except BrokenPipeError:  # the reader of a pipe has gone (`meshlift ... | head`): quiet
+            broken = True
         except OSError:
             failed = True
     try:  # C-level stdio buffers (printf / std::cout of extensions): exit() flushes them, os._exit does not
@@ -139,6 +143,8 @@ def exit_now(code: int) -> None:
     except Exception:  # noqa: BLE001 - no libc through ctypes (e.g. Windows): nothing more to flush
         pass
     code = int(code)
-    if failed and code == 0:
+    if broken and code == 0:
+        code = BROKEN_PIPE_STATUS
+    elif failed and code == 0:
         code = 120  # CPython's status when flushing the standard streams at exit fails
     os._exit(code & 0xFF)
