@@ -183,6 +183,15 @@ def duplicate_face_mask(mesh: Mesh) -> np.ndarray:
     return dup
 
 
+def edge_face_counts(f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(inverse [3T], counts [E])`` of the undirected edges of ``f [T, 3]``: face ``t``'s edges (0,1), (1,2),
+    (2,0) are entries ``3t .. 3t + 2`` of ``inverse`` (an index into the unique edges), and
+    ``counts[inverse]`` is how many faces use each of them (1 = a border edge, > 2 = non-manifold)."""
+    e = np.sort(np.stack([f[:, [0, 1]], f[:, [1, 2]], f[:, [2, 0]]], axis=1).reshape(-1, 2), axis=1)
+    _, inv, counts = unique_rows(e, return_inverse=True, return_counts=True)
+    return inv.reshape(-1), counts
+
+
 def nonmanifold_face_mask(mesh: Mesh) -> np.ndarray:
     """``[T]`` bool: faces to drop so no edge has more than two faces (the two largest are kept)."""
     v = mesh.v_pos.detach().cpu().double().numpy()
@@ -191,10 +200,8 @@ def nonmanifold_face_mask(mesh: Mesh) -> np.ndarray:
     drop = np.zeros(T, dtype=bool)
     if not T:
         return drop
-    e = np.sort(np.stack([f[:, [0, 1]], f[:, [1, 2]], f[:, [2, 0]]], axis=1).reshape(-1, 2), axis=1)
     fid = np.repeat(np.arange(T), 3)
-    _, inv, counts = unique_rows(e, return_inverse=True, return_counts=True)
-    inv = inv.reshape(-1)
+    inv, counts = edge_face_counts(f)
     bad = counts[inv] > 2
     if not bad.any():
         return drop

@@ -30,6 +30,7 @@ from meshlift.mesh.clean import (
     compact,
     degenerate_face_mask,
     duplicate_face_mask,
+    edge_face_counts,
     face_components,
     nonmanifold_face_mask,
     remap,
@@ -99,9 +100,8 @@ def _removable_without_a_hole(f: np.ndarray, cand: np.ndarray) -> np.ndarray:
     out = np.zeros(len(f), dtype=bool)
     if not cand.any():
         return out
-    e = np.sort(np.stack([f[:, [0, 1]], f[:, [1, 2]], f[:, [2, 0]]], axis=1).reshape(-1, 2), axis=1)
-    _, inv, counts = unique_rows(e, return_inverse=True, return_counts=True)
-    cnt = counts[inv.reshape(-1)].reshape(-1, 3)
+    inv, counts = edge_face_counts(f)
+    cnt = counts[inv].reshape(-1, 3)
     rep = (f[:, 0] == f[:, 1]) | (f[:, 1] == f[:, 2]) | (f[:, 0] == f[:, 2])
     return cand & (rep | np.all((cnt >= 3) | (cnt == 1), axis=1))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from meshlift.mesh.clean import face_components, unique_rows
+from meshlift.mesh.clean import edge_face_counts, face_components
 from meshlift.mesh.orient import signed_volume, winding_consistent
 from meshlift.structures.mesh import Mesh
 
@@ -25,8 +25,7 @@ def mesh_stats(mesh: Mesh) -> dict:
     v = mesh.v_pos.detach().cpu().numpy()
     T = len(f)
     if T:
-        e = np.sort(np.stack([f[:, [0, 1]], f[:, [1, 2]], f[:, [2, 0]]], axis=1).reshape(-1, 2), axis=1)
-        _, counts = unique_rows(e, return_counts=True)
+        _, counts = edge_face_counts(f)
         boundary, nonmanifold = int((counts == 1).sum()), int((counts > 2).sum())
     else:
         boundary = nonmanifold = 0

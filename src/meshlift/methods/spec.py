@@ -21,7 +21,7 @@ from typing import Any, Callable
 from meshlift.errors import ConfigError
 from meshlift.methods.result_checks import metrics_warnings
 
-__all__ = ["INPUT_KINDS", "Capabilities", "Method", "PresetTable", "RunSize", "SIZES", "joined", "wall_time_line"]
+__all__ = ["INPUT_KINDS", "Capabilities", "Method", "PresetTable", "RunSize", "SIZES", "joined", "lazy", "wall_time_line"]
 
 #: Input kinds a method may accept: a reference mesh file (views rendered from it, the mesh is the known
 #: truth), or a dataset folder of photos with camera poses. Photos without poses are posed first (the
@@ -40,6 +40,19 @@ def joined(words, last: str = "and") -> str:
     if len(words) <= 1:
         return "".join(words)
     return f"{', '.join(words[:-1])} {last} {words[-1]}"
+
+
+def lazy(module: str, name: str) -> Callable:
+    """``module.name`` imported at the first call, not at import: a family's ``method.py`` names the heavy
+    calls of its run (torch) without loading them when the registry is imported."""
+    def call(*args, **kwargs):
+        import importlib
+
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"``{module}.{name}``, imported when called."
+    return call
 
 
 def wall_time_line(wall_s: float) -> str:

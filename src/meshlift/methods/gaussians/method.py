@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from meshlift.methods.gaussians.config import GaussiansConfig, apply_dict
 from meshlift.methods.gaussians.presets import get_preset, preset_names
-from meshlift.methods.spec import Capabilities, Method, PresetTable, RunSize, wall_time_line
+from meshlift.methods.spec import Capabilities, Method, PresetTable, RunSize, lazy, wall_time_line
+
+_RUN = "meshlift.methods.gaussians.reconstruct"
 
 __all__ = ["METHOD", "check_input", "help_config"]
 
@@ -27,24 +29,6 @@ def check_input(data: str, camera_convention=None) -> None:
     from meshlift.data.views import sniff_input
 
     sniff_input(data)
-
-
-def _build_config(*args, **kwargs) -> GaussiansConfig:
-    from meshlift.methods.gaussians.reconstruct import build_config
-
-    return build_config(*args, **kwargs)
-
-
-def _check_out_dir(out, *, resume: bool, overwrite: bool) -> None:
-    from meshlift.methods.gaussians.reconstruct import check_out_dir
-
-    check_out_dir(out, resume=resume, overwrite=overwrite)
-
-
-def _reconstruct(cfg: GaussiansConfig, out, **kwargs):
-    from meshlift.methods.gaussians.reconstruct import reconstruct
-
-    return reconstruct(cfg, out, **kwargs)
 
 
 def _summary_lines(result, wall_s: float) -> list[str]:
@@ -78,11 +62,11 @@ METHOD = Method(
     inputs=("posed",),
     capabilities=Capabilities(multi_gpu=True, simplify=False, region_of_interest=False, up_axis=False,
                               mesh_output=False),
-    build_config=_build_config,
+    build_config=lazy(_RUN, "build_config"),
     help_config=help_config,
     check_input=check_input,
-    check_out_dir=_check_out_dir,
-    reconstruct=_reconstruct,
+    check_out_dir=lazy(_RUN, "check_out_dir"),
+    reconstruct=lazy(_RUN, "reconstruct"),
     summary_lines=_summary_lines,
     steps=lambda cfg: cfg.steps,
 )

@@ -8,7 +8,9 @@ from __future__ import annotations
 from meshlift.methods.gaussians.method import check_input
 from meshlift.methods.milo.config import MiloConfig, apply_dict
 from meshlift.methods.milo.presets import get_preset, preset_names
-from meshlift.methods.spec import Capabilities, Method, PresetTable, RunSize, wall_time_line
+from meshlift.methods.spec import Capabilities, Method, PresetTable, RunSize, lazy, wall_time_line
+
+_RUN = "meshlift.methods.milo.reconstruct"
 
 __all__ = ["METHOD", "help_config"]
 
@@ -20,24 +22,6 @@ def help_config() -> str:
 
     return config_help(MiloConfig(), field_docs(), "MiloConfig fields (override with --set field=value):",
                        preset_names(), "each with --quick for a CPU-sized run")
-
-
-def _build_config(*args, **kwargs) -> MiloConfig:
-    from meshlift.methods.milo.reconstruct import build_config
-
-    return build_config(*args, **kwargs)
-
-
-def _check_out_dir(out, *, resume: bool, overwrite: bool) -> None:
-    from meshlift.methods.gaussians.reconstruct import check_out_dir
-
-    check_out_dir(out, resume=resume, overwrite=overwrite)
-
-
-def _reconstruct(cfg: MiloConfig, out, **kwargs):
-    from meshlift.methods.milo.reconstruct import reconstruct
-
-    return reconstruct(cfg, out, **kwargs)
 
 
 def _summary_lines(result, wall_s: float) -> list[str]:
@@ -73,11 +57,11 @@ METHOD = Method(
     inputs=("mesh", "posed"),
     capabilities=Capabilities(multi_gpu=False, simplify=True, region_of_interest=True, up_axis=False,
                               mesh_output=True),
-    build_config=_build_config,
+    build_config=lazy(_RUN, "build_config"),
     help_config=help_config,
     check_input=check_input,
-    check_out_dir=_check_out_dir,
-    reconstruct=_reconstruct,
+    check_out_dir=lazy("meshlift.methods.gaussians.reconstruct", "check_out_dir"),
+    reconstruct=lazy(_RUN, "reconstruct"),
     summary_lines=_summary_lines,
     steps=lambda cfg: cfg.steps,
 )

@@ -277,6 +277,17 @@ def fused_mesh(cfg, depths: torch.Tensor, problem, region: FusionRegion, resolut
     return mesh, report
 
 
+def _footprint_and_side(problem, region: FusionRegion) -> tuple[float, float]:
+    """``(size of one training pixel at the region's centre, the region's longest side)``, world units
+    (:func:`meshlift.methods.milo.depth_fusion.pixel_footprint`)."""
+    from meshlift.methods.milo.depth_fusion import pixel_footprint
+
+    tr = problem.train
+    centre = 0.5 * (region.box_min + region.box_max)
+    return (pixel_footprint(tr.world_to_camera, tr.K, centre.float()),
+            float((region.box_max - region.box_min).max()))
+
+
 def truncation_voxels(cfg, problem, region: FusionRegion, resolution: int) -> tuple[float, float]:
     """``(truncation in voxels, pixel footprint)``: ``max(tsdf_trunc_voxels, P × footprint / voxel)`` with
     ``P = scene_trunc_pixels`` for the contracted whole scene and ``tsdf_trunc_pixels`` otherwise, the footprint being the median size of one training pixel at the region's centre
@@ -286,12 +297,8 @@ def truncation_voxels(cfg, problem, region: FusionRegion, resolution: int) -> tu
     footprints at 64-128 px), so the band must be a few pixels wide whatever the grid. On the quick spot run
     (64 px, 128³) the F-score was 0.63 at 4 voxels (1.5 px), 0.94 at 12 voxels (4.5 px); on the GPU spot run
     (512 px, 512³) 4 voxels were already ~4 px (F 0.995)."""
-    from meshlift.methods.milo.depth_fusion import pixel_footprint
-
-    tr = problem.train
-    centre = 0.5 * (region.box_min + region.box_max)
-    foot = pixel_footprint(tr.world_to_camera, tr.K, centre.float())
-    voxel = float((region.box_max - region.box_min).max()) / float(resolution)
+    foot, side = _footprint_and_side(problem, region)
+    voxel = side / float(resolution)
     px = cfg.scene_trunc_pixels if region.contract else cfg.tsdf_trunc_pixels
     band = min(float(px) * foot / max(voxel, 1e-12), resolution / MAX_TRUNC_FRACTION)
     return max(float(cfg.tsdf_trunc_voxels), band), foot
@@ -303,12 +310,7 @@ def scene_resolution_from_pixels(cfg, problem, region: FusionRegion) -> int:
     region's centre (:func:`meshlift.methods.milo.depth_fusion.pixel_footprint`)."""
     import math
 
-    from meshlift.methods.milo.depth_fusion import pixel_footprint
-
-    tr = problem.train
-    centre = 0.5 * (region.box_min + region.box_max)
-    foot = pixel_footprint(tr.world_to_camera, tr.K, centre.float())
-    side = float((region.box_max - region.box_min).max())
+    foot, side = _footprint_and_side(problem, region)
     want = side / max(float(cfg.scene_voxel_pixels) * foot, 1e-12)
     return int(2 ** min(10, max(5, round(math.log2(max(want, 1.0))))))
 

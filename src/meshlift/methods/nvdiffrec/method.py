@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from meshlift.methods.nvdiffrec.config import SurfaceConfig, apply_dict
 from meshlift.methods.nvdiffrec.presets import default_preset_for, get_preset, preset_names, tiny_preset
-from meshlift.methods.spec import Capabilities, Method, PresetTable, RunSize
+from meshlift.methods.spec import Capabilities, Method, PresetTable, RunSize, lazy
+
+_RUN = "meshlift.methods.nvdiffrec.reconstruct"
 
 __all__ = ["METHOD", "help_config"]
 
@@ -19,36 +21,6 @@ def help_config() -> str:
 
     return config_help(SurfaceConfig(), field_docs(), "SurfaceConfig fields (override with --set field=value):",
                        preset_names(), "each with --quick for a CPU-sized run")
-
-
-def _build_config(*args, **kwargs) -> SurfaceConfig:
-    from meshlift.methods.nvdiffrec.reconstruct import build_config
-
-    return build_config(*args, **kwargs)
-
-
-def _check_input(data: str, camera_convention=None) -> None:
-    from meshlift.methods.nvdiffrec.reconstruct import check_input
-
-    check_input(data, camera_convention)
-
-
-def _check_out_dir(out, *, resume: bool, overwrite: bool) -> None:
-    from meshlift.methods.engine import prepare_output_dir
-
-    prepare_output_dir(out, resume=resume, overwrite=overwrite)
-
-
-def _reconstruct(cfg: SurfaceConfig, out, **kwargs):
-    from meshlift.methods.nvdiffrec.reconstruct import reconstruct
-
-    return reconstruct(cfg, out, **kwargs)
-
-
-def _summary_lines(result, wall_s: float) -> list[str]:
-    from meshlift.methods.nvdiffrec.reconstruct import summary_lines
-
-    return summary_lines(result, wall_s)
 
 
 METHOD = Method(
@@ -76,12 +48,12 @@ METHOD = Method(
     inputs=("mesh", "posed"),
     capabilities=Capabilities(multi_gpu=True, simplify=False, region_of_interest=False, up_axis=True,
                               mesh_output=True),
-    build_config=_build_config,
+    build_config=lazy(_RUN, "build_config"),
     help_config=help_config,
-    check_input=_check_input,
-    check_out_dir=_check_out_dir,
-    reconstruct=_reconstruct,
-    summary_lines=_summary_lines,
+    check_input=lazy(_RUN, "check_input"),
+    check_out_dir=lazy("meshlift.methods.engine", "prepare_output_dir"),
+    reconstruct=lazy(_RUN, "reconstruct"),
+    summary_lines=lazy(_RUN, "summary_lines"),
     steps=lambda cfg: cfg.iter_pass1 + cfg.iter_pass2,
     aliases=("surface",),
 )
