@@ -389,7 +389,12 @@ def run_gsplat(cfg, problem, device: torch.device, eval_at: set, args, on_eval: 
             absgrad=False, verbose=False)
         strategy.check_sanity(params, optimizers)
         state = strategy.initialize_state(scene_scale=scene_scale)
-    sampler = ViewSampler(len(problem.train), cfg.batch, cfg.seed)
+    # the training images where meshlift's trainer keeps them (data_device; auto: on the GPU when they fit)
+    from meshlift.methods.data_device import resolve_data_device
+    train = problem.train
+    where = resolve_data_device(cfg.data_device, device, train.nbytes())
+    train = train.to(where) if where.type != train.images.device.type else train
+    sampler = ViewSampler(len(train), cfg.batch, cfg.seed)
     bg_gen = torch.Generator().manual_seed(cfg.seed + 1)
     fixed_bg = None if cfg.background == "random" else background_color(cfg.background, bg_gen).to(device)
     eval_bg = background_color(eval_background(cfg.background), torch.Generator()).to(device)
@@ -420,7 +425,7 @@ def run_gsplat(cfg, problem, device: torch.device, eval_at: set, args, on_eval: 
         on_eval(rec)
 
     for step in range(cfg.steps):
-        batch = problem.train.batch(sampler.next(), device)
+        batch = train.batch(sampler.next(), device)
         bg = fixed_bg if fixed_bg is not None else background_color("random", bg_gen).to(device)
         target = batch.targets(bg)
         img, _, info = render(batch, sh_schedule(step), bg)

@@ -320,3 +320,28 @@ def test_gpu_training_step_syncs(problem):
     finally:
         cb.stop()
     assert tr.step == 60 and cb.count is not None and 30 <= cb.count <= 1.25 * 40, cb.count
+
+
+def test_data_device_auto_places_a_copy_of_the_training_images(monkeypatch):
+    """``data_device``: the trainer keeps the training images where ``resolve_data_device`` says (auto: the GPU
+    when they fit) as a copy; the caller's problem is not touched. A CPU run keeps them where they are."""
+    import meshlift.methods.gaussians.trainer as T
+    from meshlift.methods.data_device import resolve_data_device
+
+    problem = tiny_problem(size=16, n_train=3, n_test=1)
+    assert problem.train.nbytes() == 3 * 16 * 16 * 3 * 2 + 3 * 16 * 16 * 1 * 2  # float16 images + alpha
+    assert resolve_data_device("auto", CPU, 1).type == "cpu"
+    tr = GaussianTrainer(_cfg(), problem, CPU)
+    assert tr.problem.train is problem.train
+    seen = {}
+
+    def fake(name, device, nbytes):
+        seen.update(name=name, nbytes=nbytes)
+        return torch.device("meta")  # stands for "another device": a CPU machine has no GPU
+
+    monkeypatch.setattr(T, "resolve_data_device", fake)
+    tr = GaussianTrainer(_cfg(), problem, CPU)
+    assert seen == {"name": "auto", "nbytes": problem.train.nbytes()}
+    assert tr.problem.train.images.device.type == "meta" and tr.problem.train.alpha.device.type == "meta"
+    assert problem.train.images.device.type == "cpu" and problem.train.alpha.device.type == "cpu"
+    assert tr.problem.test is problem.test

@@ -61,8 +61,10 @@ class GaussiansConfig:
     use_masks: bool = True
     """Composite separate mask files (e.g. the statue's ``masks_2``) onto the background; alpha channels
     are always used. False trains on the full photos."""
-    data_device: str = "cpu"
-    """Where the training images are kept (``cpu`` streams one batch per step to ``device``)."""
+    data_device: str = "auto"
+    """Where the training images are kept: ``auto`` = on the GPU when they take at most 1/8 of its memory
+    (no host-to-device copy per step), else the CPU; ``cpu`` streams one batch per step to ``device`` (saves
+    GPU memory); ``cuda``."""
     device: str = "auto"
     """Compute device: ``auto`` (CUDA when available), ``cpu`` or ``cuda[:N]``."""
     splat_backend: str = "auto"

@@ -52,6 +52,7 @@ from meshlift.errors import ConfigError, TrainingError
 from meshlift.methods.distributed import SINGLE, DistContext
 from meshlift.methods.engine import (CheckpointCadence, Checkpointer, LossReadback, Monitor, TrainState, ViewSampler,
                                     end_step)
+from meshlift.methods.data_device import resolve_data_device
 from meshlift.methods.gaussians.config import GaussiansConfig, config_to_dict, densify_strategy
 from meshlift.methods.gaussians.views import SplatProblem
 
@@ -219,6 +220,9 @@ class GaussianTrainer:
                  dist: DistContext = SINGLE) -> None:
         from meshlift.render.splat import SplatSettings
 
+        where = resolve_data_device(cfg.data_device, device, problem.train.nbytes())
+        if where.type != problem.train.images.device.type:  # a copy: the caller's problem is left as it was
+            problem = dataclasses.replace(problem, train=problem.train.to(where))
         self.cfg, self.problem, self.device = cfg, problem, device
         self.monitor = monitor or Monitor()
         self.checkpointer = checkpointer or Checkpointer(None)

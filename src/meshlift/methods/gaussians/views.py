@@ -11,6 +11,7 @@ training step composites them on any background colour ``bg`` exactly: ``target 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +92,17 @@ class SplatViews:
             images=to_device(self.images[di], device).float(),
             alpha=None if self.alpha is None else to_device(self.alpha[di], device).float(),
         )
+
+    def nbytes(self) -> int:
+        """Bytes of the stored images and alpha (what :func:`meshlift.methods.data_device.resolve_data_device` weighs)."""
+        n = self.images.numel() * self.images.element_size()
+        return n + (0 if self.alpha is None else self.alpha.numel() * self.alpha.element_size())
+
+    def to(self, device: torch.device) -> "SplatViews":
+        """A copy with the images and alpha on ``device`` (the cameras stay on the CPU; this record is unchanged)."""
+        device = torch.device(device)
+        return dataclasses.replace(self, images=self.images.to(device),
+                                   alpha=None if self.alpha is None else self.alpha.to(device))
 
     def _cameras_on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """``(world_to_camera, K)`` on ``device`` (copied once per device; the CPU originals are kept)."""

@@ -30,6 +30,7 @@ from meshlift.methods.distributed import DistContext, init_from_env, make_checkp
 from meshlift.methods.engine import (CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, TrainState,
                                      check_memory, check_resume_compatible, is_oom, prepare_output_dir,
                                      resolve_device)
+from meshlift.methods.data_device import resolve_data_device
 from meshlift.methods.nvdiffrec.config import RESUME_FIXED, SurfaceConfig, config_to_dict
 from meshlift.methods.nvdiffrec.evaluate import geometry_metrics, image_metrics, render_views, to_world
 from meshlift.methods.nvdiffrec.budget import SurfaceStageCosts
@@ -78,29 +79,10 @@ def oom_error(cfg: SurfaceConfig, where: str) -> OutOfMemoryError:
     )
 
 
-#: With ``data_device=auto`` the training images go to the GPU when they take at most this share of its memory.
-AUTO_DATA_DEVICE_SHARE = 1.0 / 8.0
-
-
 def training_images_device(cfg: SurfaceConfig, device: torch.device, image_bytes: int) -> torch.device:
-    """Where the training images live: ``cfg.data_device``, with ``auto`` resolved (the compute device when it
-    is a GPU and ``image_bytes`` is at most :data:`AUTO_DATA_DEVICE_SHARE` of its total memory, else the CPU).
-    Raises ConfigError for a device name torch does not know."""
-    name = str(cfg.data_device)
-    device = torch.device(device)
-    if name == "auto":
-        if device.type == "cuda" and torch.cuda.is_available():
-            total = torch.cuda.get_device_properties(device.index or 0).total_memory
-            if image_bytes <= AUTO_DATA_DEVICE_SHARE * total:
-                return device
-        return torch.device("cpu")
-    try:
-        where = torch.device(name)
-    except (RuntimeError, TypeError) as e:
-        raise ConfigError(f"config field 'data_device' = {name!r}: {e}; use auto, cpu or cuda") from e
-    if where.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"config field 'data_device' = {name!r}, but no CUDA device is available; use auto or cpu")
-    return where
+    """Where the training images live: :func:`meshlift.methods.data_device.resolve_data_device` of
+    ``cfg.data_device``. Raises ConfigError for a device name torch does not know."""
+    return resolve_data_device(cfg.data_device, device, image_bytes)
 
 
 def _images_bytes(views) -> int:
