@@ -224,8 +224,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-gsplat", action="store_true")
     ap.add_argument("--fwd", nargs="+", default=["32:2", "32:1", "64:2", "16:2", "8:2"],
                     help="forward variants B:warps")
-    ap.add_argument("--bwd", nargs="+", default=["8:2", "8:1", "4:1", "4:1s", "4:2", "2:1", "2:1s", "16:2", "16:1"],
-                    help="backward variants B:warps, suffix s = skip batches that reach no pixel of the tile")
+    ap.add_argument("--bwd", nargs="+", default=["4:1", "4:1s", "8:1", "8:2", "4:1:2", "4:1:4", "4:1:4s", "8:1:4",
+                                                 "8:2:2", "4:2:2", "2:1:4", "4:1:8", "8:1:8"],
+                    help="backward variants B:warps[:split], split = programs per tile (bands of rows, default 1), "
+                         "suffix s = skip batches that reach no pixel of the tile")
     ap.add_argument("--best", default=None, help="write the fastest 'FWD BWD' configuration of the first case here")
     ap.add_argument("--out", default=None)
     ap.add_argument("--device", default="cuda", help="cpu: smoke run under TRITON_INTERPRET=1 (not a benchmark)")
@@ -275,26 +277,36 @@ def main(argv=None) -> int:
                 log(f"  fwd {spec}: failed {type(e).__name__}: {str(e)[:300]}")
         kt._BATCH, kt._WARPS = defaults[:2]
         skip0 = getattr(kt, "_SKIP_EMPTY_BWD", None)
+        split0 = getattr(kt, "_SPLIT_BWD", None)
         for spec in args.bwd:
-            B, w = spec.split(":")
-            if w.endswith("s"):
+            body = spec[:-1] if spec.endswith("s") else spec
+            B, w, *sp = body.split(":")
+            if spec.endswith("s"):
                 if skip0 is None:
                     continue
-                w, kt._SKIP_EMPTY_BWD = w[:-1], True
+                kt._SKIP_EMPTY_BWD = True
             elif skip0 is not None:
                 kt._SKIP_EMPTY_BWD = False
+            if sp and split0 is None:
+                continue
+            if split0 is not None:
+                kt._SPLIT_BWD = int(sp[0]) if sp else 1
             kt._BATCH_BWD, kt._WARPS_BWD = int(B), int(w)
             try:
                 _, t, _, gr = composite_times(mid, W, H, args.repeats)
                 d = ", ".join(f"{rel(a, b):.1e}" for a, b in zip(gr, g0))
                 log(f"  bwd {spec:<12} {t:8.3f} ms  grads rel max|d| vs default (m2, con, op, feat) {d}")
                 if t < best_b[1] and not spec.endswith("s"):
-                    best_b = ((int(B), int(w)), t)
+                    best_b = ((int(B), int(w)) + ((int(sp[0]),) if sp else ()), t)
             except Exception as e:  # noqa: BLE001
                 log(f"  bwd {spec}: failed {type(e).__name__}: {str(e)[:300]}")
+        if skip0 is not None:
+            kt._SKIP_EMPTY_BWD = skip0
         if best_f[0] and best_b[0]:
             kt._BATCH, kt._WARPS = best_f[0]
-            kt._BATCH_BWD, kt._WARPS_BWD = best_b[0]
+            kt._BATCH_BWD, kt._WARPS_BWD = best_b[0][:2]
+            if split0 is not None:
+                kt._SPLIT_BWD = best_b[0][2] if len(best_b[0]) > 2 else 1
             tf, tfb = e2e(scene, w2c, K, W, H, args.repeats)
             log(f"  best fwd {best_f[0]} bwd {best_b[0]}: rasterize_gaussians fwd {tf:.3f} ms, fwd+bwd {tfb:.3f} ms")
             if args.best and not os.path.exists(args.best):
@@ -303,6 +315,8 @@ def main(argv=None) -> int:
         kt._BATCH, kt._WARPS, kt._BATCH_BWD, kt._WARPS_BWD = defaults
         if skip0 is not None:
             kt._SKIP_EMPTY_BWD = skip0
+        if split0 is not None:
+            kt._SPLIT_BWD = split0
         del mid
         if dev == "cuda":
             torch.cuda.empty_cache()

@@ -472,6 +472,18 @@ def test_composite_backward_with_and_without_skipping_empty_batches(monkeypatch,
     _assert_close(res)
 
 
+@pytest.mark.parametrize("split", [2, 4, 16])
+def test_composite_backward_split_into_row_bands_matches_the_reference(monkeypatch, split):
+    """``_SPLIT_BWD``: the backward's tile programs split into bands of rows (each walking the list only to its
+    own pixels' last contributor) give the reference's gradients, on 16- and 8-px tiles (split > rows
+    clamps), several cameras, channel groups (D = 7) and a partial last tile row."""
+    monkeypatch.setattr(kt, "_SPLIT_BWD", split)
+    res, _ = _composite_both(70, seed=4, W=20, H=18, ts=16, spread=0.3, scale=(0.1, 0.4))
+    _assert_close(res)
+    res, _ = _composite_both(40, seed=9, W=19, H=13, ts=8, C=2, D=7)
+    _assert_close(res)
+
+
 def test_rgb_ed_gradients_triton_vs_torch():
     """``render_mode='RGB+ED'`` with SH 3 and the extra outputs: the depth channel's gradient reaches the
     projection backward as a strided slice (a regression: the kernel read it with unit stride and the means

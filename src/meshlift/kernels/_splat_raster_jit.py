@@ -95,6 +95,23 @@ def _tile_pixels(tile, tiles_w, tiles_h, width, height, TS: tl.constexpr):
 
 
 @triton.jit
+def _sub_tile_pixels(prog, tiles_w, tiles_h, width, height, TS: tl.constexpr, SPLIT: tl.constexpr):
+    """The pixels of program ``prog`` when each tile is split into ``SPLIT`` bands of ``TS // SPLIT`` rows:
+    ``(tile, pix, inimg, px + 0.5, py + 0.5)``, ``[TS * TS // SPLIT]`` vectors."""
+    tile = prog // SPLIT
+    band = prog % SPLIT
+    per_cam = tiles_w * tiles_h
+    cam = tile // per_cam
+    loc = tile % per_cam
+    p = tl.arange(0, TS * TS // SPLIT)
+    pxi = (loc % tiles_w) * TS + p % TS
+    pyi = (loc // tiles_w) * TS + band * (TS // SPLIT) + p // TS
+    inimg = (pxi < width) & (pyi < height)
+    pix = (cam * height + pyi) * width + pxi
+    return tile, pix, inimg, pxi.to(tl.float32) + 0.5, pyi.to(tl.float32) + 0.5
+
+
+@triton.jit
 def _load_rec(pk, g, bm):
     gx = tl.load(pk + g * 6, mask=bm, other=0.0)
     gy = tl.load(pk + g * 6 + 1, mask=bm, other=0.0)
@@ -164,24 +181,25 @@ def _bwd_batch(flat_ids, pk, feat, o_grec, o_gfeat, g, idx, bm, gx, gy, ca, cb, 
 @triton.jit
 def composite_bwd(offsets, flat_ids, pk, feat, T_final, last_ids, g_feat, g_alpha, o_grec, o_gfeat, width,
                   height, tiles_w, tiles_h, alpha_max, D, NC: tl.constexpr, TS: tl.constexpr,
-                  B: tl.constexpr, SKIP: tl.constexpr):
+                  B: tl.constexpr, SKIP: tl.constexpr, SPLIT: tl.constexpr):
     """``SKIP``: test first whether any Gaussian of a batch contributes to any pixel of the tile, and
     skip the batch's reductions and atomics when none does (the result is the same: such a batch changes
-    neither the transmittance nor the colour sum)."""
-    tile = tl.program_id(0)
+    neither the transmittance nor the colour sum). ``SPLIT``: programs per tile, each walking the tile's
+    list for a band of ``TS // SPLIT`` rows only as far back as its own pixels' last contributor (more
+    programs in flight on small images; one atomic per Gaussian per band instead of per tile)."""
+    tile, pix, inimg, pxf, pyf = _sub_tile_pixels(tl.program_id(0), tiles_w, tiles_h, width, height, TS, SPLIT)
     grp = tl.program_id(1)
-    pix, inimg, pxf, pyf = _tile_pixels(tile, tiles_w, tiles_h, width, height, TS)
     start = tl.load(offsets + tile).to(tl.int32)
     k0 = grp * NC
     # channel index as vectors (the interpreter rejects scalar & vector masks)
     kB = k0 + tl.zeros([B], dtype=tl.int32)
-    kP = k0 + tl.zeros([TS * TS], dtype=tl.int32)
+    kP = k0 + tl.zeros([TS * TS // SPLIT], dtype=tl.int32)
     Tf = tl.load(T_final + pix, mask=inimg, other=1.0)
     last = tl.load(last_ids + pix, mask=inimg, other=-1)
     gT = -tl.load(g_alpha + pix, mask=inimg, other=0.0)
     # the alpha-map gradient is not per channel: group 0 carries it
     tgT = tl.where(kP == 0, Tf * gT, 0.0)
-    z = tl.zeros([TS * TS], dtype=tl.float32)
+    z = tl.zeros([TS * TS // SPLIT], dtype=tl.float32)
     gi0 = tl.load(g_feat + pix * D + k0, mask=inimg & (kP < D), other=0.0)
     gi1 = z
     gi2 = z

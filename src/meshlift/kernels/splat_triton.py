@@ -54,6 +54,9 @@ _WARPS_BWD = 1  # warps per backward tile program
 # Backward: skip batches none of whose Gaussians reaches a pixel of the tile (same result). Not yet timed
 # on a GPU (benchmarks/splat_stages.py sweeps "4:1s" = skip on against "4:1"): off until measured.
 _SKIP_EMPTY_BWD = False
+# Backward programs per 16-px tile (bands of 16 / _SPLIT_BWD rows): a 400² view has 625 tiles, under 5 one-warp
+# programs per SM of an H200 at 1 (latency-bound); more bands keep more in flight.
+_SPLIT_BWD = 1
 _BATCH_STATS = 16  # the statistics pass ([B, 256] blocks)
 _WARPS_STATS = 4
 _TILE_KEY16 = True  # sort 16-bit tile ids when C * tiles < 32768
@@ -345,9 +348,11 @@ class _CompositeFn(torch.autograd.Function):
         n_tiles = C * tiles_h * tiles_w
         if n_tiles and D and fid.numel():
             nc, ng = _channel_groups(D)
-            _k().composite_bwd[(n_tiles, ng)](off, fid, pk, ft, T, last, g_out, g_alpha, grec, gft, width, height,
-                                              tiles_w, tiles_h, alpha_max, D, NC=nc, TS=ts, B=_BATCH_BWD,
-                                              SKIP=bool(_SKIP_EMPTY_BWD), num_warps=_WARPS_BWD)
+            split = max(1, min(int(_SPLIT_BWD), ts))
+            _k().composite_bwd[(n_tiles * split, ng)](off, fid, pk, ft, T, last, g_out, g_alpha, grec, gft, width,
+                                                      height, tiles_w, tiles_h, alpha_max, D, NC=nc, TS=ts,
+                                                      B=_BATCH_BWD, SKIP=bool(_SKIP_EMPTY_BWD), SPLIT=split,
+                                                      num_warps=_WARPS_BWD)
         grec = grec.to(dt)
         return (grec[..., 0:2], grec[..., 2:5], grec[..., 5], gft.to(dt), None, None, None, None, None, None, None,
                 None, None)
