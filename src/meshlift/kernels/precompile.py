@@ -57,6 +57,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, List, Optional
 
+from meshlift import _env
+
 __all__ = ["Variant", "load_variants", "prime_in_background", "start", "record", "Precompile", "warm_state", "VARIANTS_PATH", "ENV_WORKERS"]
 
 #: The recorded variant list shipped with the package.
@@ -298,7 +300,7 @@ def start(job: str, device, workers: Optional[int] = None, log=None) -> Optional
         return None
     prime_in_background()  # a warm cache too: the first launch need not hash Triton's install
     if workers is None:
-        env = os.environ.get(ENV_WORKERS, "").strip()
+        env = _env.get(ENV_WORKERS) or ""
         workers = int(env) if env.isdigit() else _default_workers()
         if env and not env.isdigit() and log is not None:
             log(f"{ENV_WORKERS}={env!r} is not a whole number >= 0 (0 = off); using {workers} workers")
@@ -309,9 +311,9 @@ def start(job: str, device, workers: Optional[int] = None, log=None) -> Optional
     try:
         import torch
 
-        from meshlift.kernels.shading import triton_available
+        from meshlift.kernels.choice import triton_importable
 
-        if not triton_available():
+        if not triton_importable():
             return None
         arch = _arch(torch.cuda.get_device_capability(device))
         marker = _marker(variants, arch)

@@ -184,7 +184,10 @@ class MiloConfig(GaussiansConfig):
     """Weight of the BCE on the 'inside' occupancy labels (MILo 0.005)."""
     max_fragments: int = 0
     """Mesh rasterizer fragment budget per call (MILo fork's ``MILO_RAST_TRI_CHUNK``; 0 = the rasterizer's
-    default / ``MESHLIFT_MAX_FRAGMENTS``). Lower it on out-of-memory in the mesh render."""
+    default, 2^24). Lower it on out-of-memory in the mesh render."""
+    raster_backend: str = "auto"
+    """Mesh rasterizer implementation: ``auto`` (Triton kernels on CUDA when ``import triton`` works, else
+    PyTorch), ``torch`` or ``triton``."""
     mesh_chunk_views: int = 8
     """Views per mesh-rasterizer call when labelling / fusing all training views (memory knob)."""
     tet_chunk: int = 1 << 22
@@ -215,7 +218,8 @@ class MiloConfig(GaussiansConfig):
 SHAPE_FIELDS = ("sh_degree", "data", "num_pivots", "mesh_res_scale", "ref_views", "train_res", "ref_scene", "extract")
 
 _CHOICES = {"imp_metric": ("indoor", "outdoor"), "extract": ("tsdf", "delaunay"), "surface_depth": ("median_plane", "plane", "median"),
-            "region": ("auto", "scene", "object"), "ref_scene": ("object", "ground")}
+            "region": ("auto", "scene", "object"), "ref_scene": ("object", "ground"),
+            "raster_backend": ("auto", "torch", "triton")}
 _UNIT = ("sampling_factor", "prune_cdf", "sdf_reset_blend")
 _NONNEG = ("scene_voxel_pixels", "depth_consistency_views", "depth_consistency_tol", "flatten_weight", "tsdf_trunc_pixels", "scene_trunc_pixels", "tsdf_trunc_voxels", "tsdf_min_views", "trunc_pixels", "depth_normal_weight", "mesh_depth_weight", "mesh_normal_weight", "occupied_centres_weight",
            "occupancy_label_weight", "keep_components", "min_component_faces", "color_depth_tol", "mesh_res_scale")
