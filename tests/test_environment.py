@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "usage" / "environment.md"
 NAME = re.compile(r"\bMESHLIFT_[A-Z0-9_]*[A-Z0-9]\b")
 #: Dated logs of past runs: they quote the variables of their day.
-HISTORY = {"docs/results.md", "docs/benchmarks.md"}
+HISTORY = {"docs/benchmarks.md"}
 #: Pages that name the deprecated and removed variables (to say what replaced them).
 ABOUT_OLD_NAMES = {"docs/usage/environment.md", "docs/doctor.md"}
 

@@ -113,7 +113,7 @@ class MiloConfig(GaussiansConfig):
     """``tsdf`` path on a capture: voxels per axis across the region of interest for the whole-scene mesh
     (the rest of the scene contracted around it; ``scene_mesh.ply``, the mesh rendered for ``mesh_psnr``); a
     power of two. 0 (the default; ``--quick`` uses 64) = from the images: the power of two whose voxel is closest to ``scene_voxel_pixels`` training pixels at
-    the region's centre (docs/results.md: on one fox checkpoint the whole-scene mesh was best at ~2 pixels per
+    the region's centre (benchmarks/results/log_milo.md, 2026-12-03: on one fox checkpoint the whole-scene mesh was best at ~2 pixels per
     voxel and lost 3 dB at 0.5), within [32, 1024]."""
     scene_voxel_pixels: float = 2.0
     """With ``scene_resolution=0``: the whole-scene voxel in training pixels at the region's centre."""
