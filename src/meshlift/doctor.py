@@ -447,7 +447,8 @@ def _triton_rows(tr: TritonFacts, t: TorchFacts) -> list[Row]:
             fix = "set TRITON_CACHE_DIR to a writable folder"
         else:
             fix = ("report this error; run on meshlift's PyTorch paths meanwhile: --set raster_backend=torch "
-                   "shading_backend=torch (surface method), splat_backend=torch (Gaussians, MILo)")
+                   "--set shading_backend=torch (surface method), --set splat_backend=torch (Gaussians; MILo also "
+                   "--set raster_backend=torch)")
         rows.append(Row("triton kernel", "error", f"compile/run failed: {tr.kernel_error.splitlines()[0][:300]}; "
                         f"{cache}", fix))
     elif tr.kernel is not None:
