@@ -121,8 +121,8 @@ def test_deprecated_backend_variables_set_the_default_choice_with_one_warning(mo
         with use_kernels(shading="auto"):  # code (a config field) wins over the variable
             assert kernel_choice().shading == "auto"
     monkeypatch.setenv("MESHLIFT_RASTER_BACKEND", "fast")
-    with pytest.warns(FutureWarning), pytest.raises(RenderError, match="'fast' \\(the deprecated environment "
-                                                                       "variable MESHLIFT_RASTER_BACKEND; unset it"):
+    with pytest.warns(FutureWarning), pytest.raises(RenderError, match="unknown raster backend 'fast' \\(the deprecated "
+                                                                       "environment variable MESHLIFT_RASTER_BACKEND"):
         choose_backend("raster", None, "cpu")
     monkeypatch.delenv("MESHLIFT_RASTER_BACKEND")
     monkeypatch.delenv("MESHLIFT_SHADING_BACKEND")

@@ -72,7 +72,7 @@ def test_backend_selection(monkeypatch, kernels):
     assert shading_backend(None, "cuda") == "torch"
     with pytest.raises(RenderError, match="shading backend 'bogus': choose 'auto', 'torch' or 'triton'"):
         kernels(shading="bogus")
-    with pytest.raises(RenderError, match=r"'cuda-fast' \(backend=\): unknown"):
+    with pytest.raises(RenderError, match=r"unknown shading backend 'cuda-fast' \(backend=\)"):
         shading_backend("cuda-fast", "cpu")
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(RenderError, match="use 'torch' or 'auto'"):

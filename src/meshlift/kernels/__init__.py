@@ -108,7 +108,7 @@ def choose_backend(family: str, backend: Optional[str], device, dtype: torch.dty
     dev = torch.device(device)
     known = ("auto",) + (tuple(_BACKENDS) if family == "raster" else FAMILIES[family])
     if name not in known:
-        raise RenderError(f"{family} backend {name!r} ({source}): unknown; choose one of {', '.join(known)}")
+        raise RenderError(f"unknown {family} backend {name!r} ({source}); choose one of {', '.join(known)}")
     if name == "auto":
         if prefer_torch or dev.type != "cuda" or (family == "shading" and dtype != torch.float32):
             return "torch"

@@ -145,7 +145,9 @@ def _check_inputs(means, quats, scales, opacities, colors, world_to_camera, K, w
         return None
     # All value checks in one device pass (on CUDA with triton: one kernel), read back once.
     with torch.no_grad():
-        if means.is_cuda and _triton_available(means.device):
+        from meshlift.kernels import choose_backend
+
+        if means.is_cuda and choose_backend("splat", None, means.device) == "triton":
             from meshlift.kernels import splat_triton
 
             flags = splat_triton.count_bad_gaussians(means, quats, scales, opacities, colors)
@@ -187,12 +189,6 @@ def _resolve_backend(backend: Optional[str], device: torch.device, camera_grad: 
         raise RenderError("splat backend 'triton' gives no gradient to world_to_camera / K; use backend='torch' "
                           "for camera optimisation (or detach the cameras)")
     return name
-
-
-def _triton_available(device: torch.device) -> bool:
-    from meshlift.kernels.choice import triton_runs_on
-
-    return triton_runs_on(device)
 
 
 def _ops(backend: str):
