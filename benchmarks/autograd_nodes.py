@@ -8,7 +8,7 @@ Usage (from the repository root; CPU)::
 On a GPU the training step is bound by host work, and every autograd node is one or more kernel launches
 forward and backward plus the autograd engine's own cost, so the node count of a step and where the nodes
 come from say where host time goes before a GPU run does. ``--cuda-paths`` (the default) runs the shading
-fast paths (fused Triton kernels) under the Triton interpreter (``MESHLIFT_SHADING_BACKEND=triton``,
+fast paths (fused Triton kernels) under the Triton interpreter (``use_kernels(shading="triton")``,
 ``TRITON_INTERPRET=1``) inside the passes, as on CUDA; the rasterizer, ``interpolate`` and ``antialias`` stay
 on their torch paths (on CUDA each is one Triton node), so their lines (``render/rasterize.py``,
 ``render/interpolate.py``, ``render/antialias.py``) are over-counted here. Nodes are attributed with

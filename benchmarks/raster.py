@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from _scenes import bumpy_sphere, camera_mvp  # noqa: E402
 
+from meshlift.kernels import kernel_choice  # noqa: E402
 from meshlift.render import interpolate, rasterize, transform_pos, visible_triangles  # noqa: E402
 
 #: nvdiffrast 0.4.0 on one H200, case (a) (ANCHORS.md): (forward ms, forward+backward ms)
@@ -85,22 +86,12 @@ def timeit(fn, device, warmup, repeats):
     return statistics.median(times), None
 
 
-class _Env:
-    """Set ``MESHLIFT_RASTER_BACKEND`` while one implementation is measured (interpolate reads it)."""
+def _Env(backend):
+    """The rasterizer backend ``backend`` (None: as it is) while one implementation is measured (interpolate
+    and antialias follow it)."""
+    from meshlift.kernels import use_kernels
 
-    def __init__(self, backend):
-        self.backend = backend
-
-    def __enter__(self):
-        self.old = os.environ.get("MESHLIFT_RASTER_BACKEND")
-        if self.backend:
-            os.environ["MESHLIFT_RASTER_BACKEND"] = self.backend
-
-    def __exit__(self, *exc):
-        if self.old is None:
-            os.environ.pop("MESHLIFT_RASTER_BACKEND", None)
-        else:
-            os.environ["MESHLIFT_RASTER_BACKEND"] = self.old
+    return use_kernels(raster=backend)
 
 
 def _nvdiffrast():
@@ -279,11 +270,9 @@ def format_table(rows, impls, device, args) -> str:
         vers += f", nvdiffrast {getattr(_nvdiffrast(), '__version__', '?')} (same run)"
     lines = [
         f"meshlift rasterize + interpolate ({' / '.join(i for i in impls if i != 'nvdiffrast')}), {datetime.date.today()}, {dev_name}, {vers}, commit {commit}",
-        f"fragment budget {args.max_fragments or os.environ.get('MESHLIFT_RASTER_MAX_FRAGMENTS', 'default')}; median of {args.repeats} after {args.warmup} warm-up; "
-        "rasterize(grad_db=False) + interpolate of 3 channels, loss = sum; triton configuration per row (env "
-        "MESHLIFT_TRITON_TILE / _WARPS / _UNROLL / _STAMP / _BWD_IDS: "
-        + (", ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("MESHLIFT_TRITON_")) or "none set, defaults")
-        + ")",
+        f"fragment budget {args.max_fragments or 'default'}; median of {args.repeats} after {args.warmup} warm-up; "
+        "rasterize(grad_db=False) + interpolate of 3 channels, loss = sum; triton configuration per row (kernels.RasterTuning: "
+        + str(kernel_choice().raster_tuning) + ")",
         "",
     ]
     if nv:

@@ -6,12 +6,12 @@ Usage (from the repository root, on the GPU machine)::
     python benchmarks/raster_triton_tune.py --tiles 16x16,8x32 --warps 4 --unroll 1,2 --out tune.md
 
 For every case (bumpy sphere, distance 1.5 and 2.2, as ``benchmarks/raster.py``) and every configuration
-(env ``MESHLIFT_TRITON_TILE`` / ``_WARPS`` / ``_UNROLL`` / ``_STAMP``, read by
-:func:`meshlift.kernels.raster_triton.tile_config` at every call) it times ``rasterize(grad_db=False)`` +
+(``meshlift.kernels.use_kernels(raster_tuning=RasterTuning(tile=..., warps=..., unroll=..., stamp=...,
+bwd_ids=...))``, read by :func:`meshlift.kernels.raster_triton.tile_config` at every call) it times ``rasterize(grad_db=False)`` +
 ``interpolate`` forward+backward (CUDA-event median after warm-up) and prints one table (ms, rows =
 configurations, columns = cases), the best configuration per case and the one with the lowest geometric
 mean over all cases: set that as the default (``DEFAULT_TILE`` / ``_WARPS`` / ``_UNROLL`` / ``_STAMP``
-in ``src/meshlift/kernels/raster_triton.py``). The full default sweep is 5 × 3 × 2 × 3 = 90
+in ``src/meshlift/kernels/choice.py``). The full default sweep is 5 × 3 × 2 × 3 = 90
 configurations (each compiles once): about 5-8 minutes; narrow it with the flags. ``--tiles auto`` runs the
 default per-frame rule, ``--bwd-ids 0,8`` compares the backward with and without its pre-reduction; every
 timing line says what it ran with (``raster_triton.describe_config``). Each configuration is checked to give the same triangle ids
@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -45,17 +44,17 @@ def main():
     ap.add_argument("--tiles", default="8x8,16x16,8x32,16x32,32x32", help="tile shapes; 'auto' = the default rule (raster_triton.default_tile)")
     ap.add_argument("--warps", default="2,4,8")
     ap.add_argument("--unroll", default="1,2")
-    ap.add_argument("--stamp", default="0,4,8", help="MESHLIFT_TRITON_STAMP values (small-triangle stamp side, 0 = off)")
+    ap.add_argument("--stamp", default="0,4,8", help="RasterTuning.stamp values (small-triangle stamp side, 0 = off)")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--bwd-ids", default="8", help="MESHLIFT_TRITON_BWD_IDS values (backward pre-reduction depth, 0 = off)")
+    ap.add_argument("--bwd-ids", default="8", help="RasterTuning.bwd_ids values (backward pre-reduction depth, 0 = off)")
     ap.add_argument("--out", default=None, help="also write the markdown to this file")
     args = ap.parse_args()
+    from meshlift.kernels import RasterTuning, use_kernels
     from meshlift.kernels.raster_triton import describe_config
     if not torch.cuda.is_available():
         raise SystemExit("raster_triton_tune.py needs a CUDA device")
     dev = torch.device("cuda")
-    os.environ["MESHLIFT_RASTER_BACKEND"] = "triton"
     configs = list(
         itertools.product(
             args.tiles.split(","), [int(w) for w in args.warps.split(",")], [int(u) for u in args.unroll.split(",")],
@@ -72,32 +71,27 @@ def main():
             cols.append(f"{label}@{res}²×{batch} d{d}")
             ids0 = None
             for tile, warps, unroll, stamp, bids in configs:
-                os.environ.update(
-                    MESHLIFT_TRITON_WARPS=str(warps), MESHLIFT_TRITON_UNROLL=str(unroll),
-                    MESHLIFT_TRITON_STAMP=str(stamp), MESHLIFT_TRITON_BWD_IDS=str(bids),
-                )
-                if tile == "auto":
-                    os.environ.pop("MESHLIFT_TRITON_TILE", None)
-                else:
-                    os.environ["MESHLIFT_TRITON_TILE"] = tile
-                ran = describe_config(res, res, batch)
+                tuning = RasterTuning(tile=None if tile == "auto" else tuple(int(x) for x in tile.split("x")),
+                                      warps=warps, unroll=unroll, stamp=stamp, bwd_ids=bids)
+                with use_kernels(raster="triton", raster_tuning=tuning):
+                    ran = describe_config(res, res, batch)
 
-                def fwd_bwd():
-                    p = pos.detach().requires_grad_(True)
-                    a = attr.detach().requires_grad_(True)
-                    rast, _ = rasterize(p, tri, (res, res), grad_db=False)
-                    out, _ = interpolate(a, rast, tri)
-                    out.sum().backward()
-                    return rast
+                    def fwd_bwd():
+                        p = pos.detach().requires_grad_(True)
+                        a = attr.detach().requires_grad_(True)
+                        rast, _ = rasterize(p, tri, (res, res), grad_db=False)
+                        out, _ = interpolate(a, rast, tri)
+                        out.sum().backward()
+                        return rast
 
-                with torch.no_grad():
-                    ids = rasterize(pos, tri, (res, res), grad_db=False)[0][..., 3]
-                if ids0 is None:
-                    ids0 = ids
-                elif not torch.equal(ids, ids0):
-                    print(f"# WARNING: {ran} changes the triangle ids on {cols[-1]}", file=sys.stderr)
-                t = timeit(fwd_bwd, dev, args.warmup, args.repeats)[0]
-                times[(tile, warps, unroll, stamp, bids)].append(t)
+                    with torch.no_grad():
+                        ids = rasterize(pos, tri, (res, res), grad_db=False)[0][..., 3]
+                    if ids0 is None:
+                        ids0 = ids
+                    elif not torch.equal(ids, ids0):
+                        print(f"# WARNING: {ran} changes the triangle ids on {cols[-1]}", file=sys.stderr)
+                    t = timeit(fwd_bwd, dev, args.warmup, args.repeats)[0]
+                    times[(tile, warps, unroll, stamp, bids)].append(t)
                 print(f"# {cols[-1]} ran with {ran}: {t:.3f} ms", file=sys.stderr)
             torch.cuda.empty_cache()
     lines = [

@@ -435,7 +435,8 @@ def _commit() -> str:
         return "?"
 
 
-#: Set by ``--cuda-paths``: the passes run with ``MESHLIFT_SHADING_BACKEND=triton`` (interpreted on the CPU).
+#: Set by ``--cuda-paths``: the passes run with the shading fast paths on Triton (``use_kernels(shading="triton")``,
+#: interpreted on the CPU).
 CUDA_PATHS = False
 
 
@@ -444,15 +445,10 @@ def _pass_paths():
     if not CUDA_PATHS:
         yield
         return
-    old = os.environ.get("MESHLIFT_SHADING_BACKEND")
-    os.environ["MESHLIFT_SHADING_BACKEND"] = "triton"
-    try:
+    from meshlift.kernels import use_kernels
+
+    with use_kernels(shading="triton"):
         yield
-    finally:
-        if old is None:
-            os.environ.pop("MESHLIFT_SHADING_BACKEND", None)
-        else:
-            os.environ["MESHLIFT_SHADING_BACKEND"] = old
 
 
 def run_config(label: str, cfg, warmup: int, steps: int, profile_steps: int, log, stacks: bool = False,
@@ -591,7 +587,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="also write the table (markdown) here")
     ap.add_argument("--cuda-paths", action="store_true",
                     help="CPU op counts of the CUDA code paths: inside the passes only, the shading fast paths "
-                         "(fused Triton kernels) run under the Triton interpreter (MESHLIFT_SHADING_BACKEND=triton, "
+                         "(fused Triton kernels) run under the Triton interpreter (use_kernels(shading="triton"), "
                          "TRITON_INTERPRET=1); data rendering and evaluation stay on the torch paths")
     args = ap.parse_args(argv)
     if args.cuda_paths:

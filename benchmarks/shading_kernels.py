@@ -126,10 +126,10 @@ def peak_mib(fn, device):
 
 
 def backends_for(device, smoke):
-    from meshlift.kernels.shading import triton_available
+    from meshlift.kernels import triton_importable
 
     out = ["torch"]
-    if triton_available() and (device.type == "cuda" or (smoke and os.environ.get("TRITON_INTERPRET") == "1")):
+    if triton_importable() and (device.type == "cuda" or (smoke and os.environ.get("TRITON_INTERPRET") == "1")):
         out.append("triton")
     return out
 
@@ -177,6 +177,7 @@ def bench_hashgrid(device, args, rows):
 
 
 def bench_prefilter(device, args, rows):
+    from meshlift.kernels import use_kernels
     from meshlift.shading.cubemap import avg_pool_cube
     from meshlift.shading.light import EnvironmentLight, specular_prefilter
 
@@ -189,36 +190,35 @@ def bench_prefilter(device, args, rows):
             levels.append(avg_pool_cube(levels[-1]))
         rough = light.level_roughness(len(levels))
         for backend in backends_for(device, args.smoke):
-            os.environ["MESHLIFT_SHADING_BACKEND"] = backend
-            for i, r in enumerate(rough):
-                out_res = levels[i].shape[1]
-                src_res = _source_res(light, i, levels)  # the source mip build_mips gathers level i from
-                src = next(lv for lv in levels if lv.shape[1] == src_res).clone().requires_grad_()
-                g = torch.randn(6, out_res, out_res, 3, device=device)
+            with use_kernels(shading=backend):  # the torch twins or the Triton kernels, build_mips included
+                for i, r in enumerate(rough):
+                    out_res = levels[i].shape[1]
+                    src_res = _source_res(light, i, levels)  # the source mip build_mips gathers level i from
+                    src = next(lv for lv in levels if lv.shape[1] == src_res).clone().requires_grad_()
+                    g = torch.randn(6, out_res, out_res, 3, device=device)
 
-                def fwd_bwd():
-                    y = specular_prefilter(src, r, out_res=out_res, backend=backend)
-                    torch.autograd.grad(y, src, g)
+                    def fwd_bwd():
+                        y = specular_prefilter(src, r, out_res=out_res, backend=backend)
+                        torch.autograd.grad(y, src, g)
 
-                t_fb = median_ms(fwd_bwd, device, args.warmup, args.repeats)
-                ops, ops_nv = aten_ops(fwd_bwd)
-                rows.append(("prefilter", f"env {res}: level {i} r={r:.2f} {src_res}²->{out_res}²", "6 faces", backend,
-                             "", f"{t_fb:.3f}", cuda_launches(fwd_bwd, device), f"{ops} ({ops_nv})",
-                             peak_mib(fwd_bwd, device)))
+                    t_fb = median_ms(fwd_bwd, device, args.warmup, args.repeats)
+                    ops, ops_nv = aten_ops(fwd_bwd)
+                    rows.append(("prefilter", f"env {res}: level {i} r={r:.2f} {src_res}²->{out_res}²", "6 faces", backend,
+                                 "", f"{t_fb:.3f}", cuda_launches(fwd_bwd, device), f"{ops} ({ops_nv})",
+                                 peak_mib(fwd_bwd, device)))
+                    print(" | ".join(str(c) for c in rows[-1]), flush=True)
+
+                def build():
+                    light.base.grad = None
+                    light.build_mips()
+                    loss = sum((s * (k + 1)).sum() for k, s in enumerate(light.specular)) + light.diffuse.sum()
+                    loss.backward()
+
+                t_fb = median_ms(build, device, args.warmup, args.repeats)
+                ops, ops_nv = aten_ops(build)
+                rows.append(("build_mips", f"env {res} ({len(rough)} levels + diffuse)", "-", backend, "", f"{t_fb:.3f}",
+                             cuda_launches(build, device), f"{ops} ({ops_nv})", peak_mib(build, device)))
                 print(" | ".join(str(c) for c in rows[-1]), flush=True)
-
-            def build():
-                light.base.grad = None
-                light.build_mips()
-                loss = sum((s * (k + 1)).sum() for k, s in enumerate(light.specular)) + light.diffuse.sum()
-                loss.backward()
-
-            t_fb = median_ms(build, device, args.warmup, args.repeats)
-            ops, ops_nv = aten_ops(build)
-            rows.append(("build_mips", f"env {res} ({len(rough)} levels + diffuse)", "-", backend, "", f"{t_fb:.3f}",
-                         cuda_launches(build, device), f"{ops} ({ops_nv})", peak_mib(build, device)))
-            print(" | ".join(str(c) for c in rows[-1]), flush=True)
-        os.environ.pop("MESHLIFT_SHADING_BACKEND", None)
 
 
 def bench_mip_lookup(device, args, rows):

@@ -43,3 +43,16 @@ def _seed():
 
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture
+def kernels():
+    """``kernels(raster=..., shading=..., splat=..., raster_dense=..., raster_tuning=...)``:
+    :func:`meshlift.kernels.use_kernels` for the rest of the test (each call on top of the last; all undone
+    after it)."""
+    import contextlib
+
+    from meshlift.kernels import use_kernels
+
+    with contextlib.ExitStack() as stack:
+        yield lambda **changes: stack.enter_context(use_kernels(**changes))

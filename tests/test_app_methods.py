@@ -23,7 +23,6 @@ def test_the_app_offers_every_registry_method_with_its_sizes():
         spec = methods.get_method(name)
         assert spec.label == m.label and spec.inputs == m.inputs and spec.presets == m.presets.sizes
         assert {p.name for p in spec.presets} == {"tiny", "quick", "full"}
-        assert spec.mesh_output == m.capabilities.mesh_output
     assert methods.get_method("surface") is methods.METHODS["nvdiffrec"]
     with pytest.raises(ConfigError, match="unknown method 'nope'; choose one of nvdiffrec, gaussians, milo"):
         methods.get_method("nope")
@@ -89,7 +88,7 @@ def test_unposed_photos_are_posed_by_meshlift_poses_then_reconstructed(tmp_path,
     done = events[-1]
     assert done["type"] == "done", done
     f = done["files"]
-    assert f["viewer"] == f["splat"] == str(out / "point_cloud.ply") and "glb" not in f
+    assert f["splat"] == str(out / "point_cloud.ply") and "glb" not in f  # the Gaussian viewer only
     assert done["metrics"]["method"] == "gaussians"
     assert any("test PSNR" in line for line in done["summary"]) and not any("[bold]" in x for x in done["summary"])
     assert not any(str(out) in line for line in done["summary"])
@@ -120,7 +119,7 @@ def test_unposed_photos_through_the_real_pose_step(tmp_path):
 
 def test_outputs_of_a_mesh_run_that_wrote_its_own_ply_and_obj(tmp_path):
     """A MILo-like folder: ``mesh.obj`` + ``mesh.mtl`` + texture zipped, its own ``mesh.ply`` kept (not
-    rewritten from the result's training-frame mesh), the GLB in the viewer, the Gaussians downloadable."""
+    rewritten from the result's training-frame mesh), the GLB for the mesh viewer and the Gaussians for theirs."""
     out = tmp_path / "run"
     out.mkdir()
     for name, text in {"mesh.obj": "mtllib mesh.mtl\nv 0 0 0\n", "mesh.mtl": "newmtl m\nmap_Kd texture_kd.png\n",
@@ -128,9 +127,32 @@ def test_outputs_of_a_mesh_run_that_wrote_its_own_ply_and_obj(tmp_path):
                        "metrics.json": json.dumps({"mesh_psnr": 20.0})}.items():
         (out / name).write_text(text)
     result = type("R", (), {"mesh": object()})()
-    files = jobs._collect_outputs(out, result, mesh_output=True)
-    assert files["viewer"] == files["glb"] and files["splat"].endswith("point_cloud.ply")
+    files = jobs._collect_outputs(out, result)
+    assert files["glb"] == str(out / "mesh.glb") and files["splat"] == str(out / "point_cloud.ply")
     assert (out / "mesh.ply").read_text() == "own ply" and files["ply"] == str(out / "mesh.ply")
     with zipfile.ZipFile(files["obj_zip"]) as zf:
         assert sorted(zf.namelist()) == ["mesh/mesh.mtl", "mesh/mesh.obj", "mesh/texture_kd.png"]
-    assert jobs._collect_outputs(out, result, mesh_output=False)["viewer"] == files["splat"]
+
+
+def test_the_page_has_a_mesh_and_a_gaussian_viewer_each_shown_when_the_run_wrote_its_file():
+    gr = pytest.importorskip("gradio", reason="the [app] extra (gradio) is not installed")
+    from meshlift.app import ui
+
+    page = ui.build()
+    viewers = {c.elem_id: c for c in page.blocks.values() if isinstance(c, gr.Model3D)}
+    assert set(viewers) == {"viewer", "splat-viewer"}
+    mesh, splat = ui._fill_viewers({"glb": "/o/mesh.glb", "splat": None})  # the surface method
+    assert mesh["value"] == "/o/mesh.glb" and mesh["visible"] and splat["visible"] is False
+    mesh, splat = ui._fill_viewers({"glb": None, "splat": "/o/point_cloud.ply"})  # Gaussians
+    assert mesh["visible"] is False and splat["value"] == "/o/point_cloud.ply" and splat["visible"]
+    mesh, splat = ui._fill_viewers({"glb": "/o/mesh.glb", "splat": "/o/point_cloud.ply"})  # MILo
+    assert mesh["visible"] and splat["visible"]
+    assert all(u["visible"] and u["value"] is None for u in ui._fill_viewers(None))  # no result (yet)
+
+
+def test_the_browser_test_runs_a_tiny_job_of_every_registry_method():
+    import re
+
+    text = (Path(__file__).parent / "test_app_browser.py").read_text(encoding="utf-8")
+    run = set(re.findall(r'_run_tiny\([^)]*?"(\w+)",', text, flags=re.S))
+    assert run == set(registry.METHODS), f"tests/test_app_browser.py runs {sorted(run)}; add the others"

@@ -259,3 +259,31 @@ def test_the_warm_up_row_says_whether_the_cache_holds_the_kernels():
     assert "surface method's 63 kernel variants are compiled" in d and "not yet" in d and "MILo's 67" in d, d
     f.triton.warm = f.triton.warm_milo = None
     assert not [r for r in doc.diagnose(f) if r.check == "triton warm-up"]
+
+
+def test_environment_rows_say_what_each_variable_does_and_flag_the_others():
+    typo = "MESHLIFT_" + "NUM_THREAD"  # spelled in two pieces: tests/test_environment.py scans for names
+    f = _gpu_facts()
+    f.environment = [("MESHLIFT_MAX_FRAGMENTS", "9", "removed"), (typo, "2", "unknown"),
+                     ("MESHLIFT_NUM_THREADS", "2", "known"), ("MESHLIFT_RASTER_BACKEND", "torch", "deprecated")]
+    rows = {r.check: r for r in doc.diagnose(f)}
+    assert rows["env MESHLIFT_NUM_THREADS"].status == "ok"
+    assert rows["env MESHLIFT_NUM_THREADS"].detail == "2: CPU threads of torch's pool in the CLI (a positive integer; pin it for bit-reproducible runs)"
+    r = rows[f"env {typo}"]
+    assert r.status == "warning" and "meshlift reads no such variable; did you mean MESHLIFT_NUM_THREADS?" in r.detail
+    assert "docs/usage/environment.md" in r.fix
+    r = rows["env MESHLIFT_RASTER_BACKEND"]
+    assert r.status == "warning" and "deprecated, still applied" in r.detail and "raster_backend" in r.fix
+    r = rows["env MESHLIFT_MAX_FRAGMENTS"]
+    assert r.status == "warning" and "no longer read" in r.detail and "config field max_fragments" in r.fix
+    f.environment = []
+    assert {r.check: r for r in doc.diagnose(f)}["environment"].detail.startswith("no MESHLIFT_* variable set")
+    assert doc.can_run(doc.diagnose(f))
+
+
+def test_gather_lists_the_meshlift_variables_set(monkeypatch):
+    monkeypatch.setenv("MESHLIFT_NUM_THREADS", "1")
+    monkeypatch.setattr(doc, "_gather_torch", lambda: doc.TorchFacts())
+    f = doc.gather(run_kernel=False)
+    assert ("MESHLIFT_NUM_THREADS", "1", "known") in f.environment
+    assert doc.to_json(f, doc.diagnose(f))["facts"]["environment"]

@@ -24,7 +24,7 @@ from meshlift.errors import RenderError  # noqa: E402
 from meshlift.kernels._raster_triton_kernels import _tri_off  # noqa: E402
 from meshlift.kernels import raster_triton as rt  # noqa: E402
 from meshlift.render import interpolate, rasterize, visible_triangles  # noqa: E402
-from meshlift.kernels import get_backend  # noqa: E402
+from meshlift.kernels import RasterTuning, get_backend, use_kernels  # noqa: E402
 from meshlift.render.reference import interpolate_reference, rasterize_reference  # noqa: E402
 
 from _render_scenes import camera_points_to_clip, random_scene  # noqa: E402
@@ -119,15 +119,14 @@ def test_range_mode_and_batch():
 
 @cpu_only
 @pytest.mark.parametrize("tile,stamp", [("8x8", "0"), ("4x16", "2"), ("32x8", "8")])
-def test_tile_sizes_do_not_change_the_result(monkeypatch, tile, stamp):
+def test_tile_sizes_do_not_change_the_result(kernels, tile, stamp):
     # small triangles (T=25 in a 23x31 image: boxes of a few pixels up to the whole image) take the
     # stamp path up to `stamp` pixels a side, the others the tiles; both meet in the key buffer
     pos, tri = random_scene(B=1, T=25, seed=6)
     pos = torch.cat([pos, random_scene(B=1, T=12, seed=16, spread=3.0)[0] * torch.tensor([1.0, 1, 1, 3])], 1)
     tri = torch.cat([tri, tri[:12] + 75])
     want = rasterize(pos, tri, (23, 31), grad_db=False, backend="torch")[0]
-    monkeypatch.setenv("MESHLIFT_TRITON_TILE", tile)
-    monkeypatch.setenv("MESHLIFT_TRITON_STAMP", stamp)
+    kernels(raster_tuning=RasterTuning(tile=tuple(int(s) for s in tile.split("x")), stamp=int(stamp)))
     _assert_same_rast(want, rasterize(pos, tri, (23, 31), grad_db=False, backend="triton")[0])
     assert torch.equal(visible_triangles(pos, tri, (23, 31), backend="triton"), visible_triangles(pos, tri, (23, 31), backend="torch"))
 
@@ -250,27 +249,24 @@ def test_uneven_chunks_are_halved_to_the_budget(monkeypatch):
     assert sum(spy.emitted) >= 24  # the 4 full-frame triangles' pairs were all binned
 
 
-def test_default_tile_by_frame_size(monkeypatch):
-    for k in ("MESHLIFT_TRITON_TILE", "MESHLIFT_TRITON_STAMP", "MESHLIFT_TRITON_BWD_IDS"):
-        monkeypatch.delenv(k, raising=False)
+def test_default_tile_by_frame_size(kernels):
     assert rt.tile_config(1024, 1024, 1)[:2] == (8, 8) and rt.tile_config(256, 256, 4)[:2] == (8, 8)
     assert rt.tile_config(2048, 2048, 1)[:2] == (16, 16) and rt.tile_config(512, 512, 8)[:2] == (16, 16)
     assert rt.tile_config()[4] == 4 and rt.describe_config(1024, 1024, 1) == "tile 8x8, warps 4, unroll 2, stamp 4, bwd ids 8"
-    monkeypatch.setenv("MESHLIFT_TRITON_TILE", "8x32")
-    assert rt.tile_config(2048, 2048, 1)[:2] == (8, 32)  # the env wins
+    kernels(raster_tuning=RasterTuning(tile=(8, 32)))
+    assert rt.tile_config(2048, 2048, 1)[:2] == (8, 32)  # the tuning wins
+    assert rt.describe_config(64, 64, 1) == "tile 8x32, warps 4, unroll 2, stamp 4, bwd ids 8"
 
 
-def test_tile_env_is_validated(monkeypatch):
-    monkeypatch.setenv("MESHLIFT_TRITON_TILE", "12x16")
-    with pytest.raises(RenderError, match="powers of two"):
-        rt.tile_config()
-    monkeypatch.setenv("MESHLIFT_TRITON_TILE", "big")
-    with pytest.raises(RenderError, match="MESHLIFT_TRITON_TILE"):
-        rt.tile_config()
-    monkeypatch.setenv("MESHLIFT_TRITON_TILE", "16x16")
-    monkeypatch.setenv("MESHLIFT_TRITON_STAMP", "3")
-    with pytest.raises(RenderError, match="MESHLIFT_TRITON_STAMP"):
-        rt.tile_config()
+def test_tuning_is_validated():
+    with pytest.raises(RenderError, match=r"RasterTuning.tile=\(12, 16\): give two powers of two"):
+        RasterTuning(tile=(12, 16))
+    with pytest.raises(RenderError, match="RasterTuning.stamp=3: use 0, 2, 4 or 8"):
+        RasterTuning(stamp=3)
+    with pytest.raises(RenderError, match="RasterTuning.warps=3"):
+        RasterTuning(warps=3)
+    with pytest.raises(RenderError, match="RasterTuning.bwd_ids=-1: use an integer 0-64"):
+        RasterTuning(bwd_ids=-1)
 
 
 def _loss_grads(backend, pos, attr, tri, res, ranges=None, grad_db=False, use_db=False, seed=0):
@@ -293,8 +289,8 @@ def _loss_grads(backend, pos, attr, tri, res, ranges=None, grad_db=False, use_db
 
 @cpu_only
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_backward_matches_torch_path(dtype, monkeypatch):
-    monkeypatch.setenv("MESHLIFT_RASTER_BACKEND", "torch")  # the torch twin's interpolate must not fuse
+def test_backward_matches_torch_path(dtype, kernels):
+    kernels(raster="torch")  # the torch twin's interpolate must not fuse
     pos, tri = random_scene(B=2, T=20, seed=7, dtype=dtype)
     attr = torch.randn(2, pos.shape[1], 5, dtype=dtype)  # per-image attributes
     res = (20, 26)
@@ -329,13 +325,13 @@ def _big_and_small_scene(dtype):
                      marks=pytest.mark.slow),  # ~40 s in the interpreter
     ],
 )
-def test_backward_pre_reduction_uniform_mixed_and_empty_tiles(monkeypatch, configs):
+def test_backward_pre_reduction_uniform_mixed_and_empty_tiles(configs, kernels):
     # the backward sums each triangle's pixels of a 16x16 tile in registers before its atomics; uniform
     # tiles, mixed ones, empty pixels, tiles past the image border, two images, with and without rast_db,
     # 37 channels (two channel blocks): equal to the torch twin within float64 reassociation (1e-10 abs /
     # 1e-9 rel; float32 runs the same code, covered at 1e-5 / 1e-4 by test_backward_matches_torch_path),
     # with the pre-reduction on (8) and off (0 = one atomic per pixel)
-    monkeypatch.setenv("MESHLIFT_RASTER_BACKEND", "torch")
+    kernels(raster="torch")
     pos, tri = _big_and_small_scene(torch.float64)
     res = (18, 17)
     ids = rasterize(pos, tri, res, backend="torch")[0][..., 3]
@@ -346,19 +342,17 @@ def test_backward_pre_reduction_uniform_mixed_and_empty_tiles(monkeypatch, confi
     for k, C, kw in configs:
         attr = torch.randn(pos.shape[1], C, dtype=torch.float64)
         want = _loss_grads("torch", pos, attr, tri, res, **kw)
-        monkeypatch.setenv("MESHLIFT_TRITON_BWD_IDS", k)
-        got = _loss_grads("triton", pos, attr, tri, res, **kw)
+        with use_kernels(raster_tuning=RasterTuning(bwd_ids=int(k))):
+            assert rt.bwd_ids() == int(k)
+            got = _loss_grads("triton", pos, attr, tri, res, **kw)
         assert torch.equal(want[0][..., 3], got[0][..., 3])
         for x, y in zip(want[1:], got[1:]):
             torch.testing.assert_close(x, y, **tol)
-    monkeypatch.setenv("MESHLIFT_TRITON_BWD_IDS", "-1")
-    with pytest.raises(RenderError, match="MESHLIFT_TRITON_BWD_IDS"):
-        rt.bwd_ids()
 
 
 @cpu_only
-def test_backward_through_rast_db_and_range_mode(monkeypatch):
-    monkeypatch.setenv("MESHLIFT_RASTER_BACKEND", "torch")
+def test_backward_through_rast_db_and_range_mode(kernels):
+    kernels(raster="torch")
     pos, tri = random_scene(B=2, T=10, seed=8, dtype=torch.float64)
     pos_r = pos.reshape(-1, 4)
     tri_r = torch.cat([tri, tri + pos.shape[1]])
@@ -415,11 +409,10 @@ def test_interpolate_kernel_matches_twins():
 
 
 @cpu_only
-def test_backend_selection(monkeypatch):
-    monkeypatch.delenv("MESHLIFT_RASTER_BACKEND", raising=False)
+def test_backend_selection(monkeypatch, kernels):
     assert get_backend("auto", torch.device("cpu")).name == "torch"  # never the interpreter by default
     assert get_backend("triton", torch.device("cpu")).name == "triton"
-    monkeypatch.setenv("MESHLIFT_RASTER_BACKEND", "triton")
+    kernels(raster="triton")
     pos, tri = random_scene(B=1, T=8, seed=10)
     attr = torch.randn(pos.shape[1], 3, requires_grad=True)
     rast, _ = rasterize(pos, tri, (12, 12), grad_db=False)
@@ -475,11 +468,11 @@ def test_gpu_forward_parity(n_tri, res, batch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_gpu_backward_parity_float64(monkeypatch):
+def test_gpu_backward_parity_float64(kernels):
     pos, tri = _sphere(20_000, "cuda", torch.float64)
     pos = torch.cat([pos, pos * torch.tensor([1.0, 1.0, 1.0, 1.0], device="cuda", dtype=torch.float64) + 0.01])
     attr = torch.randn(pos.shape[1], 4, dtype=torch.float64, device="cuda")
-    monkeypatch.setenv("MESHLIFT_RASTER_BACKEND", "torch")
+    kernels(raster="torch")
     ta = _loss_grads("torch", pos, attr, tri, (256, 256))
     tb = _loss_grads("triton", pos, attr, tri, (256, 256))
     assert (ta[0][..., 3] == tb[0][..., 3]).float().mean() > 0.9999

@@ -24,7 +24,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 from meshlift.errors import ConfigError, RenderError  # noqa: E402
-from meshlift.kernels.shading import shading_backend  # noqa: E402
+from meshlift.kernels import choose_backend  # noqa: E402
 from meshlift.shading.encoding import HashGridEncoding, hash_grid_reference  # noqa: E402
 from meshlift.shading.light import EnvironmentLight, specular_prefilter, specular_prefilter_reference  # noqa: E402
 from meshlift.shading.material_field import MaterialField  # noqa: E402
@@ -59,21 +59,23 @@ def _points(n, d):
 # ---- selection ---------------------------------------------------------------------------------------
 
 
-def test_backend_selection(monkeypatch):
-    monkeypatch.delenv("MESHLIFT_SHADING_BACKEND", raising=False)
+def shading_backend(backend, device, dtype=torch.float32):
+    return choose_backend("shading", backend, device, dtype)
+
+
+def test_backend_selection(monkeypatch, kernels):
     assert shading_backend(None, "cpu") == "torch"  # auto keeps the CPU on torch
     assert shading_backend("auto", "cpu") == "torch"
     assert shading_backend("torch", "cuda") == "torch"
     assert shading_backend("auto", "cuda", torch.float64) == "torch"  # kernels are float32 only
-    monkeypatch.setenv("MESHLIFT_SHADING_BACKEND", "torch")
+    kernels(shading="torch")
     assert shading_backend(None, "cuda") == "torch"
-    monkeypatch.setenv("MESHLIFT_SHADING_BACKEND", "bogus")
-    with pytest.raises(RenderError, match="MESHLIFT_SHADING_BACKEND"):
-        shading_backend(None, "cpu")
-    with pytest.raises(RenderError, match="unknown name"):
+    with pytest.raises(RenderError, match="shading backend 'bogus': choose 'auto', 'torch' or 'triton'"):
+        kernels(shading="bogus")
+    with pytest.raises(RenderError, match=r"unknown shading backend 'cuda-fast' \(backend=\)"):
         shading_backend("cuda-fast", "cpu")
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    with pytest.raises(RenderError, match="backend='torch'"):
+    with pytest.raises(RenderError, match="use 'torch' or 'auto'"):
         shading_backend("triton", "cpu")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert shading_backend("triton", "cpu") == "triton"
@@ -133,18 +135,18 @@ def test_hashgrid_kernel_agrees_with_python_hash_on_vertices():
         assert float(idx[row]) == expected
 
 
-def test_material_field_through_triton(monkeypatch):
+def test_material_field_through_triton(kernels):
     aabb = torch.tensor([[-1.0, -1.0, -1.0], [1.0, 1.0, 1.0]])
     kw = dict(n_levels=4, log2_hashmap_size=10, desired_resolution=64, chunk_size=64)
-    monkeypatch.setenv("MESHLIFT_SHADING_BACKEND", "torch")
+    kernels(shading="torch")
     torch.manual_seed(3)
     ref = MaterialField(aabb, **kw).to(DEV)
-    monkeypatch.setenv("MESHLIFT_SHADING_BACKEND", "triton")
+    kernels(shading="triton")
     x = (torch.rand(100, 3) * 2.4 - 1.2).to(DEV)
     out = ref(x)
     loss = sum((v * (i + 1)).sum() for i, v in enumerate(out.values()))
     g_fast = torch.autograd.grad(loss, ref.encoder.embeddings)[0]
-    monkeypatch.setenv("MESHLIFT_SHADING_BACKEND", "torch")
+    kernels(shading="torch")
     out_ref = ref(x)
     loss_ref = sum((v * (i + 1)).sum() for i, v in enumerate(out_ref.values()))
     g_ref = torch.autograd.grad(loss_ref, ref.encoder.embeddings)[0]
@@ -217,12 +219,12 @@ def test_gpu_hashgrid_parity_spot_config():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_gpu_prefilter_parity_spot_light(monkeypatch):
+def test_gpu_prefilter_parity_spot_light(kernels):
     """The spot preset's learned light (env_res 128, 4 levels) built with both backends."""
     light = EnvironmentLight.random(128).cuda()
     results = {}
     for name in ("torch", "triton"):
-        monkeypatch.setenv("MESHLIFT_SHADING_BACKEND", name)
+        kernels(shading=name)
         light.base.grad = None
         light.build_mips()
         loss = sum((lvl * (i + 1)).sum() for i, lvl in enumerate(light.specular))

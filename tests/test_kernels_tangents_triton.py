@@ -159,7 +159,7 @@ def test_tangent_frames_triton_rejects_what_it_does_not_do():
     assert out.shape == (0, 4) and idx.shape == (0, 3)
 
 
-def _render(backend, monkeypatch):
+def _render(backend, kernels):
     """One normal-mapped render + loss of the torus through ``render_mesh`` with the shading backend ``backend``."""
     from meshlift.cameras import look_at, projection_from_K
     from meshlift.renderers.mesh_pbr import render_mesh
@@ -172,10 +172,10 @@ def _render(backend, monkeypatch):
     material = Material(kd=torch.rand(8, 8, 3, generator=g).to(DEV), normal=nmap.to(DEV))
     p = (0.5 * v).to(DEV).requires_grad_()
     mesh = Mesh(p, t.to(DEV), v_tex=uv.to(DEV), t_tex_idx=tt.to(DEV))
-    monkeypatch.setenv("MESHLIFT_SHADING_BACKEND", "torch")
+    kernels(shading="torch")
     light = EnvironmentLight.random(8, seed=2, min_res=4, lut_resolution=32)
     light.build_mips()  # the same light for both paths
-    monkeypatch.setenv("MESHLIFT_SHADING_BACKEND", backend)
+    kernels(shading=backend)
     eye = torch.tensor([[0.0, 1.2, 1.6]], dtype=torch.float64)
     w2c = look_at(eye, torch.zeros_like(eye), torch.tensor([[0.0, 1.0, 0.0]], dtype=torch.float64)).float()
     f = 0.5 * 16 / math.tan(math.radians(25))
@@ -187,15 +187,15 @@ def _render(backend, monkeypatch):
     return out["shaded"].detach(), gp
 
 
-def test_render_mesh_takes_the_tangent_kernels(monkeypatch):
+def test_render_mesh_takes_the_tangent_kernels(monkeypatch, kernels):
     import meshlift.kernels.tangents_triton as mod
 
     calls = []
     real = mod.tangent_frames_triton
     monkeypatch.setattr(mod, "tangent_frames_triton", lambda *a: calls.append(1) or real(*a))
-    a = _render("torch", monkeypatch)
+    a = _render("torch", kernels)
     assert not calls
-    b = _render("triton", monkeypatch)
+    b = _render("triton", kernels)
     assert calls  # the normal-mapped material with fixed UVs took the fast path
     assert float(a[1].abs().max()) > 0
     torch.testing.assert_close(b[0], a[0], rtol=1e-4, atol=1e-5)

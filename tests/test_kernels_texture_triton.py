@@ -166,7 +166,7 @@ def _textured_sphere(res=16):
     return mesh, (kd, ks, nrm, off)
 
 
-def test_render_mesh_pass2_triton_matches_torch(monkeypatch):
+def test_render_mesh_pass2_triton_matches_torch(kernels):
     """Pass 2's render (textured material, jittered kd, split-sum light) with the Triton lookups vs torch."""
     import math
 
@@ -184,11 +184,11 @@ def test_render_mesh_pass2_triton_matches_torch(monkeypatch):
     cam = torch.tensor([[0.0, 0.0, 2.2]], device=DEV)
     results = {}
     for name in ("torch", "triton"):
-        monkeypatch.setenv("MESHLIFT_SHADING_BACKEND", "torch")  # the prefilter's kernels are tested elsewhere
+        kernels(shading="torch")  # the prefilter's kernels are tested elsewhere
         mesh, params = _textured_sphere()
         light = EnvironmentLight.random(8, seed=1).to(DEV)
         light.build_mips()
-        monkeypatch.setenv("MESHLIFT_SHADING_BACKEND", name)
+        kernels(shading=name)
         torch.manual_seed(5)
         out = render_mesh(mesh, w2c, cam, (24, 24), light=light, field_jitter=0.01)
         g = torch.Generator().manual_seed(9)

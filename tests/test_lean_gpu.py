@@ -30,7 +30,7 @@ def test_batch_through_pinned_memory_equals_a_plain_copy():
 
 @cuda
 def test_material_field_unchunked_on_triton_equals_chunked_torch():
-    from meshlift.kernels.shading import triton_available
+    from meshlift.kernels import triton_importable as triton_available
     from meshlift.shading.material_field import MaterialField
 
     if not triton_available():

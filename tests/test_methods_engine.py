@@ -199,3 +199,25 @@ def test_guard_with_deferred_readback_rolls_back_to_a_snapshot_taken_at_a_readba
     assert opt.param_groups[0]["lr"] == pytest.approx(0.5)
     # step 5 was recorded, the NaN step 6 was not; the state was restored from step 4, then steps 7-9 ran
     assert [h["iteration"] for h in state.history] == [1, 2, 3, 4, 5, 7, 8, 9]
+
+
+def test_kernel_backends_applies_the_config_fields_for_the_run_only():
+    from types import SimpleNamespace
+
+    from meshlift.kernels import kernel_choice, use_kernels
+    from meshlift.methods.engine import kernel_backends
+
+    seen = []
+
+    @kernel_backends
+    def reconstruct(cfg, out):
+        seen.append((kernel_choice().raster, kernel_choice().shading, kernel_choice().splat, out))
+        return "done"
+
+    assert reconstruct(SimpleNamespace(raster_backend="torch", shading_backend="auto"), "o") == "done"
+    with use_kernels(shading="torch", splat="torch"):  # "auto" and absent fields keep what is set
+        reconstruct(SimpleNamespace(raster_backend="auto", splat_backend="torch"), "p")
+    assert seen == [("torch", "auto", "auto", "o"), ("auto", "torch", "torch", "p")]
+    assert kernel_choice().raster == "auto"  # restored
+    with pytest.raises(Exception, match="splat backend 'fast'"):
+        reconstruct(SimpleNamespace(splat_backend="fast"), "q")

@@ -36,14 +36,23 @@ def test_chunking_does_not_change_the_result():
         assert torch.equal(visible_triangles(pos, tri, (33, 27), max_fragments=budget), big)
 
 
-def test_env_budget(monkeypatch):
+def test_deprecated_env_budget_still_applies_with_a_warning(monkeypatch):
+    from meshlift import _env
+    from meshlift.render.rasterize import resolve_max_fragments
+
+    monkeypatch.setattr(_env, "_WARNED", set())
     pos, tri = random_scene(B=1, T=10, seed=3)
     want = visible_triangles(pos, tri, (16, 16))
     monkeypatch.setenv("MESHLIFT_RASTER_MAX_FRAGMENTS", "70")
+    with pytest.warns(FutureWarning, match="MESHLIFT_RASTER_MAX_FRAGMENTS is deprecated.*config field max_fragments"):
+        assert resolve_max_fragments(None) == 70
     assert torch.equal(visible_triangles(pos, tri, (16, 16)), want)
+    assert resolve_max_fragments(5) == 5  # the argument wins
     monkeypatch.setenv("MESHLIFT_RASTER_MAX_FRAGMENTS", "lots")
-    with pytest.raises(RenderError, match="MESHLIFT_RASTER_MAX_FRAGMENTS"):
+    with pytest.raises(RenderError, match="MESHLIFT_RASTER_MAX_FRAGMENTS='lots' \\(deprecated\\) is not a number"):
         visible_triangles(pos, tri, (16, 16))
+    monkeypatch.delenv("MESHLIFT_RASTER_MAX_FRAGMENTS")
+    assert resolve_max_fragments(None) == 2**24
 
 
 def test_slivers():
@@ -300,7 +309,7 @@ def test_fast_barycentric_backward_matches_autograd_twin():
 
 
 @pytest.mark.parametrize("grad_db", [False, True])
-def test_dense_variant_matches_compacted(monkeypatch, grad_db):
+def test_dense_variant_matches_compacted(grad_db, kernels):
     """The sync-free dense variant (GPU default) gives the same rast and gradients as the compacted one."""
     from meshlift.render import interpolate
 
@@ -309,7 +318,7 @@ def test_dense_variant_matches_compacted(monkeypatch, grad_db):
     attr = torch.randn(pos.shape[1], 3, dtype=torch.float64)
     res = []
     for dense in ("0", "1"):
-        monkeypatch.setenv("MESHLIFT_RASTER_DENSE", dense)
+        kernels(raster_dense=dense == "1")
         p = pos.clone().requires_grad_(True)
         a = attr.clone().requires_grad_(True)
         rast, db = rasterize(p, tri, (37, 45), grad_db=grad_db)
@@ -324,11 +333,11 @@ def test_dense_variant_matches_compacted(monkeypatch, grad_db):
 
 @pytest.mark.parametrize("dense", ["0", "1"])
 @pytest.mark.parametrize("fold", [0, 2**40])
-def test_stamp_buckets_match_reference(monkeypatch, dense, fold):
+def test_stamp_buckets_match_reference(monkeypatch, dense, fold, kernels):
     """Tiny, small and large triangles through every bucket (2x2, 4x4 stamps, tiles; folded or not)."""
     from meshlift.kernels import torch_backend
 
-    monkeypatch.setenv("MESHLIFT_RASTER_DENSE", dense)
+    kernels(raster_dense=dense == "1")
     monkeypatch.setattr(torch_backend, "_FOLD_DENSE", fold)
     monkeypatch.setattr(torch_backend, "_FOLD_COMPACT", fold)
     pos, tri = random_scene(B=2, T=80, seed=41)

@@ -207,14 +207,14 @@ def test_plane_depth_triton_vs_torch_forward_and_backward():
         assert (a - b).abs().max() <= 1e-3 * scale, (name, (a - b).abs().max(), scale)
 
 
-def test_backend_selection_and_errors(monkeypatch):
+def test_backend_selection_and_errors(kernels):
     from meshlift.errors import RenderError
     from meshlift.render.splat import _resolve_backend
 
     dev = torch.device(DEV)
-    monkeypatch.setenv("MESHLIFT_SPLAT_BACKEND", "torch")
+    kernels(splat="torch")
     assert _resolve_backend(None, dev) == "torch"
-    monkeypatch.delenv("MESHLIFT_SPLAT_BACKEND")
+    kernels(splat="auto")
     assert _resolve_backend("auto", dev) == ("triton" if dev.type == "cuda" else "torch")
     assert _resolve_backend("auto", dev, camera_grad=True) == "torch"
     with pytest.raises(RenderError, match="no gradient to world_to_camera"):

@@ -45,10 +45,10 @@ def _scene(own_normals: bool, textured: bool = False):
 @pytest.mark.parametrize("spp,own_normals,textured,backend", [
     (1, False, False, None), (2, False, False, None), (1, True, False, None), (1, False, False, "triton"),
     (1, False, True, None), (2, True, True, None), (1, False, True, "triton")])
-def test_dense_render_equals_the_covered_pixel_render(spp, own_normals, textured, backend, monkeypatch):
+def test_dense_render_equals_the_covered_pixel_render(spp, own_normals, textured, backend, kernels):
     if backend is not None:  # the fused shading kernels (what a CUDA step runs; the interpreter on the CPU)
         pytest.importorskip("triton")
-        monkeypatch.setenv("MESHLIFT_SHADING_BACKEND", backend)
+        kernels(shading=backend)
     mesh, light, field, w2clip, eye, bg, leaves = _scene(own_normals, textured)
     target = torch.rand(2, 24, 24, 3, generator=torch.Generator().manual_seed(4)).to(DEV)
     results = []

@@ -14,7 +14,7 @@ and the package has no import cycle (``tests/test_architecture.py`` checks both,
     3  kernels                          the single door to fast paths (visibility backends, Triton kernels)
     2  cameras                          Cameras, convention converters, the camera rig
     1  structures geometry              containers; stateless maths (similarities, rotations, mesh ops)
-    0  errors config _deps _threads     exceptions, generic dataclass config, dependency probes, CPU threads (stdlib only)
+    0  errors config _deps _threads _env  exceptions, dataclass config, dependency probes, CPU threads, env variables (stdlib)
 
 docs/architecture.md says what each folder owns and where new work goes.
 """

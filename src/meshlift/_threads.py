@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 import sys
 
+from meshlift import _env
+
 __all__ = ["free_cores", "choose_num_threads", "configure_cpu_threads"]
 
 
@@ -37,7 +39,7 @@ def free_cores() -> int:
 def choose_num_threads(environ=None) -> tuple[int | None, str]:
     """``(threads, reason)``: the pool size the rules of the module docstring give (None = leave torch's)."""
     env = os.environ if environ is None else environ
-    raw = env.get("MESHLIFT_NUM_THREADS")
+    raw = _env.get("MESHLIFT_NUM_THREADS", env)
     if raw:
         try:
             n = int(raw)

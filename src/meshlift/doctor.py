@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from meshlift import _deps
+from meshlift import _deps, _env
 
 STATUSES = ("ok", "warning", "error", "skip")
 """Row statuses, from good to bad; ``skip`` = not applicable on this machine (e.g. no GPU)."""
@@ -129,6 +129,9 @@ class Facts:
     alloc_conf: Optional[str] = None
     """``$PYTORCH_CUDA_ALLOC_CONF``."""
     disks: list[DiskFacts] = field(default_factory=list)
+    environment: list = field(default_factory=list)
+    """``[(name, value, kind)]`` of the ``MESHLIFT_*`` variables set (:func:`meshlift._env.meshlift_variables`:
+    ``known``, ``deprecated`` or ``unknown``)."""
 
 
 # =============================================================================================================
@@ -248,7 +251,7 @@ def _gather_backends(torch_facts: TorchFacts) -> dict:
     except ImportError:
         splat = None
     if splat is not None:
-        try:  # the op's own choice for backend=None (env MESHLIFT_SPLAT_BACKEND, else auto)
+        try:  # the op's own choice for backend=None (the current kernels.use_kernels, else auto)
             out["splatting"] = str(splat._resolve_backend(None, dev))
         except Exception as exc:  # noqa: BLE001
             out["splatting"] = f"error: {type(exc).__name__}: {exc}"
@@ -303,6 +306,7 @@ def gather(output_dir: Optional[Path] = None, *, run_kernel: bool = True) -> Fac
             f.extensions[name] = _deps.probe(name)
     f.alloc_conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
     f.disks = _gather_disks(output_dir, f.triton.cache_dir)
+    f.environment = _env.meshlift_variables()
     return f
 
 
@@ -442,7 +446,9 @@ def _triton_rows(tr: TritonFacts, t: TorchFacts) -> list[Row]:
         elif "permission" in low or "read-only" in low or not tr.cache_writable:
             fix = "set TRITON_CACHE_DIR to a writable folder"
         else:
-            fix = "report this error; meshlift falls back to its PyTorch paths (MESHLIFT_RASTER_BACKEND=torch)"
+            fix = ("report this error; run on meshlift's PyTorch paths meanwhile: --set raster_backend=torch "
+                   "--set shading_backend=torch (surface method), --set splat_backend=torch (Gaussians; MILo also "
+                   "--set raster_backend=torch)")
         rows.append(Row("triton kernel", "error", f"compile/run failed: {tr.kernel_error.splitlines()[0][:300]}; "
                         f"{cache}", fix))
     elif tr.kernel is not None:
@@ -473,7 +479,7 @@ def _backend_rows(b: dict) -> list[Row]:
     ras = b.get("rasterization")
     if ras is None or str(ras).startswith("error"):
         rows.append(Row("backend rasterization", "error", str(ras),
-                        "reinstall meshlift; set MESHLIFT_RASTER_BACKEND=torch"))
+                        "reinstall meshlift; meanwhile --set raster_backend=torch"))
     else:
         avail = b.get("rasterization_available")
         rows.append(Row("backend rasterization", "ok", f"auto -> {ras} on {b.get('device')}"
@@ -539,6 +545,33 @@ def _disk_rows(disks: list[DiskFacts], min_free: int = 2 * 1024**3) -> list[Row]
     return rows
 
 
+def _environment_rows(environment: list) -> list[Row]:
+    """One row per ``MESHLIFT_*`` variable set: what it does, or why it is flagged (deprecated: the config field
+    that replaced it; removed: what replaced it; unknown: meshlift reads no such name, with the nearest one)."""
+    import difflib
+
+    if not environment:
+        return [Row("environment", "ok", "no MESHLIFT_* variable set (docs/usage/environment.md lists them)")]
+    rows = []
+    for name, value, kind in environment:
+        shown = value if len(value) <= 60 else value[:57] + "..."
+        if kind == "known":
+            rows.append(Row(f"env {name}", "ok", f"{shown}: {_env.VARIABLES[name].what}"))
+        elif kind == "deprecated":
+            rows.append(Row(f"env {name}", "warning", f"{shown}: deprecated, still applied",
+                            f"unset it and use {_env.DEPRECATED[name]}"))
+        elif kind == "removed":
+            rows.append(Row(f"env {name}", "warning", f"{shown}: no longer read (ignored)",
+                            f"unset it and use {_env.REMOVED[name]}"))
+        else:
+            near = difflib.get_close_matches(name, list(_env.VARIABLES) + list(_env.DEPRECATED), n=1, cutoff=0.6)
+            hint = f"; did you mean {near[0]}?" if near else ""
+            rows.append(Row(f"env {name}", "warning", f"{shown}: meshlift reads no such variable{hint}",
+                            "unset it or correct the name (docs/usage/environment.md lists the variables; the rest "
+                            "are config fields, --set name=value)"))
+    return rows
+
+
 def _python_rows(f: Facts) -> list[Row]:
     major, minor = (int(x) for x in f.python.split(" ")[0].split(".")[:2]) if f.python else (0, 0)
     ok = (major, minor) >= (3, 10)
@@ -557,6 +590,7 @@ def diagnose(f: Facts) -> list[Row]:
     rows += _extension_rows(f.extensions)
     rows.append(_alloc_row(f.alloc_conf, gpu))
     rows += _disk_rows(f.disks)
+    rows += _environment_rows(f.environment)
     return rows
 
 

@@ -123,11 +123,12 @@ def _obj_zip(out: Path) -> Path | None:
     return archive
 
 
-def _collect_outputs(out: Path, result, mesh_output: bool = True) -> dict:
-    """The files the page offers, ``{role: path}`` (strings): ``glb``, ``obj_zip`` (written here), ``ply``
-    (the mesh; written here from ``result.mesh`` when the run wrote none), ``splat`` (the Gaussians'
-    ``point_cloud.ply``), ``metrics``, ``asset_image``, and ``viewer``: what the 3D viewer shows (the GLB of a
-    mesh method, the Gaussians of the others; gradio's Model3D draws a ``.ply`` as Gaussian splats)."""
+def _collect_outputs(out: Path, result) -> dict:
+    """The files the page offers, ``{role: path}`` (strings): ``glb`` (the mesh viewer shows it), ``obj_zip``
+    (written here), ``ply`` (the mesh; written here from ``result.mesh`` when the run wrote none), ``splat``
+    (the Gaussians' ``point_cloud.ply``: the Gaussian viewer shows it, gradio's Model3D draws a ``.ply`` as
+    Gaussian splats), ``metrics``, ``asset_image``; a role is absent when the run wrote no such file (the
+    surface method has no Gaussians, the Gaussian method no mesh, MILo both)."""
     from meshlift.io.ply import save_ply
 
     files = {}
@@ -147,9 +148,6 @@ def _collect_outputs(out: Path, result, mesh_output: bool = True) -> dict:
         files["metrics"] = str(out / "metrics.json")
     if (out / "images" / "asset.png").is_file():
         files["asset_image"] = str(out / "images" / "asset.png")
-    viewer = files.get("glb") if mesh_output else files.get("splat")
-    if viewer is not None:
-        files["viewer"] = viewer
     return files
 
 
@@ -237,7 +235,7 @@ def reconstruct_job(input_path: str, input_kind: str, method: str, preset: str, 
                 print(box["traceback"], flush=True)
             yield {"type": "error", "message": box["error"]}
             return
-        files = _collect_outputs(out, box["result"], spec.mesh_output)
+        files = _collect_outputs(out, box["result"])
         metrics = json.loads(Path(files["metrics"]).read_text()) if "metrics" in files else {}
         seconds = time.perf_counter() - t0
         yield {"type": "done", "files": files, "metrics": metrics, "seconds": seconds,

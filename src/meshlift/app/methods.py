@@ -48,8 +48,6 @@ class MethodSpec:
     """``run(config, out_dir, monitor) -> result`` with ``.files`` and ``.metrics``."""
     summary: Optional[Callable[[object, float], list]] = field(default=None, compare=False)
     """``summary(result, wall_s) -> [str]``: the lines the CLI prints after a run (rich markup), or None."""
-    mesh_output: bool = True
-    """True: the result is a mesh (``mesh.glb`` in the viewer); False: Gaussians (``point_cloud.ply``)."""
 
     def preset(self, name: str) -> PresetSpec:
         for p in self.presets:
@@ -109,7 +107,7 @@ def from_registry(method: Method) -> MethodSpec:
     """The app's :class:`MethodSpec` of a registry method."""
     return MethodSpec(name=method.name, label=method.label, inputs=method.inputs, presets=method.presets.sizes,
                       configure=partial(configure, method), run=partial(_run, method),
-                      summary=method.summary_lines, mesh_output=method.capabilities.mesh_output)
+                      summary=method.summary_lines)
 
 
 for _method in registry.METHODS.values():

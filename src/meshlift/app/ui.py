@@ -2,8 +2,9 @@
 
 Flow: upload (checked and classified at once: :func:`meshlift.app.uploads.ingest`; photos without poses
 are accepted when the pose step can run, :func:`meshlift.app.methods.unposed_verdict`) -> pick method (every
-method of the registry) and preset -> Reconstruct (streams progress, preview images) -> 3D viewer of the GLB
-(or of the Gaussians' PLY) + downloads (GLB, OBJ+MTL+textures zip, PLY, metrics.json) and the run's summary.
+method of the registry) and preset -> Reconstruct (streams progress, preview images) -> two 3D viewers, the
+mesh (GLB) and the Gaussians (their PLY, drawn as splats), each shown when the method wrote it (MILo: both) +
+downloads (GLB, OBJ+MTL+textures zip, PLY, metrics.json) and the run's summary.
 The GPU work is :func:`meshlift.app.jobs.reconstruct_job`; this module only moves plain values and paths to
 and from it.
 """
@@ -31,6 +32,14 @@ def _preset_choices(method: str, gpu: bool) -> list[tuple[str, str]]:
     return [(f"{p.label} — {describe_duration(p, gpu)}", p.name) for p in get_method(method).presets]
 
 
+def _fill_viewers(shown: Optional[dict]):
+    """Updates of the mesh and the Gaussian viewer for a finished run's ``{"glb", "splat"}`` paths (both
+    shown, empty, while there is no result)."""
+    if not shown:
+        return gr.update(value=None, visible=True), gr.update(value=None, visible=True)
+    return tuple(gr.update(value=shown.get(k), visible=shown.get(k) is not None) for k in ("glb", "splat"))
+
+
 def _session_id(request: Optional[gr.Request]) -> str:
     return getattr(request, "session_hash", None) or "anonymous"
 
@@ -56,7 +65,7 @@ def build(limits: Optional[Limits] = None) -> gr.Blocks:
         return gr.update(choices=_preset_choices(method, gpu), value=get_method(method).presets[0].name)
 
     def on_run(state, method, preset, request: gr.Request, progress=gr.Progress()):
-        nothing = (None, None, None, None)  # preview, glb path, downloads, metrics
+        nothing = (None, None, None, None)  # preview, viewer paths, downloads, metrics
         if not state:
             yield ("**Nothing to reconstruct:** upload photos with cameras, or a mesh, first.",) + nothing
             return
@@ -94,7 +103,8 @@ def build(limits: Optional[Limits] = None) -> gr.Blocks:
                 f, m = ev["files"], ev["metrics"]
                 head = "\n\n".join([f"**Done** in {ev['seconds']:.0f} s."] + ev.get("summary", []))
                 downloads = [f[k] for k in ("glb", "obj_zip", "ply", "splat", "metrics") if k in f]
-                yield (head, preview or f.get("asset_image"), f.get("viewer"), downloads, m)
+                yield (head, preview or f.get("asset_image"), {"glb": f.get("glb"), "splat": f.get("splat")},
+                       downloads, m)
                 return
             if kind in ("log", "pass", "preview", "progress"):
                 text = "\n\n".join(lines[-6:] + ([status] if status else []))
@@ -125,8 +135,10 @@ def build(limits: Optional[Limits] = None) -> gr.Blocks:
             with gr.Column():
                 preview = gr.Image(label="Preview (reference | ours)", type="filepath", interactive=False,
                                    height=240, elem_id="preview")
-                viewer = gr.Model3D(label="Asset (GLB mesh, or PLY Gaussians)", elem_id="viewer",
-                                    clear_color=(0.9, 0.9, 0.9, 1.0), height=400)
+                viewer = gr.Model3D(label="Mesh (GLB)", elem_id="viewer", clear_color=(0.9, 0.9, 0.9, 1.0),
+                                    height=400)
+                splat_viewer = gr.Model3D(label="Gaussians (point_cloud.ply, drawn as splats)",
+                                          elem_id="splat-viewer", clear_color=(0.9, 0.9, 0.9, 1.0), height=400)
                 downloads = gr.File(label="Downloads: GLB, OBJ+MTL+textures (zip), PLY (mesh, Gaussians), "
                                     "metrics.json",
                                     file_count="multiple", interactive=False, elem_id="downloads")
@@ -135,11 +147,11 @@ def build(limits: Optional[Limits] = None) -> gr.Blocks:
         upload.upload(on_upload, inputs=[upload], outputs=[upload_status, state])
         upload.clear(lambda: ("", None), outputs=[upload_status, state])
         method.change(on_method, inputs=[method], outputs=[preset])
-        glb_path = gr.State(None)
-        # The viewer is filled by a plain follow-up function: gradio's Model3D does not draw a model that
-        # arrives from a generator (streamed) event (gradio 6.31).
-        run.click(on_run, inputs=[state, method, preset], outputs=[run_status, preview, glb_path, downloads, metrics],
-                  concurrency_limit=1).then(lambda p: p, inputs=[glb_path], outputs=[viewer])
+        shown = gr.State(None)  # {"glb": path | None, "splat": path | None} of the finished run
+        # The viewers are filled by a plain follow-up function: gradio's Model3D does not draw a model that
+        # arrives from a generator (streamed) event (gradio 6.31). A viewer without a file is hidden.
+        run.click(on_run, inputs=[state, method, preset], outputs=[run_status, preview, shown, downloads, metrics],
+                  concurrency_limit=1).then(_fill_viewers, inputs=[shown], outputs=[viewer, splat_viewer])
         demo.unload(on_unload)
     return demo
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Optional
 
+from meshlift import _env
 from meshlift.errors import MeshliftError
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".exr", ".hdr", ".webp", ".tif", ".tiff", ".bmp"})
@@ -49,14 +50,16 @@ class UploadError(MeshliftError):
 
 def _env_int(name: str, default: int) -> int:
     try:
-        return int(os.environ.get(name, default))
+        return int(_env.get(name) or default)
     except ValueError:
         return default
 
 
 @dataclass
 class Limits:
-    """Upload limits; defaults can be overridden by ``MESHLIFT_APP_*`` environment variables."""
+    """Upload limits; the server's environment sets the defaults (``MESHLIFT_APP_MAX_FILES``,
+    ``MESHLIFT_APP_MAX_FILE_MB``, ``MESHLIFT_APP_MAX_TOTAL_MB``, ``MESHLIFT_APP_MAX_AGE_S``, ``MESHLIFT_APP_ROOT``:
+    docs/usage/environment.md)."""
 
     max_files: int = field(default_factory=lambda: _env_int("MESHLIFT_APP_MAX_FILES", 500))
     """Most files per upload, counting the members of zip archives."""
@@ -66,8 +69,8 @@ class Limits:
     """Largest upload in total after extraction, MiB."""
     max_age_s: int = field(default_factory=lambda: _env_int("MESHLIFT_APP_MAX_AGE_S", 3600))
     """Session folders older than this are deleted (seconds)."""
-    root: Path = field(default_factory=lambda: Path(os.environ.get(
-        "MESHLIFT_APP_ROOT", str(Path(tempfile.gettempdir()) / "meshlift_app"))))
+    root: Path = field(default_factory=lambda: Path(
+        _env.get("MESHLIFT_APP_ROOT") or str(Path(tempfile.gettempdir()) / "meshlift_app")))
     """Parent folder of the per-session folders."""
 
     @property

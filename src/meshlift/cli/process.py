@@ -48,6 +48,8 @@ import gc
 import os
 import sys
 
+from meshlift import _env
+
 __all__ = ["ENV_FAST_EXIT", "enable_for_console_script", "pause_during_imports", "imports_done", "exit_now"]
 
 #: Environment variable: ``0`` keeps the interpreter's normal teardown at the end of a command.
@@ -109,7 +111,7 @@ def fast_exit_wanted() -> bool:
     interpreter with the hooks it calls (CPython's ``threading._shutdown`` and ``atexit._run_exitfuncs``)."""
     import threading
 
-    off = os.environ.get(ENV_FAST_EXIT, "1").strip().lower() in ("0", "false", "no", "off")
+    off = (_env.get(ENV_FAST_EXIT) or "1").lower() in ("0", "false", "no", "off")
     return (_STATE["enabled"] and not off and not _observed()
             and callable(getattr(threading, "_shutdown", None)) and callable(getattr(atexit, "_run_exitfuncs", None)))
 

@@ -5,17 +5,19 @@ module's registry), Triton kernels (compiled at run time, never nvcc) and vector
 public ops in :mod:`meshlift.render` (and later the splat ops) call into this package; nothing above
 ``render`` imports it directly.
 
-**Visibility backends** (the registry below): ``get_backend(name)`` returns a
-:class:`~meshlift.kernels.base.VisibilityBackend`. Names:
+**Backend choice** (:func:`choose_backend`, the one place an implementation is picked): every fast-path
+family (``"raster"``, ``"shading"``, ``"splat"``) has a ``"torch"`` implementation, the readable reference
+(CPU and CUDA), and a ``"triton"`` one (CUDA, or the CPU under ``TRITON_INTERPRET=1``). An op's
+``backend=`` argument wins; ``None`` takes the family's entry of the current
+:class:`~meshlift.kernels.choice.KernelChoice` (:func:`use_kernels`; a method run sets it from its config
+fields ``raster_backend`` / ``shading_backend`` / ``splat_backend``), which is ``"auto"`` unless set:
+Triton on CUDA when ``import triton`` works (shading: float32 tensors only), else torch.
 
-- ``"torch"``: pure PyTorch (CPU and CUDA), the portable implementation; always available (its naive twin
-  is ``meshlift.render.reference.visibility_reference``).
-- ``"triton"``: Triton kernels (:mod:`meshlift.kernels.raster_triton`; CUDA, or CPU under
-  ``TRITON_INTERPRET=1``); it also provides the whole differentiable ``rasterize`` and a fused
-  ``interpolate``.
-- ``"auto"`` (default, or env ``MESHLIFT_RASTER_BACKEND``): the first available backend of ``_AUTO_ORDER``
-  for the device: ``"triton"`` on CUDA when ``import triton`` works, else ``"torch"``. Other backend
-  modules register themselves with :func:`register_backend`.
+**Visibility backends** (the registry below): ``get_backend(name)`` returns a
+:class:`~meshlift.kernels.base.VisibilityBackend`. ``"torch"`` (pure PyTorch, always available; its naive twin
+is ``meshlift.render.reference.visibility_reference``) and ``"triton"``
+(:mod:`meshlift.kernels.raster_triton`; it also provides the whole differentiable ``rasterize`` and a fused
+``interpolate``). Other backend modules register themselves with :func:`register_backend`.
 
 **Contract for differentiable kernels** (splatting forward/backward, hash-grid encoding, ...):
 
@@ -36,13 +38,23 @@ public ops in :mod:`meshlift.render` (and later the splat ops) call into this pa
 
 from __future__ import annotations
 
-import os
 from typing import Dict, Optional
 
 import torch
 
-from meshlift.errors import RenderError
+from meshlift.errors import DependencyError, RenderError
 from meshlift.kernels.base import VisibilityBackend
+from meshlift.kernels.choice import (
+    FAMILIES,
+    KernelChoice,
+    RasterTuning,
+    interpreting,
+    kernel_choice,
+    source_of,
+    triton_importable,
+    triton_runs_on,
+    use_kernels,
+)
 from meshlift.kernels.torch_backend import TorchBackend
 
 _BACKENDS: Dict[str, VisibilityBackend] = {"torch": TorchBackend()}
@@ -50,9 +62,6 @@ _BACKENDS: Dict[str, VisibilityBackend] = {"torch": TorchBackend()}
 from meshlift.kernels.raster_triton import TritonBackend  # noqa: E402  (imports triton lazily)
 
 _BACKENDS["triton"] = TritonBackend()
-
-#: Order in which ``"auto"`` tries backends (first available wins); triton only ever on CUDA.
-_AUTO_ORDER = ("triton", "torch")
 
 
 def register_backend(backend: VisibilityBackend) -> None:
@@ -66,36 +75,75 @@ def register_backend(backend: VisibilityBackend) -> None:
 
 
 def available_backends(device: Optional[torch.device] = None) -> list[str]:
-    """Names of the registered backends usable on ``device`` (default CPU)."""
+    """Names of the registered visibility backends usable on ``device`` (default CPU)."""
     dev = torch.device("cpu") if device is None else torch.device(device)
     return [n for n, b in _BACKENDS.items() if b.is_available(dev)]
 
 
+def choose_backend(family: str, backend: Optional[str], device, dtype: torch.dtype = torch.float32, *,
+                   prefer_torch: bool = False) -> str:
+    """The implementation of ``family`` to run for tensors on ``device``: the one place a backend is chosen.
+
+    Args:
+        family: ``"raster"``, ``"shading"`` or ``"splat"``.
+        backend: the op's ``backend=`` argument: ``"auto"``, ``"torch"``, ``"triton"`` (raster: or a
+            registered backend's name); None = the family's entry of :func:`kernel_choice`.
+        device: where the op's tensors live.
+        dtype: their floating dtype; the shading kernels compute in float32, so ``auto`` keeps other dtypes
+            (the float64 of gradchecks) on torch and ``"triton"`` refuses them.
+        prefer_torch: the op needs something only the torch path gives (e.g. gradients to the cameras of
+            a splat): ``auto`` then picks torch.
+
+    Returns:
+        The backend's name (``"torch"``, ``"triton"``, or a registered raster backend).
+
+    Raises:
+        RenderError: unknown family or name, or a name that cannot run on ``device``.
+        DependencyError: ``"triton"`` asked for on CUDA and ``import triton`` fails.
+    """
+    if family not in FAMILIES:
+        raise RenderError(f"choose_backend: unknown family {family!r}; one of {', '.join(FAMILIES)}")
+    source = "backend=" if backend is not None else source_of(family)
+    name = str(backend if backend is not None else getattr(kernel_choice(), family)).strip().lower()
+    dev = torch.device(device)
+    known = ("auto",) + (tuple(_BACKENDS) if family == "raster" else FAMILIES[family])
+    if name not in known:
+        raise RenderError(f"unknown {family} backend {name!r} ({source}); choose one of {', '.join(known)}")
+    if name == "auto":
+        if prefer_torch or dev.type != "cuda" or (family == "shading" and dtype != torch.float32):
+            return "torch"
+        if family == "raster":
+            usable = [n for n in ("triton", "torch") if _BACKENDS[n].is_available(dev)]
+            return usable[0] if usable else "torch"
+        return "triton" if triton_runs_on(dev) else "torch"
+    if name == "torch":
+        return name
+    if family == "raster":  # the registry's backends say where they run
+        if not _BACKENDS[name].is_available(dev):
+            raise RenderError(f"rasterizer backend {name!r} ({source}) is not available on device {dev}; use "
+                              "backend='torch'")
+        return name
+    if dev.type != "cuda" and not interpreting():
+        raise RenderError(f"{family} backend 'triton' ({source}): tensors are on {dev}, and Triton kernels run on "
+                          "CUDA only (or on the CPU under TRITON_INTERPRET=1, for tests); use 'torch' or 'auto'")
+    if not triton_importable():
+        raise DependencyError(f"{family} backend 'triton' ({source}): `import triton` failed; pip install triton "
+                              "(or use 'torch')")
+    if family == "shading" and dtype != torch.float32:
+        raise RenderError(f"shading backend 'triton': computes in float32, got {dtype}; use 'torch' for it")
+    return "triton"
+
+
 def get_backend(name: Optional[str] = None, device: Optional[torch.device] = None) -> VisibilityBackend:
-    """Return the visibility backend ``name`` (None → env ``MESHLIFT_RASTER_BACKEND`` or ``"auto"``).
+    """The visibility backend :func:`choose_backend` picks for ``name`` (None → the current choice).
 
     Raises:
         RenderError: unknown name, or the backend cannot run on ``device``.
     """
     dev = torch.device("cpu") if device is None else torch.device(device)
-    if name is None:
-        name = os.environ.get("MESHLIFT_RASTER_BACKEND", "auto")
-    if name == "auto":
-        for n in _AUTO_ORDER:
-            if n == "triton" and dev.type != "cuda":
-                continue
-            if n in _BACKENDS and _BACKENDS[n].is_available(dev):
-                return _BACKENDS[n]
-        raise RenderError(f"no visibility backend is available on device {dev}")
-    if name not in _BACKENDS:
-        raise RenderError(
-            f"unknown rasterizer backend {name!r}; choose one of {sorted(_BACKENDS)} or 'auto' "
-            "(argument backend= or env MESHLIFT_RASTER_BACKEND)"
-        )
-    backend = _BACKENDS[name]
-    if not backend.is_available(dev):
-        raise RenderError(f"rasterizer backend {name!r} is not available on device {dev}; use backend='torch'")
-    return backend
+    return _BACKENDS[choose_backend("raster", name, dev)]
 
 
-__all__ = ["VisibilityBackend", "TorchBackend", "get_backend", "available_backends", "register_backend"]
+__all__ = ["FAMILIES", "KernelChoice", "RasterTuning", "TorchBackend", "VisibilityBackend", "available_backends",
+           "choose_backend", "get_backend", "interpreting", "kernel_choice", "register_backend",
+           "triton_importable", "triton_runs_on", "use_kernels"]

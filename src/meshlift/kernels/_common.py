@@ -13,7 +13,6 @@ clipped against the near plane ``z = −w``.
 
 from __future__ import annotations
 
-import os
 from typing import Tuple
 
 import torch
@@ -80,12 +79,14 @@ def dense_path(device: torch.device) -> bool:
     masked) rather than compacting to the covered ones with data-dependent shapes.
 
     Default: dense on GPUs (where a data-dependent shape costs a GPU→CPU sync), compacted on the CPU
-    (where it is free and saves work). Env ``MESHLIFT_RASTER_DENSE=1`` / ``0`` forces either (tests check
-    both variants agree; benchmarks compare them). Results are identical either way.
+    (where it is free and saves work). ``kernels.use_kernels(raster_dense=True / False)`` forces either
+    (tests check both variants agree; benchmarks compare them). Results are identical either way.
     """
-    env = os.environ.get("MESHLIFT_RASTER_DENSE")
-    if env in ("0", "1"):
-        return env == "1"
+    from meshlift.kernels.choice import kernel_choice
+
+    forced = kernel_choice().raster_dense
+    if forced is not None:
+        return forced
     return device.type != "cpu"
 
 

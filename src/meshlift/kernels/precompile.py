@@ -3,7 +3,7 @@
 Why. Triton compiles a kernel variant (one kernel at one set of argument types, ``constexpr`` values and
 integer/pointer specialisations) the first time a process launches it, in that process, one after the other:
 0.1-3 s of host CPU each. On an empty Triton cache a ``spot`` run meets 52 variants in its first ~70 s, 33 s
-of compiles on the H200's host (measured, session 10), and the demo 52 too (32 s of its 58 s); 63 across the
+of compiles on the H200's host (measured 2026-12-02, main at ac07aa4; docs/benchmarks.md), and the demo 52 too (32 s of its 58 s); 63 across the
 two (the list below). A warm cache makes all of it a file read.
 
 Design. The variants the shipped methods launch are known in advance: ``kernels/variants.json`` lists each
@@ -18,7 +18,7 @@ the one the run's own launch will look up, so the launch then only loads the bin
 builds a small C launcher per kernel signature with the host compiler at the first launch (0.2-0.3 s each,
 ~11 s of a cold demo on the H200); the workers build those too. The workers create no CUDA context (the
 parent passes the target), run at lower priority, and take the variants round robin so the early ones come
-first. Measured (H200, session 10): the ``spot`` full preset on an empty cache 342.7 s with the warm-up, its
+first. Measured (H200, 2026-12-02, 00ae803): the ``spot`` full preset on an empty cache 342.7 s with the warm-up, its
 main process compiling 3 of its 52 variants itself (the first ones, needed before the workers had started);
 405 s and 361 s in earlier empty-cache runs without it, 330 s with a warm cache.
 
@@ -31,7 +31,7 @@ to start workers at all.
 
 Warm caches still pay one cost per process: the first ``triton.compile`` call (a cache hit too) hashes Triton's
 own install (``triton_key``: its compiler sources and the ``libtriton`` shared library, ~0.4 s on the H200's
-host, session 11). :func:`prime_in_background` computes it on a daemon thread at the start of a CUDA command
+host, measured 2026-12-02). :func:`prime_in_background` computes it on a daemon thread at the start of a CUDA command
 (the demo starts it first thing, once this package and torch are imported), where it overlaps the rest of the
 imports and the set-up: SHA-256 and file reads release the GIL. Triton keeps the result (``functools.lru_cache``), so the run's own first launch finds it.
 
@@ -56,6 +56,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, List, Optional
+
+from meshlift import _env
 
 __all__ = ["Variant", "load_variants", "prime_in_background", "start", "record", "Precompile", "warm_state", "VARIANTS_PATH", "ENV_WORKERS"]
 
@@ -298,7 +300,7 @@ def start(job: str, device, workers: Optional[int] = None, log=None) -> Optional
         return None
     prime_in_background()  # a warm cache too: the first launch need not hash Triton's install
     if workers is None:
-        env = os.environ.get(ENV_WORKERS, "").strip()
+        env = _env.get(ENV_WORKERS) or ""
         workers = int(env) if env.isdigit() else _default_workers()
         if env and not env.isdigit() and log is not None:
             log(f"{ENV_WORKERS}={env!r} is not a whole number >= 0 (0 = off); using {workers} workers")
@@ -309,9 +311,9 @@ def start(job: str, device, workers: Optional[int] = None, log=None) -> Optional
     try:
         import torch
 
-        from meshlift.kernels.shading import triton_available
+        from meshlift.kernels.choice import triton_importable
 
-        if not triton_available():
+        if not triton_importable():
             return None
         arch = _arch(torch.cuda.get_device_capability(device))
         marker = _marker(variants, arch)

@@ -56,7 +56,7 @@ Design (all kernels below; ``triton`` is imported only here, on first use):
    ``barycentrics_at``'s screen derivatives, in the same kernel (twin: autograd through
    ``barycentrics_at``). **Pre-reduction** (``_scatter_vertices``): large triangles put hundreds of
    pixels' atomics on the same 12 addresses (the first H200 run: backward-bound, 3× nvdiffrast), so up
-   to ``MESHLIFT_TRITON_BWD_IDS`` (default 8) times per tile the triangle of the first remaining pixel is
+   to ``RasterTuning.bwd_ids`` (default 8) times per tile the triangle of the first remaining pixel is
    picked, its pixels' 12 values are summed in registers (one multi-operand ``tl.reduce``) and added
    with 12 scalar atomics; the loop stops when a picked triangle covers fewer than 8 of the tile's
    pixels (small triangles: per-pixel atomics lose nothing) and the pixels left add their own values.
@@ -77,9 +77,8 @@ forward and backward.
 
 Tile size: ``TILE_H × TILE_W`` pixels per raster program (default by frame size, :func:`default_tile`:
 8 × 8 below 2^21 pixels per call, 16 × 16 from there (2048², 512² × 8), as the first H200 sweep found;
-``num_warps`` 4, unroll 2, stamp 4), env ``MESHLIFT_TRITON_TILE=HxW`` / ``_WARPS`` / ``_UNROLL`` /
-``_STAMP`` override (``benchmarks/raster_triton_tune.py`` sweeps them; :func:`describe_config` says what
-a call runs with).
+``num_warps`` 4, unroll 2, stamp 4); ``kernels.use_kernels(raster_tuning=RasterTuning(...))`` overrides them
+(``benchmarks/raster_triton_tune.py`` sweeps them; :func:`describe_config` says what a call runs with).
 Small tiles bin more pairs for large triangles (100k triangles filling a 1024² frame: ~330 px each, 2-4
 tiles of 16²); large tiles test more uncovered pixels per small triangle (1M triangles: a few px each).
 Batches (instanced ``[B, V, 4]`` or range mode) are the second grid axis of every per-triangle and
@@ -104,7 +103,6 @@ call's time as "first call s".
 
 from __future__ import annotations
 
-import os
 from typing import Optional, Tuple
 
 import torch
@@ -112,16 +110,19 @@ import torch
 from meshlift.errors import OutOfMemoryError, RenderError
 from meshlift.kernels._common import BBOX_SLACK_PX
 
-#: Default tile (rows, cols) of the raster kernel and its warps. The tile depends on the frame
-#: (:func:`default_tile`): the first H200 sweep (benchmarks/raster_triton_tune.py, 2026-12-01: tiles
-#: 8x8 / 16x16 / 8x32, stamp 0 / 4, warps 4, unroll 2) found 8x8 + stamp 4 best over the ten cases
-#: (geometric mean) but 16x16 best on the 2048² and the batch-8 cases, i.e. from 2^21 pixels per call.
-DEFAULT_TILE = (16, 16)
-SMALL_FRAME_TILE = (8, 8)
-LARGE_FRAME_PIXELS = 2**21
-DEFAULT_WARPS = 4
-DEFAULT_UNROLL = 2
-DEFAULT_STAMP = 4
+#: Default launch settings (the measured best; :class:`~meshlift.kernels.choice.RasterTuning` documents them).
+from meshlift.kernels.choice import (  # noqa: E402
+    DEFAULT_BWD_IDS,
+    DEFAULT_STAMP,
+    DEFAULT_TILE,
+    DEFAULT_UNROLL,
+    DEFAULT_WARPS,
+    LARGE_FRAME_PIXELS,
+    SMALL_FRAME_TILE,
+    kernel_choice,
+    triton_runs_on,
+)
+
 #: Key of an empty pixel (int64 max; every key ≥ backends._common.EMPTY_KEY means empty).
 _EMPTY = 2**63 - 1
 #: Block sizes of the per-triangle and per-pixel kernels.
@@ -130,8 +131,6 @@ _PIX_BLOCK = 256
 #: Pixel tile (rows, cols) of one backward program (rasterize and interpolate): its gradients are summed
 #: per triangle in registers before the atomics (kernels' ``_scatter_vertices``).
 _BWD_TILE = (16, 16)
-#: Most triangles pre-reduced per backward tile (env ``MESHLIFT_TRITON_BWD_IDS``; 0 = per-pixel atomics only).
-DEFAULT_BWD_IDS = 8
 #: The pre-reduction of a tile stops once a picked triangle covers fewer pixels of it than this.
 _BWD_MIN_PIX = 8
 #: Largest total of (triangle, tile) pairs one call may bin before it refuses (4 bytes each).
@@ -146,33 +145,9 @@ _K = None
 _EXACT = {"enable_fp_fusion": False}
 
 
-def triton_importable() -> bool:
-    """Whether ``import triton`` works (cached)."""
-    global _IMPORTABLE
-    try:
-        return _IMPORTABLE
-    except NameError:
-        pass
-    try:
-        import triton  # noqa: F401
-
-        _IMPORTABLE = True
-    except Exception:  # pragma: no cover - depends on the environment
-        _IMPORTABLE = False
-    return _IMPORTABLE
-
-
-def interpreting() -> bool:
-    """Whether Triton runs in its CPU interpreter (env ``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def available(device: torch.device) -> bool:
     """Whether the Triton kernels can run on ``device``: CUDA with triton, or CPU under the interpreter."""
-    dev = torch.device(device)
-    if not triton_importable():
-        return False
-    return dev.type == "cuda" or (dev.type == "cpu" and interpreting())
+    return triton_runs_on(device)
 
 
 def default_tile(H: int = 0, W: int = 0, B: int = 1) -> Tuple[int, int]:
@@ -186,31 +161,11 @@ def default_tile(H: int = 0, W: int = 0, B: int = 1) -> Tuple[int, int]:
 
 def tile_config(H: int = 0, W: int = 0, B: int = 1) -> Tuple[int, int, int, int, int]:
     """``(TILE_H, TILE_W, num_warps, unroll, stamp)`` of the raster kernels for a ``B × H × W`` call: the
-    tile from :func:`default_tile` unless env ``MESHLIFT_TRITON_TILE`` ("16x16") says, and env
-    ``MESHLIFT_TRITON_WARPS``, ``MESHLIFT_TRITON_UNROLL`` (1 or 2 triangles per loop step) and
-    ``MESHLIFT_TRITON_STAMP`` (0, 2, 4 or 8: triangles whose box fits that many pixels a side are
-    stamped per triangle instead of binned to tiles; 0 = never)."""
-    th, tw = default_tile(H, W, B)
-    env = os.environ.get("MESHLIFT_TRITON_TILE")
-    if env:
-        try:
-            th, tw = (int(x) for x in env.lower().split("x"))
-        except ValueError:
-            raise RenderError(f"MESHLIFT_TRITON_TILE={env!r} must look like 16x16 (powers of two)") from None
-    for s in (th, tw):
-        if s < 1 or s & (s - 1):
-            raise RenderError(f"MESHLIFT_TRITON_TILE sides must be powers of two, got {th}x{tw}")
-    try:
-        warps = int(os.environ.get("MESHLIFT_TRITON_WARPS", DEFAULT_WARPS))
-        unroll = int(os.environ.get("MESHLIFT_TRITON_UNROLL", DEFAULT_UNROLL))
-        stamp = int(os.environ.get("MESHLIFT_TRITON_STAMP", DEFAULT_STAMP))
-    except ValueError:
-        raise RenderError("MESHLIFT_TRITON_WARPS / _UNROLL / _STAMP must be integers (e.g. 4 / 2 / 4)") from None
-    if stamp not in (0, 2, 4, 8):
-        raise RenderError(f"MESHLIFT_TRITON_STAMP must be 0, 2, 4 or 8, got {stamp}")
-    if warps not in (1, 2, 4, 8, 16) or unroll not in (1, 2):
-        raise RenderError(f"MESHLIFT_TRITON_WARPS must be 1-16 (power of two) and MESHLIFT_TRITON_UNROLL 1 or 2, got {warps}, {unroll}")
-    return th, tw, warps, unroll, stamp
+    current :class:`~meshlift.kernels.choice.RasterTuning` (``kernels.use_kernels(raster_tuning=...)``),
+    its tile, when None, from :func:`default_tile`."""
+    t = kernel_choice().raster_tuning
+    th, tw = t.tile if t.tile is not None else default_tile(H, W, B)
+    return int(th), int(tw), t.warps, t.unroll, t.stamp
 
 
 def describe_config(H: int = 0, W: int = 0, B: int = 1) -> str:
@@ -221,18 +176,9 @@ def describe_config(H: int = 0, W: int = 0, B: int = 1) -> str:
 
 
 def bwd_ids() -> int:
-    """Most triangles whose gradients one backward tile sums in registers before its atomics (env
-    ``MESHLIFT_TRITON_BWD_IDS``, default :data:`DEFAULT_BWD_IDS`; 0 = one atomic per pixel and value)."""
-    env = os.environ.get("MESHLIFT_TRITON_BWD_IDS")
-    if not env:
-        return DEFAULT_BWD_IDS
-    try:
-        k = int(env)
-    except ValueError:
-        k = -1
-    if not 0 <= k <= 64:
-        raise RenderError(f"MESHLIFT_TRITON_BWD_IDS={env!r} must be an integer 0-64 (0 = no pre-reduction)")
-    return k
+    """Most triangles whose gradients one backward tile sums in registers before its atomics (the current
+    ``RasterTuning.bwd_ids``, default :data:`DEFAULT_BWD_IDS`; 0 = one atomic per pixel and value)."""
+    return kernel_choice().raster_tuning.bwd_ids
 
 
 def _kernels():

@@ -28,13 +28,13 @@ Camera gradients (``world_to_camera``, ``K``) are not produced here; the torch b
 from __future__ import annotations
 
 import functools
-import os
 import types
 from typing import Optional, Tuple
 
 import torch
 
 from meshlift.errors import DependencyError, RenderError
+from meshlift.kernels.choice import triton_runs_on
 
 __all__ = ["is_available", "count_bad_gaussians", "project_gaussians", "isect_tiles", "composite_tiles",
            "tile_statistics"]
@@ -64,19 +64,8 @@ _TILE_KEY16 = True  # sort 16-bit tile ids when C * tiles < 32768
 
 def is_available(device: torch.device) -> bool:
     """Triton can run these kernels on ``device``: CUDA with triton installed, or CPU tensors under
-    ``TRITON_INTERPRET=1`` (the interpreter, for tests). Imports triton only when the device qualifies."""
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        ok = torch.cuda.is_available()
-    else:
-        ok = dev.type == "cpu" and os.environ.get("TRITON_INTERPRET", "0") == "1"
-    if not ok:
-        return False
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    ``TRITON_INTERPRET=1`` (the interpreter, for tests): :func:`meshlift.kernels.choice.triton_runs_on`."""
+    return triton_runs_on(device)
 
 
 @functools.lru_cache(maxsize=1)

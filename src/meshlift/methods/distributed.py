@@ -47,6 +47,7 @@ from typing import Callable, Iterable, Optional, Sequence
 
 import torch
 
+from meshlift import _env
 from meshlift.errors import ConfigError, DistributedError, MeshliftError
 from meshlift.methods.engine import Checkpointer
 
@@ -96,7 +97,7 @@ def timeout_from_env() -> float:
     Raises:
         ConfigError: the variable is not a positive number.
     """
-    raw = os.environ.get(TIMEOUT_ENV, "")
+    raw = _env.get(TIMEOUT_ENV) or ""
     if not raw:
         return DEFAULT_TIMEOUT_S
     try:

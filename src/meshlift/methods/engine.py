@@ -8,7 +8,7 @@
 - schedules, each a named object with ``__call__`` and ``state_dict`` (no magic numbers in training loops):
   :class:`ExponentialLR` (nvdiffrec's learning-rate schedule), :class:`LinearSchedule` (weights that ramp),
   :class:`TimeBudget` (per-pass deadlines from the cost of the stages around the passes, :class:`StageCosts`);
-- :func:`resolve_device`, :func:`is_oom`: the device and memory errors;
+- :func:`resolve_device`, :func:`is_oom`: the device and memory errors; :func:`kernel_backends`: a run's backends;
 - :func:`end_step`: per-step bookkeeping (history, progress, previews, checkpoints, time budget), reading the
   loss back from the device in batches (:class:`LossReadback`: no host sync in most steps);
 - :data:`NO_STAGES`: the do-nothing stage timer of a training step (``benchmarks/reconstruct_speed.py`` passes a
@@ -58,6 +58,7 @@ __all__ = [
     "ViewSampler",
     "end_step",
     "is_oom",
+    "kernel_backends",
     "psnr_from_mse",
     "resolve_device",
 ]
@@ -104,6 +105,22 @@ def resolve_device(name: str) -> torch.device:
     if dev.type not in ("cpu", "cuda"):
         raise ConfigError(f"{what} is not supported; use auto, cpu, cuda or cuda:N")
     return dev
+
+
+def kernel_backends(run: Callable) -> Callable:
+    """Decorator of a method's ``reconstruct(cfg, ...)``: the run uses the fast-path backends its config names
+    (fields ``raster_backend``, ``shading_backend``, ``splat_backend``, those it has; ``auto`` or absent keeps
+    the current choice) through :func:`meshlift.kernels.use_kernels`, restored when it returns."""
+    import functools
+
+    @functools.wraps(run)
+    def wrapped(cfg, *args, **kwargs):
+        from meshlift.kernels import FAMILIES, use_kernels
+
+        names = {f: getattr(cfg, f"{f}_backend", "auto") for f in FAMILIES}
+        with use_kernels(**{f: n for f, n in names.items() if n != "auto"}):
+            return run(cfg, *args, **kwargs)
+    return wrapped
 
 
 def is_oom(exc: BaseException) -> bool:

@@ -3,7 +3,7 @@
 
 Why. Constructing any ``torch.optim`` optimizer imports ``torch._dynamo`` (its methods are wrapped in
 ``torch._disable_dynamo``, which imports it on first call): 1.1 s on the H200 host with a bytecode cache, 4.4 s
-on a 2-core machine (measured, session 10) — a tenth of ``meshlift demo --device cuda``, for a run that never
+on a 2-core machine (measured 2026-12-02) — a tenth of ``meshlift demo --device cuda``, for a run that never
 compiles a graph. These classes keep the parameter groups and state and call ``torch.optim.adam.adam``, the
 functional form ``torch.optim.Adam.step`` itself calls, so every update is torch's bit for bit (single-tensor on
 the CPU, ``fused`` on CUDA when asked; ``tests/test_methods_optim.py`` compares both against ``torch.optim``).

@@ -94,8 +94,8 @@ def antialias(
         tri: ``[T, 3]`` int triangles.
         topology: precomputed :func:`antialias_construct_topology` ``(tri)`` (default: built here).
         pos_gradient_boost: multiplier on the gradient to ``pos`` (nvdiffrast's knob), 1 = exact.
-        backend: rasterizer backend name (None → env ``MESHLIFT_RASTER_BACKEND`` or ``"auto"``:
-            :func:`meshlift.kernels.get_backend`). ``"triton"`` with float32 ``color``/``pos``/``rast`` runs
+        backend: rasterizer backend name (None → the current choice, default ``"auto"``:
+            :func:`meshlift.kernels.choose_backend`). ``"triton"`` with float32 ``color``/``pos``/``rast`` runs
             the fused kernels of :mod:`meshlift.kernels.antialias_triton` (three launches forward, four
             backward, no host sync); this torch code is their reference twin.
 

@@ -21,8 +21,8 @@ from meshlift.kernels.raster_triton import interpolate_triton
 
 
 def _fused(device: torch.device) -> bool:
-    """Whether the fused Triton kernel runs: the rasterizer backend (env ``MESHLIFT_RASTER_BACKEND`` or
-    auto) resolves to ``"triton"`` on this device."""
+    """Whether the fused Triton kernel runs: the rasterizer backend (the current choice,
+    :func:`meshlift.kernels.choose_backend`) resolves to ``"triton"`` on this device."""
     return get_backend(None, device).name == "triton"
 
 

@@ -12,32 +12,38 @@ Conventions: docs/conventions.md §3 (clip space, pixel centres, depth-test tie 
 
 from __future__ import annotations
 
-import os
 from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from meshlift import _env
 from meshlift.errors import OutOfMemoryError, RenderError
 from meshlift.render._checks import check_float, check_resolution, check_tri
 from meshlift.kernels import get_backend
 from meshlift.kernels._common import MAX_TRIANGLES, dense_path, gather_rows, pixel_centre_tables
 
-#: Default fragment budget when neither the argument nor ``MESHLIFT_RASTER_MAX_FRAGMENTS`` is set.
+#: Default fragment budget when the argument is None (the methods carry it as the config field ``max_fragments``).
 DEFAULT_MAX_FRAGMENTS = 2**24
 
 
 def resolve_max_fragments(max_fragments: Optional[int]) -> int:
-    """The fragment budget: the argument, else env ``MESHLIFT_RASTER_MAX_FRAGMENTS``, else 2^24."""
+    """The fragment budget: the argument, else :data:`DEFAULT_MAX_FRAGMENTS` (or, deprecated, the environment
+    variable ``MESHLIFT_RASTER_MAX_FRAGMENTS``, with a warning).
+
+    Raises:
+        RenderError: a budget below 1, or a deprecated variable that is not a number.
+    """
     if max_fragments is None:
-        env = os.environ.get("MESHLIFT_RASTER_MAX_FRAGMENTS")
+        env = _env.deprecated("MESHLIFT_RASTER_MAX_FRAGMENTS")
         if env:
             try:
                 max_fragments = int(float(env))
             except ValueError:
                 raise RenderError(
-                    f"MESHLIFT_RASTER_MAX_FRAGMENTS={env!r} is not a number; set e.g. 16777216"
+                    f"MESHLIFT_RASTER_MAX_FRAGMENTS={env!r} (deprecated) is not a number; unset it and set the "
+                    "config field max_fragments or the max_fragments= argument instead"
                 ) from None
         else:
             max_fragments = DEFAULT_MAX_FRAGMENTS
@@ -109,7 +115,7 @@ def visible_triangles(
     except torch.OutOfMemoryError as e:  # pragma: no cover - depends on the machine
         raise OutOfMemoryError(
             f"rasterize ran out of memory at {H}x{W}, {tri.shape[0]} triangles (fragment budget {budget}): "
-            "lower max_fragments= / MESHLIFT_RASTER_MAX_FRAGMENTS, the batch size or the resolution"
+            "lower max_fragments= (config field max_fragments), the batch size or the resolution"
         ) from e
 
 
@@ -290,11 +296,12 @@ def rasterize(
         resolution: ``(H, W)`` in pixels.
         ranges: range mode only, ``[B, 2]`` int ``(first triangle, triangle count)`` of each image.
         grad_db: also compute ``rast_db`` (needed for texture mip-level selection).
-        max_fragments: fragment budget bounding the visibility pass's memory (None → env
-            ``MESHLIFT_RASTER_MAX_FRAGMENTS`` or 2^24; peak memory ≤ ~170 bytes each). The barycentric
+        max_fragments: fragment budget bounding the visibility pass's memory (None →
+            :data:`DEFAULT_MAX_FRAGMENTS`, 2^24; peak memory ≤ ~170 bytes each). The barycentric
             pass after it holds ~250 bytes per pixel (``B·H·W``) for the backward on a GPU, where it
             runs over every pixel without a host sync (on the CPU over the covered pixels only).
-        backend: visibility backend (None → env ``MESHLIFT_RASTER_BACKEND`` or ``"auto"``: Triton
+        backend: visibility backend (None → the current choice,
+            :func:`meshlift.kernels.choose_backend`, default ``"auto"``: Triton
             kernels on CUDA when ``import triton`` works, :mod:`meshlift.kernels.raster_triton`).
 
     Returns:

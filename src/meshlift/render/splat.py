@@ -14,8 +14,8 @@ culling, opacity-aware bounding boxes and tile binning. Conventions: docs/conven
 "Gaussian splatting" (OpenCV ``world_to_camera``, pixel centres at ``j + 0.5``, quaternions (w,x,y,z),
 SH basis and order, low-pass, alpha rules).
 
-Two implementations, one API, picked by ``backend`` (argument, else env ``MESHLIFT_SPLAT_BACKEND``, else
-``"auto"``): ``"torch"`` — the readable reference in :mod:`meshlift.render.splat_reference` (CPU and
+Two implementations, one API, picked by ``backend`` (argument, else the current choice,
+:func:`meshlift.kernels.choose_backend`, default ``"auto"``): ``"torch"`` — the readable reference in :mod:`meshlift.render.splat_reference` (CPU and
 CUDA, autograd, memory bounded by ``SplatSettings.chunk_elements``); ``"triton"`` — the kernels of
 :mod:`meshlift.kernels.splat_triton` (hand-written backward); ``"auto"`` = Triton on CUDA when it is
 importable, else torch.
@@ -23,7 +23,6 @@ importable, else torch.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -146,7 +145,9 @@ def _check_inputs(means, quats, scales, opacities, colors, world_to_camera, K, w
         return None
     # All value checks in one device pass (on CUDA with triton: one kernel), read back once.
     with torch.no_grad():
-        if means.is_cuda and _triton_available(means.device):
+        from meshlift.kernels import choose_backend
+
+        if means.is_cuda and choose_backend("splat", None, means.device) == "triton":
             from meshlift.kernels import splat_triton
 
             flags = splat_triton.count_bad_gaussians(means, quats, scales, opacities, colors)
@@ -179,30 +180,15 @@ def _raise_bad_inputs(flags) -> None:
 
 
 def _resolve_backend(backend: Optional[str], device: torch.device, camera_grad: bool = False) -> str:
-    name = backend if backend is not None else os.environ.get("MESHLIFT_SPLAT_BACKEND", "auto")
-    if name not in ("auto", "torch", "triton"):
-        raise RenderError(f"unknown splat backend {name!r}; choose 'auto', 'torch' or 'triton' "
-                          "(argument backend= or env MESHLIFT_SPLAT_BACKEND)")
-    if name == "torch":
-        return name
-    avail = _triton_available(device)
-    if name == "triton" and not avail:
-        raise RenderError(f"splat backend 'triton' cannot run on device {device} (needs CUDA and the "
-                          "triton package, or TRITON_INTERPRET=1 on CPU); use backend='torch'")
-    if name == "auto":
-        return "triton" if (avail and device.type == "cuda" and not camera_grad) else "torch"
-    if camera_grad:
+    """``"torch"`` or ``"triton"`` (:func:`meshlift.kernels.choose_backend`); ``auto`` keeps a call that needs
+    gradients to the cameras on torch, and ``"triton"`` refuses it."""
+    from meshlift.kernels import choose_backend
+
+    name = choose_backend("splat", backend, device, prefer_torch=camera_grad)
+    if camera_grad and name == "triton":
         raise RenderError("splat backend 'triton' gives no gradient to world_to_camera / K; use backend='torch' "
                           "for camera optimisation (or detach the cameras)")
     return name
-
-
-def _triton_available(device: torch.device) -> bool:
-    try:
-        from meshlift.kernels import splat_triton
-    except ImportError:
-        return False
-    return splat_triton.is_available(device)
 
 
 def _ops(backend: str):
@@ -330,8 +316,8 @@ def rasterize_gaussians(
         render_mode: ``"RGB"``, ``"D"`` (accumulated depth Σ αT z), ``"ED"`` (expected depth
             Σ αT z / Σ αT), ``"RGB+D"``, ``"RGB+ED"``; depth is appended as the last channel.
         settings: :class:`SplatSettings` (low-pass, tile size, alpha clamp, extra outputs, budget).
-        backend: ``"auto"``, ``"torch"`` or ``"triton"`` (default: env ``MESHLIFT_SPLAT_BACKEND``, else
-            ``"auto"``: Triton for CUDA tensors when triton imports and the cameras need no gradient).
+        backend: ``"auto"``, ``"torch"`` or ``"triton"`` (default: the current choice,
+            :func:`meshlift.kernels.use_kernels`, else ``"auto"``: Triton for CUDA tensors when triton imports and the cameras need no gradient).
             The Triton path composites in float32 whatever the input dtype.
 
     Returns:

@@ -524,8 +524,8 @@ def texture_rows(
         uv_da: ``[N, 4]`` ``(du/dX, du/dY, dv/dX, dv/dY)`` in uv units per pixel.
         boundary_mode: ``'wrap'`` or ``'clamp'``.
         channels: sample only the first ``channels`` columns of ``stack.flat`` (None: all).
-        backend: ``'auto'`` / ``'torch'`` / ``'triton'`` / None (env ``MESHLIFT_SHADING_BACKEND``, else auto):
-            :func:`meshlift.kernels.shading.shading_backend`; the Triton kernel is
+        backend: ``'auto'`` / ``'torch'`` / ``'triton'`` / None (the current choice, else auto):
+            :func:`meshlift.kernels.choose_backend`; the Triton kernel is
             :mod:`meshlift.kernels.texture_triton` (float32, CUDA), the torch path is its reference twin.
 
     Returns:
@@ -534,7 +534,7 @@ def texture_rows(
     Raises:
         RenderError: bad shapes, dtypes or modes.
     """
-    from meshlift.kernels.shading import shading_backend
+    from meshlift.kernels import choose_backend
 
     flat = stack.flat
     C = flat.shape[1] if channels is None else int(channels)
@@ -549,7 +549,7 @@ def texture_rows(
                           f"{tuple(uv_da.shape)}")
     dtype = torch.promote_types(flat.dtype, uv.dtype)
     if backend != "torch" and dtype == torch.float32 and uv_da.dtype == torch.float32:
-        if shading_backend(backend, uv.device, dtype) == "triton":
+        if choose_backend("shading", backend, uv.device, dtype) == "triton":
             from meshlift.kernels.texture_triton import texture_rows_triton
 
             return texture_rows_triton(flat, uv, uv_da, stack.offsets, stack.heights, stack.widths, stack.base_hw,

@@ -127,13 +127,13 @@ def _int32(idx: torch.Tensor) -> torch.Tensor:
 
 def _fused_normals(v_pos: torch.Tensor) -> bool:
     """Whether face and vertex normals take the Triton kernels: ``[V, 3]`` float32 and the shading backend
-    (env ``MESHLIFT_SHADING_BACKEND``, auto = Triton on CUDA) says so; their twins are
+    (:func:`meshlift.kernels.choose_backend`, auto = Triton on CUDA) says so; their twins are
     ``geometry.mesh_ops.face_normals`` / ``vertex_normals``."""
     if v_pos.ndim != 2 or v_pos.dtype != torch.float32:
         return False
-    from meshlift.kernels.shading import shading_backend
+    from meshlift.kernels import choose_backend
 
-    return shading_backend(None, v_pos.device, v_pos.dtype) == "triton"
+    return choose_backend("shading", None, v_pos.device, v_pos.dtype) == "triton"
 
 
 def _fused_tangents(v_pos: torch.Tensor, v_tex: torch.Tensor, v_nrm: torch.Tensor) -> bool:

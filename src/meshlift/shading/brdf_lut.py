@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from meshlift import _env
 from meshlift.errors import RenderError
 from meshlift.shading.bsdf import SPECULAR_EPSILON, lambda_ggx
 
@@ -111,7 +112,7 @@ def _integrate(n_dot_v: torch.Tensor, roughness: torch.Tensor, xi: torch.Tensor,
 
 def _cache_dir() -> Path:
     """``$MESHLIFT_CACHE``, else ``$XDG_CACHE_HOME/meshlift``, else ``~/.cache/meshlift``."""
-    env = os.environ.get("MESHLIFT_CACHE")
+    env = _env.get("MESHLIFT_CACHE")
     if env:
         return Path(env)
     xdg = os.environ.get("XDG_CACHE_HOME")

@@ -99,8 +99,8 @@ def tonemapped_l1(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor |
         pred: ``[..., C]`` linear HDR radiance (differentiable).
         target: ``[..., C]`` the reference, same shape (no gradient is needed through it).
         mask: ``[..., 1]`` coverage in [0, 1] of the same leading shape, or None (no premultiplication).
-        backend: ``'auto'`` / ``'torch'`` / ``'triton'`` / None (env ``MESHLIFT_SHADING_BACKEND``, else auto:
-            Triton for float32 CUDA tensors; :func:`meshlift.kernels.shading.shading_backend`): one fused
+        backend: ``'auto'`` / ``'torch'`` / ``'triton'`` / None (the current choice, else auto:
+            Triton for float32 CUDA tensors; :func:`meshlift.kernels.choose_backend`): one fused
             kernel forward and one backward (:mod:`meshlift.kernels.loss_triton`; no gradient to
             ``target``/``mask``), or this torch code, its reference twin.
 
@@ -116,11 +116,11 @@ def tonemapped_l1(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor |
         raise ImageError(f"tonemapped_l1: target {tuple(target.shape)} must match pred {tuple(pred.shape)}")
     if mask is not None and (mask.shape != (*pred.shape[:-1], 1)):
         raise ImageError(f"tonemapped_l1(mask): expected {(*pred.shape[:-1], 1)}, got {tuple(mask.shape)}")
-    from meshlift.kernels.shading import shading_backend
+    from meshlift.kernels import choose_backend
 
     ts = [t for t in (pred, target, mask) if t is not None]
     if (all(t.dtype == torch.float32 and t.device == pred.device for t in ts)
-            and shading_backend(backend, pred.device, pred.dtype) == "triton"):
+            and choose_backend("shading", backend, pred.device, pred.dtype) == "triton"):
         from meshlift.kernels.loss_triton import tonemapped_l1_triton
 
         return tonemapped_l1_triton(pred, target, mask)

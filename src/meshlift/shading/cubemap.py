@@ -280,8 +280,8 @@ def sample_cube(cube: torch.Tensor, dirs: torch.Tensor, backend: str | None = No
     Args:
         cube: ``[6, R, R, C]`` cube map (docs/conventions.md §8).
         dirs: ``[..., 3]`` directions (need not be normalised).
-        backend: ``'auto'`` / ``'torch'`` / ``'triton'`` / None (env ``MESHLIFT_SHADING_BACKEND``, else auto;
-            :func:`meshlift.kernels.shading.shading_backend`): the Triton kernel
+        backend: ``'auto'`` / ``'torch'`` / ``'triton'`` / None (the current choice, else auto;
+            :func:`meshlift.kernels.choose_backend`): the Triton kernel
             (:mod:`meshlift.kernels.cube_triton`, float32; the padding there is one CSR apply of
             :func:`_pad_operator`, :func:`meshlift.kernels.prefilter_triton.csr_apply_cat_triton`) or this
             torch path (:func:`_pad_cube`), its reference twin.
@@ -316,12 +316,12 @@ def _shaped(t: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
 
 
 def _use_triton(backend: str | None, cube: torch.Tensor, dirs: torch.Tensor) -> bool:
-    """Whether the Triton lookup runs (float32 cube and directions, ``shading_backend`` says so)."""
+    """Whether the Triton lookup runs (float32 cube and directions, and :func:`meshlift.kernels.choose_backend` says so)."""
     if backend == "torch" or cube.dtype != torch.float32 or dirs.dtype != torch.float32:
         return False
-    from meshlift.kernels.shading import shading_backend
+    from meshlift.kernels import choose_backend
 
-    return shading_backend(backend, cube.device, cube.dtype) == "triton"
+    return choose_backend("shading", backend, cube.device, cube.dtype) == "triton"
 
 
 def _check_mip_args(levels: list[torch.Tensor], dirs: torch.Tensor, level: torch.Tensor, name: str) -> None:

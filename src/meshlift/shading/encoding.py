@@ -16,7 +16,7 @@ Hash Encoding" (ACM TOG 41(4)), Sec. 3:
 per group for all levels and corners);
 :func:`hash_grid_reference` is its naive per-level, per-corner loop twin (tests compare both, forward
 and backward). On CUDA the same encoding runs as two fused Triton kernels (forward, backward) of
-:mod:`meshlift.kernels.hashgrid_triton`, chosen by ``backend`` (:mod:`meshlift.kernels.shading`).
+:mod:`meshlift.kernels.hashgrid_triton`, chosen by ``backend`` (:func:`meshlift.kernels.choose_backend`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from meshlift.errors import ConfigError, RenderError
-from meshlift.kernels.shading import SHADING_BACKENDS, shading_backend
+from meshlift.kernels import FAMILIES, choose_backend
 
 __all__ = ["HASH_PRIMES", "HashGridEncoding", "hash_grid_reference", "MLP"]
 
@@ -49,8 +49,8 @@ class HashGridEncoding(nn.Module):
         desired_resolution: N_max used when ``per_level_scale`` is None (nvdiffrec: 4096).
         init_scale: table entries start uniform in [-init_scale, init_scale].
         backend: ``"auto"`` (Triton kernels for float32 CUDA inputs when ``import triton`` works, this
-            module's PyTorch code otherwise), ``"torch"`` or ``"triton"``; None reads the environment variable
-            ``MESHLIFT_SHADING_BACKEND`` (default auto). See :mod:`meshlift.kernels.shading`.
+            module's PyTorch code otherwise), ``"torch"`` or ``"triton"``; None: the current choice
+            (:func:`meshlift.kernels.use_kernels`, default auto). See :func:`meshlift.kernels.choose_backend`.
 
     Attributes:
         embeddings: ``[sum_l T_l, F]`` trainable table of every level, concatenated.
@@ -83,8 +83,9 @@ class HashGridEncoding(nn.Module):
             )
         if not 1 <= log2_hashmap_size <= 30:
             raise ConfigError(f"HashGridEncoding(log2_hashmap_size): must be in 1..30, got {log2_hashmap_size}")
-        if backend is not None and str(backend).strip().lower() not in SHADING_BACKENDS:
-            raise ConfigError(f"HashGridEncoding(backend): unknown {backend!r}; use one of {', '.join(SHADING_BACKENDS)}")
+        names = ("auto",) + FAMILIES["shading"]
+        if backend is not None and str(backend).strip().lower() not in names:
+            raise ConfigError(f"HashGridEncoding(backend): unknown {backend!r}; use one of {', '.join(names)}")
         if per_level_scale is None:
             per_level_scale = (
                 math.exp(math.log(desired_resolution / base_resolution) / (n_levels - 1)) if n_levels > 1 else 1.0
@@ -146,7 +147,7 @@ class HashGridEncoding(nn.Module):
             raise RenderError(f"HashGridEncoding: expected x of shape [N, {self.n_input_dims}], got {tuple(x.shape)}")
         n = x.shape[0]
         x = torch.clamp(x.to(self.embeddings.dtype), 0.0, 1.0)
-        if shading_backend(self.backend, x.device, x.dtype) == "triton":
+        if choose_backend("shading", self.backend, x.device, x.dtype) == "triton":
             from meshlift.kernels.hashgrid_triton import hash_grid_encode_triton
 
             return hash_grid_encode_triton(

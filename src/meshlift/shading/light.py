@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from meshlift.errors import RenderError
-from meshlift.kernels.shading import shading_backend
+from meshlift.kernels import choose_backend
 from meshlift.shading.brdf_lut import brdf_lut, lookup_brdf_lut
 from meshlift.shading.bsdf import dot, reflect, safe_normalize
 from meshlift.shading.cubemap import (
@@ -288,7 +288,7 @@ def specular_prefilter(
             from a coarse source, as the bounded-memory mip chain does).
         backend: how the cached matrix is applied: ``"torch"`` (sparse matmul), ``"triton"`` (the CSR kernel
             of :mod:`meshlift.kernels.prefilter_triton`), ``"auto"`` (Triton for float32 CUDA maps when
-            ``import triton`` works); None reads ``MESHLIFT_SHADING_BACKEND`` (default auto).
+            ``import triton`` works); None: the current choice (:func:`meshlift.kernels.choose_backend`).
 
     Returns:
         ``[6, out_res, out_res, C]``.
@@ -305,7 +305,7 @@ def specular_prefilter(
     src_res, ch = cube.shape[1], cube.shape[-1]
     out_res = src_res if out_res is None else int(out_res)
     op = _specular_operator(out_res, src_res, float(roughness), float(cutoff), cube.dtype, str(cube.device))
-    if shading_backend(backend, cube.device, cube.dtype) == "triton":
+    if choose_backend("shading", backend, cube.device, cube.dtype) == "triton":
         from meshlift.kernels.prefilter_triton import csr_apply_triton
 
         y = csr_apply_triton(cube.reshape(-1, ch), op.fwd, op.bwd)
@@ -600,8 +600,8 @@ class EnvironmentLight(torch.nn.Module):
             ks: ``[..., 3]`` (occlusion, roughness, metallic).
             view_pos: ``[..., 3]`` camera positions, broadcastable (e.g. ``[B, 1, 1, 3]``).
             specular: False gives the diffuse-only model (``kd · E_d``, ``ks`` only for occlusion).
-            backend: ``'auto'`` / ``'torch'`` / ``'triton'`` / None (env ``MESHLIFT_SHADING_BACKEND``, else
-                auto: Triton for float32 CUDA tensors; :func:`meshlift.kernels.shading.shading_backend`).
+            backend: ``'auto'`` / ``'torch'`` / ``'triton'`` / None (the current
+                choice, else auto: Triton for float32 CUDA tensors; :func:`meshlift.kernels.choose_backend`).
                 With ``'triton'``, ``specular=True`` and all inputs ``[N, 3]`` rows, the elementwise work
                 before and after the two cube lookups runs as two fused kernels
                 (:mod:`meshlift.kernels.pbr_triton`) and the lookups as the cube kernels; this torch code is
@@ -648,7 +648,7 @@ class EnvironmentLight(torch.nn.Module):
         if first.ndim != 2 or any(t.shape != first.shape or t.device != first.device or t.dtype != torch.float32
                                   for t in rows):
             return False
-        return shading_backend(backend, first.device, first.dtype) == "triton"
+        return choose_backend("shading", backend, first.device, first.dtype) == "triton"
 
     def _shade_fused(self, gb_pos, gb_normal, kd, ks, view_pos, backend) -> torch.Tensor:
         """:meth:`shade` (specular) as prep kernel → two cube lookups → combination kernel."""

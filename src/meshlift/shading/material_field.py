@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from meshlift.errors import ConfigError, RenderError
-from meshlift.kernels.shading import shading_backend
+from meshlift.kernels import choose_backend
 from meshlift.shading.encoding import MLP, HashGridEncoding
 
 __all__ = ["MaterialField", "NVDIFFREC_KS_RANGE", "NVDIFFREC_NRM_RANGE"]
@@ -130,7 +130,7 @@ class MaterialField(nn.Module):
         flat = x.reshape(-1, 3).to(self.aabb.dtype)
         # Chunks bound the gather temporaries of the PyTorch encoding; the fused Triton encoding has none
         # (it writes [N, L·F] directly), so there one call takes every point (fewer, larger launches).
-        fused = shading_backend(self.encoder.backend, flat.device, flat.dtype) == "triton"
+        fused = choose_backend("shading", self.encoder.backend, flat.device, flat.dtype) == "triton"
         if fused or flat.shape[0] <= self.chunk_size:
             out = self._raw(flat)
         else:

@@ -93,8 +93,8 @@ def prepare_shading_normal(
         two_sided_shading: flip normals of faces seen from behind.
         opengl: OpenGL/glTF normal-map orientation (+Y along the bitangent); False for DirectX (-Y).
         two_sided: alias of ``two_sided_shading`` (keyword only).
-        backend: ``'auto'`` / ``'torch'`` / ``'triton'`` / None (env ``MESHLIFT_SHADING_BACKEND``, else auto:
-            Triton for float32 CUDA tensors; :func:`meshlift.kernels.shading.shading_backend`). With
+        backend: ``'auto'`` / ``'torch'`` / ``'triton'`` / None (the current choice, else auto:
+            Triton for float32 CUDA tensors; :func:`meshlift.kernels.choose_backend`). With
             ``'triton'`` and all inputs ``[N, C]`` rows of one device, the whole chain is one fused kernel
             forward and one backward (:func:`meshlift.kernels.pbr_triton.shading_normal_triton`); this torch
             code is its reference twin. Otherwise the torch path runs.
@@ -148,6 +148,6 @@ def _fused(backend, *rows) -> bool:
     if any(t.ndim != 2 or t.shape[0] != first.shape[0] or t.device != first.device or t.dtype != torch.float32
            for t in ts):
         return False
-    from meshlift.kernels.shading import shading_backend
+    from meshlift.kernels import choose_backend
 
-    return shading_backend(backend, first.device, first.dtype) == "triton"
+    return choose_backend("shading", backend, first.device, first.dtype) == "triton"

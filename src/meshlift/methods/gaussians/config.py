@@ -68,7 +68,8 @@ class GaussiansConfig:
     device: str = "auto"
     """Compute device: ``auto`` (CUDA when available), ``cpu`` or ``cuda[:N]``."""
     splat_backend: str = "auto"
-    """Rasterizer: ``auto`` (Triton on CUDA, the PyTorch reference on CPU), ``torch`` or ``triton``."""
+    """Gaussian rasterizer and fused SSIM: ``auto`` (Triton on CUDA, the PyTorch reference on CPU), ``torch``
+    or ``triton``."""
 
     # ---- schedule ------------------------------------------------------------------------------------------
     steps: int = 30_000

@@ -19,13 +19,6 @@ from meshlift.metrics.image import gaussian_window
 __all__ = ["ssim_same", "photometric_loss"]
 
 
-def _fused_available(device: torch.device) -> bool:
-    try:
-        from meshlift.kernels import splat_triton
-    except ImportError:  # pragma: no cover
-        return False
-    return splat_triton.is_available(device)
-
 _C1 = 0.01**2
 _C2 = 0.03**2
 _KERNELS: dict = {}
@@ -77,14 +70,18 @@ def photometric_loss(pred: torch.Tensor, target: torch.Tensor, ssim_lambda: floa
 
     ``fused``: the SSIM through the fused Triton kernels of :mod:`meshlift.kernels.splat_ssim_triton`
     (4 launches for forward + backward; the same definition as :func:`ssim_same`, its tested twin). None =
-    fused on CUDA when triton is available and ``target`` needs no gradient.
+    fused on CUDA when the splat backend (:func:`meshlift.kernels.choose_backend`; the config field
+    ``splat_backend`` during a run) is Triton and ``target`` needs no gradient.
 
     Returns:
         ``{"loss", "l1", "ssim"}`` scalar tensors (``loss`` differentiable).
     """
     l1 = (pred - target).abs().mean()
     if fused is None:
-        fused = pred.is_cuda and not target.requires_grad and _fused_available(pred.device)
+        from meshlift.kernels import choose_backend
+
+        fused = pred.is_cuda and choose_backend("splat", None, pred.device,
+                                                prefer_torch=target.requires_grad) == "triton"
     if ssim_lambda <= 0:
         s = torch.ones((), device=pred.device)
     elif fused:

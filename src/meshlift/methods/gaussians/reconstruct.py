@@ -19,8 +19,8 @@ import torch
 
 from meshlift.errors import ConfigError, MeshliftError, OutOfMemoryError
 from meshlift.methods.distributed import DistContext, init_from_env, make_checkpointer
-from meshlift.methods.engine import (CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, is_oom, prepare_output_dir,
-                                     resolve_device)
+from meshlift.methods.engine import (CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, is_oom, kernel_backends,
+                                     prepare_output_dir, resolve_device)
 from meshlift.methods.gaussians.config import SHAPE_FIELDS, GaussiansConfig, apply_dict
 from meshlift.methods.gaussians.views import SplatProblem
 
@@ -114,6 +114,7 @@ def oom_error(cfg: GaussiansConfig, where: str, n: int) -> OutOfMemoryError:
         f"{cfg.chunk_elements} (PyTorch rasterizer), sh_degree={cfg.sh_degree}")
 
 
+@kernel_backends
 def reconstruct(cfg: GaussiansConfig, out_dir: Optional[str | Path], *, resume: bool = False,
                 overwrite: bool = False, monitor: Optional[Monitor] = None,
                 problem: Optional[SplatProblem] = None, callbacks=None,

@@ -72,9 +72,9 @@ class MiloRates:
 #: H200 host: 173,988 pivots in 9-10 s) and the xatlas rate of :func:`meshlift.mesh.uv.unwrap` (≈ 0.5 s per
 #: 1k faces); the H200 fox run of 2026-12-01 (colouring, 43 views at 540×960 = 22 Mpx: 5.6 s with a tiny
 #: mesh); the statue run killed during the unwrap + bake of 231k faces (decimated to 100k): more than 60 s
-#: for those two with three processes sharing the host; session 3 (four processes sharing the host): xatlas
-#: on ~100k faces 29 s (bob, bunny, spot), 77 s (statue), over 300 s (fox: a noisy unmasked mesh; hence
-#: :meth:`MiloStageCosts.unwrap_time_limit`). The rest are guesses that err high; the measured
+#: for those two with three processes sharing the host; the H200 runs of 2026-12-01 afternoon (four processes
+#: sharing the host): xatlas on ~100k faces 29 s (bob, bunny, spot), 77 s (statue), over 300 s (fox: a noisy
+#: unmasked mesh; hence :meth:`MiloStageCosts.unwrap_time_limit`). The rest are guesses that err high; the measured
 #: stage times of every run are in metrics.json (``timings``: ``extract_s``, ``color_s``, ``eval_s``).
 RATES = {
     "cpu": MiloRates(delaunay_s_per_pivot=1.0e-4, render_s_per_pixel=2.0e-6, decimate_s_per_face=2.0e-5,

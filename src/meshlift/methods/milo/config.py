@@ -113,7 +113,7 @@ class MiloConfig(GaussiansConfig):
     """``tsdf`` path on a capture: voxels per axis across the region of interest for the whole-scene mesh
     (the rest of the scene contracted around it; ``scene_mesh.ply``, the mesh rendered for ``mesh_psnr``); a
     power of two. 0 (the default; ``--quick`` uses 64) = from the images: the power of two whose voxel is closest to ``scene_voxel_pixels`` training pixels at
-    the region's centre (docs/results.md: on one fox checkpoint the whole-scene mesh was best at ~2 pixels per
+    the region's centre (benchmarks/results/log_milo.md, 2026-12-03: on one fox checkpoint the whole-scene mesh was best at ~2 pixels per
     voxel and lost 3 dB at 0.5), within [32, 1024]."""
     scene_voxel_pixels: float = 2.0
     """With ``scene_resolution=0``: the whole-scene voxel in training pixels at the region's centre."""
@@ -184,7 +184,10 @@ class MiloConfig(GaussiansConfig):
     """Weight of the BCE on the 'inside' occupancy labels (MILo 0.005)."""
     max_fragments: int = 0
     """Mesh rasterizer fragment budget per call (MILo fork's ``MILO_RAST_TRI_CHUNK``; 0 = the rasterizer's
-    default / ``MESHLIFT_MAX_FRAGMENTS``). Lower it on out-of-memory in the mesh render."""
+    default, 2^24). Lower it on out-of-memory in the mesh render."""
+    raster_backend: str = "auto"
+    """Mesh rasterizer implementation: ``auto`` (Triton kernels on CUDA when ``import triton`` works, else
+    PyTorch), ``torch`` or ``triton``."""
     mesh_chunk_views: int = 8
     """Views per mesh-rasterizer call when labelling / fusing all training views (memory knob)."""
     tet_chunk: int = 1 << 22
@@ -215,7 +218,8 @@ class MiloConfig(GaussiansConfig):
 SHAPE_FIELDS = ("sh_degree", "data", "num_pivots", "mesh_res_scale", "ref_views", "train_res", "ref_scene", "extract")
 
 _CHOICES = {"imp_metric": ("indoor", "outdoor"), "extract": ("tsdf", "delaunay"), "surface_depth": ("median_plane", "plane", "median"),
-            "region": ("auto", "scene", "object"), "ref_scene": ("object", "ground")}
+            "region": ("auto", "scene", "object"), "ref_scene": ("object", "ground"),
+            "raster_backend": ("auto", "torch", "triton")}
 _UNIT = ("sampling_factor", "prune_cdf", "sdf_reset_blend")
 _NONNEG = ("scene_voxel_pixels", "depth_consistency_views", "depth_consistency_tol", "flatten_weight", "tsdf_trunc_pixels", "scene_trunc_pixels", "tsdf_trunc_voxels", "tsdf_min_views", "trunc_pixels", "depth_normal_weight", "mesh_depth_weight", "mesh_normal_weight", "occupied_centres_weight",
            "occupancy_label_weight", "keep_components", "min_component_faces", "color_depth_tol", "mesh_res_scale")

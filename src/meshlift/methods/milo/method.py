@@ -44,7 +44,7 @@ METHOD = Method(
         get=get_preset,
         default=lambda data: "verylowres",
         tiny=lambda data: get_preset("milo_tiny"),
-        # app promises: quick has a 280 s time budget (49-163 s measured on 2 cores, docs/results.md); tiny
+        # app promises: quick has a 280 s time budget (49-163 s measured on 2 cores, benchmarks/results/log_milo.md); tiny
         # took 28 s on a CPU; the GPU ones are guesses (an H200 spot run at 0.4 of the schedule: 246 s)
         sizes=(
             RunSize("quick", "quick: 64 px, 400 steps, 9k-pivot mesh, at most 280 s of training",

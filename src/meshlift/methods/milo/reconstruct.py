@@ -29,7 +29,8 @@ import torch
 
 from meshlift.errors import ConfigError, MeshliftError, OutOfMemoryError
 from meshlift.kernels import precompile
-from meshlift.methods.engine import CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, is_oom, resolve_device
+from meshlift.methods.engine import (CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, is_oom, kernel_backends,
+                                     resolve_device)
 from meshlift.methods.milo.config import SHAPE_FIELDS, MiloConfig, apply_dict, num_mesh_gaussians
 
 __all__ = ["BUDGET_FRACTIONS", "MiloResult", "budget_costs", "build_config", "load_problem", "oom_error",
@@ -271,6 +272,7 @@ def _peak_gpu_gb(device: torch.device) -> Optional[float]:
     return torch.cuda.max_memory_allocated(device) / 2**30
 
 
+@kernel_backends
 def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool = False, overwrite: bool = False,
                 monitor: Optional[Monitor] = None, problem=None, gt_mesh=None, callbacks=None) -> MiloResult:
     """Run MILo on ``cfg.data`` (or ``problem``), write ``out_dir`` (module docstring).

@@ -55,7 +55,7 @@ class StageRates:
 
 #: Per-device rates. CPU: the shared 2-core development machine under load (``meshlift demo`` on 2026-12-01:
 #: hidden-face removal of 64 × 512² renders 89 s, unwrap + bake of 13.7k faces at 256² 9.4 s, evaluation
-#: with 2 × 50k samples 7.4 s). CUDA: the H200 runs of docs/results.md (spot, ≤ 30k faces, 2048² textures:
+#: with 2 × 50k samples 7.4 s). CUDA: the H200 runs of 2026-11-30 (benchmarks/results/log_surface_method.md; spot, ≤ 30k faces, 2048² textures:
 #: about 5 s between the passes and 7 s of evaluation and export) and issue 9's budgeted lego run (nerf preset,
 #: grid 96, 380 s budget: pass 2 got 31 steps of its 95 s window, so hidden-face removal + decimation of the
 #: ~10^5-face pass-1 mesh + xatlas + bake took ~90 s). Decimation and xatlas run on the host CPU on both,

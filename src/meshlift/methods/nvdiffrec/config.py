@@ -186,6 +186,12 @@ class SurfaceConfig:
     # ---- memory, logging, outputs -------------------------------------------------------------------------
     max_fragments: Optional[int] = None
     """Rasterizer fragment budget (bounds its peak memory); None = the rasterizer's default."""
+    raster_backend: str = "auto"
+    """Rasterizer implementation: ``auto`` (Triton kernels on CUDA when ``import triton`` works, else
+    PyTorch), ``torch`` (the pure-PyTorch reference: a broken Triton install, debugging) or ``triton``."""
+    shading_backend: str = "auto"
+    """Shading fast paths (hash grid, cube maps, textures, normals, PBR shading, image loss): ``auto`` (Triton
+    kernels for float32 CUDA tensors), ``torch`` (the pure-PyTorch references) or ``triton``."""
     seed: int = 0
     """Random seed of parameter initialisation, view sampling and noise."""
     preview_every: int = 0
@@ -248,6 +254,8 @@ _CHOICES = {
     "isosurface": ("dmtet", "flexicubes"),
     "sdf_init": ("random", "sphere", "visual_hull"),
     "background": ("white", "black"),
+    "raster_backend": ("auto", "torch", "triton"),
+    "shading_backend": ("auto", "torch", "triton"),
 }
 
 

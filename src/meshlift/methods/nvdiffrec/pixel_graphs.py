@@ -1,11 +1,11 @@
 """CUDA-graph replay of the fixed-shape half of a training step of either pass (issue 9: a launch-lean step).
 
 Why: on a GPU a small pass-1 step (the demo's: 2 views of 96², ~14k faces) is bound by the host — 19.5 ms per
-step of which the device is busy 1.7 ms (docs/benchmarks.md, session 11) — because every op is a Python call,
+step of which the device is busy 1.7 ms (docs/benchmarks.md, H200, 2026-12-02, main at fe8aa21) — because every op is a Python call,
 a dispatcher trip and a kernel launch, forward and backward. Marching tets sizes the mesh anew each step, so
 the step as a whole has no fixed shapes to capture (and pass 2's rasterizer sizes its bins by the frame's
 content); from the G-buffer on, though, everything is per pixel over a frame whose shape is fixed for the pass
-(``batch × (spp · train_res)²``). Measured on the demo (H200, docs/benchmarks.md, session 12): pass-1 steps
+(``batch × (spp · train_res)²``). Measured on the demo (H200, 2026-12-02, docs/benchmarks.md): pass-1 steps
 21.1 → 16.6 ms, pass-2 steps 25.7 → 16.0 ms.
 
 Design: that half runs densely over every pixel (``renderers.mesh_pbr_dense``: uncovered pixels get finite

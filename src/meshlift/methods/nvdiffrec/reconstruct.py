@@ -28,8 +28,8 @@ from meshlift.errors import ConfigError, MeshliftError, OutOfMemoryError
 from meshlift.kernels import precompile
 from meshlift.methods.distributed import DistContext, init_from_env, make_checkpointer
 from meshlift.methods.engine import (CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, TrainState,
-                                     check_memory, check_resume_compatible, is_oom, prepare_output_dir,
-                                     resolve_device)
+                                     check_memory, check_resume_compatible, is_oom, kernel_backends,
+                                     prepare_output_dir, resolve_device)
 from meshlift.methods.data_device import resolve_data_device
 from meshlift.methods.nvdiffrec.config import RESUME_FIXED, SurfaceConfig, config_to_dict
 from meshlift.methods.nvdiffrec.evaluate import geometry_metrics, image_metrics, render_views, to_world
@@ -211,6 +211,7 @@ def estimate_training_bytes(cfg: SurfaceConfig, n_views: int, height: int, width
     return int(batch_px * per_pixel + (images if on_gpu else 0))
 
 
+@kernel_backends
 def reconstruct(
     cfg: SurfaceConfig,
     out_dir: Optional[str | Path],
