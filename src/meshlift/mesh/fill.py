@@ -283,7 +283,7 @@ def fill_vertex_values(faces: torch.Tensor, values: torch.Tensor, known: torch.T
 
     Returns:
         ``(values [V, C], unreached)``: a copy where each unknown vertex connected to a known one by mesh
-        edges got the mean of its neighbours that were known (or filled) in the ring before; ``unreached``
+        edges got the mean over its edges to neighbours that were known (or filled) in the ring before; ``unreached``
         vertices (in components with no known vertex) keep their input values.
 
     Raises:
@@ -297,8 +297,8 @@ def fill_vertex_values(faces: torch.Tensor, values: torch.Tensor, known: torch.T
     out = values.clone()
     have = known.clone()
     f = faces.to(values.device).long()
-    e = torch.cat([f[:, [0, 1]], f[:, [1, 2]], f[:, [2, 0]]])
-    src, dst = torch.cat([e[:, 0], e[:, 1]]), torch.cat([e[:, 1], e[:, 0]])  # both directions
+    e = torch.unique(torch.cat([f[:, [0, 1]], f[:, [1, 2]], f[:, [2, 0]]]).sort(dim=1).values, dim=0)
+    src, dst = torch.cat([e[:, 0], e[:, 1]]), torch.cat([e[:, 1], e[:, 0]])  # each edge once, both directions
     while True:
         w = have[src].to(values.dtype)
         cnt = torch.zeros_like(have, dtype=values.dtype).index_add_(0, dst, w)
