@@ -366,7 +366,8 @@ def extract_tsdf_mesh(
         level_res = n // step
         last = level == levels - 1
         tv = trunc_voxels if last else max(trunc_voxels, _COARSE_MIN_TRUNC_VOXELS)
-        inv, tsdf, weight, pos, trunc, valid = _evaluate_level(cells, step, level_res, tv, grid, source, chunk_elements, stats)
+        inv, tsdf, weight, pos, trunc, valid = _evaluate_level(cells, step, level_res, tv, grid, source,
+                                                               chunk_elements, stats)
         if last:
             observed = weight >= min_weight
             tsdf, known = _unseen_rule(unseen, tsdf, weight, observed, pos, valid, source, chunk_elements)

@@ -321,8 +321,9 @@ def empty_pixel_views(
     :func:`tsdf_at_points`) onto a pixel **without depth** (``<= 0``, non-finite, or a confidence ``<= 0``).
 
     Such a view looked through the point and saw no surface at all (an empty pixel of a render: sky, or
-    nothing opaque), which is different from not seeing the point: :func:`meshlift.isosurface.sparse_grid.extract_tsdf_mesh`
-    with ``unseen="inside"`` counts an unseen point as inside only where this is 0.
+    nothing opaque), which is different from not seeing the point:
+    :func:`meshlift.isosurface.sparse_grid.extract_tsdf_mesh` with ``unseen="inside"`` counts an unseen
+    point as inside only where this is 0.
 
     Args:
         points: ``[P, 3]`` float world positions (finite).

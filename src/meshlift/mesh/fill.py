@@ -5,14 +5,14 @@
   vertex) into simple loops.
 * :func:`fill_holes` closes the loops of border edges (walked without regard to their direction, so holes
   whose surrounding winding disagrees after an edge collapse are closed too) of at most ``max_edges`` edges:
-  a loop of 3 by one triangle, a longer one by a fan of triangles around a new vertex at the loop's centroid (Liepa 2003, "Filling holes in
-  meshes", Sec. 3 starts the same way, by an initial triangulation of the hole, before refining and fairing
-  it; we stop there: the holes filled here are a few voxels wide). Each fill face runs along its border edge
-  opposite to the face on the other side, so it is wound like the faces around the hole (counter-clockwise
-  seen from outside for an outward mesh, docs/conventions.md §3), and a closed mesh with a hole becomes
-  closed again. The new vertex
-  gets the mean colour of the loop; per-corner UVs and normals get the loop corners' own indices and one
-  new entry for the centre (their mean); a face material is that of the face along the loop's first edge.
+  a loop of 3 by one triangle, a longer one by a fan of triangles around a new vertex at the loop's centroid
+  (Liepa 2003, "Filling holes in meshes", Sec. 3, starts the same way, with an initial triangulation of the
+  hole, before refining and fairing it; we stop there: the holes filled here are a few voxels wide). Each
+  fill face runs along its border edge opposite to the face on the other side, so it is wound like the faces
+  around the hole (counter-clockwise seen from outside for an outward mesh, docs/conventions.md §3), and a
+  closed mesh with a hole becomes closed again. The new vertex gets the mean colour of the loop; per-corner
+  UVs and normals get the loop corners' own indices and one new entry for the centre (their mean); a face
+  material is that of the face along the loop's first edge.
 * :func:`fill_vertex_values` gives each vertex that has no value (``known`` False: e.g. a vertex no training
   view saw) the mean of its known neighbours along the mesh edges, ring after ring (a breadth-first
   diffusion, as hole-filling in-painting on meshes does), instead of one global fallback.
@@ -255,7 +255,9 @@ def fill_holes(mesh: Mesh, *, max_edges: int = 0, only_near: np.ndarray | None =
         return mesh, rep
     rep.faces_added, rep.vertices_added = len(add_f), len(new_p)
     dt = mesh.v_pos.dtype
-    cat = lambda old, new, dtype: torch.cat([old.detach().cpu(), torch.as_tensor(np.asarray(new), dtype=dtype)])  # noqa: E731
+    def cat(old: torch.Tensor, new, dtype) -> torch.Tensor:
+        return torch.cat([old.detach().cpu(), torch.as_tensor(np.asarray(new), dtype=dtype)])
+
     out = replace(
         mesh,
         v_pos=cat(mesh.v_pos, np.asarray(new_p).reshape(-1, 3), dt),
