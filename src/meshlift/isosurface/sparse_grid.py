@@ -40,11 +40,11 @@ level's step, so keys are shared by all levels.
    counts observed corners only, so an observed free corner (+1) next to a filled one (-1) makes a face
    half-way between them. Only the cells the coarse levels kept (near an observed surface) are meshed, so
    the boundary of the seen free space is closed next to surfaces — pinholes where one view's depth
-   carved through, the rim of a surface at the edge of the views — and not across empty space. Measured on
-   the CPU fox (docs/results.md, "Holes of the whole-scene mesh"): 68 % of its hole pixels were tets with such a
-   corner; with this rule alone the holes fell from 1.6 % to 0.46 % of the test pixels (17.67 -> 19.23 dB).
-   The dense reference (``levels=1``) meshes every cell, so there the
-   rule also closes free space far from any surface.
+   carved through, the rim of a surface at the edge of the views — and not across empty space. Measured
+   on the CPU fox (docs/results.md, "Holes of the whole-scene mesh"): 68 % of its hole pixels were tets
+   with such a corner; with this rule alone the holes fell from 1.6 % to 0.46 % of the test pixels (17.67
+   -> 19.23 dB). The dense reference (``levels=1``) meshes every cell, so there the rule also closes free
+   space far from any surface (on the carved sphere of the tests both give the same mesh).
 
 **Memory** is proportional to the surface, not the volume: the cells evaluated at a level are the
 children of the cells kept at the level above (a band a few voxels thick around the surface), about
