@@ -36,9 +36,11 @@ def _tiny(**kw):
 def test_config_fields_and_validation():
     cfg = get_preset("verylowres")
     assert cfg.extract == "tsdf" and cfg.surface_depth == "median"
+    assert cfg.tsdf_unseen == "inside" and cfg.fill_hole_edges == 64  # the measured best (docs/results.md, "Holes")
     for field, bad in (("extract", "poisson"), ("surface_depth", "mean"), ("region", "room"),
                        ("tsdf_resolution", "300"), ("scene_resolution", "8"), ("tsdf_trunc_voxels", "0.5"),
-                       ("ref_scene", "table"), ("bbox", "1,2,3"), ("bbox", "0,0,0,1,1,x")):
+                       ("ref_scene", "table"), ("bbox", "1,2,3"), ("bbox", "0,0,0,1,1,x"), ("tsdf_unseen", "outside"),
+                       ("fill_hole_edges", "-1")):
         with pytest.raises(ConfigError, match=field if field != "bbox" else "--bbox|bbox"):
             apply_dict(cfg, {field: bad})
     ok = apply_dict(cfg, {"bbox": "-1,-1,0,1,1,2", "extract": "delaunay", "tsdf_resolution": "1024"})

@@ -11,7 +11,7 @@ import torch
 
 from meshlift.errors import MeshError
 from meshlift.isosurface.sparse_grid import extract_tsdf_mesh
-from meshlift.isosurface.tsdf import contract, tsdf_at_points, uncontract, uncontract_scale
+from meshlift.isosurface.tsdf import contract, empty_pixel_views, tsdf_at_points, uncontract, uncontract_scale
 
 RADIUS = 0.5
 SIZE = 64  # image side, pixels
@@ -289,6 +289,58 @@ def test_min_weight_removes_surfaces_seen_by_few_views(sphere):
     assert f.shape[0] == 0
 
 
+def carved_sphere():
+    """The sphere's 12 views, but view 0 sees through it along a 5-pixel disk at the image centre (depth 8,
+    far behind it): the noisy depth of one view carving a tunnel through a surface."""
+    depth, w2c, k = sphere_depth(12)
+    jj, ii = torch.meshgrid(torch.arange(SIZE), torch.arange(SIZE), indexing="xy")
+    disk = (jj - SIZE // 2) ** 2 + (ii - SIZE // 2) ** 2 <= 4
+    depth[0][disk] = 8.0
+    return depth, w2c, k
+
+
+def test_unseen_inside_closes_a_carved_pinhole():
+    """The tunnel's walls are free space (view 0) next to corners no view knows (behind the surface for the
+    others): with unseen="unknown" their tets are dropped and the sphere has a hole; "inside" (Curless & Levoy
+    Sec. 5) meshes the tunnel's walls and the mesh is closed and outward; the dense twin agrees."""
+    src = [carved_sphere()]
+    v, f, rep = extract_tsdf_mesh(src, [-1, -1, -1], [1, 1, 1], 32)
+    assert closed_oriented_defects(f)[1] > 0 and rep["unseen"] == "unknown" and rep["unseen_inside_corners"] == 0
+    v, f, rep = extract_tsdf_mesh(src, [-1, -1, -1], [1, 1, 1], 32, unseen="inside")
+    assert closed_oriented_defects(f) == (0, 0) and rep["unseen_inside_corners"] > 0
+    assert signed_volume(v, f) > 0.9 * 4 / 3 * math.pi * RADIUS**3
+    v1, f1, _ = extract_tsdf_mesh(src, [-1, -1, -1], [1, 1, 1], 32, unseen="inside", levels=1)
+    assert face_set(v, f) == face_set(v1, f1)
+
+
+def test_unseen_inside_leaves_an_observed_surface_and_empty_pixels_alone(sphere, sphere_mesh):
+    """Every corner near the sphere is observed, and the space around it is seen through the views' empty
+    background pixels, so it stays unknown: the mesh is exactly the plain rule's (without the empty-pixel
+    exception it grows fins along the silhouettes)."""
+    v, f, rep = extract_tsdf_mesh([sphere], [-1, -1, -1], [1, 1, 1], 32, unseen="inside")
+    assert face_set(v, f) == face_set(sphere_mesh[0], sphere_mesh[1])
+    assert rep["unseen_inside_corners"] > 0  # corners deep inside the sphere: hidden, now solid
+
+
+def test_empty_pixel_views_counts_views_that_look_through_a_point():
+    """Two fronto-parallel views of z = 2 (32 px, focal 12, pixel centres at j + 0.5); view 0 has no depth in
+    its left half (columns 0..15). A point on its optical axis at z = 1 projects to column 16 of both views."""
+    depth, w2c, k = plane_views(2.0, [(0.0, 0.0, 0.0), (0.0, 0.0, 0.0)])
+    depth[0, :, :16] = 0.0
+    pts = torch.tensor([[0.0, 0.0, 1.0],  # column 16 in both: depth in both
+                        [-0.5, 0.0, 1.0],  # column 16 - 6 = 10: empty in view 0
+                        [-0.5, 0.0, -1.0],  # behind both cameras
+                        [50.0, 0.0, 1.0]])  # outside both images
+    assert empty_pixel_views(pts, [(depth, w2c, k)]).tolist() == [0, 1, 0, 0]
+    assert empty_pixel_views(pts, [(depth, w2c, k, torch.zeros_like(depth))]).tolist() == [2, 2, 0, 0]
+    split = [(depth[:1], w2c[:1], k[:1]), (depth[1:], w2c[1:], k[1:])]
+    assert empty_pixel_views(pts, split, chunk_elements=1).tolist() == [0, 1, 0, 0]
+    with pytest.raises(MeshError, match="points"):
+        empty_pixel_views(torch.zeros(3, 2), [(depth, w2c, k)])
+    with pytest.raises(MeshError, match="no views"):
+        empty_pixel_views(pts, [])
+
+
 # ---------------------------------------------------------------- contraction -------------------------------
 
 
@@ -377,6 +429,8 @@ def test_bad_inputs_name_the_argument(sphere):
         extract_tsdf_mesh([sphere], *box, 16, trunc_voxels=0)
     with pytest.raises(MeshError, match="min_weight"):
         extract_tsdf_mesh([sphere], *box, 16, min_weight=0)
+    with pytest.raises(MeshError, match="unseen"):
+        extract_tsdf_mesh([sphere], *box, 16, unseen="outside")
     with pytest.raises(MeshError, match="one-shot"):
         extract_tsdf_mesh(iter([sphere]), *box, 16)
     with pytest.raises(MeshError, match="no views"):

@@ -10,8 +10,9 @@
   (Shen et al. 2023);
   Dual Marching Cubes tables derived in code in :mod:`meshlift.isosurface.tables`.
 * :mod:`meshlift.isosurface.tsdf` / :mod:`meshlift.isosurface.sparse_grid`: ``tsdf_at_points`` (streamed TSDF
-  fusion of depth maps, Curless & Levoy 1996), ``contract`` / ``uncontract`` (mip-NeRF 360 Eq. 10, L-inf),
-  ``extract_tsdf_mesh`` (sparse coarse-to-fine grid + marching tets; 2DGS / GOF mesh extraction).
+  fusion of depth maps, Curless & Levoy 1996), ``empty_pixel_views``, ``contract`` / ``uncontract`` (mip-NeRF
+  360 Eq. 10, L-inf), ``extract_tsdf_mesh`` (sparse coarse-to-fine grid + marching tets; 2DGS / GOF mesh
+  extraction; ``unseen="inside"``: Curless & Levoy's hole filling).
 
 Sign convention everywhere: ``sdf < 0`` inside, faces counter-clockwise seen from outside.
 """

@@ -203,6 +203,26 @@ def _check_points_trunc(points: Any, trunc: Any, fn: str) -> torch.Tensor:
     return tr
 
 
+def _project_to_pixels(pts: torch.Tensor, rot: torch.Tensor, tra: torch.Tensor, kk: torch.Tensor,
+                       base: torch.Tensor, h: int, w: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Step 1 of the module docstring for ``pts [n, 3]`` and ``nv`` views (``rot [nv, 3, 3]``, ``tra [nv, 3]``,
+    ``kk [nv, 3, 3]``): ``(camera z [nv, n], seen [nv, n] bool, flat pixel index [nv, n])`` where ``seen`` =
+    in front of the camera and inside the image, and the index is ``base [nv, 1]`` + row * w + column of the
+    nearest pixel (clamped into the image where not seen). Element-wise (no matmul): the same rounding for
+    every chunking."""
+    px, py, pz = pts[:, 0], pts[:, 1], pts[:, 2]
+    x, y, z = (rot[:, r, 0, None] * px + rot[:, r, 1, None] * py + rot[:, r, 2, None] * pz + tra[:, r, None]
+               for r in range(3))
+    fx, sk, cx = kk[:, 0, 0, None], kk[:, 0, 1, None], kk[:, 0, 2, None]  # [nv, 1]
+    fy, cy = kk[:, 1, 1, None], kk[:, 1, 2, None]
+    front = z > _MIN_Z
+    zs = torch.where(front, z, 1)
+    u = torch.floor((fx * x + sk * y) / zs + cx)  # pixel column j
+    v = torch.floor(fy * y / zs + cy)  # pixel row i
+    ok = front & (u >= 0) & (u < w) & (v >= 0) & (v < h)
+    return z, ok, base + v.clamp(0, h - 1).long() * w + u.clamp(0, w - 1).long()
+
+
 def tsdf_at_points(
     points: torch.Tensor,
     depth_chunks: DepthSource,
@@ -267,23 +287,10 @@ def tsdf_at_points(
             v1 = min(b, v0 + vb)
             rot, tra = w2c[v0:v1, :3, :3], w2c[v0:v1, :3, 3]
             kk = k[v0:v1]
-            fx, sk, cx = kk[:, 0, 0, None], kk[:, 0, 1, None], kk[:, 0, 2, None]  # [nv, 1]
-            fy, cy = kk[:, 1, 1, None], kk[:, 1, 2, None]
             base = (torch.arange(v0, v1, device=dev) * (h * w))[:, None]  # [nv, 1]
             for s in range(0, n_pts, pc):
                 e = min(n_pts, s + pc)
-                px, py, pz = points[s:e, 0], points[s:e, 1], points[s:e, 2]  # [n] each
-                # element-wise (no matmul): the same rounding for every chunking; [nv, n] each
-                x, y, z = (
-                    rot[:, r, 0, None] * px + rot[:, r, 1, None] * py + rot[:, r, 2, None] * pz + tra[:, r, None]
-                    for r in range(3)
-                )
-                front = z > _MIN_Z
-                zs = torch.where(front, z, 1)
-                u = torch.floor((fx * x + sk * y) / zs + cx)  # pixel column j
-                v = torch.floor(fy * y / zs + cy)  # pixel row i
-                ok = front & (u >= 0) & (u < w) & (v >= 0) & (v < h)
-                idx = base + v.clamp(0, h - 1).long() * w + u.clamp(0, w - 1).long()  # [nv, n]
+                z, ok, idx = _project_to_pixels(points[s:e], rot, tra, kk, base, h, w)
                 d = d_flat[idx] - z
                 tr = tr_all[s:e][None, :]
                 ok = ok & (w_flat[idx] > 0) & (d >= -tr)
@@ -305,6 +312,58 @@ def tsdf_at_points(
     seen = sum_w > 0
     tsdf = torch.where(seen, sum_wd / torch.where(seen, sum_w, 1), 1)
     return tsdf.clamp(-1, 1), sum_w
+
+
+def empty_pixel_views(
+    points: torch.Tensor, depth_chunks: DepthSource, *, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS
+) -> torch.Tensor:
+    """``[P]`` int64: in how many views each point is in front of the camera and projects (nearest pixel, as
+    :func:`tsdf_at_points`) onto a pixel **without depth** (``<= 0``, non-finite, or a confidence ``<= 0``).
+
+    Such a view looked through the point and saw no surface at all (an empty pixel of a render: sky, or
+    nothing opaque), which is different from not seeing the point:
+    :func:`meshlift.isosurface.sparse_grid.extract_tsdf_mesh` with ``unseen="inside"`` counts an unseen
+    point as inside only where this is 0.
+
+    Args:
+        points: ``[P, 3]`` float world positions (finite).
+        depth_chunks: the views, as for :func:`tsdf_at_points`.
+        chunk_elements: memory budget, points x views evaluated at once.
+
+    Raises:
+        MeshError: bad ``points``, ``chunk_elements`` or chunks (as :func:`tsdf_at_points`), or no views at all.
+    """
+    fn = "empty_pixel_views"
+    _check_points_trunc(points, 1.0, fn)
+    budget = _check_chunk_elements(chunk_elements, fn)
+    dev, dt = points.device, points.dtype
+    n_pts = points.shape[0]
+    count = torch.zeros(n_pts, dtype=torch.int64, device=dev)
+    n_views = 0
+    for depth, w2c, k, wmap in iter_depth_chunks(depth_chunks, fn):
+        b, h, w = depth.shape
+        n_views += b
+        if b == 0 or n_pts == 0:
+            continue
+        depth = depth.to(dev, dt)
+        has = torch.isfinite(depth) & (depth > 0)
+        if wmap is not None:
+            has &= wmap.to(dev, dt).nan_to_num(0.0) > 0
+        empty = (~has).reshape(-1)
+        w2c, k = w2c.to(dev, dt), k.to(dev, dt)
+        vb = min(b, budget)
+        pc = max(1, budget // vb)
+        for v0 in range(0, b, vb):
+            v1 = min(b, v0 + vb)
+            base = (torch.arange(v0, v1, device=dev) * (h * w))[:, None]
+            for s in range(0, n_pts, pc):
+                e = min(n_pts, s + pc)
+                _, ok, idx = _project_to_pixels(points[s:e], w2c[v0:v1, :3, :3], w2c[v0:v1, :3, 3], k[v0:v1],
+                                                base, h, w)
+                count[s:e] += (ok & empty[idx]).sum(0)
+    if n_views == 0:
+        raise MeshError(f"{fn}: depth_chunks yielded no views; pass at least one depth map")
+    return count
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Mesh cleaning: non-finite vertices, duplicate vertices, degenerate and duplicate faces,
-non-manifold edges, small connected components, unreferenced vertices.
+non-manifold edges (and the holes their repair opens, :mod:`meshlift.mesh.fill`), small connected
+components, unreferenced vertices.
 
 Every edit goes through one remap primitive, :func:`remap`, so per-vertex attributes (``v_color``)
 and per-face indices (``t_tex_idx``, ``t_nrm_idx``, ``extras['face_material']``) always follow.
@@ -137,6 +138,7 @@ class CleanReport:
     degenerate_faces: int = 0
     duplicate_faces: int = 0
     nonmanifold_faces: int = 0
+    nonmanifold_holes_filled: int = 0
     small_component_faces: int = 0
     small_components: int = 0
     unreferenced_vertices: int = 0
@@ -192,6 +194,27 @@ def edge_face_counts(f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return inv.reshape(-1), counts
 
 
+#: :func:`drop_nonmanifold_faces` closes the holes it opens up to this many edges each (a removed face opens a
+#: loop of a few edges; a loop longer than this runs along other borders the mesh already had).
+NONMANIFOLD_HOLE_EDGES = 32
+
+
+def drop_nonmanifold_faces(mesh: Mesh) -> tuple[Mesh, int, int]:
+    """``(mesh, faces removed, holes filled)``: the faces of :func:`nonmanifold_face_mask` removed, then the
+    border loops that removal opened (the loops through a vertex of a removed face, at most
+    ``NONMANIFOLD_HOLE_EDGES`` edges) closed again by :func:`meshlift.mesh.fill.fill_holes`, so a closed mesh
+    with a pinched edge stays closed (its sheets no longer share the edge). Unreferenced vertices are kept."""
+    from meshlift.mesh.fill import fill_holes
+
+    bad = nonmanifold_face_mask(mesh)
+    if not bad.any():
+        return mesh, 0, 0
+    near = np.zeros(mesh.num_vertices, dtype=bool)
+    near[mesh.t_pos_idx.cpu().numpy()[bad].reshape(-1)] = True
+    out, rep = fill_holes(remap(mesh, keep_faces=~bad), max_edges=NONMANIFOLD_HOLE_EDGES, only_near=near)
+    return out, int(bad.sum()), rep.filled
+
+
 def nonmanifold_face_mask(mesh: Mesh) -> np.ndarray:
     """``[T]`` bool: faces to drop so no edge has more than two faces (the two largest are kept)."""
     v = mesh.v_pos.detach().cpu().double().numpy()
@@ -240,7 +263,8 @@ def clean_mesh(mesh: Mesh, *, keep_components: float = 0.02) -> tuple[Mesh, Clea
     exactly coincident vertices; remove degenerate faces (repeated index or area ≤
     ``DEGENERATE_AREA_REL`` × bbox diagonal²) and duplicate faces (same vertex set, either
     orientation); repair non-manifold edges by keeping the two largest faces of every edge shared by
-    more than two; make the winding consistent across shared edges and turn closed components that are
+    more than two and closing the holes that opens (:func:`drop_nonmanifold_faces`); make the winding
+    consistent across shared edges and turn closed components that are
     inside out (negative signed volume) outward (:func:`meshlift.mesh.orient.orient_faces`); remove connected components whose bbox diagonal is below ``keep_components`` ×
     the whole mesh's; drop unreferenced vertices.
 
@@ -268,9 +292,7 @@ def clean_mesh(mesh: Mesh, *, keep_components: float = 0.02) -> tuple[Mesh, Clea
     m = duplicate_face_mask(out)
     rep.duplicate_faces = int(m.sum())
     out = remap(out, keep_faces=~m)
-    m = nonmanifold_face_mask(out)
-    rep.nonmanifold_faces = int(m.sum())
-    out = remap(out, keep_faces=~m)
+    out, rep.nonmanifold_faces, rep.nonmanifold_holes_filled = drop_nonmanifold_faces(out)
     out, orient = orient_faces(out)
     rep.winding_flipped_faces = orient.winding_flipped_faces
     rep.inverted_components = orient.inverted_components

@@ -36,6 +36,7 @@ import torch
 
 from meshlift.errors import MeshError
 from meshlift.mesh.clean import compact
+from meshlift.mesh.fill import boundary_loops
 from meshlift.structures.mesh import Mesh
 
 __all__ = ["crop_mesh", "clip_mesh", "CropReport", "ear_clip", "is_watertight", "SNAP_REL"]
@@ -345,53 +346,9 @@ def _clip_plane(st: _State, n: np.ndarray, d: float, eps: float, rep: CropReport
     st.split = np.concatenate([st.split[keep_idx], np.ones(len(src), dtype=bool)])
 
 
-def _boundary_loops(F: np.ndarray) -> tuple[list[list[int]], list[int], int]:
-    """Closed boundary loops of a triangle list, following the faces' winding.
-
-    Returns:
-        ``(loops, face of each loop's first edge, open chains)``; each loop is a list of vertex ids with
-        edges ``loop[i] -> loop[i + 1]`` used by exactly one face.
-    """
-    if not len(F):
-        return [], [], 0
-    e = np.stack([F[:, [0, 1]], F[:, [1, 2]], F[:, [2, 0]]], 1).reshape(-1, 2)
-    fid = np.repeat(np.arange(len(F)), 3)
-    _, inv, cnt = np.unique(np.sort(e, 1), axis=0, return_inverse=True, return_counts=True)
-    bnd = cnt[inv.reshape(-1)] == 1
-    be, bf = e[bnd], fid[bnd]
-    out: dict[int, list[int]] = {}
-    for j, (a, _) in enumerate(be):
-        out.setdefault(int(a), []).append(j)
-    used = np.zeros(len(be), dtype=bool)
-    loops, faces, open_chains = [], [], 0
-    for j0 in range(len(be)):
-        if used[j0]:
-            continue
-        start = int(be[j0, 0])
-        loop, j = [start], j0
-        closed = False
-        while True:
-            used[j] = True
-            v = int(be[j, 1])
-            if v == start:
-                closed = True
-                break
-            loop.append(v)
-            nxt = [x for x in out.get(v, []) if not used[x]]
-            if not nxt:
-                break
-            j = nxt[0]
-        if closed and len(loop) >= 3:
-            loops.append(loop)
-            faces.append(int(bf[j0]))
-        else:
-            open_chains += 1
-    return loops, faces, open_chains
-
-
 def _cap(st: _State, planes: list[tuple[np.ndarray, float]], eps: float, rep: CropReport) -> None:
     """Close the boundary loops that lie on one cutting plane (see the module docstring)."""
-    loops, lfaces, open_chains = _boundary_loops(st.F)
+    loops, lfaces, open_chains = boundary_loops(st.F)
     rep.open_loops += open_chains
     by_plane: dict[int, list[int]] = {}
     for li, lp in enumerate(loops):

@@ -12,7 +12,8 @@ Sp4cerat's Fast-Quadric-Mesh-Simplification). meshlift adds attribute handling a
 * Normals (if the input had any): recomputed as area-weighted smooth vertex normals.
 
 The result never has faces with a repeated vertex, nor edges shared by more than two faces (the smallest
-extra faces of a pinched edge are removed, as ``clean_mesh`` does); near-zero-area and duplicate faces are
+extra faces of a pinched edge are removed and the holes that opens are closed again,
+:func:`meshlift.mesh.clean.drop_nonmanifold_faces`, as ``clean_mesh`` does); near-zero-area and duplicate faces are
 removed where that opens no border edge (a sliver inside a closed surface is kept, so decimation does not
 crack a watertight mesh).
 """
@@ -29,10 +30,10 @@ from meshlift.errors import MeshError
 from meshlift.mesh.clean import (
     compact,
     degenerate_face_mask,
+    drop_nonmanifold_faces,
     duplicate_face_mask,
     edge_face_counts,
     face_components,
-    nonmanifold_face_mask,
     remap,
     unique_rows,
 )
@@ -159,10 +160,9 @@ def simplify_mesh(mesh: Mesh, max_faces: int, *, keep_uv: bool = True, aggressiv
     bad &= _removable_without_a_hole(result.t_pos_idx.numpy(), bad)
     if bad.any():
         result = remap(result, keep_faces=~bad)
-    bad = nonmanifold_face_mask(result)  # edge collapses can pinch an edge onto 3+ faces
-    if bad.any():
-        info["nonmanifold_faces_removed"] = int(bad.sum())
-        result = remap(result, keep_faces=~bad)
+    result, removed, filled = drop_nonmanifold_faces(result)  # edge collapses can pinch an edge onto 3+ faces
+    if removed:
+        info["nonmanifold_faces_removed"], info["nonmanifold_holes_filled"] = removed, filled
     result = compact(result)
     info["faces_after"] = result.num_faces
     return result, info
