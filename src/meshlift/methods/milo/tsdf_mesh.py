@@ -65,10 +65,10 @@ SCENE_MAX_RADIUS = 16.0
 #: voxel); the cut lies twice this above the plane (:func:`object_asset`).
 SUPPORT_INLIER_VOXELS = 2.0
 
-#: The support plane must be within this many degrees of the region's up (from the cameras' right axes: bob's
-#: floor was found at 0.1°). The spot of the unmasked scene (an H200 run of 2026-12-03) took a 7.6° plane holding 5 % of the area from
-#: its blotchy floor; across the region such a tilt rises ~0.3 units, into the object (its recall fell from 0.876
-#: to 0.775 between the call without the cut and the one with it, which also trained fewer steps).
+#: The support plane must be within this many degrees of the region's up (from the cameras' right axes: bob's floor
+#: was found at 0.1°). The spot of the unmasked scene (an H200 run of 2026-12-03) took a 7.6° plane holding 5 % of
+#: the area from its blotchy floor; across the region such a tilt rises ~0.3 units, into the object (its recall fell
+#: from 0.876 to 0.775 between the call without the cut and the one with it, which also trained fewer steps).
 SUPPORT_MAX_TILT_DEG = 5.0
 
 #: Depth (× scene_scale) given to pixels outside a view's mask: the whole ray in front of it is free space,
