@@ -14,6 +14,25 @@ single pixel can leak through a rounding gap of the float32 edge tests). Interio
 removed. Deep cavities that no direction sees are removed as well (rare on reconstructed objects).
 
 Memory: one ``[views_per_batch, R, R]`` int64 id buffer plus the rasterizer's fragment budget.
+
+The second half of this module culls against the *training* views (:func:`view_cull`): geometry that no
+training photo needs. A surface method fitted to masked photos can grow pieces that the image loss never
+removes — bits seen only against the mask background while the mask loss is still small, or pieces that no
+training camera sees at all (under the object, inside a concavity). Three tests, each from the masks alone:
+
+1. *background-only faces*: the nearest surface at some training pixel, but never at a pixel inside any
+   view's foreground mask (dilated by ``dilate_px``);
+2. *outside the visual hull*: the face's centroid projects onto the background of some view (mask dilated
+   by ``dilate_px``; :func:`visual_hull_occupancy`, the one home of the visual-hull test — the surface
+   method's ``sdf_init=visual_hull`` uses it too);
+3. *pieces without foreground support*: a connected piece (faces sharing a vertex) of which no face is
+   seen inside any training view's foreground mask.
+
+Removed faces with two or more kept edge-neighbours are kept again (``fill_rounds``), as for the hidden
+faces, so a stray pixel outside a mask opens no pinhole in the object's surface.
+
+Memory of :func:`view_cull`: one ``[views_per_batch, H, W]`` int64 id buffer at the training views' size,
+plus the rasterizer's fragment budget (``max_fragments``).
 """
 
 from __future__ import annotations
@@ -21,6 +40,8 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+
+import torch.nn.functional as F
 
 from meshlift.cameras import fibonacci_directions
 from meshlift.errors import MeshError
@@ -110,19 +131,27 @@ def remove_hidden_faces(mesh: Mesh, *, n_views: int = 64, resolution: int = 512,
         return mesh, {"faces_before": 0, "faces_after": 0, "removed": 0}
     keep = seen_faces(mesh, n_views=n_views, resolution=resolution, views_per_batch=views_per_batch,
                       min_pixels=min_pixels, max_fragments=max_fragments)
-    if fill_rounds > 0 and not bool(keep.all()):
-        nb = _face_neighbours(mesh.t_pos_idx)
-        for _ in range(fill_rounds):
-            kept_nb = torch.zeros(T, dtype=torch.long, device=keep.device)
-            kept_nb.index_add_(0, nb[:, 0], keep[nb[:, 1]].long())
-            grow = (~keep) & (kept_nb >= 2)
-            if not bool(grow.any()):
-                break
-            keep = keep | grow
+    keep = _regrow(keep, mesh.t_pos_idx, fill_rounds)
     info = {"faces_before": T, "faces_after": int(keep.sum()), "removed": int(T - keep.sum())}
     if bool(keep.all()):
         return mesh, info
     return _select_faces(mesh, keep), info
+
+
+def _regrow(keep: torch.Tensor, faces: torch.Tensor, rounds: int) -> torch.Tensor:
+    """``keep`` with removed faces that have two or more kept edge-neighbours kept again, ``rounds`` times
+    (closes pinholes that a missed sighting would open; a removed sheet or piece has no kept neighbours)."""
+    if rounds <= 0 or bool(keep.all()):
+        return keep
+    nb = _face_neighbours(faces)
+    for _ in range(rounds):
+        kept_nb = torch.zeros(keep.shape[0], dtype=torch.long, device=keep.device)
+        kept_nb.index_add_(0, nb[:, 0], keep[nb[:, 1]].long())
+        grow = (~keep) & (kept_nb >= 2)
+        if not bool(grow.any()):
+            break
+        keep = keep | grow
+    return keep
 
 
 def _select_faces(mesh: Mesh, keep: torch.Tensor) -> Mesh:
@@ -144,3 +173,194 @@ def _select_faces(mesh: Mesh, keep: torch.Tensor) -> Mesh:
         elif attr is not None and attr.shape[0] == mesh.num_vertices:  # per-vertex, indexed like v_pos
             kw[attr_name] = attr[used]
     return replace(mesh, **kw)
+
+
+# ---- culling against the training views (module docstring, second half) ------------------------------------
+
+#: The modes of :func:`view_cull` (and of the surface method's ``view_cull`` field): ``off``; ``unseen`` =
+#: background-only faces and faces outside the visual hull; ``floaters`` = those and the pieces without a
+#: foreground-seen face.
+VIEW_CULL_MODES = ("off", "unseen", "floaters")
+
+
+def _check_views(world_to_clip: torch.Tensor, masks: Optional[torch.Tensor], what: str) -> None:
+    if world_to_clip.ndim != 3 or tuple(world_to_clip.shape[1:]) != (4, 4):
+        raise MeshError(f"{what}: world_to_clip must be [N, 4, 4], got {tuple(world_to_clip.shape)}")
+    if masks is None:
+        raise MeshError(f"{what} needs the views' masks ([N, H, W, 1] coverage); these views have none — "
+                        "turn the visibility cull off (view_cull=off) for data without masks")
+    if masks.ndim != 4 or masks.shape[-1] != 1 or masks.shape[0] != world_to_clip.shape[0]:
+        raise MeshError(f"{what}: masks must be [N, H, W, 1] with N = {world_to_clip.shape[0]} views, got "
+                        f"{tuple(masks.shape)}")
+
+
+def dilate_masks(masks: torch.Tensor, px: int) -> torch.Tensor:
+    """``masks [N, H, W, 1]`` (coverage in [0, 1]) dilated by ``px`` pixels: the maximum over the
+    ``(2 px + 1)²`` square around each pixel (every pixel within Chebyshev distance ``px`` of the mask).
+    ``px = 0`` returns ``masks`` itself. Float32, on ``masks``' device.
+
+    Raises:
+        MeshError: ``px`` < 0.
+    """
+    if px < 0:
+        raise MeshError(f"dilate_masks: px must be >= 0 pixels, got {px}")
+    if px == 0:
+        return masks
+    m = masks.permute(0, 3, 1, 2).float()
+    return F.max_pool2d(m, 2 * px + 1, stride=1, padding=px).permute(0, 2, 3, 1)
+
+
+def visual_hull_occupancy(points: torch.Tensor, world_to_clip: torch.Tensor, masks: torch.Tensor, *,
+                          threshold: float = 0.5, dilate_px: int = 0, chunk: int = 1 << 18) -> torch.Tensor:
+    """Inside-the-visual-hull test of ``points [N, 3]`` against the masks of posed views.
+
+    A point is carved away when it projects inside some image (in front of its camera) onto a mask value
+    (bilinear, after :func:`dilate_masks` by ``dilate_px``) below ``threshold``; points outside every image
+    are kept (Laurentini 1994, "The visual hull concept").
+
+    Args:
+        points: ``[N, 3]`` in the frame of ``world_to_clip``.
+        world_to_clip: ``[V, 4, 4]`` clip-space projections (docs/conventions.md §3).
+        masks: ``[V, H, W, 1]`` coverage in [0, 1]; the test runs on their device.
+        threshold: mask value below which a pixel is background.
+        dilate_px: dilate the masks by this many pixels first (tolerance for a silhouette a little off).
+        chunk: points per step (memory knob: a ``[chunk, 4]`` buffer per view).
+
+    Returns:
+        ``[N]`` bool on the CPU, True inside the hull.
+
+    Raises:
+        MeshError: bad shapes, no masks, ``dilate_px`` < 0.
+    """
+    _check_views(world_to_clip, masks, "visual_hull_occupancy")
+    dev = masks.device
+    inside = torch.ones(points.shape[0], dtype=torch.bool, device=dev)
+    pts = points.detach().float().to(dev)
+    w2c = world_to_clip.float().to(dev)
+    n_views = w2c.shape[0]
+    for v in range(n_views):
+        # grid_sample with align_corners=False maps -1/+1 to the outer pixel edges: the NDC convention (§3)
+        m = dilate_masks(masks[v:v + 1].float(), dilate_px).permute(0, 3, 1, 2)  # [1, 1, H, W]
+        for s in range(0, pts.shape[0], chunk):
+            p = pts[s:s + chunk]
+            clip = torch.cat([p, torch.ones_like(p[:, :1])], -1) @ w2c[v].T  # [n, 4]
+            w = clip[:, 3]
+            front = w > 1e-6
+            ndc = clip[:, :2] / w.clamp(min=1e-6)[:, None]
+            in_img = front & (ndc.abs() <= 1).all(-1)
+            val = F.grid_sample(m, ndc[None, None], mode="bilinear", align_corners=False)[0, 0, 0]
+            inside[s:s + chunk] &= ~(in_img & (val < threshold))
+    return inside.cpu()
+
+
+def training_view_hits(mesh: Mesh, world_to_clip: torch.Tensor, masks: torch.Tensor, *, dilate_px: int = 2,
+                       threshold: float = 0.5, views_per_batch: int = 4,
+                       max_fragments: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """How often each face is the nearest surface at a pixel centre of the posed views, inside and outside
+    their foreground masks.
+
+    Args:
+        mesh: the mesh, in the frame of ``world_to_clip`` (any device; the pass runs there).
+        world_to_clip: ``[V, 4, 4]`` projections of the views (docs/conventions.md §3).
+        masks: ``[V, H, W, 1]`` coverage in [0, 1] at the views' size (moved per batch to the mesh's device).
+        dilate_px: a pixel counts as foreground within this many pixels of the mask (:func:`dilate_masks`).
+        threshold: mask value (after dilation) from which a pixel is foreground.
+        views_per_batch: views rasterised together (memory knob).
+        max_fragments: the rasterizer's fragment budget (None: its default).
+
+    Returns:
+        ``(foreground [T], background [T])`` int64 pixel counts on the mesh's device.
+
+    Raises:
+        MeshError: bad shapes or no masks.
+    """
+    from meshlift.render import visible_triangles
+
+    _check_views(world_to_clip, masks, "training_view_hits")
+    T, dev = mesh.num_faces, mesh.device
+    fg = torch.zeros(T, dtype=torch.long, device=dev)
+    bg = torch.zeros(T, dtype=torch.long, device=dev)
+    if T == 0:
+        return fg, bg
+    tri = mesh.t_pos_idx.to(torch.int32)
+    v = mesh.v_pos.detach().float()
+    homog = torch.cat([v, torch.ones_like(v[:, :1])], -1)  # [V, 4]
+    H, W = int(masks.shape[1]), int(masks.shape[2])
+    for s in range(0, world_to_clip.shape[0], max(1, int(views_per_batch))):
+        w2c = world_to_clip[s:s + views_per_batch].to(dev).float()
+        pos = torch.einsum("vj,bij->bvi", homog, w2c).contiguous()  # [B, V, 4]
+        ids = visible_triangles(pos, tri, (H, W), max_fragments=max_fragments)
+        fore = dilate_masks(masks[s:s + views_per_batch].to(dev).float(), dilate_px)[..., 0] >= threshold
+        hit = ids >= 0
+        fg += torch.bincount(ids[hit & fore], minlength=T)
+        bg += torch.bincount(ids[hit & ~fore], minlength=T)
+    return fg, bg
+
+
+def view_cull(mesh: Mesh, world_to_clip: torch.Tensor, masks: torch.Tensor, *, mode: str = "floaters",
+              dilate_px: int = 2, threshold: float = 0.5, min_pixels: int = 1, fill_rounds: int = 1,
+              views_per_batch: int = 4, max_fragments: Optional[int] = None) -> tuple[Mesh, dict]:
+    """Drop the geometry no training view needs (the tests of the module docstring); returns ``(mesh, info)``.
+
+    Args:
+        mesh: the mesh in the frame of ``world_to_clip`` (not modified).
+        world_to_clip, masks: the training views, as for :func:`training_view_hits`.
+        mode: one of :data:`VIEW_CULL_MODES`: ``off`` returns ``mesh``; ``unseen`` removes background-only
+            faces and faces whose centroid is outside the visual hull; ``floaters`` also removes the connected
+            pieces without a foreground-seen face.
+        dilate_px: mask dilation (pixels) of both the foreground test and the hull.
+        threshold: mask value from which a pixel is foreground.
+        min_pixels: sightings that make a face seen (in the foreground, or against the background).
+        fill_rounds: rounds of keeping removed faces with two kept edge-neighbours again (no pinholes).
+        views_per_batch, max_fragments: memory knobs of the visibility pass.
+
+    Returns:
+        The new mesh (unused vertices dropped, attributes following) and ``info``: ``faces_before``,
+        ``background_only``, ``outside_hull`` (the two per-face tests; a face can fail both),
+        ``regrown``, ``pieces_removed``, ``piece_faces_removed``, ``removed``, ``faces_after``.
+
+    Raises:
+        MeshError: unknown ``mode``; bad view shapes or no masks; every face would go (the masks do not
+            cover the mesh: cameras in another convention, or another frame) — use ``mode="off"``.
+    """
+    if mode not in VIEW_CULL_MODES:
+        raise MeshError(f"view_cull: mode {mode!r} is not one of {', '.join(VIEW_CULL_MODES)}")
+    T = mesh.num_faces
+    info = {"faces_before": T, "background_only": 0, "outside_hull": 0, "regrown": 0, "pieces_removed": 0,
+            "piece_faces_removed": 0, "removed": 0, "faces_after": T}
+    if mode == "off" or T == 0:
+        return mesh, info
+    _check_views(world_to_clip, masks, "view_cull")
+    dev = mesh.device
+    fg, bg = training_view_hits(mesh, world_to_clip, masks, dilate_px=dilate_px, threshold=threshold,
+                                views_per_batch=views_per_batch, max_fragments=max_fragments)
+    seen_fg = fg >= min_pixels
+    bg_only = (~seen_fg) & (bg >= min_pixels)
+    centroids = mesh.v_pos.detach().float()[mesh.t_pos_idx].mean(1)
+    outside = ~visual_hull_occupancy(centroids, world_to_clip, masks, threshold=threshold,
+                                     dilate_px=dilate_px).to(dev)
+    keep0 = ~(bg_only | outside)
+    keep = _regrow(keep0, mesh.t_pos_idx, fill_rounds)
+    info.update(background_only=int(bg_only.sum()), outside_hull=int(outside.sum()),
+                regrown=int((keep & ~keep0).sum()))
+    if mode == "floaters" and bool(keep.any()):
+        import numpy as np
+
+        from meshlift.mesh.clean import face_components
+
+        kept = torch.nonzero(keep).squeeze(1)
+        n, lab = face_components(mesh.t_pos_idx[kept].cpu().numpy(), mesh.num_vertices)
+        support = np.bincount(lab, weights=seen_fg[kept].cpu().numpy().astype(np.float64), minlength=n)
+        lost = torch.from_numpy(support[lab] == 0).to(dev)
+        keep[kept[lost]] = False
+        info.update(pieces_removed=int((support == 0).sum()), piece_faces_removed=int(lost.sum()))
+    n_keep = int(keep.sum())
+    if n_keep == 0:
+        raise MeshError(
+            f"view_cull: all {T} faces would go — no face is seen inside the training views' masks. The masks "
+            "do not cover the mesh (poses in the other convention? see `meshlift inspect DATA`); to keep the "
+            "mesh anyway turn the cull off (--set view_cull=off)")
+    info.update(removed=T - n_keep, faces_after=n_keep)
+    if n_keep == T:
+        return mesh, info
+    return _select_faces(mesh, keep), info

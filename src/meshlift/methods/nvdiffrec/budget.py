@@ -4,7 +4,8 @@
 left minus the estimated cost of the stages still to come is the training time left, and the pass gets its
 share of it (``budget_pass2_share``). This module estimates those stages (:class:`SurfaceStageCosts`):
 
-- between the passes: hidden-face removal (``hidden_views`` renders at ``hidden_res²``), the UV unwrap
+- between the passes: hidden-face removal (``hidden_views`` renders at ``hidden_res²``), the view cull
+  (``view_cull``: one visibility pass over every training view at its size, the same per-pixel rate), the UV unwrap
   (xatlas, after decimation to ``unwrap_max_faces``; grows with the faces) and the bake of the material
   field into ``texture_res²`` kd/ks textures;
 - after pass 2: rendering the held-out views, image metrics, Chamfer/F-score (``eval_samples`` surface
@@ -15,7 +16,7 @@ observed while pass 1 runs (:meth:`SurfaceStageCosts.observe`), so the reserve f
 run uses the stage times it measured before (``TrainState.timings``) instead of the estimate. The rates are
 rough by design: an overestimate shortens pass 1 a little, an underestimate shortens pass 2 (its deadline is
 set when it starts, from what actually elapsed); the measured times of every run are in metrics.json
-(``timings``: ``hidden_s``, ``unwrap_bake_s``, ``eval_s``; the export is timed after metrics.json is
+(``timings``: ``hidden_s``, ``cull_s``, ``unwrap_bake_s``, ``eval_s``; the export is timed after metrics.json is
 written) to check them against.
 """
 
@@ -77,20 +78,23 @@ class SurfaceStageCosts:
 
     Args:
         cfg: the run's configuration (sizes: ``hidden_*``, ``unwrap_max_faces``, ``texture_res``,
-            ``eval_samples``, ``remove_hidden``).
+            ``eval_samples``, ``remove_hidden``, ``view_cull``).
         device_type: ``"cpu"`` or ``"cuda"`` (other types use the CUDA rates).
         test_pixels: pixels of all held-out views together (``len(test) · H · W``).
-        measured: stage times already measured in this run (``TrainState.timings``): ``hidden_s`` and
-            ``unwrap_bake_s`` replace the between estimate, ``eval_s`` + ``export_s`` the final one.
+        measured: stage times already measured in this run (``TrainState.timings``): ``hidden_s``, ``cull_s``
+            and ``unwrap_bake_s`` replace the between estimate, ``eval_s`` + ``export_s`` the final one.
         faces: the pass-1 face count to assume until :meth:`observe` is called (default: ``unwrap_max_faces``).
         rates: override :data:`RATES` (tests).
+        train_pixels: pixels of all training views together (``len(train) · H · W``): the view cull's size
+            (0: not counted).
     """
 
     def __init__(self, cfg: SurfaceConfig, device_type: str, test_pixels: int, measured: Optional[dict] = None,
-                 faces: Optional[int] = None, rates: Optional[StageRates] = None) -> None:
+                 faces: Optional[int] = None, rates: Optional[StageRates] = None, train_pixels: int = 0) -> None:
         self.cfg = cfg
         self.rates = rates if rates is not None else RATES["cpu" if device_type == "cpu" else "cuda"]
         self.test_pixels = int(test_pixels)
+        self.train_pixels = int(train_pixels)
         self.measured = measured if measured is not None else {}  # live: later measurements count
         self.faces = int(cfg.unwrap_max_faces if faces is None else faces)
 
@@ -99,12 +103,14 @@ class SurfaceStageCosts:
         self.faces = int(faces)
 
     def between_s(self) -> float:
-        """Estimated seconds of hidden-face removal + unwrap + bake for the current face count."""
+        """Estimated seconds of hidden-face removal + view cull + unwrap + bake for the current face count."""
         m = self.measured
         if "unwrap_bake_s" in m:
-            return float(m["unwrap_bake_s"]) + float(m.get("hidden_s", 0.0))
+            return float(m["unwrap_bake_s"]) + float(m.get("hidden_s", 0.0)) + float(m.get("cull_s", 0.0))
         c, r = self.cfg, self.rates
         hidden = r.hidden_s_per_pixel * c.hidden_views * c.hidden_res ** 2 if c.remove_hidden else 0.0
+        # the cull is the same visibility pass over the training views, plus a mask test per pixel
+        hidden += r.hidden_s_per_pixel * self.train_pixels if c.view_cull != "off" else 0.0
         unwrap = r.unwrap_s_per_face * self.faces  # decimation to unwrap_max_faces also scales with the input
         bake = r.bake_s_per_texel * c.texture_res ** 2
         return SAFETY * (hidden + unwrap + bake)

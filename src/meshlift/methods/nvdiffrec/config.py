@@ -99,11 +99,20 @@ class SurfaceConfig:
     """After pass 1 (and the hidden-face removal), drop connected components with fewer faces than this
     fraction of the largest component's (floaters: small bits that no training view rules out); 0 keeps
     every component. ``meshlift.mesh.clean.drop_small_components``."""
+    view_cull: str = "floaters"
+    """After pass 1 (and the cleaning above), drop the geometry no training view needs, judged from the training
+    masks (``meshlift.mesh.visibility.view_cull``): ``off``; ``unseen`` = faces the training views show only
+    against the mask background, and faces whose centroid lies outside the visual hull of the masks; ``floaters``
+    (default) = those and every connected piece with no face seen inside a training view's mask (bits under or
+    behind the object that no photo sees). The masks are dilated by ``view_cull_dilate_px`` for both tests."""
+    view_cull_dilate_px: int = 2
+    """Tolerance of ``view_cull`` in training-view pixels: a pixel within this distance of a mask counts as
+    foreground (a silhouette a little off is not cut)."""
     time_budget_s: float = 0.0
     """Wall-clock budget in seconds for the whole run (0 = none). The time left when a pass starts, minus the
-    estimated cost of the stages still to come (after pass 1: hidden-face removal, UV unwrap and bake; after
-    pass 2: evaluation and export; ``meshlift.methods.nvdiffrec.budget``), is the training time left; pass 1
-    gets ``1 - budget_pass2_share`` of it, pass 2 all that is left when it starts. The steps actually run
+    estimated cost of the stages still to come (after pass 1: hidden-face removal, the view cull, UV unwrap and
+    bake; after pass 2: evaluation and export; ``meshlift.methods.nvdiffrec.budget``), is the training time left;
+    pass 1 gets ``1 - budget_pass2_share`` of it, pass 2 all that is left when it starts. The steps actually run
     are recorded in metrics.json (``iterations``), the measured stage times in ``timings``. Learning-rate
     schedules still follow ``iter_pass1``/``iter_pass2``."""
     budget_pass2_share: float = 0.4
@@ -253,6 +262,7 @@ _CHOICES = {
     "camera_convention": ("opengl", "opencv"),
     "isosurface": ("dmtet", "flexicubes"),
     "sdf_init": ("random", "sphere", "visual_hull"),
+    "view_cull": ("off", "unseen", "floaters"),
     "background": ("white", "black"),
     "raster_backend": ("auto", "torch", "triton"),
     "shading_backend": ("auto", "torch", "triton"),
@@ -266,7 +276,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "ref_test_views": (0, 10_000, True), "ref_camera_radius": (0, 1e6, False), "ref_fov_deg": (0, 180, False),
     "mesh_scale": (0, 1e6, False), "deform_scale": (0, 100, True), "iter_pass1": (0, 10_000_000, True),
     "iter_pass2": (0, 10_000_000, True), "hidden_views": (1, 10_000, True), "hidden_res": (8, 8192, True),
-    "min_component_faces": (0, 1, True),
+    "min_component_faces": (0, 1, True), "view_cull_dilate_px": (0, 64, True),
     "time_budget_s": (0, 1e9, True), "batch": (1, 1024, True), "spp": (1, 16, True),
     "lr_pos": (0, 10, False), "lr_mat": (0, 10, False), "lr_light": (0, 10, False), "lr_vertex": (0, 10, True),
     "lr_decay": (0, 1, True), "warmup": (0, 10_000_000, True), "mask_weight": (0, 1e6, True),

@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from meshlift.data.views import PosedViews
 from meshlift.errors import DatasetError
@@ -19,7 +18,7 @@ from meshlift.methods.nvdiffrec.config import SurfaceConfig
 from meshlift.structures.mesh import Mesh
 
 __all__ = ["DMTetGeometry", "FlexiGeometry", "grid_bounds", "init_sdf", "make_geometry", "occupancy_to_sdf",
-           "sphere_sdf", "visual_hull_occupancy"]
+           "sphere_sdf", "view_cull_mesh", "visual_hull_occupancy"]
 
 #: Radius of the ``sphere`` SDF initialisation, as a fraction of ``mesh_scale``.
 SPHERE_INIT_RADIUS = 0.3
@@ -139,11 +138,11 @@ def sphere_sdf(points: torch.Tensor, radius: float) -> torch.Tensor:
 
 
 def visual_hull_occupancy(points: torch.Tensor, views: PosedViews, threshold: float = 0.5,
-                          chunk: int = 1 << 18) -> torch.Tensor:
-    """Inside-the-visual-hull test of ``points [N, 3]`` (normalised frame) against the masks of ``views``.
-
-    A point is carved away when it projects inside some image (in front of the camera) onto a mask value
-    below ``threshold``; points outside every image are kept (Laurentini 1994, "The visual hull concept").
+                          chunk: int = 1 << 18, dilate_px: int = 0) -> torch.Tensor:
+    """Inside-the-visual-hull test of ``points [N, 3]`` (normalised frame) against the masks of ``views``:
+    :func:`meshlift.mesh.visibility.visual_hull_occupancy` (the one home of the test) on their projections and
+    masks. A point is carved away when it projects inside some image (in front of the camera) onto a mask value
+    below ``threshold`` (masks dilated by ``dilate_px`` pixels first); points outside every image are kept.
 
     Returns:
         ``[N]`` bool on the CPU, True inside the hull (computed on the masks' device).
@@ -151,29 +150,26 @@ def visual_hull_occupancy(points: torch.Tensor, views: PosedViews, threshold: fl
     Raises:
         DatasetError: ``views`` has no masks.
     """
+    from meshlift.mesh.visibility import visual_hull_occupancy as hull
+
     if views.masks is None:
         raise DatasetError("visual_hull init needs masks; the dataset has none (use --set sdf_init=sphere)")
-    # computed where the masks are (the GPU when the training images are kept there: data_device)
-    masks = views.masks.permute(0, 3, 1, 2).float()  # [V, 1, H, W]
-    dev = masks.device
-    inside = torch.ones(points.shape[0], dtype=torch.bool, device=dev)
-    pts = points.detach().float().to(dev)
-    w2c = views.world_to_clip.float().to(dev)
-    for s in range(0, pts.shape[0], chunk):
-        p = pts[s:s + chunk]
-        homog = torch.cat([p, torch.ones_like(p[:, :1])], -1)
-        keep = torch.ones(p.shape[0], dtype=torch.bool, device=dev)
-        for v in range(views.world_to_clip.shape[0]):
-            clip = homog @ w2c[v].T  # [n, 4]
-            w = clip[:, 3]
-            front = w > 1e-6
-            ndc = clip[:, :2] / w.clamp(min=1e-6)[:, None]
-            in_img = front & (ndc.abs() <= 1).all(-1)
-            # grid_sample with align_corners=False maps -1/+1 to the outer pixel edges: the NDC convention (§3)
-            val = F.grid_sample(masks[v:v + 1], ndc[None, None], mode="bilinear", align_corners=False)[0, 0, 0]
-            keep &= ~(in_img & (val < threshold))
-        inside[s:s + chunk] = keep
-    return inside.cpu()
+    return hull(points, views.world_to_clip, views.masks, threshold=threshold, dilate_px=dilate_px, chunk=chunk)
+
+
+def view_cull_mesh(mesh: Mesh, views: PosedViews, cfg: SurfaceConfig) -> tuple[Mesh, dict]:
+    """The pass-1 mesh without the geometry no training view needs: :func:`meshlift.mesh.visibility.view_cull`
+    of ``mesh`` (normalised frame) against ``views``' projections and masks, as ``cfg.view_cull`` and
+    ``cfg.view_cull_dilate_px`` say (memory: ``cfg.max_fragments``). Returns ``(mesh, info)``.
+
+    Raises:
+        MeshError: no masks (the method needs them), or the cull would leave nothing (the message says to
+            use ``view_cull=off``).
+    """
+    from meshlift.mesh.visibility import view_cull
+
+    return view_cull(mesh, views.world_to_clip, views.masks, mode=cfg.view_cull, dilate_px=int(cfg.view_cull_dilate_px),
+                     max_fragments=cfg.max_fragments)
 
 
 def occupancy_to_sdf(occ: torch.Tensor, grid_shape: tuple[int, int, int], spacing: float) -> torch.Tensor:

@@ -304,10 +304,15 @@ def reconstruct(
             state = TrainState(**checkpoint["state"])
         preview = outputs.preview_writer(out, data, cfg, device) if dist.is_main else None
         th, tw = data.test.resolution
-        costs = SurfaceStageCosts(cfg, device.type, len(data.test) * th * tw, measured=state.timings)
+        costs = SurfaceStageCosts(cfg, device.type, len(data.test) * th * tw, measured=state.timings,
+                                  train_pixels=len(data.train) * h * w)
         where = "pass 1"
         p1 = run_pass1(cfg, data, device, state=state, monitor=monitor, checkpointer=checkpointer,
                        checkpoint=checkpoint, preview=preview, deadline=budget.deadline("pass1", costs), dist=dist)
+        cull_info = None
+        if cfg.view_cull != "off":
+            where = "the view cull"
+            p1, cull_info = _cull_pass1(p1, data, cfg, state, monitor, device, dist)
         prepared = None
         if checkpoint is None or checkpoint.get("pass2") is None:
             where = "UV unwrap and bake"
@@ -338,6 +343,8 @@ def reconstruct(
         metrics["iterations"] = {"pass1": state.iterations.get("pass1", cfg.iter_pass1),
                                  "pass2": state.iterations.get("pass2", cfg.iter_pass2)}
         metrics["iterations_configured"] = {"pass1": cfg.iter_pass1, "pass2": cfg.iter_pass2}
+        if cull_info is not None:
+            metrics["view_cull"] = {"mode": cfg.view_cull, **cull_info}
         metrics["faces"] = mesh_world.num_faces
         metrics["vertices"] = mesh_world.num_vertices
         metrics["device"] = str(device)
@@ -363,6 +370,24 @@ def reconstruct(
         if warmup is not None:
             warmup.close()
     return ReconstructionResult(mesh_world, dmtet_world, metrics, out, files, list(state.history))
+
+
+def _cull_pass1(p1, data: ProblemData, cfg: SurfaceConfig, state: TrainState, monitor: Monitor,
+                device: torch.device, dist: DistContext):
+    """``(p1, info)``: ``p1`` with its mesh view-culled (:func:`~meshlift.methods.nvdiffrec.geometry.view_cull_mesh`,
+    timed as ``cull_s``) and the cull's ``info``. Rank 0 culls and sends the mesh to the others. A resumed run
+    culls the saved pass-1 mesh again (the checkpoint keeps it as pass 1 left it; the cull is deterministic)."""
+    from meshlift.methods.nvdiffrec.geometry import view_cull_mesh
+
+    t_stage = time.perf_counter()
+    mesh, info = dist.from_main(lambda: view_cull_mesh(p1.mesh, data.train, cfg))
+    state.timings["cull_s"] = time.perf_counter() - t_stage
+    if info["removed"]:
+        monitor.log(f"pass 1: view cull ({cfg.view_cull}) removed {info['removed']} of {info['faces_before']} "
+                    f"faces ({info['background_only']} seen only against the mask background, "
+                    f"{info['outside_hull']} outside the visual hull, {info['pieces_removed']} pieces "
+                    f"({info['piece_faces_removed']} faces) that no training view sees in its mask)")
+    return dataclasses.replace(p1, mesh=mesh.to(device)), info
 
 
 def _check_results(metrics: dict, data: ProblemData, ours: torch.Tensor, targets: torch.Tensor, history) -> None:
