@@ -84,7 +84,7 @@ def test_view_cull_runs_after_pass1_and_is_recorded(monkeypatch):
     res = reconstruct(cfg, None, data=data)
     assert len(seen) == 1 and seen[0][1] == (4, 24, 24, 1) and seen[0][2:] == ("floaters", 3)
     vc = res.metrics["view_cull"]
-    assert vc["mode"] == "floaters" and vc["faces_before"] == seen[0][0]
+    assert vc["mode"] == "floaters" and vc["faces_before"] == seen[0][0] and vc["dilate_px"] == 3
     assert vc["faces_after"] == res.dmtet_mesh.num_faces  # the pass-1 mesh written is the culled one
     assert "cull_s" in res.metrics["timings"]
     off = reconstruct(dataclasses.replace(cfg, view_cull="off"), None, data=data)

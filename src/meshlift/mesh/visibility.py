@@ -22,9 +22,11 @@ training camera sees at all (under the object, inside a concavity). Three tests,
 
 1. *background-only faces*: the nearest surface at some training pixel, but never at a pixel inside any
    view's foreground mask (dilated by ``dilate_px``);
-2. *outside the visual hull*: the face's centroid projects onto the background of some view (mask dilated
-   by ``dilate_px``; :func:`visual_hull_occupancy`, the one home of the visual-hull test — the surface
-   method's ``sdf_init=visual_hull`` uses it too);
+2. *outside the visual hull*: the face's centroid and its three vertices each project onto the background of
+   some view (masks dilated by ``dilate_px``; :func:`visual_hull_occupancy`, the one home of the visual-hull
+   test — the surface method's ``sdf_init=visual_hull`` uses it too). Asking it of the vertices as well keeps
+   the faces along a silhouette that is a little fatter than the masks: each shares a vertex with the
+   surface inside, so no strip is cut out along the object's edges;
 3. *pieces without foreground support*: a connected piece (faces sharing a vertex) of which no face is
    seen inside any training view's foreground mask.
 
@@ -306,7 +308,7 @@ def view_cull(mesh: Mesh, world_to_clip: torch.Tensor, masks: torch.Tensor, *, m
         mesh: the mesh in the frame of ``world_to_clip`` (not modified).
         world_to_clip, masks: the training views, as for :func:`training_view_hits`.
         mode: one of :data:`VIEW_CULL_MODES`: ``off`` returns ``mesh``; ``unseen`` removes background-only
-            faces and faces whose centroid is outside the visual hull; ``floaters`` also removes the connected
+            faces and faces whose centroid and vertices are outside the visual hull; ``floaters`` also removes the connected
             pieces without a foreground-seen face.
         dilate_px: mask dilation (pixels) of both the foreground test and the hull.
         threshold: mask value from which a pixel is foreground.
@@ -336,9 +338,10 @@ def view_cull(mesh: Mesh, world_to_clip: torch.Tensor, masks: torch.Tensor, *, m
                                 views_per_batch=views_per_batch, max_fragments=max_fragments)
     seen_fg = fg >= min_pixels
     bg_only = (~seen_fg) & (bg >= min_pixels)
-    centroids = mesh.v_pos.detach().float()[mesh.t_pos_idx].mean(1)
-    outside = ~visual_hull_occupancy(centroids, world_to_clip, masks, threshold=threshold,
-                                     dilate_px=dilate_px).to(dev)
+    v = mesh.v_pos.detach().float()
+    points = torch.cat([v, v[mesh.t_pos_idx].mean(1)])  # vertices, then face centroids
+    out_pt = ~visual_hull_occupancy(points, world_to_clip, masks, threshold=threshold, dilate_px=dilate_px).to(dev)
+    outside = out_pt[mesh.num_vertices:] & out_pt[:mesh.num_vertices][mesh.t_pos_idx].all(1)
     keep0 = ~(bg_only | outside)
     keep = _regrow(keep0, mesh.t_pos_idx, fill_rounds)
     info.update(background_only=int(bg_only.sum()), outside_hull=int(outside.sum()),

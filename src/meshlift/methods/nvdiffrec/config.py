@@ -105,9 +105,10 @@ class SurfaceConfig:
     against the mask background, and faces whose centroid lies outside the visual hull of the masks; ``floaters``
     (default) = those and every connected piece with no face seen inside a training view's mask (bits under or
     behind the object that no photo sees). The masks are dilated by ``view_cull_dilate_px`` for both tests."""
-    view_cull_dilate_px: int = 2
+    view_cull_dilate_px: int = 0
     """Tolerance of ``view_cull`` in training-view pixels: a pixel within this distance of a mask counts as
-    foreground (a silhouette a little off is not cut)."""
+    foreground (a silhouette a little off is not cut). 0 = auto: half a grid cell as the cameras see it, at
+    least 2 px (``methods.nvdiffrec.geometry.view_cull_tolerance_px``; nerf preset about 4 px, --quick 2 px)."""
     time_budget_s: float = 0.0
     """Wall-clock budget in seconds for the whole run (0 = none). The time left when a pass starts, minus the
     estimated cost of the stages still to come (after pass 1: hidden-face removal, the view cull, UV unwrap and

@@ -18,7 +18,7 @@ from meshlift.methods.nvdiffrec.config import SurfaceConfig
 from meshlift.structures.mesh import Mesh
 
 __all__ = ["DMTetGeometry", "FlexiGeometry", "grid_bounds", "init_sdf", "make_geometry", "occupancy_to_sdf",
-           "sphere_sdf", "view_cull_mesh", "visual_hull_occupancy"]
+           "sphere_sdf", "view_cull_mesh", "view_cull_tolerance_px", "visual_hull_occupancy"]
 
 #: Radius of the ``sphere`` SDF initialisation, as a fraction of ``mesh_scale``.
 SPHERE_INIT_RADIUS = 0.3
@@ -157,10 +157,36 @@ def visual_hull_occupancy(points: torch.Tensor, views: PosedViews, threshold: fl
     return hull(points, views.world_to_clip, views.masks, threshold=threshold, dilate_px=dilate_px, chunk=chunk)
 
 
+#: ``view_cull_dilate_px = 0`` (auto): the masks are dilated by this fraction of a pass-1 grid cell as the cameras
+#: see it, at least :data:`VIEW_CULL_MIN_PX` pixels — the isosurface puts the silhouette within about half a
+#: cell of where the masks say (nerf preset: grid 96 at 800 px, a cell is about 7 px, so 4 px; ``--quick``: 2 px).
+VIEW_CULL_CELL_FRACTION = 0.5
+VIEW_CULL_MIN_PX = 2
+
+
+def view_cull_tolerance_px(views: PosedViews, cfg: SurfaceConfig) -> int:
+    """The mask dilation (pixels) of the view cull: ``cfg.view_cull_dilate_px`` when > 0, else (auto)
+    ``max(VIEW_CULL_MIN_PX, ceil(VIEW_CULL_CELL_FRACTION × cell px))`` where ``cell px`` is a grid cell
+    (``mesh_scale / grid_res``) projected at the median camera's distance from the origin with its focal length
+    (read from ``world_to_clip``: the norm of row 0's rotation part is ``2 fx / W`` for a centred principal
+    point)."""
+    if cfg.view_cull_dilate_px > 0:
+        return int(cfg.view_cull_dilate_px)
+    import math
+
+    h, w = views.resolution
+    m = views.world_to_clip.double().cpu()
+    focal = torch.maximum(m[:, 0, :3].norm(dim=1) * w / 2, m[:, 1, :3].norm(dim=1) * h / 2)
+    dist = views.camera_pos.double().cpu().norm(dim=1).clamp(min=1e-9)
+    cell_px = float(cfg.mesh_scale) / cfg.grid_res * float((focal / dist).median())
+    return max(VIEW_CULL_MIN_PX, math.ceil(VIEW_CULL_CELL_FRACTION * cell_px))
+
+
 def view_cull_mesh(mesh: Mesh, views: PosedViews, cfg: SurfaceConfig) -> tuple[Mesh, dict]:
     """The pass-1 mesh without the geometry no training view needs: :func:`meshlift.mesh.visibility.view_cull`
-    of ``mesh`` (normalised frame) against ``views``' projections and masks, as ``cfg.view_cull`` and
-    ``cfg.view_cull_dilate_px`` say (memory: ``cfg.max_fragments``). Returns ``(mesh, info)``.
+    of ``mesh`` (normalised frame) against ``views``' projections and masks, as ``cfg.view_cull`` says, masks
+    dilated by :func:`view_cull_tolerance_px` (memory: ``cfg.max_fragments``). Returns ``(mesh, info)``;
+    ``info["dilate_px"]`` is the dilation used.
 
     Raises:
         MeshError: no masks (the method needs them), or the cull would leave nothing (the message says to
@@ -168,8 +194,10 @@ def view_cull_mesh(mesh: Mesh, views: PosedViews, cfg: SurfaceConfig) -> tuple[M
     """
     from meshlift.mesh.visibility import view_cull
 
-    return view_cull(mesh, views.world_to_clip, views.masks, mode=cfg.view_cull, dilate_px=int(cfg.view_cull_dilate_px),
-                     max_fragments=cfg.max_fragments)
+    px = view_cull_tolerance_px(views, cfg)
+    mesh, info = view_cull(mesh, views.world_to_clip, views.masks, mode=cfg.view_cull, dilate_px=px,
+                           max_fragments=cfg.max_fragments)
+    return mesh, {**info, "dilate_px": px}
 
 
 def occupancy_to_sdf(occ: torch.Tensor, grid_shape: tuple[int, int, int], spacing: float) -> torch.Tensor:
