@@ -18,7 +18,9 @@ Stages (each rendered with what the run had at that point):
    shaded by the material field (the geometry lost by the decimation alone);
 5. ``baked``: that mesh with the field baked into textures (kd, ks; no normal map), pass-1 light;
 6. ``pass2``: the final mesh (vertex offsets, trained kd / ks / normal maps, pass-2 light) — the run's own
-   evaluation; its PSNR equals metrics.json's ``psnr``.
+   evaluation; its PSNR equals metrics.json's ``psnr``;
+7. ``glb``: the exported ``mesh.glb`` read back (:func:`meshlift.io.glb.load_glb`: 8-bit textures, glTF
+   materials), moved back into the normalised frame, pass-2 light (issue 30: within 0.5 dB of ``pass2``).
 
 Per stage: faces, mean test PSNR (sRGB, on the dataset's background), and the silhouette against the test
 masks: ``extra %`` = pixels covered by the mesh (alpha > 0.5) outside the mask (floaters, a fat silhouette),
@@ -68,7 +70,7 @@ def _light(cfg, dev, data, state):
     return light
 
 
-def build_stages(cfg, data, ck, dev) -> list[dict]:
+def build_stages(cfg, data, ck, dev, run_dir: Path) -> list[dict]:
     """The stages of the module docstring: ``[{name, note, mesh, material, light}]`` (normalised frame)."""
     from meshlift.methods.nvdiffrec.geometry import make_geometry, view_cull_mesh
     from meshlift.methods.nvdiffrec.materials import BoundedMaterialField
@@ -98,11 +100,13 @@ def build_stages(cfg, data, ck, dev) -> list[dict]:
     final_mat = Material(kd=p2["kd_param"].to(dev), ks=p2["ks_param"].to(dev),
                          normal=p2["normal"].to(dev) if cfg.perturb_normal else None, name="final")
     final = Mesh(v_pos=v2, t_pos_idx=base.t_pos_idx, v_tex=base.v_tex, t_tex_idx=base.t_tex_idx, material=final_mat)
+    stages = []
+    glb = _glb_stage(run_dir, data, dev, light2)
     cull_note = (f"view_cull={cfg.view_cull}" if cfg.view_cull != "off" else
                  "what view_cull=floaters would remove (the run had it off)")
     cull_note += (f": -{info['removed']} faces ({info['background_only']} background-only, {info['outside_hull']} "
                   f"outside the hull, {info['pieces_removed']} unseen pieces / {info['piece_faces_removed']} faces)")
-    return [
+    stages += [
         dict(name="pass1", note=f"{cfg.isosurface} at grid {cfg.grid_res}, material field", mesh=raw,
              material=field, light=light1),
         dict(name="cleaned", note=f"hidden faces (remove_hidden={cfg.remove_hidden}) and components under "
@@ -115,6 +119,32 @@ def build_stages(cfg, data, ck, dev) -> list[dict]:
         dict(name="pass2", note="final: offsets, trained kd/ks/normal maps, pass-2 light", mesh=final,
              material=None, light=light2),
     ]
+    return stages + ([glb] if glb is not None else [])
+
+
+def _glb_stage(run_dir, data, dev, light) -> dict | None:
+    """The exported ``mesh.glb`` in the normalised frame (its up-axis rotation, if any, undone), or None."""
+    from meshlift.geometry.similarity import transform_mesh
+    from meshlift.io.glb import load_glb
+
+    path = run_dir / "mesh.glb"
+    if not path.is_file():
+        return None
+    mesh = load_glb(path)
+    conv = mesh.extras.get("up_axis_conversion") or _metrics(run_dir).get("up_axis_conversion")
+    S = data.world_to_normalized.double().cpu()
+    if conv:
+        R = torch.eye(4, dtype=torch.float64)
+        R[:3, :3] = torch.tensor(conv["matrix"], dtype=torch.float64)
+        S = S @ torch.linalg.inv(R)
+    mesh = transform_mesh(mesh, S, allow_mirror=True).to(dev)
+    return dict(name="glb", note="the exported mesh.glb read back (8-bit textures), pass-2 light", mesh=mesh,
+                material=None, light=light)
+
+
+def _metrics(run_dir) -> dict:
+    p = run_dir / "metrics.json"
+    return json.loads(p.read_text()) if p.is_file() else {}
 
 
 @torch.no_grad()
@@ -179,7 +209,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     cfg, data, ck, dev = load_run(args.run, args.data, args.device)
-    stages = build_stages(cfg, data, ck, dev)
+    stages = build_stages(cfg, data, ck, dev, args.run)
     test = data.test
     masks = None if test.masks is None else test.masks.float().cpu()
     n = len(test)
@@ -211,8 +241,7 @@ def main(argv=None) -> int:
     _grid(rows, labels, args.cell).save(out / "contact.png")
     if masks is not None:
         _grid(mask_rows, labels, args.cell).save(out / "masks.png")
-    metrics_path = args.run / "metrics.json"
-    run_psnr = json.loads(metrics_path.read_text())["psnr"] if metrics_path.is_file() else math.nan
+    run_psnr = _metrics(args.run).get("psnr", math.nan)
     h, w = test.resolution
     lines = [f"# Surface-method stages of `{args.run}`", "",
              f"{cfg.data}: {len(data.train)} training / {n} test views at {w}x{h}, device {dev}; the run's own "
