@@ -151,3 +151,20 @@ def test_auto_tolerance_is_half_a_grid_cell_in_pixels():
         want = max(2, math.ceil(0.5 * cell_px - 1e-9))
         assert view_cull_tolerance_px(views, SurfaceConfig(grid_res=grid, mesh_scale=scale)) == want
     assert view_cull_tolerance_px(views, SurfaceConfig(view_cull_dilate_px=5)) == 5
+
+
+def test_a_sliver_reaching_into_the_hull_goes_as_a_piece():
+    """A two-triangle sliver from the sphere's surface out into empty space (what the lego --quick run left
+    beside the model): each triangle touches the hull with a vertex, so the per-face test keeps both, but the
+    piece is mostly outside (5 of its 8 points): ``floaters`` removes it, ``unseen`` does not."""
+    obj, _, _ = _scene()
+    w2clip, masks = _views(_mesh(obj))
+    quad = torch.tensor([[0.55, 0.0, 0.0], [1.2, 0.0, 0.0], [1.2, 0.1, 0.0], [0.55, 0.1, 0.0]])
+    sphere = _mesh(obj)
+    n = sphere.num_vertices
+    mesh = Mesh(v_pos=torch.cat([sphere.v_pos, quad]),
+                t_pos_idx=torch.cat([sphere.t_pos_idx, torch.tensor([[n, n + 1, n + 2], [n, n + 2, n + 3]])]))
+    kept, info = view_cull(mesh, w2clip, masks, mode="unseen")
+    assert kept.num_faces == sphere.num_faces + 2 and info["outside_hull"] == 0
+    culled, info = view_cull(mesh, w2clip, masks, mode="floaters")
+    assert culled.num_faces == sphere.num_faces and info["pieces_outside_hull"] == 1

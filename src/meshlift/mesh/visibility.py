@@ -27,8 +27,10 @@ training camera sees at all (under the object, inside a concavity). Three tests,
    test — the surface method's ``sdf_init=visual_hull`` uses it too). Asking it of the vertices as well keeps
    the faces along a silhouette that is a little fatter than the masks: each shares a vertex with the
    surface inside, so no strip is cut out along the object's edges;
-3. *pieces without foreground support*: a connected piece (faces sharing a vertex) of which no face is
-   seen inside any training view's foreground mask.
+3. *pieces without support*: a connected piece (faces sharing a vertex) of which no face is seen inside any
+   training view's foreground mask, or most of whose points (its faces' vertices and centroids, counted per
+   face) lie outside the visual hull — a sliver that reaches into the hull keeps the faces that touch it under
+   test 2, but as a piece it is still mostly outside.
 
 Removed faces with two or more kept edge-neighbours are kept again (``fill_rounds``), as for the hidden
 faces, so a stray pixel outside a mask opens no pinhole in the object's surface.
@@ -308,8 +310,8 @@ def view_cull(mesh: Mesh, world_to_clip: torch.Tensor, masks: torch.Tensor, *, m
         mesh: the mesh in the frame of ``world_to_clip`` (not modified).
         world_to_clip, masks: the training views, as for :func:`training_view_hits`.
         mode: one of :data:`VIEW_CULL_MODES`: ``off`` returns ``mesh``; ``unseen`` removes background-only
-            faces and faces whose centroid and vertices are outside the visual hull; ``floaters`` also removes the connected
-            pieces without a foreground-seen face.
+            faces and faces whose centroid and vertices are outside the visual hull; ``floaters`` also removes the
+            connected pieces without a foreground-seen face or mostly outside the hull.
         dilate_px: mask dilation (pixels) of both the foreground test and the hull.
         threshold: mask value from which a pixel is foreground.
         min_pixels: sightings that make a face seen (in the foreground, or against the background).
@@ -319,7 +321,8 @@ def view_cull(mesh: Mesh, world_to_clip: torch.Tensor, masks: torch.Tensor, *, m
     Returns:
         The new mesh (unused vertices dropped, attributes following) and ``info``: ``faces_before``,
         ``background_only``, ``outside_hull`` (the two per-face tests; a face can fail both),
-        ``regrown``, ``pieces_removed``, ``piece_faces_removed``, ``removed``, ``faces_after``.
+        ``regrown``, ``pieces_removed`` (of which ``pieces_outside_hull`` for being mostly outside),
+        ``piece_faces_removed``, ``removed``, ``faces_after``.
 
     Raises:
         MeshError: unknown ``mode``; bad view shapes or no masks; every face would go (the masks do not
@@ -329,7 +332,7 @@ def view_cull(mesh: Mesh, world_to_clip: torch.Tensor, masks: torch.Tensor, *, m
         raise MeshError(f"view_cull: mode {mode!r} is not one of {', '.join(VIEW_CULL_MODES)}")
     T = mesh.num_faces
     info = {"faces_before": T, "background_only": 0, "outside_hull": 0, "regrown": 0, "pieces_removed": 0,
-            "piece_faces_removed": 0, "removed": 0, "faces_after": T}
+            "pieces_outside_hull": 0, "piece_faces_removed": 0, "removed": 0, "faces_after": T}
     if mode == "off" or T == 0:
         return mesh, info
     _check_views(world_to_clip, masks, "view_cull")
@@ -342,6 +345,7 @@ def view_cull(mesh: Mesh, world_to_clip: torch.Tensor, masks: torch.Tensor, *, m
     points = torch.cat([v, v[mesh.t_pos_idx].mean(1)])  # vertices, then face centroids
     out_pt = ~visual_hull_occupancy(points, world_to_clip, masks, threshold=threshold, dilate_px=dilate_px).to(dev)
     outside = out_pt[mesh.num_vertices:] & out_pt[:mesh.num_vertices][mesh.t_pos_idx].all(1)
+    out_count = out_pt[:mesh.num_vertices][mesh.t_pos_idx].sum(1) + out_pt[mesh.num_vertices:].long()  # of 4
     keep0 = ~(bg_only | outside)
     keep = _regrow(keep0, mesh.t_pos_idx, fill_rounds)
     info.update(background_only=int(bg_only.sum()), outside_hull=int(outside.sum()),
@@ -354,9 +358,13 @@ def view_cull(mesh: Mesh, world_to_clip: torch.Tensor, masks: torch.Tensor, *, m
         kept = torch.nonzero(keep).squeeze(1)
         n, lab = face_components(mesh.t_pos_idx[kept].cpu().numpy(), mesh.num_vertices)
         support = np.bincount(lab, weights=seen_fg[kept].cpu().numpy().astype(np.float64), minlength=n)
-        lost = torch.from_numpy(support[lab] == 0).to(dev)
+        out_frac = (np.bincount(lab, weights=out_count[kept].cpu().numpy().astype(np.float64), minlength=n)
+                    / (4.0 * np.bincount(lab, minlength=n)))
+        bad = (support == 0) | (out_frac > 0.5)
+        lost = torch.from_numpy(bad[lab]).to(dev)
         keep[kept[lost]] = False
-        info.update(pieces_removed=int((support == 0).sum()), piece_faces_removed=int(lost.sum()))
+        info.update(pieces_removed=int(bad.sum()), pieces_outside_hull=int((out_frac > 0.5).sum()),
+                    piece_faces_removed=int(lost.sum()))
     n_keep = int(keep.sum())
     if n_keep == 0:
         raise MeshError(
