@@ -105,7 +105,8 @@ def build_stages(cfg, data, ck, dev, run_dir: Path) -> list[dict]:
     cull_note = (f"view_cull={cfg.view_cull}" if cfg.view_cull != "off" else
                  "what view_cull=floaters would remove (the run had it off)")
     cull_note += (f": -{info['removed']} faces ({info['background_only']} background-only, {info['outside_hull']} "
-                  f"outside the hull, {info['pieces_removed']} unseen pieces / {info['piece_faces_removed']} faces)")
+                  f"outside the hull, {info['pieces_removed']} pieces / {info['piece_faces_removed']} faces unseen in "
+                  f"the masks or mostly outside the hull; {info['dilate_px']} px)")
     stages += [
         dict(name="pass1", note=f"{cfg.isosurface} at grid {cfg.grid_res}, material field", mesh=raw,
              material=field, light=light1),

@@ -21,7 +21,8 @@ RES = 96
 
 
 def _mesh(tm: trimesh.Trimesh) -> Mesh:
-    return Mesh(v_pos=torch.tensor(tm.vertices, dtype=torch.float32), t_pos_idx=torch.tensor(tm.faces, dtype=torch.int64))
+    return Mesh(v_pos=torch.tensor(tm.vertices, dtype=torch.float32),
+                t_pos_idx=torch.tensor(tm.faces, dtype=torch.int64))
 
 
 def _views(obj: Mesh, n: int = 20):

@@ -386,7 +386,8 @@ def _cull_pass1(p1, data: ProblemData, cfg: SurfaceConfig, state: TrainState, mo
         monitor.log(f"pass 1: view cull ({cfg.view_cull}) removed {info['removed']} of {info['faces_before']} "
                     f"faces ({info['background_only']} seen only against the mask background, "
                     f"{info['outside_hull']} outside the visual hull, {info['pieces_removed']} pieces "
-                    f"({info['piece_faces_removed']} faces) that no training view sees in its mask)")
+                    f"({info['piece_faces_removed']} faces) no training view sees in its mask or mostly outside the "
+                    f"hull; masks dilated {info['dilate_px']} px)")
     return dataclasses.replace(p1, mesh=mesh.to(device)), info
 
 
