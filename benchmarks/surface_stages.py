@@ -7,20 +7,21 @@ held-out views with meshlift's own renderer (``methods.nvdiffrec.evaluate.render
 
     python benchmarks/surface_stages.py RUN [--device cuda] [--data DATASET] [--out DIR] [--columns 6]
 
-Stages (each rendered with what the run had at that point):
+Stages (each rendered with the geometry and material the run had at that point, all under the run's final
+light: the checkpoint's pass-1 light entry holds the same tensors as pass 2's, which trained on in place — so the
+differences between stages are geometry and material alone):
 
-1. ``pass1``: the pass-1 surface extracted again from the saved geometry (DMTet / FlexiCubes), material field,
-   pass-1 light;
+1. ``pass1``: the pass-1 surface extracted again from the saved geometry (DMTet / FlexiCubes), material field;
 2. ``cleaned``: after hidden-face removal and small-component removal (the mesh saved with pass 1);
 3. ``view_cull``: after the view cull (``view_cull``; a run with ``view_cull=off`` shows what ``floaters``
    would remove, labelled so);
 4. ``decimated``: the mesh pass 2 started from — decimated to ``unwrap_max_faces`` before xatlas — still
    shaded by the material field (the geometry lost by the decimation alone);
-5. ``baked``: that mesh with the field baked into textures (kd, ks; no normal map), pass-1 light;
-6. ``pass2``: the final mesh (vertex offsets, trained kd / ks / normal maps, pass-2 light) — the run's own
+5. ``baked``: that mesh with the field baked into textures (kd, ks; no normal map);
+6. ``pass2``: the final mesh (vertex offsets, trained kd / ks / normal maps) — the run's own
    evaluation; its PSNR equals metrics.json's ``psnr``;
 7. ``glb``: the exported ``mesh.glb`` read back (:func:`meshlift.io.glb.load_glb`: 8-bit textures, glTF
-   materials), moved back into the normalised frame, pass-2 light (issue 30: within 0.5 dB of ``pass2``).
+   materials), moved back into the normalised frame (issue 30: within 0.5 dB of ``pass2``).
 
 Per stage: faces, mean test PSNR (sRGB, on the dataset's background), and the silhouette against the test
 masks: ``extra %`` = pixels covered by the mesh (alpha > 0.5) outside the mask (floaters, a fat silhouette),
@@ -82,8 +83,7 @@ def build_stages(cfg, data, ck, dev, run_dir: Path) -> list[dict]:
     field = BoundedMaterialField(cfg, dev)
     field.load_state_dict(p1["material"])
     field.eval()
-    light1 = _light(cfg, dev, data, p1.get("light"))
-    light2 = _light(cfg, dev, data, p2.get("light"))
+    light = _light(cfg, dev, data, p2.get("light"))  # = p1["light"]: the same tensors, trained on in pass 2
     with torch.no_grad():
         raw = geom.get_mesh()[0]
     raw = Mesh(v_pos=raw.v_pos.detach(), t_pos_idx=raw.t_pos_idx)
@@ -101,7 +101,7 @@ def build_stages(cfg, data, ck, dev, run_dir: Path) -> list[dict]:
                          normal=p2["normal"].to(dev) if cfg.perturb_normal else None, name="final")
     final = Mesh(v_pos=v2, t_pos_idx=base.t_pos_idx, v_tex=base.v_tex, t_tex_idx=base.t_tex_idx, material=final_mat)
     stages = []
-    glb = _glb_stage(run_dir, data, dev, light2)
+    glb = _glb_stage(run_dir, data, dev, light)
     cull_note = (f"view_cull={cfg.view_cull}" if cfg.view_cull != "off" else
                  "what view_cull=floaters would remove (the run had it off)")
     cull_note += (f": -{info['removed']} faces ({info['background_only']} background-only, {info['outside_hull']} "
@@ -109,16 +109,16 @@ def build_stages(cfg, data, ck, dev, run_dir: Path) -> list[dict]:
                   f"the masks or mostly outside the hull; {info['dilate_px']} px)")
     stages += [
         dict(name="pass1", note=f"{cfg.isosurface} at grid {cfg.grid_res}, material field", mesh=raw,
-             material=field, light=light1),
+             material=field, light=light),
         dict(name="cleaned", note=f"hidden faces (remove_hidden={cfg.remove_hidden}) and components under "
-             f"min_component_faces={cfg.min_component_faces:g} removed", mesh=cleaned, material=field, light=light1),
-        dict(name="view_cull", note=cull_note, mesh=culled, material=field, light=light1),
+             f"min_component_faces={cfg.min_component_faces:g} removed", mesh=cleaned, material=field, light=light),
+        dict(name="view_cull", note=cull_note, mesh=culled, material=field, light=light),
         dict(name="decimated", note=f"pass 2's start mesh (unwrap_max_faces={cfg.unwrap_max_faces}), field",
-             mesh=geo_base, material=field, light=light1),
+             mesh=geo_base, material=field, light=light),
         dict(name="baked", note=f"field baked into {cfg.texture_res}² kd/ks, no normal map",
-             mesh=dataclasses.replace(base, material=baked), material=None, light=light1),
-        dict(name="pass2", note="final: offsets, trained kd/ks/normal maps, pass-2 light", mesh=final,
-             material=None, light=light2),
+             mesh=dataclasses.replace(base, material=baked), material=None, light=light),
+        dict(name="pass2", note="final: offsets, trained kd/ks/normal maps", mesh=final,
+             material=None, light=light),
     ]
     return stages + ([glb] if glb is not None else [])
 
@@ -139,7 +139,7 @@ def _glb_stage(run_dir, data, dev, light) -> dict | None:
         R[:3, :3] = torch.tensor(conv["matrix"], dtype=torch.float64)
         S = S @ torch.linalg.inv(R)
     mesh = transform_mesh(mesh, S, allow_mirror=True).to(dev)
-    return dict(name="glb", note="the exported mesh.glb read back (8-bit textures), pass-2 light", mesh=mesh,
+    return dict(name="glb", note="the exported mesh.glb read back (8-bit textures)", mesh=mesh,
                 material=None, light=light)
 
 
