@@ -53,6 +53,16 @@ in place of ``gsplat.rasterization`` to check the loop, strategy and bookkeeping
     python benchmarks/gsplat_compare.py --data ../shared/data/nerf_synthetic_lego_half --device cpu \\
         --steps 20 --only meshlift --train-res 64 --set num_random=3000 --no-lpips --out /tmp/cmp.json
 
+The gsplat side's loop and strategy on the CPU (gsplat's python ``strategy`` package imports without CUDA; its
+kernels are never built): unpack the source tarball below and put it on ``PYTHONPATH``; a short schedule with
+opacity resets (``--gsplat-opacity-reset off`` for gsplat 1.5.3 as installed)::
+
+    mkdir -p /tmp/gs && tar xzf .whl/gsplat-1.5.3-src.tar.gz -C /tmp/gs
+    PYTHONPATH=src:/tmp/gs/gsplat-1.5.3 python benchmarks/gsplat_compare.py --data ../shared/data/nerf_synthetic_lego_half \
+        --device cpu --steps 600 --eval-at 200,400,600 --train-res 64 --no-lpips --gsplat-standin \
+        --set num_random=3000 densify_refine_start=100 densify_refine_every=50 densify_reset_every=200 \
+        densify_refine_stop=500 --out /tmp/cmp600.json
+
 On one H200 (device tool; nothing can be downloaded there). Once, here, in the repo root — the gsplat source
 (v1.5.3, the version of ANCHORS.md, with its glm submodule) as a git-ignored tarball, and lego beside the
 other scenes in the git-ignored ``.devrun/data``::
@@ -370,6 +380,11 @@ def run_gsplat(cfg, problem, device: torch.device, eval_at: set, args, on_eval: 
         from gsplat import rasterization
         from gsplat.strategy import DefaultStrategy
 
+    # gsplat 1.5.3's DefaultStrategy never resets opacities (see _gsplat_inputs): probed (on the CPU, before the
+    # clock starts), then done in the loop with gsplat's own reset_opa at the fixed rule's steps when
+    # --gsplat-opacity-reset says so
+    probe = probe_opacity_reset(DefaultStrategy)
+    loop_reset = cfg.densify and decide_opacity_reset(args.gsplat_opacity_reset, probe["resets"])
     clock = StepClock(device)
     evals: list = []
     reset_memory(device)
@@ -389,10 +404,6 @@ def run_gsplat(cfg, problem, device: torch.device, eval_at: set, args, on_eval: 
     optimizers = {k: torch.optim.Adam([{"params": [p], "lr": lrs[k], "name": k}], eps=ADAM_EPS, fused=fused)
                   for k, p in params.items()}
     strategy = None
-    # gsplat 1.5.3's DefaultStrategy never resets opacities (see _gsplat_inputs): probed, then done here with
-    # gsplat's own reset_opa at the fixed rule's steps when --gsplat-opacity-reset says so
-    probe = probe_opacity_reset(DefaultStrategy)
-    loop_reset = cfg.densify and decide_opacity_reset(args.gsplat_opacity_reset, probe["resets"])
     reset_steps: list = []
     if cfg.densify:
         strategy = DefaultStrategy(**strategy_kwargs(cfg, cfg.steps))
