@@ -18,8 +18,9 @@ from meshlift.methods.gaussians.config import GaussiansConfig, apply_dict, densi
 from meshlift.methods.gaussians.evaluate import image_metrics, render_views
 from meshlift.methods.gaussians.presets import get_preset
 from meshlift.methods.gaussians.reconstruct import reconstruct
-from meshlift.methods.gaussians.trainer import (DivergenceError, GaussianTrainer, LogLinearLR, PARAM_NAMES,
-                                                ShDegreeSchedule, TrainCallbacks)
+from meshlift.methods.engine import LogLinearLR
+from meshlift.methods.gaussians.trainer import (DivergenceError, GaussianTrainer, PARAM_NAMES, ShDegreeSchedule,
+                                                TrainCallbacks)
 from meshlift.methods.gaussians.views import camera_extent
 
 CPU = torch.device("cpu")
