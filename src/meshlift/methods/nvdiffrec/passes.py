@@ -110,10 +110,10 @@ def _render_and_loss(graphs: Optional[PixelGraphs], stages, mesh: Mesh, views, l
 
 class SurfacePass(TrainLoop):
     """What the two passes share (a :class:`~meshlift.methods.loop.TrainLoop`): the step (views → the pass's
-    :meth:`forward` → backward and gradient all-reduce → the ``diagnose_nonfinite`` probe → :meth:`step_optimizers`,
-    the :class:`~meshlift.methods.engine.ExponentialLR` schedules, :meth:`project`, the light clamped ≥ 0), the
-    rollback (:meth:`restore` a snapshot, halve every learning rate), the divergence error, the read-back and
-    checkpoint cadences from the config.
+    :meth:`forward` → backward and gradient all-reduce → the ``diagnose_nonfinite`` probe →
+    :meth:`step_optimizers`, the :class:`~meshlift.methods.engine.ExponentialLR` schedules, :meth:`project`, the
+    light clamped ≥ 0), the rollback (:meth:`restore` a snapshot, halve every learning rate), the divergence
+    error, the read-back and checkpoint cadences from the config.
 
     A pass sets, before :meth:`run`: ``optimizers`` (zeroed and stepped in this order), ``schedulers``
     (:meth:`_schedules`), ``sampler``, ``train_params`` (the gradients all-reduced), ``weight``
