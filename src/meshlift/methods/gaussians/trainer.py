@@ -41,7 +41,6 @@ on rank 0, state broadcast), and checkpoint timing is rank 0's decision. One pro
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -49,6 +48,7 @@ from typing import Callable, Optional
 import torch
 
 from meshlift.errors import ConfigError, TrainingError
+from meshlift.methods.checkpoints import host_copy
 from meshlift.methods.distributed import SINGLE, DistContext
 from meshlift.methods.engine import Checkpointer, LogLinearLR, Monitor, TrainState, ViewSampler
 from meshlift.methods.loop import GuardSettings, TrainLoop, readback_every
@@ -158,17 +158,6 @@ def render_params(params: dict, batch, sh_degree: int, background: torch.Tensor,
         params["means"], params["quats"], torch.exp(params["log_scales"]), torch.sigmoid(params["opacity_logits"]),
         sh, batch.world_to_camera, batch.K, W, H, near=near, sh_degree=sh_degree,
         background=background.to(dtype=params["means"].dtype), settings=settings, backend=backend)
-
-
-def _cpu_copy(obj):
-    """Deep copy of a (nested) state with every tensor cloned to the CPU."""
-    if torch.is_tensor(obj):
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, dict):
-        return {k: _cpu_copy(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_cpu_copy(v) for v in obj)
-    return copy.deepcopy(obj)
 
 
 class GaussianTrainer(TrainLoop):
@@ -299,7 +288,7 @@ class GaussianTrainer(TrainLoop):
         strat = None
         if self.strategy is not None:
             strat = {"state": self.strategy_state, "history": [list(h) for h in getattr(self.strategy, "history", [])]}
-        return _cpu_copy({
+        return host_copy({
             "method": self.method,
             "config": config_to_dict(self.cfg),
             "state": self.state.state_dict(),
@@ -317,7 +306,7 @@ class GaussianTrainer(TrainLoop):
 
     def load_payload(self, ck: dict) -> None:
         """Restore a :meth:`payload` (a checkpoint, or the in-memory last good state)."""
-        ck = _cpu_copy(ck)
+        ck = host_copy(ck)
         self.state = TrainState(**ck["state"])
         self.step = int(ck["step"])
         self.lr_factor = float(ck.get("lr_factor", 1.0))
