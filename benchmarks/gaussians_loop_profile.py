@@ -36,8 +36,8 @@ SSIM), ``reg`` (the regulariser's ``loss`` hook minus its parts:) ``depth_normal
 ``mesh_start``, ``mesh_maintain`` (Delaunay submit/switch, SDF resets, labels), ``mesh_loss``; ``backward``,
 ``optimizer`` (the Gaussians' Adam steps), ``strategy`` (density-control hooks: statistics), ``densify``
 (clone/split/prune/opacity reset), ``milo_event`` (re-init, importance sampling, cdf pruning),
-``reg_hooks`` (``render_outputs``, ``after_optimizer_step``), ``bookkeeping`` (``engine.end_step``: read-back,
-guard, history, progress), ``preview``, ``checkpoint``, ``other`` (the step's time not covered by a stage:
+``reg_hooks`` (``render_outputs``, ``after_optimizer_step``), ``bookkeeping`` (``TrainLoop._bookkeeping``:
+read-back, guard, history, progress), ``preview``, ``checkpoint``, ``other`` (the step's time not covered by a stage:
 the trainer's own code, Python overhead). Renders, view loads and Adam steps inside another stage (an
 importance pass, a depth fusion, a preview) count towards that stage. Beside the times: the Gaussian count
 (end of window, min–max), intersections per step (tile–Gaussian pairs of the training render) and per
@@ -381,7 +381,12 @@ class LoopProfiler:
         p.wrap(M.MeshInTheLoop, "start", "mesh_start")
         p.wrap(M.MeshInTheLoop, "_maintain", "mesh_maintain")
         p.wrap(M.MeshInTheLoop, "mesh_losses", "mesh_loss")
-        p.wrap(T, "end_step", "bookkeeping")
+        try:
+            from meshlift.methods.loop import TrainLoop
+        except ImportError:  # a tree before the one loop class
+            p.wrap(T, "end_step", "bookkeeping")
+        else:
+            p.wrap(TrainLoop, "_bookkeeping", "bookkeeping")
         if self.device.type == "cuda" and self.count_syncs:
             self.syncs.start_cuda()
         try:

@@ -16,8 +16,8 @@ stays ``num_random``) and runs ``--warmup`` (not measured: Triton compiles) + ``
 Stages (CUDA events on the GPU, ``perf_counter`` on the CPU; exclusive of nested stages, as
 ``benchmarks/reconstruct_speed.py``): ``views`` (batch to the device, targets), ``render``
 (``rasterize_gaussians`` of the activated parameters), ``loss`` (L1 + SSIM), ``backward``, ``optimizer``
-(the six Adam steps), ``strategy`` (density-control statistics), ``bookkeeping`` (``engine.end_step``:
-read-back, guard, history), ``other`` (the rest of the step: timing not covered by a stage). Counts use
+(the six Adam steps), ``strategy`` (density-control statistics), ``bookkeeping`` (``TrainLoop._bookkeeping`` of
+``methods.loop``: read-back, guard, history), ``other`` (the rest of the step: timing not covered by a stage). Counts use
 :func:`reconstruct_speed.count_ops` (``syncs``: ``.item()``, ``nonzero``, ... read-backs; on CUDA also
 ``syncs (cuda)``, what ``torch.cuda.set_sync_debug_mode`` reports, which includes copies from pageable
 memory). Timing on a shared CPU is unreliable: compare counts there, times on a quiet GPU.
@@ -79,6 +79,17 @@ class _Patches:
                 delattr(obj, attr)
 
 
+def _wrap_bookkeeping(p, T) -> None:
+    """The loop's per-step bookkeeping: ``methods.loop.TrainLoop._bookkeeping`` (``end_step`` of the trainer
+    module in trees before the loop was one class)."""
+    try:
+        from meshlift.methods.loop import TrainLoop
+    except ImportError:
+        p.wrap(T, "end_step", "bookkeeping")
+    else:
+        p.wrap(TrainLoop, "_bookkeeping", "bookkeeping")
+
+
 @contextlib.contextmanager
 def instrument(trainer, clock: StageClock):
     import meshlift.methods.gaussians.losses as L
@@ -92,7 +103,7 @@ def instrument(trainer, clock: StageClock):
     p.wrap(torch.optim.Adam, "step", "optimizer")
     if trainer.strategy is not None:
         p.wrap(trainer.strategy, "step_post_backward", "strategy")
-    p.wrap(T, "end_step", "bookkeeping")
+    _wrap_bookkeeping(p, T)
     try:
         yield
     finally:
@@ -120,10 +131,17 @@ def main(argv=None) -> int:
     from meshlift.methods.gaussians.trainer import GaussianTrainer
 
     try:
-        from meshlift.methods.gaussians.trainer import readback_every
-    except ImportError:  # a tree before deferred read-backs ("before" counts): every step
+        from meshlift.methods.gaussians.trainer import CUDA_READBACK_EVERY
+        from meshlift.methods.loop import readback_every as _rule
+
         def readback_every(cfg, device):
-            return 1
+            return _rule(cfg.readback_every, device, CUDA_READBACK_EVERY)
+    except ImportError:
+        try:  # a tree before the one loop class: the trainer's own rule
+            from meshlift.methods.gaussians.trainer import readback_every
+        except ImportError:  # a tree before deferred read-backs ("before" counts): every step
+            def readback_every(cfg, device):
+                return 1
 
     data = args.data or str(_data_root() / "nerf_synthetic_lego_half")
     cfg = build_config(data, "gaussians", False, None, [])

@@ -19,7 +19,13 @@ tensors**, one after the other in one process, and are scored by the same code:
   scale``;
 - densification: gsplat's own ``gsplat.strategy.DefaultStrategy`` with the preset's ``densify_*`` values
   (prune_opa, grow_grad2d, grow_scale3d, prune_scale3d, refine start/stop/every, reset_every); gsplat 1.5.3
-  has no Gaussian cap (meshlift's ``densify_max_gaussians`` = 6M is never reached on these scenes);
+  has no Gaussian cap (meshlift's ``densify_max_gaussians`` = 6M is never reached on these scenes).
+  **gsplat 1.5.3's strategy never resets opacities** (``step % reset_every == 0 & step > 0`` is always False;
+  fixed upstream by gsplat PR #776, after 1.5.3; see ``_gsplat_inputs.py``): at start a probe drives the
+  installed ``DefaultStrategy`` through its reset step (``strategy_resets_opacity`` in the JSON) and, with
+  ``--gsplat-opacity-reset auto`` (default), the loop then resets itself at the fixed rule's steps with gsplat's
+  own ``gsplat.strategy.ops.reset_opa`` (opacity clamped to 2 × prune_opa, Adam moments zeroed) — what meshlift's
+  strategy does; ``on`` always, ``off`` as installed (``opacity_reset`` in the JSON);
 - evaluation at each ``--eval-at`` step (and the last): the test views rendered at the training resolution
   on the evaluation background, scored by ``meshlift.methods.gaussians.evaluate.image_metrics``
   (``meshlift.metrics.image`` PSNR/SSIM, meshlift's LPIPS-Alex) for both sides.
@@ -46,6 +52,16 @@ in place of ``gsplat.rasterization`` to check the loop, strategy and bookkeeping
 
     python benchmarks/gsplat_compare.py --data ../shared/data/nerf_synthetic_lego_half --device cpu \\
         --steps 20 --only meshlift --train-res 64 --set num_random=3000 --no-lpips --out /tmp/cmp.json
+
+The gsplat side's loop and strategy on the CPU (gsplat's python ``strategy`` package imports without CUDA; its
+kernels are never built): unpack the source tarball below and put it on ``PYTHONPATH``; a short schedule with
+opacity resets (``--gsplat-opacity-reset off`` for gsplat 1.5.3 as installed)::
+
+    mkdir -p /tmp/gs && tar xzf .whl/gsplat-1.5.3-src.tar.gz -C /tmp/gs
+    PYTHONPATH=src:/tmp/gs/gsplat-1.5.3 python benchmarks/gsplat_compare.py --data ../shared/data/nerf_synthetic_lego_half \
+        --device cpu --steps 600 --eval-at 200,400,600 --train-res 64 --no-lpips --gsplat-standin \
+        --set num_random=3000 densify_refine_start=100 densify_refine_every=50 densify_reset_every=200 \
+        densify_refine_stop=500 --out /tmp/cmp600.json
 
 On one H200 (device tool; nothing can be downloaded there). Once, here, in the repo root — the gsplat source
 (v1.5.3, the version of ANCHORS.md, with its glm submodule) as a git-ignored tarball, and lego beside the
@@ -92,6 +108,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _gsplat_inputs import (OPACITY_RESET_MODES, decide_opacity_reset, opacity_reset_due,  # noqa: E402
+                            probe_opacity_reset, strategy_kwargs)
 
 #: short scene names accepted by ``--data`` -> folder under the shared data root
 SCENES = {"lego": "nerf_synthetic_lego_half", "fox": "fox", "statue": "statue_of_liberty_colmap"}
@@ -272,6 +292,7 @@ def run_meshlift(cfg, problem, device: torch.device, eval_at: set, args, on_eval
         "evals": evals,
         "nan_recoveries": trainer.recoveries,
         "splat_backend": cfg.splat_backend,
+        "densify_max_gaussians": cfg.densify_max_gaussians if cfg.densify else None,
         "densify_history": [list(h) for h in getattr(trainer.strategy, "history", [])][-5:],
         **step_stats(clock.step_ms(), args.warmup),
         **peak_memory(device),
@@ -359,6 +380,11 @@ def run_gsplat(cfg, problem, device: torch.device, eval_at: set, args, on_eval: 
         from gsplat import rasterization
         from gsplat.strategy import DefaultStrategy
 
+    # gsplat 1.5.3's DefaultStrategy never resets opacities (see _gsplat_inputs): probed (on the CPU, before the
+    # clock starts), then done in the loop with gsplat's own reset_opa at the fixed rule's steps when
+    # --gsplat-opacity-reset says so
+    probe = probe_opacity_reset(DefaultStrategy)
+    loop_reset = cfg.densify and decide_opacity_reset(args.gsplat_opacity_reset, probe["resets"])
     clock = StepClock(device)
     evals: list = []
     reset_memory(device)
@@ -378,17 +404,17 @@ def run_gsplat(cfg, problem, device: torch.device, eval_at: set, args, on_eval: 
     optimizers = {k: torch.optim.Adam([{"params": [p], "lr": lrs[k], "name": k}], eps=ADAM_EPS, fused=fused)
                   for k, p in params.items()}
     strategy = None
+    reset_steps: list = []
     if cfg.densify:
-        strategy = DefaultStrategy(
-            prune_opa=cfg.densify_prune_opa, grow_grad2d=cfg.densify_grow_grad2d,
-            grow_scale3d=cfg.densify_grow_scale3d, prune_scale3d=cfg.densify_prune_scale3d,
-            refine_start_iter=cfg.densify_refine_start, refine_stop_iter=cfg.densify_refine_stop,
-            refine_every=cfg.densify_refine_every,
-            # gsplat computes step % reset_every: "never" is a period longer than the run
-            reset_every=cfg.densify_reset_every if cfg.densify_reset_every > 0 else cfg.steps + 1,
-            absgrad=False, verbose=False)
+        strategy = DefaultStrategy(**strategy_kwargs(cfg, cfg.steps))
         strategy.check_sanity(params, optimizers)
         state = strategy.initialize_state(scene_scale=scene_scale)
+    if loop_reset:
+        from gsplat.strategy.ops import reset_opa
+    log(f"[gsplat] DefaultStrategy resets opacity: {probe['resets']}"
+        + (f" ({probe['error']})" if probe.get("error") else "")
+        + f"; --gsplat-opacity-reset {args.gsplat_opacity_reset}: the loop resets "
+        + ("itself (gsplat.strategy.ops.reset_opa)" if loop_reset else "nothing"))
     # the training images where meshlift's trainer keeps them (data_device; auto: on the GPU when they fit)
     from meshlift.methods.data_device import resolve_data_device
     train = problem.train
@@ -443,6 +469,9 @@ def run_gsplat(cfg, problem, device: torch.device, eval_at: set, args, on_eval: 
             opt.zero_grad(set_to_none=True)
         if strategy is not None:
             strategy.step_post_backward(params, optimizers, state, step, info, packed=False)
+            if loop_reset and opacity_reset_due(step, strategy.reset_every, strategy.refine_stop_iter):
+                reset_opa(params=params, optimizers=optimizers, state=state, value=2.0 * strategy.prune_opa)
+                reset_steps.append(step)
         clock.step_done()
         n = step + 1
         if n % max(1, cfg.steps // 10) == 0 and n not in eval_at:
@@ -461,6 +490,11 @@ def run_gsplat(cfg, problem, device: torch.device, eval_at: set, args, on_eval: 
         "adam": "fused" if fused else "torch default (foreach)",
         "ssim": args.gsplat_ssim,
         "rasterization": "packed=False, classic, tile 16, eps2d 0.3",
+        "strategy_resets_opacity": probe["resets"],
+        "strategy_probe": probe,
+        "opacity_reset": {"mode": args.gsplat_opacity_reset, "by_loop": bool(loop_reset),
+                          "loop_reset_steps": reset_steps},
+        "densify_max_gaussians": None,
         **step_stats(clock.step_ms(), args.warmup),
         **peak_memory(device),
     }
@@ -522,6 +556,10 @@ def tables(result: dict) -> str:
             if o and o["wall_s"] > 0:
                 lines.append(f"step {e['step']:,}: meshlift / gsplat wall time {e['wall_s'] / o['wall_s']:.2f}x, "
                              f"PSNR difference {e['psnr'] - o['psnr']:+.2f} dB")
+    if b and "strategy_resets_opacity" in b:
+        r = b.get("opacity_reset", {})
+        lines.append(f"gsplat opacity reset: DefaultStrategy resets {b['strategy_resets_opacity']}, "
+                     f"--gsplat-opacity-reset {r.get('mode')}, loop resets at steps {r.get('loop_reset_steps')}")
     g = result.get("gsplat_check", {})
     lines.append("gsplat: " + (f"{g.get('version')} from {g.get('path')}, first call (build/load + run) "
                                  f"{_f(g.get('first_call_s'), '.1f')} s, second {_f(g.get('second_call_ms'), '.1f')} ms"
@@ -571,6 +609,10 @@ def main(argv=None) -> int:
     ap.add_argument("--gsplat-ssim", choices=("meshlift", "torch"), default="meshlift",
                     help="gsplat side's SSIM term: meshlift's photometric_loss (fused Triton on CUDA; the same "
                     "as the meshlift side) or the pure-PyTorch ssim_same")
+    ap.add_argument("--gsplat-opacity-reset", choices=OPACITY_RESET_MODES, default="auto",
+                    help="the gsplat loop resets opacities itself (gsplat's reset_opa, at gsplat's reset steps): "
+                    "auto = only when a probe finds the installed DefaultStrategy does not (gsplat 1.5.3's "
+                    "'& step > 0' bug, fixed upstream by gsplat PR #776); on; off = as installed")
     ap.add_argument("--gsplat-standin", action="store_true",
                     help="CPU check only: the gsplat loop with meshlift's rasterizer in place of gsplat's")
     ap.add_argument("--out", type=Path, default=None, help="JSON file (sides from an earlier run are kept)")

@@ -8,6 +8,11 @@
 #   WAIT=540 bash benchmarks/gsplat_compare_gpu.sh --data .devrun/data/nerf_synthetic_lego_half --out runs/cmp/lego.json
 #   COLLECT=1 WAIT=540 bash benchmarks/gsplat_compare_gpu.sh --out runs/cmp/lego.json
 #
+# Every argument goes to gsplat_compare.py (e.g. --gsplat-opacity-reset auto|on|off: gsplat 1.5.3's
+# DefaultStrategy never resets opacities; auto, the default, makes the loop do it with gsplat's reset_opa).
+# Gaussian caps: meshlift's densify_max_gaussians (6M in the preset), none on the gsplat side (1.5.3 has none);
+# neither binds on lego / statue / fox (~0.1-0.3M). Carry [".devrun", ".whl"] works too (28 MB).
+#
 # GSPLAT_INSTALL=jit (default): gsplat's source on PYTHONPATH; its CUDA extension is JIT-built at the first
 # rasterization (ANCHORS.md: 58-68 s on 16 cores), timed by the script's gsplat check. GSPLAT_INSTALL=pip:
 # `pip install --no-build-isolation --no-deps --no-index` of the source first (log: <out dir>/gsplat_build.log).

@@ -22,7 +22,7 @@ split out of ``render`` by wrapping ``meshlift.render.{rasterize,interpolate,ant
 and ``EnvironmentLight.shade``): ``views`` (batch to the device), ``light`` (``build_mips``: the prefilter),
 ``marching_tets`` (pass 1: the isosurface), ``rasterize`` (rasterize + interpolate + antialias forward),
 ``material``, ``shade``, ``render`` (the rest of ``render_mesh``), ``loss`` (image loss + regularisers),
-``backward``, ``optimizer`` (Adam steps, LR schedules, clamps), ``bookkeeping`` (``engine.end_step``).
+``backward``, ``optimizer`` (Adam steps, LR schedules, clamps), ``bookkeeping`` (``TrainLoop._bookkeeping`` of ``methods.loop``).
 Timing: CUDA events around every stage on the GPU (no host sync inside a step; one synchronize at the end of
 the timed window), ``time.perf_counter`` on the CPU (where every op is synchronous). Only the timed steps
 count; the profiled steps are excluded from the times (the profiler slows them down).
@@ -587,7 +587,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="also write the table (markdown) here")
     ap.add_argument("--cuda-paths", action="store_true",
                     help="CPU op counts of the CUDA code paths: inside the passes only, the shading fast paths "
-                         "(fused Triton kernels) run under the Triton interpreter (use_kernels(shading="triton"), "
+                         "(fused Triton kernels) run under the Triton interpreter (use_kernels(shading='triton'), "
                          "TRITON_INTERPRET=1); data rendering and evaluation stay on the torch paths")
     args = ap.parse_args(argv)
     if args.cuda_paths:

@@ -18,8 +18,9 @@ from meshlift.methods.gaussians.config import GaussiansConfig, apply_dict, densi
 from meshlift.methods.gaussians.evaluate import image_metrics, render_views
 from meshlift.methods.gaussians.presets import get_preset
 from meshlift.methods.gaussians.reconstruct import reconstruct
-from meshlift.methods.gaussians.trainer import (DivergenceError, GaussianTrainer, LogLinearLR, PARAM_NAMES,
-                                                ShDegreeSchedule, TrainCallbacks)
+from meshlift.methods.engine import LogLinearLR
+from meshlift.methods.gaussians.trainer import (DivergenceError, GaussianTrainer, PARAM_NAMES, ShDegreeSchedule,
+                                                TrainCallbacks)
 from meshlift.methods.gaussians.views import camera_extent
 
 CPU = torch.device("cpu")
@@ -120,6 +121,37 @@ def test_resume_continues_bit_for_bit(problem, tmp_path):
     for k, v in full.gaussians.tensors().items():
         torch.testing.assert_close(resumed.gaussians.tensors()[k], v, rtol=0, atol=0)
     assert resumed.metrics["steps"] == 16
+
+
+class _CtrlC(TrainCallbacks):
+    """What the first SIGINT does (``GracefulInterrupt``), during step ``at`` (0-based)."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def after_backward(self, step, params):
+        from meshlift.methods.loop import INTERRUPT
+
+        if step == self.at:
+            INTERRUPT.requested = True
+
+
+def test_ctrl_c_writes_the_step_and_resume_continues_bit_for_bit(problem, tmp_path, monkeypatch):
+    """The first Ctrl-C stops after the step it came in with a checkpoint of that step (not only the last
+    cadence one, step 8); a resumed run ends with exactly the parameters of an uninterrupted one."""
+    from meshlift.methods.loop import INTERRUPT
+
+    cfg = _cfg(steps=16, densify_refine_every=5, densify_refine_stop=14, background="random")
+    full = reconstruct(cfg, tmp_path / "a", problem=problem)
+    monkeypatch.setattr(INTERRUPT, "requested", False)
+    with pytest.raises(KeyboardInterrupt):
+        reconstruct(cfg, tmp_path / "b", problem=problem, callbacks=_CtrlC(10))
+    INTERRUPT.requested = False
+    ck = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=True)
+    assert ck["step"] == 11
+    resumed = reconstruct(cfg, tmp_path / "b", problem=problem, resume=True)
+    for k, v in full.gaussians.tensors().items():
+        torch.testing.assert_close(resumed.gaussians.tensors()[k], v, rtol=0, atol=0)
 
 
 class _NaNGrad(TrainCallbacks):

@@ -104,3 +104,47 @@ def test_decimating_a_watertight_mesh_opens_no_border(shared_data):
         assert int((counts == 1).sum()) == 0, target
         assert int((counts > 2).sum()) == 0, target
         assert not ((f[:, 0] == f[:, 1]) | (f[:, 1] == f[:, 2]) | (f[:, 0] == f[:, 2])).any()
+
+
+def test_lowered_target_when_the_fill_overshoots(monkeypatch):
+    """A decimation that lands a few faces over the budget (the hole fill after non-manifold removal adds them)
+    is run again with a lowered target; the result is within the budget, no warning."""
+    import warnings
+
+    import meshlift.mesh.simplify as simp
+
+    big = _sphere(3)  # 1280 faces
+    calls = []
+
+    def fake_once(mesh, target, **kw):
+        calls.append(target)
+        over = Mesh(v_pos=big.v_pos, t_pos_idx=big.t_pos_idx[:322])  # 2 faces over
+        return (_sphere(2) if target < 320 else over), {}
+
+    monkeypatch.setattr(simp, "_simplify_once", fake_once)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s, info = simp.simplify_mesh(big, 320, keep_uv=False)
+    assert calls[0] == 320 and calls[1] < 320 and s.num_faces <= 320 and info["budget_reached"]
+
+
+def test_unreachable_budget_warns_and_keeps_the_smallest(monkeypatch):
+    """A mesh edge collapse cannot shrink to the budget (a 500k-face noisy scene mesh to 5,000 gave 9.9k-26k
+    faces on the H200, 2026-12-04) is returned over the budget with a MeshliftWarning, never an error; the
+    retries stop once lowering the target no longer helps."""
+    import meshlift.mesh.simplify as simp
+    from meshlift.errors import MeshliftWarning
+
+    big = _sphere(3)
+    stuck = Mesh(v_pos=big.v_pos, t_pos_idx=big.t_pos_idx[:900])
+    calls = []
+
+    def fake_once(mesh, target, **kw):
+        calls.append(target)
+        return stuck, {}
+
+    monkeypatch.setattr(simp, "_simplify_once", fake_once)
+    with pytest.warns(MeshliftWarning, match="above the budget"):
+        s, info = simp.simplify_mesh(big, 100, keep_uv=False)
+    assert s.num_faces == 900 and info["faces_after"] == 900 and info["budget_reached"] is False
+    assert len(calls) == 2  # the second, lower target gained nothing: no further tries

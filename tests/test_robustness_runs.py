@@ -13,8 +13,8 @@ import torch
 
 from _run_helpers import TINY, blender_copy_with_opencv_axes, write_torus_obj
 from meshlift.cli.main import main
-from meshlift.errors import OutOfMemoryError, TrainingError
-from meshlift.methods import engine
+from meshlift.errors import OutOfMemoryError
+from meshlift.methods import engine, loop
 
 
 @pytest.fixture(scope="module")
@@ -254,7 +254,7 @@ def test_ctrl_c_saves_a_checkpoint_of_the_step_and_resume_finishes(tmp_path, tor
     def fake(out, views, cfg):
         calls["n"] += 1
         if calls["n"] == 3:
-            engine.INTERRUPT.requested = True  # what the SIGINT handler does
+            loop.INTERRUPT.requested = True  # what the SIGINT handler does
         return real(out, views, cfg)
 
     monkeypatch.setattr(passes, "image_loss", fake)
@@ -263,7 +263,7 @@ def test_ctrl_c_saves_a_checkpoint_of_the_step_and_resume_finishes(tmp_path, tor
                 "--set", "checkpoint_every_s=0") == 130
     err = capsys.readouterr().err
     assert "stopped by Ctrl-C after step 3; its checkpoint is written" in err and "--resume" in err
-    assert not engine.INTERRUPT.requested  # reset when the command ends
+    assert not loop.INTERRUPT.requested  # reset when the command ends
     ck = torch.load(out / "checkpoint.pt", weights_only=True)
     assert ck["pass1"]["iteration"] == 3 and not (out / "metrics.json").exists()
     monkeypatch.setattr(passes, "image_loss", real)
@@ -285,12 +285,12 @@ def test_graceful_interrupt_handler():
 
 def _graceful_interrupt_round_trip(signal):
     before = signal.getsignal(signal.SIGINT)
-    with engine.INTERRUPT as flag:
+    with loop.INTERRUPT as flag:
         os.kill(os.getpid(), signal.SIGINT)
         assert flag.requested
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)  # the second one stops at once
-    assert signal.getsignal(signal.SIGINT) is before and not engine.INTERRUPT.requested
+    assert signal.getsignal(signal.SIGINT) is before and not loop.INTERRUPT.requested
 
 
 
@@ -300,7 +300,7 @@ def test_graceful_interrupt_leaves_torchrun_ranks_alone(monkeypatch):
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     monkeypatch.setenv("WORLD_SIZE", "2")
     try:
-        with engine.INTERRUPT:
+        with loop.INTERRUPT:
             assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, previous)
@@ -327,21 +327,6 @@ def test_resume_from_another_working_directory(tmp_path, torus_obj, monkeypatch)
     assert same_input("../elsewhere/" + torus_obj.name, str(torus_obj))
     assert not same_input("../elsewhere/other.obj", str(torus_obj))
     assert not same_input(str(tmp_path), str(torus_obj))
-
-
-def test_divergence_guard_unit():
-    p = torch.nn.Parameter(torch.ones(3))
-    opt = torch.optim.Adam([p], lr=0.1)
-    guard = engine.DivergenceGuard("t", lambda: {"p": p.detach()}, lambda s: p.data.copy_(s["p"]), [opt],
-                                   "lr", snapshot_every=1)
-    guard.start(0)
-    assert not guard.after_step(1, 1.0)
-    with torch.no_grad():
-        p.fill_(float("nan"))
-    assert guard.after_step(2, float("nan"))
-    assert torch.equal(p.detach(), torch.ones(3)) and opt.param_groups[0]["lr"] == pytest.approx(0.05)
-    with pytest.raises(TrainingError, match="again after a rollback"):
-        guard.after_step(3, float("inf"))
 
 
 def test_checkpointer_refuses_nonfinite_payload(tmp_path):

@@ -250,7 +250,7 @@ def register(app: typer.Typer) -> None:
                 fail_if_warnings(spec, _saved_result(out), out)
             raise typer.Exit(code)
         main_rank = env_rank() == 0  # under torchrun rank 0 alone reports
-        from meshlift.methods.engine import INTERRUPT
+        from meshlift.methods.loop import INTERRUPT
         items = list(set_ or []) + list(overrides or [])
         if camera_convention is not None:
             items.append(f"camera_convention={camera_convention}")

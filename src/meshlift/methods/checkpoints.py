@@ -4,9 +4,12 @@
   writes a host copy on a worker thread so the training loop does not wait for the disk);
 - :class:`CheckpointCadence`: every N steps or every S seconds;
 - :func:`load_checkpoint`, :func:`check_resume_compatible`: ``--resume`` with one clear error per problem;
-- :func:`nonfinite_tensors`: a diverged payload is never written over a good one.
+- :func:`nonfinite_tensors`: a diverged payload is never written over a good one;
+- :func:`host_copy`: a payload with every tensor copied to host memory (the Gaussian trainer's checkpoints and
+  rollback snapshots).
 
-Re-exported by :mod:`meshlift.methods.engine` (the loop machinery every method imports).
+Re-exported by :mod:`meshlift.methods.engine`; the training loop that saves through it is
+:class:`meshlift.methods.loop.TrainLoop`.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ import torch
 
 from meshlift.errors import ConfigError
 
-__all__ = ["CHECKPOINT_NAME", "CheckpointCadence", "Checkpointer", "check_resume_compatible", "load_checkpoint",
-           "nonfinite_tensors"]
+__all__ = ["CHECKPOINT_NAME", "CheckpointCadence", "Checkpointer", "check_resume_compatible", "host_copy",
+           "load_checkpoint", "nonfinite_tensors"]
 
 CHECKPOINT_NAME = "checkpoint.pt"
 
@@ -58,7 +61,7 @@ class Checkpointer:
         if not self.background:
             self._write(payload)
             return True
-        staged = _host_copy(payload)
+        staged = host_copy(payload)
         self.flush()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._write_logged, args=(staged,), name="meshlift-checkpoint")
@@ -111,17 +114,17 @@ class Checkpointer:
         return load_checkpoint(self.path)
 
 
-def _host_copy(tree):
+def host_copy(tree):
     """``tree`` (nested dicts/lists/tuples) with every tensor copied to host memory (a copy also for CPU
     tensors, so later in-place updates do not reach a pending write); other leaves as they are."""
     if torch.is_tensor(tree):
         return tree.detach().to("cpu", copy=True)
     if isinstance(tree, dict):
-        return {k: _host_copy(v) for k, v in tree.items()}
+        return {k: host_copy(v) for k, v in tree.items()}
     if isinstance(tree, tuple) and hasattr(tree, "_fields"):  # a named tuple
-        return type(tree)(*(_host_copy(v) for v in tree))
+        return type(tree)(*(host_copy(v) for v in tree))
     if isinstance(tree, (list, tuple)):
-        return type(tree)(_host_copy(v) for v in tree)
+        return type(tree)(host_copy(v) for v in tree)
     return copy.deepcopy(tree)
 
 

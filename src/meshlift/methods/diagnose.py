@@ -1,7 +1,7 @@
 """Name the source of a non-finite loss or gradient (``diagnose_nonfinite``), for any training loop.
 
-Without it, a NaN is seen only as a non-finite loss at a read-back, and :class:`~meshlift.methods.engine.
-DivergenceGuard` rolls back: the run says *that* it diverged, not *where*. With it, every step (one host
+Without it, a NaN is seen only as a non-finite loss at a read-back, and the divergence guard of
+:class:`~meshlift.methods.loop.TrainLoop` rolls back: the run says *that* it diverged, not *where*. With it, every step (one host
 sync per step, so only for diagnosis):
 
 1. the named forward tensors (the loss terms, the rendered image, the vertices …) are checked first, then

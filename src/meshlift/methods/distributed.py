@@ -445,12 +445,15 @@ SINGLE = DistContext()
 
 class SyncedCadence:
     """A :class:`~meshlift.methods.engine.CheckpointCadence` whose ``due`` is rank 0's decision on every rank
-    (the time-based part differs between processes)."""
+    (the time-based part differs between processes; a cadence by step count alone is the same on every rank
+    and needs no collective)."""
 
     def __init__(self, cadence, ctx: DistContext) -> None:
         self.cadence, self.ctx = cadence, ctx
 
     def due(self, step: int) -> bool:
+        if self.cadence.every_s <= 0:
+            return self.cadence.due(step)
         return self.ctx.agree(self.cadence.due(step))
 
     def saved(self) -> None:

@@ -5,19 +5,19 @@
 - :class:`TrainState`, and :class:`Checkpointer` (re-exported from :mod:`meshlift.methods.checkpoints`):
   resumable runs (``checkpoint.pt``, written atomically);
 - :class:`ViewSampler`: seeded batches of view indices without replacement;
-- schedules, each a named object with ``__call__`` and ``state_dict`` (no magic numbers in training loops):
-  :class:`ExponentialLR` (nvdiffrec's learning-rate schedule), :class:`LinearSchedule` (weights that ramp),
-  :class:`TimeBudget` (per-pass deadlines from the cost of the stages around the passes, :class:`StageCosts`);
+- schedules, each a named object with ``__call__`` and ``state_dict`` (no magic numbers in training loops),
+  the learning-rate ones all here: :class:`ExponentialLR` (nvdiffrec's), :class:`LogLinearLR` (3DGS's
+  position step), :class:`LinearSchedule` (weights that ramp), :class:`TimeBudget` (per-pass deadlines from
+  the cost of the stages around the passes, :class:`StageCosts`; :func:`deadline_reached`);
 - :func:`resolve_device`, :func:`is_oom`: the device and memory errors; :func:`kernel_backends`: a run's backends;
-- :func:`end_step`: per-step bookkeeping (history, progress, previews, checkpoints, time budget), reading the
-  loss back from the device in batches (:class:`LossReadback`: no host sync in most steps);
-- :data:`NO_STAGES`: the do-nothing stage timer of a training step (``benchmarks/reconstruct_speed.py`` passes a
-  timing one).
+- :func:`prepare_output_dir`, :func:`check_memory`: refusing a bad ``--out`` or a run that cannot fit, early.
+
+The training loop itself (read-back, divergence guard, checkpoint cadence, Ctrl-C) is
+:class:`meshlift.methods.loop.TrainLoop`, one layer of modules above this one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
@@ -37,9 +37,6 @@ __all__ = [
     "CHECKPOINT_NAME",
     "CheckpointCadence",
     "Checkpointer",
-    "DivergenceGuard",
-    "LossReadback",
-    "NO_STAGES",
     "FINISHED_MARKER",
     "available_memory_bytes",
     "check_memory",
@@ -50,13 +47,13 @@ __all__ = [
     "PassDeadline",
     "ExponentialLR",
     "LinearSchedule",
+    "LogLinearLR",
+    "deadline_reached",
     "Monitor",
-    "StageClock",
     "StageCosts",
     "TimeBudget",
     "TrainState",
     "ViewSampler",
-    "end_step",
     "is_oom",
     "kernel_backends",
     "psnr_from_mse",
@@ -210,6 +207,23 @@ class ExponentialLR:
 
 
 @dataclass(frozen=True)
+class LogLinearLR:
+    """``exp((1 − t) log start + t log end)`` with ``t = step / steps`` clamped to [0, 1] (3DGS's
+    ``get_expon_lr_func`` without the delay; the Gaussians' position learning rate)."""
+
+    start: float
+    end: float
+    steps: int
+
+    def __call__(self, step: int) -> float:
+        t = min(max(step / max(1, self.steps), 0.0), 1.0)
+        return math.exp((1.0 - t) * math.log(self.start) + t * math.log(self.end))
+
+    def state_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
 class LinearSchedule:
     """A value ramping linearly from ``start`` to ``end`` as ``x`` goes from 0 to ``duration``, then ``end``.
 
@@ -315,57 +329,7 @@ class PassDeadline:
             fn(**facts)
 
 
-# ---- per-step bookkeeping ---------------------------------------------------------------------------------
-
-
-class _NoStages:
-    """The stage timer of a normal run: every stage is a no-op context."""
-
-    _ctx = contextlib.nullcontext()
-
-    def __call__(self, name: str):
-        return self._ctx
-
-
-#: Do-nothing stage timer: ``with stages("backward"): ...`` costs one call. A timing one (CUDA events) is in
-#: ``benchmarks/reconstruct_speed.py``; any callable ``name -> context manager`` works.
-NO_STAGES = _NoStages()
-
-
-class LossReadback:
-    """Keeps each step's loss and MSE on the device and reads them back together every ``every`` steps.
-
-    ``float(loss)`` every step is a host sync: on CUDA the host waits for the step's kernels before it may
-    queue the next step's. :meth:`push` stores the detached scalars (no sync); :meth:`drain` stacks what is
-    pending and copies it to the host in one transfer (one sync per ``every`` steps). The values are the
-    same floats ``float(loss)`` gives (a float32 copied to the host).
-    """
-
-    def __init__(self, every: int = 1) -> None:
-        if int(every) < 1:
-            raise ConfigError(f"readback cadence must be >= 1 step, got {every}")
-        self.every = int(every)
-        self.pending: list[tuple[int, torch.Tensor, torch.Tensor]] = []
-
-    def push(self, it: int, loss: torch.Tensor, mse: torch.Tensor) -> None:
-        """Store step ``it``'s (0-based) scalars."""
-        self.pending.append((it, loss.detach().reshape(()), mse.detach().reshape(()).to(loss.dtype)))
-
-    def due(self, step: int) -> bool:
-        """Whether the cadence asks for a read-back after ``step`` (1-based count of steps done)."""
-        return step % self.every == 0
-
-    def drain(self) -> list[tuple[int, float, float]]:
-        """``[(it, loss, mse)]`` of the pending steps as Python floats (one device → host copy)."""
-        if not self.pending:
-            return []
-        vals = torch.stack([x for _, l, m in self.pending for x in (l, m)]).cpu().tolist()
-        out = [(it, float(vals[2 * k]), float(vals[2 * k + 1])) for k, (it, _, _) in enumerate(self.pending)]
-        self.pending = []
-        return out
-
-    def clear(self) -> None:
-        self.pending = []
+# ---- deadlines ---------------------------------------------------------------------------------------------
 
 
 def deadline_reached(deadline) -> bool:
@@ -376,132 +340,6 @@ def deadline_reached(deadline) -> bool:
     if hasattr(deadline, "reached"):
         return bool(deadline.reached())
     return time.perf_counter() > (deadline() if callable(deadline) else deadline)
-
-
-class GracefulInterrupt:
-    """Ctrl-C during training: the first SIGINT asks the training loop to stop after the current step with a
-    checkpoint (:func:`end_step` saves it and raises ``KeyboardInterrupt``); a second one interrupts at once.
-
-    Use ``with INTERRUPT:`` around a training call (the CLI does). The handler is installed only on the main
-    thread and only over Python's default one; elsewhere the context changes nothing. Multi-process runs keep
-    the default behaviour (the ranks would see the signal at different steps).
-    """
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous = None
-
-    def __enter__(self) -> "GracefulInterrupt":
-        import signal
-        import threading
-
-        self.requested = False
-        distributed = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1  # torchrun ranks: Python's default
-        if (not distributed and threading.current_thread() is threading.main_thread()
-                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        import sys
-
-        sys.stderr.write("\nCtrl-C: stopping after this step with a checkpoint (press Ctrl-C again to stop now)\n")
-
-    def __exit__(self, *exc) -> bool:
-        import signal
-
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
-        self.requested = False
-        return False
-
-
-#: The process's :class:`GracefulInterrupt` (read by :func:`end_step`).
-INTERRUPT = GracefulInterrupt()
-
-
-def end_step(pass_no: int, it: int, total: int, loss: torch.Tensor, mse: torch.Tensor, *, state: TrainState,
-             monitor: Monitor, preview_every: int, cadence: "CheckpointCadence", deadline,
-             save: Callable[[], None], preview: Optional[Callable[[], None]],
-             guard: Optional["DivergenceGuard"] = None, readback: Optional[LossReadback] = None,
-             agree: Optional[Callable[[bool], bool]] = None) -> bool:
-    """Bookkeeping after step ``it`` (0-based) of pass ``pass_no``: the loss read-back, the divergence guard
-    (a non-finite loss rolls the state back, see :class:`DivergenceGuard`), history, progress, a preview
-    every ``preview_every`` steps, a checkpoint when ``cadence`` says so. Returns True when the ``deadline``
-    (a ``time.perf_counter()`` value, or a callable returning one, e.g. :class:`PassDeadline`) ends the
-    pass early. After a Ctrl-C (:data:`INTERRUPT`, one process only) it saves a checkpoint of this step and
-    raises ``KeyboardInterrupt``.
-
-    With ``readback`` (a :class:`LossReadback`), the step's loss stays on the device until the read-back
-    cadence, a preview, a checkpoint, a guard snapshot, the deadline or the last step asks for the values;
-    then the pending steps are checked by the guard in order, recorded and reported (``monitor.update`` once
-    per step, late by at most ``readback.every - 1`` steps). A non-finite loss found in a read-back rolls
-    back to the guard's snapshot, which is never newer than the last read-back (snapshots are taken only at
-    read-backs); the steps run since the bad one are dropped. Without ``readback`` every step is read back
-    at once (the same as ``LossReadback(1)``).
-
-    With several processes ``agree`` (rank 0's decision on every rank,
-    :meth:`meshlift.methods.distributed.DistContext.agree`) makes the deadline decision common: each rank
-    observes its own clock (and a cost-based :class:`PassDeadline` its own step costs), so without it the
-    ranks could stop at different steps, or read back at different steps, and their collectives would no
-    longer match. It is asked every step before the read-back gate (the gate then opens on all ranks alike).
-    """
-    readback = readback if readback is not None else LossReadback(1)
-    step = it + 1
-    readback.push(it, loss, mse)
-    preview_due = preview is not None and preview_every > 0 and step % preview_every == 0
-    save_due = cadence.due(step) and step < total
-    over = step < total and deadline_reached(deadline)
-    if agree is not None and deadline is not None and step < total:
-        over = agree(over)
-    snapshot_due = guard is not None and guard.due(step)
-    interrupted = INTERRUPT.requested  # Ctrl-C (GracefulInterrupt: never set in a torchrun rank)
-    if not (readback.due(step) or preview_due or save_due or over or snapshot_due or step >= total
-            or interrupted):
-        return False
-    for i, loss_value, mse_value in readback.drain():
-        if guard is not None and guard.after_step(i + 1, loss_value):
-            readback.clear()
-            monitor.log(f"pass {pass_no}: non-finite loss or parameters at step {i + 1}: rolled back to the state "
-                        f"of step {guard.snapshot_step} and halved the learning rates")
-            if interrupted:  # the rolled-back state is not step `step`'s: keep the last cadence checkpoint
-                raise KeyboardInterrupt
-            return False
-        psnr = psnr_from_mse(mse_value)
-        state.history.append({"pass": pass_no, "iteration": i + 1, "loss": loss_value, "psnr": psnr})
-        state.iteration = i + 1
-        monitor.update(i + 1, loss_value, psnr)
-    if preview_due:
-        with torch.no_grad():
-            preview()
-    if save_due or interrupted:
-        save()
-        cadence.saved()
-    if interrupted:
-        monitor.log(f"pass {pass_no}: stopped by Ctrl-C after step {step}; its checkpoint is written before the "
-                    "run ends (--resume continues)")
-        raise KeyboardInterrupt
-    if over:
-        monitor.log(f"pass {pass_no}: time budget reached after {step} of {total} steps")
-        return True
-    return False
-
-
-class StageClock:
-    """Adds wall time to ``state.timings[key]`` each :meth:`flush` (so mid-pass checkpoints carry it too)."""
-
-    def __init__(self, state: TrainState, key: str) -> None:
-        self.state, self.key = state, key
-        self.t = time.perf_counter()
-
-    def flush(self) -> None:
-        now = time.perf_counter()
-        self.state.timings[self.key] = self.state.timings.get(self.key, 0.0) + now - self.t
-        self.t = now
 
 
 # ---- robustness: output folders, resume checks, finite state, memory --------------------------------------
@@ -583,83 +421,6 @@ def prepare_output_dir(out: Optional[Path], *, resume: bool, overwrite: bool, op
         raise OutputError(
             f"--out {out}: holds an unfinished run ({CHECKPOINT_NAME}); pass --resume to continue it, "
             "--overwrite to start again, or choose another --out")
-
-
-class DivergenceGuard:
-    """Non-finite loss or parameters → roll back to the last good state and halve the learning rates, once;
-    a second divergence stops the run with :class:`~meshlift.errors.TrainingError` (nothing is written).
-
-    ``capture()`` returns a snapshot (tensors are cloned by the guard), ``restore(snapshot)`` puts it back.
-    A snapshot is taken every ``snapshot_every`` steps, and only after the parameters were checked finite.
-    The step count goes on after a rollback (the steps since the snapshot are redone as later steps).
-    """
-
-    def __init__(self, name: str, capture: Callable[[], dict], restore: Callable[[dict], None],
-                 optimizers: list, lr_fields: str, snapshot_every: int = 50, max_rollbacks: int = 1,
-                 schedulers: tuple = (), hint: str = "") -> None:
-        self.name, self.capture, self.restore = name, capture, restore
-        self.hint = hint  # appended to the error (e.g. how to diagnose)
-        self.optimizers, self.lr_fields = list(optimizers), lr_fields
-        self.schedulers = list(schedulers)
-        self.snapshot_every, self.max_rollbacks = max(1, int(snapshot_every)), int(max_rollbacks)
-        self.rollbacks = 0
-        self.snapshot: Optional[dict] = None
-        self.snapshot_step = 0
-
-    def _clone(self, tree):
-        if torch.is_tensor(tree):
-            return tree.detach().clone()
-        if isinstance(tree, dict):
-            return {k: self._clone(v) for k, v in tree.items()}
-        if isinstance(tree, (list, tuple)):
-            return type(tree)(self._clone(v) for v in tree)
-        return tree
-
-    def due(self, step: int) -> bool:
-        """Whether :meth:`after_step` of ``step`` takes a snapshot (the state must then be that of ``step``:
-        with deferred read-backs, :func:`end_step` reads back at every such step)."""
-        return step % self.snapshot_every == 0
-
-    def start(self, step: int) -> None:
-        """Take the first snapshot (call before the loop)."""
-        self.snapshot, self.snapshot_step = self._clone(self.capture()), step
-
-    def after_step(self, step: int, loss_value: float) -> bool:
-        """Call after each optimiser step with the step's loss (a float already read back).
-
-        Returns:
-            True when the state was rolled back (the caller carries on with the next step).
-
-        Raises:
-            TrainingError: the run diverged again after a rollback.
-        """
-        bad = not math.isfinite(loss_value)
-        if not bad and self.due(step):
-            state = self.capture()
-            bad_names = nonfinite_tensors(state)
-            if not bad_names:
-                self.snapshot, self.snapshot_step = self._clone(state), step
-                return False
-            bad = True
-        if not bad:
-            return False
-        from meshlift.errors import TrainingError
-
-        if self.rollbacks >= self.max_rollbacks or self.snapshot is None:
-            raise TrainingError(
-                f"{self.name}: the loss or parameters became non-finite (NaN/inf) at step {step} again after "
-                f"a rollback with halved learning rates; stopped without writing outputs. Lower the learning "
-                f"rates ({self.lr_fields}) or check the input; the last good checkpoint is kept{self.hint}")
-        self.restore(self._clone(self.snapshot))
-        for opt in self.optimizers:
-            for g in opt.param_groups:
-                g["lr"] = g["lr"] * 0.5
-                if "initial_lr" in g:
-                    g["initial_lr"] = g["initial_lr"] * 0.5
-        for sch in self.schedulers:  # LambdaLR (meshlift's or torch's) recomputes lr from base_lrs
-            sch.base_lrs = [b * 0.5 for b in sch.base_lrs]
-        self.rollbacks += 1
-        return True
 
 
 def available_memory_bytes(device: torch.device) -> Optional[int]:

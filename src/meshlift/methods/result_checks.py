@@ -46,7 +46,7 @@ def _finite(x) -> bool:
 def training_psnr(history: Iterable[dict]) -> Optional[float]:
     """The PSNR (dB) of the training views at the end of training: the median of the finite ``psnr`` of the
     last :data:`TRAINING_WINDOW` entries of the last pass that has any (a history row is ``{"pass",
-    "iteration", "loss", "psnr"}``, :func:`meshlift.methods.engine.end_step`; a pass without a photometric
+    "iteration", "loss", "psnr"}``, :class:`meshlift.methods.loop.TrainLoop`; a pass without a photometric
     loss, MILo's occupancy refinement, logs ``nan``). None without such entries."""
     rows = [h for h in history if isinstance(h, dict) and _finite(h.get("psnr"))]
     if not rows:

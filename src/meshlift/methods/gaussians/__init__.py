@@ -5,7 +5,8 @@
 - :mod:`~meshlift.methods.gaussians.views`: world-frame cameras and premultiplied sRGB targets;
 - :mod:`~meshlift.methods.gaussians.init`, :mod:`~meshlift.methods.gaussians.losses`,
   :mod:`~meshlift.methods.gaussians.strategy`: initial Gaussians, L1 + D-SSIM, density control with hooks;
-- :mod:`~meshlift.methods.gaussians.trainer`: the loop (Adam per group, schedules, NaN guard, checkpoints);
+- :mod:`~meshlift.methods.gaussians.trainer`: ``GaussianTrainer``, a :class:`~meshlift.methods.loop.TrainLoop`
+  (Adam per group, schedules, the guard's settings, checkpoints);
 - :mod:`~meshlift.methods.gaussians.evaluate`, :mod:`~meshlift.methods.gaussians.outputs`,
   :mod:`~meshlift.methods.gaussians.reconstruct`: test metrics, the run folder, the entry the CLI calls.
 

@@ -11,24 +11,26 @@ Source: Kerbl et al. 2023, "3D Gaussian Splatting for Real-Time Radiance Field R
    (:class:`ShDegreeSchedule`: +1 every ``sh_degree_interval`` steps);
 3. ``L = (1 − λ) L1 + λ (1 − SSIM)`` (:func:`~meshlift.methods.gaussians.losses.photometric_loss`);
 4. one Adam per parameter tensor (``eps = 1e-15`` as 3DGS), the position step following
-   :class:`LogLinearLR` (× scene scale);
+   :class:`~meshlift.methods.engine.LogLinearLR` (× scene scale);
 5. the densification strategy's hooks (:class:`~meshlift.methods.gaussians.strategy.DefaultStrategy`, or any
    object with the same hooks);
    then an optional :class:`Regularizer`'s hooks (extra render outputs, extra loss terms, its own optimiser
    step and state; MILo's mesh in the loop uses them);
-6. the **guard**: the loss and every parameter must be finite. Otherwise the run rolls back to the last
-   good state (the last checkpoint, or the start), halves every learning rate once and continues; a second
-   divergence stops with :class:`DivergenceError` — nothing non-finite is ever checkpointed or exported.
+6. the **guard** (:class:`meshlift.methods.loop.TrainLoop`, :data:`GAUSSIAN_GUARD`): the loss and every
+   parameter must be finite. Otherwise the run rolls back to the last good state (the last checkpoint, or
+   the start), halves every learning rate once and continues; a second divergence stops with
+   :class:`DivergenceError` — nothing non-finite is ever checkpointed or exported.
    The losses stay on the device and are read back together every ``readback_every`` steps
-   (:class:`meshlift.methods.engine.LossReadback`; every step on the CPU, every
-   :data:`CUDA_READBACK_EVERY` on a GPU), where the guard checks them and, once, the parameters: a step
-   reads nothing back to the host otherwise. Checkpoints and previews read back first, so a checkpoint is
-   always checked; a divergence found late rolls back to the same last good state as one found at once.
+   (:class:`meshlift.methods.loop.LossReadback`; every step on the CPU, every :data:`CUDA_READBACK_EVERY` on
+   a GPU), where the guard checks them and, once, the parameters: a step reads nothing back to the host
+   otherwise. Checkpoints and previews read back first, so a checkpoint is always checked; a divergence
+   found late rolls back to the same last good state as one found at once.
 
-Checkpoints (``checkpoint.pt`` through :class:`meshlift.methods.engine.Checkpointer`) hold the parameters,
-optimiser moments, strategy state, view sampler, RNG states, step, learning-rate factor and timings; a
-resumed run continues bit for bit (on the same device and backend). Nothing here prints: progress goes
-through a :class:`meshlift.methods.engine.Monitor`.
+Checkpoints (``checkpoint.pt`` through :class:`meshlift.methods.engine.Checkpointer`, every
+``checkpoint_every`` steps or ``checkpoint_every_s`` seconds, and at Ctrl-C) hold the parameters, optimiser
+moments, strategy state, view sampler, RNG states, step, learning-rate factor and timings; a resumed run
+continues bit for bit (on the same device and backend). Nothing here prints: progress goes through a
+:class:`meshlift.methods.engine.Monitor`.
 
 Several processes (``dist``, :mod:`meshlift.methods.distributed`): each rank renders its share of the step's
 ``batch`` views (the global batch), the gradients are averaged over the global batch before the Adam step,
@@ -39,66 +41,43 @@ on rank 0, state broadcast), and checkpoint timing is rank 0's decision. One pro
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import math
-import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
 
 from meshlift.errors import ConfigError, TrainingError
+from meshlift.methods.checkpoints import host_copy
 from meshlift.methods.distributed import SINGLE, DistContext
-from meshlift.methods.engine import (CheckpointCadence, Checkpointer, LossReadback, Monitor, TrainState, ViewSampler,
-                                    end_step)
+from meshlift.methods.engine import Checkpointer, LogLinearLR, Monitor, TrainState, ViewSampler
+from meshlift.methods.loop import GuardSettings, TrainLoop, readback_every
 from meshlift.methods.data_device import resolve_data_device
 from meshlift.methods.gaussians.config import GaussiansConfig, config_to_dict, densify_strategy
 from meshlift.methods.gaussians.views import SplatProblem
 
-__all__ = ["CUDA_READBACK_EVERY", "DivergenceError", "GaussianTrainer", "LogLinearLR", "PARAM_NAMES", "Regularizer",
-           "ShDegreeSchedule", "TrainCallbacks", "background_color", "readback_every", "render_params"]
+__all__ = ["CUDA_READBACK_EVERY", "DivergenceError", "GAUSSIAN_GUARD", "GaussianTrainer", "PARAM_NAMES", "Regularizer",
+           "ShDegreeSchedule", "TrainCallbacks", "background_color", "render_params"]
 
 #: The trained tensors, in the order of :class:`meshlift.structures.gaussians.Gaussians`.
 PARAM_NAMES = ("means", "quats", "log_scales", "opacity_logits", "sh0", "shN")
 #: Adam epsilon of 3DGS (tiny: the steps of small parameters are not damped).
 ADAM_EPS = 1e-15
-#: Divergences survived by rolling back (with halved learning rates) before the run stops.
-MAX_RECOVERIES = 1
-#: end_step saves nothing here: the trainer checkpoints on its own cadence (steps and seconds).
-_NO_CADENCE = CheckpointCadence(0, 0.0)
 _BACKGROUNDS = {"white": (1.0, 1.0, 1.0), "black": (0.0, 0.0, 0.0)}
-#: Steps between loss read-backs on a GPU when ``readback_every = 0`` (progress arrives in groups of this
-#: many steps; a divergence is caught at most this many steps late, then rolled back as at once).
+#: Steps between loss read-backs on a GPU when ``readback_every = 0`` (:func:`meshlift.methods.loop.
+#: readback_every`; progress arrives in groups of this many steps; a divergence is caught at most this many
+#: steps late, then rolled back as at once).
 CUDA_READBACK_EVERY = 20
-
-
-def readback_every(cfg: GaussiansConfig, device: torch.device) -> int:
-    """Steps between loss read-backs: ``cfg.readback_every``, or with 0 every step on the CPU (a read-back
-    costs nothing there) and :data:`CUDA_READBACK_EVERY` elsewhere."""
-    n = int(getattr(cfg, "readback_every", 0))
-    if n > 0:
-        return n
-    return 1 if torch.device(device).type == "cpu" else CUDA_READBACK_EVERY
+#: The trainer's divergence guard: the last checkpoint (or the start) is the state a rollback returns to (the
+#: steps since are redone), the parameters are checked at every read-back, one rollback with halved
+#: learning rates before the run stops.
+GAUSSIAN_GUARD = GuardSettings(snapshot_every=0, snapshot_at_checkpoint=True, check_params_every_readback=True,
+                               max_rollbacks=1)
 
 
 #: Training produced a non-finite loss or parameter again after a rollback with halved learning rates (the
 #: package's one divergence error type).
 DivergenceError = TrainingError
-
-
-@dataclass(frozen=True)
-class LogLinearLR:
-    """``exp((1 − t) log start + t log end)`` with ``t = step / steps`` clamped to [0, 1] (3DGS's
-    ``get_expon_lr_func`` without the delay; the position learning rate)."""
-
-    start: float
-    end: float
-    steps: int
-
-    def __call__(self, step: int) -> float:
-        t = min(max(step / max(1, self.steps), 0.0), 1.0)
-        return math.exp((1.0 - t) * math.log(self.start) + t * math.log(self.end))
 
 
 @dataclass(frozen=True)
@@ -181,19 +160,9 @@ def render_params(params: dict, batch, sh_degree: int, background: torch.Tensor,
         background=background.to(dtype=params["means"].dtype), settings=settings, backend=backend)
 
 
-def _cpu_copy(obj):
-    """Deep copy of a (nested) state with every tensor cloned to the CPU."""
-    if torch.is_tensor(obj):
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, dict):
-        return {k: _cpu_copy(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_cpu_copy(v) for v in obj)
-    return copy.deepcopy(obj)
-
-
-class GaussianTrainer:
-    """Trains Gaussians on a :class:`SplatProblem` (see the module docstring for one step).
+class GaussianTrainer(TrainLoop):
+    """Trains Gaussians on a :class:`SplatProblem` (see the module docstring for one step): a
+    :class:`~meshlift.methods.loop.TrainLoop` with :data:`GAUSSIAN_GUARD`.
 
     Args:
         cfg: the validated :class:`GaussiansConfig`.
@@ -212,6 +181,9 @@ class GaussianTrainer:
         ConfigError: ``batch`` smaller than the number of ranks.
     """
 
+    guard = GAUSSIAN_GUARD
+    timing_key, cpu_timing_key, iterations_key = "train_s", "train_cpu_s", "train"
+
     def __init__(self, cfg: GaussiansConfig, problem: SplatProblem, device: torch.device, *,
                  monitor: Optional[Monitor] = None, checkpointer: Optional[Checkpointer] = None,
                  callbacks: Optional[TrainCallbacks] = None,
@@ -223,13 +195,12 @@ class GaussianTrainer:
         where = resolve_data_device(cfg.data_device, device, problem.train.nbytes())
         if where.type != problem.train.images.device.type:  # a copy: the caller's problem is left as it was
             problem = dataclasses.replace(problem, train=problem.train.to(where))
+        super().__init__(state=TrainState(stage="train"), monitor=monitor, checkpointer=checkpointer)
         self.cfg, self.problem, self.device = cfg, problem, device
-        self.monitor = monitor or Monitor()
-        self.checkpointer = checkpointer or Checkpointer(None)
         self.callbacks = callbacks or TrainCallbacks()
         self.preview = preview
         self.regularizer = regularizer
-        self.method = method
+        self.method = self.name = self.title = method
         self.scene_scale = problem.scene_scale
         self.near = cfg.near_frac * self.scene_scale
         self.strategy = strategy if strategy is not None else (
@@ -245,10 +216,7 @@ class GaussianTrainer:
         self.sh_schedule = ShDegreeSchedule(cfg.sh_degree, cfg.sh_degree_interval)
         self.base_lr = {"quats": cfg.lr_quats, "log_scales": cfg.lr_scales, "opacity_logits": cfg.lr_opacity,
                         "sh0": cfg.lr_sh0, "shN": cfg.lr_shN}
-        self.state = TrainState(stage="train")
-        self.step = 0
         self.lr_factor = 1.0
-        self.recoveries = 0
         self.sampler = ViewSampler(len(problem.train), cfg.batch, cfg.seed)
         dist.check_batch(self.sampler.batch)
         self.share_weight = dist.share_weight(self.sampler.batch)
@@ -256,9 +224,7 @@ class GaussianTrainer:
         self.params: dict = {}
         self.optimizers: dict = {}
         self.strategy_state: dict = self.strategy.initialize_state() if self.strategy is not None else {}
-        self._good: Optional[dict] = None
-        self._saved_step: Optional[int] = None
-        self._last_save = time.perf_counter()
+        self._checkpoint: Optional[dict] = None  # the one train() resumes from
 
     # ---- parameters -------------------------------------------------------------------------------------
     def init_params(self) -> str:
@@ -322,7 +288,7 @@ class GaussianTrainer:
         strat = None
         if self.strategy is not None:
             strat = {"state": self.strategy_state, "history": [list(h) for h in getattr(self.strategy, "history", [])]}
-        return _cpu_copy({
+        return host_copy({
             "method": self.method,
             "config": config_to_dict(self.cfg),
             "state": self.state.state_dict(),
@@ -340,7 +306,7 @@ class GaussianTrainer:
 
     def load_payload(self, ck: dict) -> None:
         """Restore a :meth:`payload` (a checkpoint, or the in-memory last good state)."""
-        ck = _cpu_copy(ck)
+        ck = host_copy(ck)
         self.state = TrainState(**ck["state"])
         self.step = int(ck["step"])
         self.lr_factor = float(ck.get("lr_factor", 1.0))
@@ -359,27 +325,13 @@ class GaussianTrainer:
         if "cuda" in ck["rng"] and self.device.type == "cuda":
             torch.cuda.set_rng_state(ck["rng"]["cuda"], self.device)
 
-    def save_checkpoint(self) -> None:
-        """Record the current (checked) state as the last good one and write it to ``checkpoint.pt``."""
-        self._good = self.payload()
-        self.checkpointer.save(self._good)
-        if self.checkpointer.path is not None:
-            self._saved_step = self.step
-        self._last_save = time.perf_counter()
-
-    def _checkpoint_due(self) -> bool:
-        cfg = self.cfg
-        if cfg.checkpoint_every > 0 and self.step % cfg.checkpoint_every == 0:
-            return True
-        by_time = cfg.checkpoint_every_s > 0 and time.perf_counter() - self._last_save >= cfg.checkpoint_every_s
-        return self.dist.agree(by_time) if self.dist.enabled and cfg.checkpoint_every_s > 0 else by_time
-
     # ---- the loop -----------------------------------------------------------------------------------------
-    def train_step(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """One optimisation step at ``self.step`` (not yet guarded). Returns ``(loss, mse)`` (0-dim tensors)."""
+    def train_step(self, it: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Optimisation step ``it`` (0-based, ``self.step``; not yet guarded). Returns ``(loss, mse)`` (0-dim
+        tensors)."""
         from meshlift.methods.gaussians.losses import photometric_loss
 
-        cfg, s = self.cfg, self.step
+        cfg, s = self.cfg, it
         batch = self.problem.train.batch(self.dist.share(self.sampler.next()), self.device)
         bg = self._background()
         target = batch.targets(bg)
@@ -414,7 +366,7 @@ class GaussianTrainer:
         loss, mse = self.dist.weighted_sum([losses["loss"].detach(), mse], self.share_weight)
         return loss, mse
 
-    def _params_finite(self) -> bool:
+    def params_finite(self) -> bool:
         """Every parameter is finite (one host read-back)."""
         with torch.no_grad():
             return bool(torch.stack([torch.isfinite(p).all() for p in self.params.values()]).all())
@@ -432,24 +384,49 @@ class GaussianTrainer:
             return cache[name]
         return to_device(background_color(name, self.bg_generator), self.device)
 
-    def _recover(self, loss: float, at: Optional[int] = None, log: bool = True) -> None:
-        at = self.step if at is None else at
-        if self.recoveries >= MAX_RECOVERIES or self._good is None:
-            where = (f"the last good checkpoint (step {self._saved_step}) is kept in {self.checkpointer.path}"
-                     if self._saved_step is not None else "no checkpoint or outputs were written")
-            raise DivergenceError(
-                f"training diverged again at step {at + 1} (loss {loss}) after rolling back and halving every "
-                f"learning rate; {where}. Lower the learning rates (e.g. --set lr_means={self.cfg.lr_means / 4:g} "
-                f"lr_opacity={self.cfg.lr_opacity / 4:g} lr_scales={self.cfg.lr_scales / 4:g}), check the "
-                "cameras (meshlift inspect), or train at a lower train_res")
+    # ---- TrainLoop hooks ----------------------------------------------------------------------------------
+    def begin(self) -> None:
+        """Resume from the checkpoint given to :meth:`train` or initialise; the step-0 preview."""
+        cfg, checkpoint = self.cfg, self._checkpoint
+        if checkpoint is not None:
+            self.load_payload(checkpoint)
+            self.saved_step = self.step
+        else:
+            how = self.init_params()
+            self.monitor.log(f"initialised {self.num_gaussians:,} Gaussians from {how}; scene scale "
+                             f"{self.scene_scale:.3g}")
+        self.dist.broadcast_tensors(self.params.values())  # every rank starts from rank 0's parameters
+        self.dist.decorrelate_rng(cfg.seed + 1 + self.step)
+        self.total = cfg.steps
+        self.readback_steps = readback_every(cfg.readback_every, self.device, CUDA_READBACK_EVERY)
+        self.checkpoint_every, self.checkpoint_every_s = cfg.checkpoint_every, cfg.checkpoint_every_s
+        self.preview_every = cfg.preview_every
+        if self.step == 0 and self.preview is not None:
+            with torch.no_grad():
+                self.preview(0, self.params, self.sh_schedule(0))
+
+    def after_train_step(self, it: int) -> dict:
+        return {"gaussians": self.num_gaussians}  # the count after the step, in its history row
+
+    def preview_step(self, step: int) -> None:
+        self.preview(step, self.params, self.sh_schedule(step - 1))
+
+    def on_rollback(self, snapshot: dict) -> None:
         factor = self.lr_factor * 0.5
-        recoveries = self.recoveries + 1
-        self.load_payload(self._good)
-        self.lr_factor, self.recoveries = factor, recoveries
-        self._good = self.payload()
-        if log:
-            self.monitor.log(f"non-finite loss or parameters at step {at + 1} (loss {loss}): rolled back to step "
-                             f"{self.step}, learning rates halved (x{self.lr_factor:g})")
+        self.load_payload(snapshot)
+        self.lr_factor = factor
+
+    def divergence_message(self, step: int, loss: float) -> str:
+        where = (f"the last good checkpoint (step {self.saved_step}) is kept in {self.checkpointer.path}"
+                 if self.saved_step is not None else "no checkpoint or outputs were written")
+        cfg = self.cfg
+        return (f"training diverged again at step {step} (loss {loss}) after rolling back and halving every "
+                f"learning rate; {where}. Lower the learning rates (e.g. --set lr_means={cfg.lr_means / 4:g} "
+                f"lr_opacity={cfg.lr_opacity / 4:g} lr_scales={cfg.lr_scales / 4:g}), check the cameras "
+                "(meshlift inspect), or train at a lower train_res")
+
+    def after_step(self, it: int) -> None:
+        self.callbacks.after_step(it, self)
 
     def train(self, checkpoint: Optional[dict] = None, deadline: Optional[float] = None) -> None:
         """Run (or, with ``checkpoint``, continue) the loop to ``cfg.steps`` or the ``deadline``
@@ -458,61 +435,11 @@ class GaussianTrainer:
         Raises:
             DivergenceError: a second divergence (see the module docstring).
         """
-        cfg = self.cfg
-        if checkpoint is not None:
-            self.load_payload(checkpoint)
-            self._good = self.payload()
-            self._saved_step = self.step
-        else:
-            how = self.init_params()
-            self.monitor.log(f"initialised {self.num_gaussians:,} Gaussians from {how}; scene scale "
-                             f"{self.scene_scale:.3g}")
-            self._good = self.payload()
-        self.dist.broadcast_tensors(self.params.values())  # every rank starts from rank 0's parameters
-        self.dist.decorrelate_rng(cfg.seed + 1 + self.step)
-        total = cfg.steps
-        if self.step == 0 and self.preview is not None:
-            with torch.no_grad():
-                self.preview(0, self.params, self.sh_schedule(0))
-        self.monitor.start_pass(self.method, total, self.step)
-        self._last_save = time.perf_counter()
-        t0, c0 = time.perf_counter(), time.process_time()
-        timed = self.state.timings.get("train_s", 0.0)
-        cpu_timed = self.state.timings.get("train_cpu_s", 0.0)
-        readback = LossReadback(readback_every(cfg, self.device))
-        guard = _ReadbackGuard(self)
-        counts: dict = {}  # step -> Gaussians after it, for the history rows written at the read-back
-        while self.step < total:
-            loss, mse = self.train_step()
-            s = self.step
-            self.step = s + 1
-            counts[self.step] = self.num_gaussians
-            self.state.timings["train_s"] = timed + time.perf_counter() - t0
-            self.state.timings["train_cpu_s"] = cpu_timed + time.process_time() - c0
-            guard.force = save = self.step < total and self._checkpoint_due()  # a checkpoint is checked first
-            stop = end_step(1, s, total, loss, mse, state=self.state, monitor=self.monitor,
-                            preview_every=cfg.preview_every, cadence=_NO_CADENCE, deadline=deadline,
-                            save=lambda: None, agree=self.dist.agree if self.dist.enabled else None,
-                            guard=guard, readback=readback,
-                            preview=None if self.preview is None else
-                            lambda: self.preview(self.step, self.params, self.sh_schedule(self.step - 1)))
-            if guard.rolled_back:  # self.step is the last good state's again
-                guard.rolled_back = False
-                counts.clear()
-                continue
-            for h in reversed(self.state.history):
-                if "gaussians" in h:
-                    break
-                h["gaussians"] = counts.pop(h.get("iteration"), self.num_gaussians)
-            self.callbacks.after_step(s, self)
-            if stop:
-                break
-            if save:
-                self.save_checkpoint()
-        self.monitor.end_pass()
-        self.state.timings["train_s"] = timed + time.perf_counter() - t0
-        self.state.timings["train_cpu_s"] = cpu_timed + time.process_time() - c0
-        self.state.iterations["train"] = self.step
+        self._checkpoint = checkpoint
+        try:
+            self.run(deadline)
+        finally:
+            self._checkpoint = None
         self.state.stage = "done"
         self.save_checkpoint()
 
@@ -520,29 +447,3 @@ class GaussianTrainer:
     def eval_sh_degree(self) -> int:
         """The SH degree active at the last step run (what the model was fitted with)."""
         return self.sh_schedule(max(0, self.step - 1))
-
-
-class _ReadbackGuard:
-    """The trainer's divergence check in :func:`meshlift.methods.engine.end_step`'s guard protocol: every
-    read-back loss must be finite, and at the newest step also every parameter; otherwise
-    :meth:`GaussianTrainer._recover` rolls back (or raises :class:`DivergenceError`)."""
-
-    def __init__(self, trainer: GaussianTrainer) -> None:
-        self.trainer = trainer
-        self.force = False  # set per step: read back now (a checkpoint follows)
-        self.rolled_back = False
-
-    @property
-    def snapshot_step(self) -> int:
-        return self.trainer.step
-
-    def due(self, step: int) -> bool:
-        return self.force
-
-    def after_step(self, step: int, loss_value: float) -> bool:
-        tr = self.trainer
-        if math.isfinite(loss_value) and (step != tr.step or tr._params_finite()):
-            return False
-        tr._recover(loss_value, at=step - 1, log=False)
-        self.rolled_back = True
-        return True

@@ -413,10 +413,11 @@ def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, cost
     """
     from meshlift.methods.milo.extract import MeshProduct, color_and_texture
 
+    t0 = time.perf_counter()
     depths, coverage = surface_depths(cfg, trainer.params, problem, near=trainer.near, device=device,
                                       settings=trainer.settings, monitor=monitor)
     kw = dict(near=trainer.near, device=device, monitor=monitor)
-    rep: dict = {"depth": cfg.surface_depth, "depth_coverage": coverage}
+    rep: dict = {"depth": cfg.surface_depth, "depth_coverage": coverage, "depth_s": time.perf_counter() - t0}
     extra: dict = {"warnings": []}
     if len(problem.train) < MIN_FUSION_VIEWS:
         extra["warnings"].append(
@@ -456,8 +457,10 @@ def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, cost
         asset = obj
         if cfg.object_asset:
             voxel = float((roi.box_max - roi.box_min).max()) / cfg.tsdf_resolution
+            t0 = time.perf_counter()
             asset, rep["crop"] = object_asset(obj, roi, monitor=monitor,
                                               support_voxel=voxel if cfg.remove_support and not masked else 0.0)
+            rep["crop"]["seconds"] = time.perf_counter() - t0  # host CPU: crop, caps, support plane (untimed before)
         geometry = asset  # what a known truth scores: the asset as exported, before decimation
     else:
         asset = geometry = scene
