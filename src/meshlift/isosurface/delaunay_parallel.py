@@ -1,5 +1,6 @@
-"""Partitioned, parallel Delaunay tetrahedralisation on top of Qhull: overlapping blocks, certified tets,
-one exact fix-up. The engine behind :func:`meshlift.isosurface.delaunay.delaunay_tets_parallel`.
+"""Partitioned, parallel Delaunay tetrahedralisation on top of Qhull: overlapping blocks, tets certified
+by an empty-sphere test against all points, the rest re-triangulated exactly in parallel groups. The
+engine behind :func:`meshlift.isosurface.delaunay.delaunay_tets_parallel`.
 
 The approach is the classic "triangulate overlapping blocks, keep what an empty-sphere test certifies,
 re-triangulate the rest" scheme of parallel Delaunay (Kohout, Kolingerová and Žára 2005, "Parallel
@@ -18,56 +19,66 @@ grown by ``m_b`` (on the outer sides ``E_b`` is unbounded: no point lies there).
 formula, so every block gets bit-identical values) is *kept* by block ``b`` when
 
 * ``c`` lies in cell ``b`` (ownership: the cells tile space, so a tet is kept by one block at most);
-* its ball lies in ``E_b`` (with a relative slack): every point that could be in the ball is in ``P_b``,
-  and ``T`` has an empty ball in ``P_b``, so ``T``'s ball is empty of *all* points;
+* its ball is empty of all points: either it lies in ``E_b`` (with a relative slack; every point that
+  could be in it is in ``P_b``, where the local Delaunay property holds), or, for a ball that pokes out
+  of ``E_b`` and has ``r <= KD_MAX_RADIUS * h_b``, a k-d tree over all points finds no point but the 4
+  vertices in the ball grown by the tie margin below (:mod:`meshlift.isosurface.delaunay_certify`). The
+  tree is what lets the halo be thin (``DEFAULT_MARGIN`` = 1 spacing);
 * it is well shaped (``|det| / L^3 > CERT_MIN_REL``) and robustly Delaunay: the far vertex of each of its
-  4 local neighbours is outside the ball by ``max(CERT_INSPHERE * r^2, CERT_INSPHERE_ABS * D^2)`` (no
-  5th point on or near the sphere, at Qhull's precision for the whole box of diagonal ``D``;
-  any such point would be a vertex of a neighbour in the same Delaunay cell). Robust tets belong to
-  *every* Delaunay triangulation, so all ties (co-spherical points: lattices, box corners) are left to
-  step 3, where one Qhull call resolves them consistently.
+  4 local neighbours (and, for tree-certified tets, every point) is outside the ball by
+  ``max(CERT_INSPHERE * r^2, CERT_INSPHERE_ABS * D^2)`` (no 5th point on or near the sphere, at Qhull's
+  precision for the whole box of diagonal ``D``). Robust tets belong to *every* Delaunay triangulation,
+  so all ties (co-spherical points: lattices, box corners) are left to step 3.
 
 The kept set ``A`` is therefore a set of distinct global Delaunay tets.
 
-**3. Fix-up (exact, one step).** Faces of kept tets whose local neighbour was not kept are collected
-from all blocks; a face reported twice is interior to ``A``; a face reported once is *open* (a hull face,
-or a face next to a missing tet). Let ``S`` = the vertices of the open faces, the far vertices of their
-kept tets and every point used by no kept tet (exact duplicates excepted). Every vertex of a missing
-tet is in ``S``: a vertex used by some kept tet and some missing tet has an open face through it, since
-the tets around a vertex are face-connected. So Qhull on ``S`` contains every missing tet (its ball is
-empty of all points, hence of ``S``) and every kept tet next to an open face. Cutting ``DT(S)``'s
-neighbour graph at the open faces leaves components that lie either in ``A``'s region or in the missing
-region; at each open face the side whose far vertex is the kept tet's marks its component "kept", the
-other side "missing". The result is ``A`` plus the missing components. A block whose Qhull call fails
-(a flat piece) keeps nothing, so its region goes to ``S``. Any disagreement (a face not found in
-``DT(S)``, a component marked both ways, a face kept 3 times) makes the engine fall back to one global
-Qhull and say so in ``fallback``: the result is never silently wrong. If no tet is certified at all (a
-lattice: every cell is a tie) the fix-up is that global call.
+**3. Fix-up (exact).** Faces of kept tets whose local neighbour was not kept are collected from all
+blocks; a face reported twice is interior to ``A``; a face reported once is *open* (a hull face, or a
+face next to a missing tet). Let ``S`` = the vertices of the open faces, the far vertices of their kept
+tets and every point used by no kept tet (exact duplicates excepted). Every vertex of a missing tet is
+in ``S``: a vertex used by some kept tet and some missing tet has an open face through it, since the
+tets around a vertex are face-connected. So Qhull on ``S`` contains every missing tet (its ball is empty
+of all points, hence of ``S``) and every kept tet next to an open face. Cutting ``DT(S)``'s neighbour
+graph at the open faces leaves components that lie either in ``A``'s region or in the missing region;
+at each open face the side whose far vertex is the kept tet's marks its component "kept", the other side
+"missing". The result is ``A`` plus the missing components.
+
+The same holds for any union of whole *holes* (connected pieces of the missing region): its tets are in
+Qhull of the open faces around it (with their far vertices) and the unused points inside it. So ``S``
+is split into *groups*: the open faces connected through shared vertices (a hole's boundary), each
+unused point joined to the group of its nearest open-face vertex; groups are packed into at most
+``2 * workers`` Qhull calls run in threads. Grouping can be wrong only where a hole's boundary is
+disconnected (a kept island inside a hole) or an unused point is nearer to another hole's boundary; the
+grouped result is therefore *accepted* only if (a) no face lies in 3+ fix-up tets and no fix-up tet is
+repeated, (b) the faces lying in one fix-up tet are exactly the open faces, except faces on the convex
+hull of the points, and (c) the fix-up tets' volume plus the kept tets' volume is the hull's volume
+(relative ``ACCEPT_VOLUME_REL``: no overlap). If a check fails the engine redoes the fix-up as one
+Qhull call on ``S`` (the proof above) and, should that disagree too (a face not found in ``DT(S)``, a
+component marked both ways, a face kept 3 times), falls back to one global Qhull; either fallback is
+named in ``fallback`` and warned about by the caller: the result is never silently wrong. A block
+whose Qhull call fails (a flat piece) keeps nothing, so its region goes to ``S``. If no tet is certified
+at all (a lattice: every cell is a tie) the fix-up is one global call.
 
 **Ties.** Where 5+ points are co-spherical (float32 box corners: the 4 corners of a box face are
 concyclic, so with any 5th point they are co-spherical) the fix-up's Qhull may split a cell differently
 from a global call, including ``Qt``'s flat tets; the result is still a Delaunay tetrahedralisation of
-the hull (270k MILo-like pivots: 4 of 1.79M tets differ).
+the hull (270k MILo-like pivots: a few of 1.79M tets differ).
 
-**Threads or processes.** Blocks run in a thread pool by default: scipy runs Qhull, its triangulation and
-its output arrays without the GIL and the numpy work here releases it too, and threads share the
-points without copies. ``executor="process"`` forks workers instead (points shared copy-on-write,
-results pickled back, ~16 B per kept tet); it avoids in-process contention (allocator, page faults) but
-forking a process that runs CUDA or other threads is only as safe as PyTorch's forked DataLoader.
+**Threads or processes.** Blocks run in a thread pool by default: scipy runs Qhull, its triangulation,
+the k-d tree's build and queries without the GIL and the numpy work here releases it too, and threads
+share the points without copies. The tree is built in its own thread while the first blocks run.
+``executor="process"`` forks workers instead (points and tree shared copy-on-write, results pickled
+back); forking a process that runs CUDA or other threads is only as safe as PyTorch's forked DataLoader.
 
-**Cost and memory.** Work is ``N * (1 + halo overhead)`` in the blocks (overhead ~25-45% at the default
-margin) plus Qhull on ``S`` (a few % of the points for volumetric clouds; the empty inside of a surface
-and the convex hull's layer end up there). A block of ``n`` points (halo included) needs about 3 KB per
-point inside Qhull plus ~1 KB per point here, so the peak is about ``workers * 4 KB * N * (1 + overhead)
-/ blocks`` on top of the result (~7 tets per point, 32 B each in int64).
+**Cost and memory.** Work is ``N * (1 + halo overhead)`` in the blocks plus the tree (~``N log N``,
+built once, queried for the poking balls only) plus Qhull on ``S`` in groups (on a hollow shell ``S``
+is its inner and outer skins and the hull layer: ~5% of the points, two big groups). Indices are int32
+throughout (int64 only for ``N >= 2^31``). :func:`estimate_memory_gb` gives the peak: the points and the
+tree, ``workers`` blocks of ``N (1 + overhead) / blocks`` points at ~4 KB each inside Qhull, the tets
+(~6.7 per point, 16 B each, three copies at the merge) and the fix-up; ``memory_gb`` is checked against it
+up front (:class:`~meshlift.errors.OutOfMemoryError` naming ``blocks`` and ``memory_gb``).
 
-Measured on the 16-core H200 host (Intel Xeon, scipy 1.18.1; MILo-like pivots, ``benchmarks/delaunay_scale.py``,
-48 blocks, 16 threads; before the ``CERT_INSPHERE_ABS`` guard): 270k points 3.8 s (one Qhull: 11.4 s), 1M
-points 11.6 s (45.5 s), 86k points/s; the fix-up is ~6.5% of the points on a hollow shell (its inside and
-its hull) and runs on one core (2.6 s at 1M). Forked processes were no faster (11.9 s at 1M). 5.4M was not
-measured: that run hit a tie the guard now prevents and fell back to a global Qhull.
-
-numpy/scipy only (no torch); the orientation of the result is done by the caller.
+numpy/scipy only (no torch); the orientation of the fix-up tets is done by the caller.
 """
 
 from __future__ import annotations
@@ -79,24 +90,40 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from meshlift.errors import MeshError
+from meshlift.errors import MeshError, OutOfMemoryError
+from meshlift.isosurface import delaunay_certify as _cert
 
 #: Kept tets need ``|det| / L^3`` above this (near-flat tets have ill-conditioned circumspheres).
 CERT_MIN_REL = 1e-6
-#: A kept tet's neighbours' far vertices must lie outside its ball by ``CERT_INSPHERE * r^2`` and by
-#: ``CERT_INSPHERE_ABS * D^2`` (``D`` the diagonal of all points' box): Qhull's own tolerance for
-#: co-sphericality scales with the box of its input, so the fix-up's Qhull (points spread over the whole
-#: box) merges as ties some cells a small block resolved (seen at 5.4M pivots: a margin of 3e-14 D^2, which
-#: made the fix-up disagree and fall back to one global Qhull; 1e-12 leaves 30x headroom, 1e-11 doubled
-#: the fix-up there).
+#: A kept tet's neighbours' far vertices (tree-certified: all points) must lie outside its ball by
+#: ``CERT_INSPHERE * r^2`` and by ``CERT_INSPHERE_ABS * D^2`` (``D`` the diagonal of all points' box):
+#: Qhull's own tolerance for co-sphericality scales with the box of its input, so the fix-up's Qhull
+#: (points spread over the whole box) merges as ties some cells a small block resolved (seen at 5.4M
+#: pivots: a margin of 3e-14 D^2 made the fix-up disagree; 1e-12 leaves 30x headroom).
 CERT_INSPHERE = 1e-9
 CERT_INSPHERE_ABS = 1e-12
 #: Relative slack on the radius in the ball-in-box test.
 BALL_SLACK = 1e-7
-#: Default halo width in units of a block's mean point spacing.
-DEFAULT_MARGIN = 3.0
+#: Default halo width in units of a block's mean point spacing (thin: poking balls go to the k-d tree).
+DEFAULT_MARGIN = 1.0
+#: Balls poking out of the halo box are checked with the k-d tree up to this radius (in mean spacings
+#: ``h_b``); bigger ones (tets across empty space) go to the fix-up.
+KD_MAX_RADIUS = 6.0
 #: Default number of blocks per worker (load balance vs halo overhead).
 BLOCKS_PER_WORKER = 3
+#: Each point used by no kept tet links its group to the groups of this many nearest fix-up points.
+UNUSED_LINKS = 8
+#: Groups of fewer fix-up points are linked to the groups of their points' nearest fix-up points.
+MIN_GROUP_POINTS = 64
+#: Relative tolerance of the volume check on the grouped fix-up (kept + fix-up = convex hull).
+ACCEPT_VOLUME_REL = 1e-7
+#: Memory model of :func:`estimate_memory_gb`: bytes per point inside one Qhull call (scipy's Qhull plus
+#: the arrays here), tets per point, halo overhead per unit margin and per cube root of the block count,
+#: fraction of points in the fix-up.
+QHULL_BYTES_PER_POINT = 4096
+TETS_PER_POINT = 6.8
+HALO_PER_MARGIN = 0.07
+FIX_FRACTION = 0.12
 
 # local index of the 3 vertices of the face opposite corner k
 _FACE = np.array([[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]])
@@ -110,18 +137,50 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def available_memory_gb() -> float:
+    """The host's available memory in GB (``MemAvailable`` of /proc/meminfo, else physical memory; inf
+    when neither can be read)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (AttributeError, ValueError, OSError):
+        return float("inf")
+
+
+def estimate_memory_gb(n: int, workers: int, blocks: int, margin: float) -> float:
+    """Estimated peak memory (GB) of :func:`partitioned_delaunay` on ``n`` points (module docstring):
+    points + tree (~56 B per point), halo ids, ``min(workers, blocks)`` Qhull calls on blocks of
+    ``n (1 + overhead) / blocks`` points at ``QHULL_BYTES_PER_POINT`` each, ``TETS_PER_POINT`` int32 tets
+    per point in three copies, and the fix-up's Qhull on ``FIX_FRACTION * n`` points."""
+    overhead = min(HALO_PER_MARGIN * margin * max(blocks, 1) ** (1.0 / 3.0), 8.0)
+    per_block = n * (1.0 + overhead) / max(blocks, 1)
+    idx = 4 if n < 2**31 else 8
+    total = (56.0 * n + 8.0 * n * (1.0 + overhead)
+             + min(workers, blocks) * per_block * QHULL_BYTES_PER_POINT
+             + 3 * TETS_PER_POINT * n * 4 * idx
+             + FIX_FRACTION * n * QHULL_BYTES_PER_POINT)
+    return total / 2**30
+
+
 @dataclass
 class Partitioned:
-    """What the engine returns (global point ids throughout).
+    """What the engine returns (global point ids throughout; int32 when ``N < 2^31``, else int64).
 
     Attributes:
-        kept: ``[MA, 4]`` int64 certified tets, positively oriented and well shaped (``|det| / L^3 >
-            min_rel``).
-        fix_tets, fix_neighbors: Qhull's ``DT(S)`` (global ids; neighbours index ``fix_tets``, -1 hull).
-        fix_keep: ``[MS]`` bool, the tets of ``DT(S)`` that complete ``kept``.
+        kept: ``[MA, 4]`` certified tets, positively oriented and well shaped (``|det| / L^3 > min_rel``).
+        fix_tets, fix_neighbors: the fix-up Qhull calls' tets (global ids) and neighbours (indices into
+            ``fix_tets``, -1 on a call's hull), the calls concatenated.
+        fix_keep: ``[MS]`` bool, the tets of ``fix_tets`` that complete ``kept``.
         duplicates: ids of exact duplicate points (not the smallest id of their coordinates: unused).
         stats: counts and seconds per stage (for benchmarks and tests).
-        fallback: why the engine fell back to one global Qhull ("" if it did not).
+        fallback: which fallback was taken and why ("" if none): ``"one fix-up group (...)"`` when the
+            grouped fix-up failed a check, ``"blocks inconsistent (...)"`` when one global Qhull was used.
     """
 
     kept: np.ndarray
@@ -135,6 +194,10 @@ class Partitioned:
 
 class _Inconsistent(Exception):
     """The merged blocks and the fix-up disagree (ties beyond the tolerances, Qhull merging points)."""
+
+
+def _idx_dtype(n: int):
+    return np.int32 if n < 2**31 else np.int64
 
 
 # ----------------------------------------------------------------------------------------------- blocks
@@ -211,7 +274,7 @@ def partition(pts: np.ndarray, blocks: int, margin: float, pool=None, workers: i
     return [(leaf[0], leaf[1], leaf[4], float(leaf[3])) for leaf in leaves]
 
 
-def _circumspheres(xyz: np.ndarray, tets: np.ndarray):
+def _circumspheres(xyz: np.ndarray, tets: np.ndarray, with_det: bool = False):
     """Centres ``[B, 3]``, squared radii ``[B]`` and ``det / L^3`` ``[B]`` of ``tets`` ``[B, 4]`` (rows into
     ``xyz`` ``[n, 3]``; ``det = det(p1 - p0, p2 - p0, p3 - p0)``, ``L`` the longest edge).
 
@@ -240,7 +303,7 @@ def _circumspheres(xyz: np.ndarray, tets: np.ndarray):
     e = [[v[j] - u[j] for j in range(3)] for u, v in ((a, b), (a, c), (b, c))]
     l2 = np.maximum.reduce([aa, bb, cc] + [dot(x, x) for x in e])
     rel = det / np.maximum(l2 * np.sqrt(l2), np.finfo(np.float64).tiny)
-    return centre, r2, rel
+    return (centre, r2, rel, det) if with_det else (centre, r2, rel)
 
 
 def _dedup(xyz: np.ndarray, ids: np.ndarray):
@@ -267,37 +330,50 @@ def _far_vertex(simp: np.ndarray, t: np.ndarray, n: np.ndarray) -> np.ndarray:
     return sn[np.arange(n.size), np.argmin(shared, axis=1)]
 
 
-def _block(pts, ids, lo, hi, margin_abs, options, min_rel, tie_abs):
+
+
+def _block(pts, ids, lo, hi, margin_abs, options, min_rel, tie_abs, tree=None, spacing=0.0):
     """Triangulate one halo set. Returns ``(kept, faces, far, duplicates, stats)``: the kept tets
-    (global ids, positively oriented, int32 when the ids fit), the candidate open faces (sorted id
-    triples) with the far vertex of their kept tet, and the exact duplicates dropped here."""
+    (global ids, positively oriented), the candidate open faces (sorted id triples) with the far vertex
+    of their kept tet, and the exact duplicates dropped here. ``tree`` (a :func:`delaunay_certify.build_tree`
+    or a future of one) certifies balls poking out of the halo box up to ``KD_MAX_RADIUS * spacing``."""
     from scipy.spatial import Delaunay, QhullError
 
     t0 = time.perf_counter()
+    idt = _idx_dtype(pts.shape[0])
     xyz = pts[ids]
     keep, dups = _dedup(xyz, ids)
     if not keep.all():
         xyz, ids = xyz[keep], ids[keep]
-    empty = (np.zeros((0, 4), np.int64), np.zeros((0, 3), np.int64), np.zeros(0, np.int64), dups)
+    st = {"qhull_error": 0, "local_tets": 0, "flipped": 0, "kd_queries": 0, "kd_kept": 0, "kept_volume": 0.0}
+    empty = (np.zeros((0, 4), idt), np.zeros((0, 3), idt), np.zeros(0, idt), dups)
     if ids.size < 5:
-        return empty + ({"qhull_error": 0, "local_tets": 0, "flipped": 0, "seconds": 0.0},)
+        return empty + (dict(st, seconds=time.perf_counter() - t0),)
     try:
         d = Delaunay(xyz, qhull_options=options)
     except QhullError:  # a flat or tiny block: its region goes to the fix-up
-        return empty + ({"qhull_error": 1, "local_tets": 0, "flipped": 0, "seconds": time.perf_counter() - t0},)
-    simp = d.simplices.astype(np.int64)
-    nb = d.neighbors.astype(np.int64)
+        return empty + (dict(st, qhull_error=1, seconds=time.perf_counter() - t0),)
+    simp = d.simplices
+    nb = d.neighbors
     del d
     order = np.argsort(ids[simp], axis=1)
     ls = np.take_along_axis(simp, order, axis=1)
-    centre, r2, rel = _circumspheres(xyz, ls)
+    centre, r2, rel, det = _circumspheres(xyz, ls, with_det=True)
     # ownership: the circumcentre lies in this half-open cell (NaN centres belong to nobody)
     own = np.all((centre >= lo) & (centre < hi), axis=1)
     ok = own & (np.abs(rel) > min_rel)
     r = np.sqrt(r2) * (1.0 + BALL_SLACK)
     with np.errstate(invalid="ignore"):
-        ok &= np.all(
+        inbox = np.all(
             (centre - r[:, None] >= lo - margin_abs) & (centre + r[:, None] <= hi + margin_abs), axis=1)
+        poke = np.flatnonzero(ok & ~inbox & (r <= KD_MAX_RADIUS * spacing)) if tree is not None else []
+    if len(poke):  # balls poking out of the halo box: ask the k-d tree over all points
+        t = tree.result() if isinstance(tree, cf.Future) else tree
+        empty_ball = _cert.empty_ball(t, centre[poke], r2[poke], ids[ls[poke]],
+                                      np.maximum(CERT_INSPHERE * r2[poke], tie_abs))
+        inbox[poke] = empty_ball
+        st["kd_queries"], st["kd_kept"] = int(poke.size), int(empty_ball.sum())
+    ok &= inbox
     cand = np.flatnonzero(ok)
     for k in range(4):  # robustness: no 5th point on or near the sphere
         n = nb[cand, k]
@@ -308,7 +384,7 @@ def _block(pts, ids, lo, hi, margin_abs, options, min_rel, tie_abs):
         bad = (dq * dq).sum(axis=1) - r2[t_idx] <= np.maximum(CERT_INSPHERE * r2[t_idx], tie_abs)
         ok[t_idx[bad]] = False
         cand = np.flatnonzero(ok)
-    kept = ids[ls[cand]].astype(np.int32 if pts.shape[0] < 2**31 else np.int64)
+    kept = ids[ls[cand]].astype(idt)
     neg = rel[cand] < 0  # orient: swap the last two ids of negative tets
     kept[neg, 2:] = kept[neg][:, [3, 2]]
     # candidate open faces: faces of kept tets whose local neighbour is not kept
@@ -318,20 +394,21 @@ def _block(pts, ids, lo, hi, margin_abs, options, min_rel, tie_abs):
         open_ = n < 0
         open_[~open_] = ~ok[n[~open_]]
         t = cand[open_]
-        faces.append(ids[simp[t][:, _FACE[k]]])
-        far.append(ids[simp[t, k]])
+        faces.append(ids[simp[t][:, _FACE[k]]].astype(idt))
+        far.append(ids[simp[t, k]].astype(idt))
     faces = np.sort(np.concatenate(faces), axis=1)
     far = np.concatenate(far)
-    st = {"qhull_error": 0, "local_tets": int(simp.shape[0]), "flipped": int(neg.sum()),
-          "seconds": time.perf_counter() - t0}
+    st.update(local_tets=int(simp.shape[0]), flipped=int(neg.sum()),
+              kept_volume=float(np.abs(det[cand]).sum() / 6.0), seconds=time.perf_counter() - t0)
     return kept, faces, far, dups, st
 
 
 _PTS = None  # the points of the running call, for forked worker processes (copy-on-write)
+_TREE = None  # and their k-d tree
 
 
-def _block_forked(ids, lo, hi, margin_abs, options, min_rel, tie_abs):
-    return _block(_PTS, ids, lo, hi, margin_abs, options, min_rel, tie_abs)
+def _block_forked(ids, lo, hi, margin_abs, options, min_rel, tie_abs, spacing):
+    return _block(_PTS, ids, lo, hi, margin_abs, options, min_rel, tie_abs, _TREE, spacing)
 
 
 # ------------------------------------------------------------------------------------------------ fix-up
@@ -369,28 +446,30 @@ def _open_faces(faces: np.ndarray, far: np.ndarray, n: int):
 
 
 def _fixup(pts, s_ids, walls, wall_far, options):
-    """Qhull on ``pts[s_ids]`` and the mask of its tets that fill the missing region (module docstring)."""
+    """Qhull on ``pts[s_ids]`` (``s_ids`` sorted) and the mask of its tets that fill the missing region
+    next to ``walls`` (module docstring). Returns ``(tets (global ids), neighbours (local), keep)``."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
     from scipy.spatial import Delaunay, QhullError
 
+    idt = _idx_dtype(pts.shape[0])
     try:
         d = Delaunay(pts[s_ids], qhull_options=options)
     except QhullError as exc:
         raise _Inconsistent(f"Qhull failed on the {s_ids.size} fix-up points: {str(exc).splitlines()[0]}") from None
-    simp = d.simplices.astype(np.int64)
-    nb = d.neighbors.astype(np.int64)
+    simp = d.simplices
+    nb = d.neighbors
     del d
     m = simp.shape[0]
     if walls.shape[0] == 0:
-        return s_ids[simp], nb, np.ones(m, dtype=bool)
+        return s_ids[simp].astype(idt), nb, np.ones(m, dtype=bool)
     # walls in local indices of S (all their vertices are in S by construction)
     loc = np.searchsorted(s_ids, walls)
     loc_far = np.searchsorted(s_ids, wall_far)
     # every face of DT(S) once: (tet, corner) with tet < neighbour or on the hull
     t_all = np.repeat(np.arange(m), 4)
     k_all = np.tile(np.arange(4), m)
-    n_all = nb.reshape(-1)
+    n_all = nb.reshape(-1).astype(np.int64)
     once = (n_all < 0) | (t_all < n_all)
     t_f, k_f, n_f = t_all[once], k_all[once], n_all[once]
     f_loc = np.sort(simp[t_f[:, None], _FACE[k_f]], axis=1)
@@ -426,7 +505,144 @@ def _fixup(pts, s_ids, walls, wall_far, options):
         raise _Inconsistent("a fix-up component lies on both sides of the kept tets")
     if not (kept_lab | miss_lab).all():
         raise _Inconsistent("a fix-up component touches no open face")
-    return s_ids[simp], nb, miss_lab[label]
+    return s_ids[simp].astype(idt), nb, miss_lab[label]
+
+
+def _groups(pts, walls, wall_far, unused, max_bins: int, hull_ids=None):
+    """Split the fix-up into Qhull calls: ``[(s_ids, wall_rows)]``, at most ``max_bins`` of them, and the
+    number of groups.
+
+    Groups: the open faces connected through shared vertices, with their far vertices; each unused point
+    linked to its ``UNUSED_LINKS`` nearest fix-up points (its Delaunay neighbours are vertices of the same
+    hole); the groups with a vertex on the convex hull (``hull_ids``, global ids) joined into one (a hole
+    along the hull can have an open-face boundary in several pieces joined only by hull faces). Groups are
+    packed into bins by size (largest first, into the lightest bin).
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+    from scipy.spatial import cKDTree
+
+    s_ids = np.unique(np.concatenate([walls.reshape(-1), wall_far, unused]))
+    ns = s_ids.size
+    loc = np.searchsorted(s_ids, walls)
+    loc_far = np.searchsorted(s_ids, wall_far)
+    a = [loc[:, 0], loc[:, 1], loc[:, 0]]
+    b = [loc[:, 1], loc[:, 2], loc_far]
+    if unused.size and ns > 1:
+        k = min(UNUSED_LINKS + 1, ns)
+        _, j = cKDTree(pts[s_ids]).query(pts[unused], k=k)
+        a.append(np.repeat(np.searchsorted(s_ids, unused), k))
+        b.append(j.reshape(-1))
+    if hull_ids is not None and hull_ids.size:
+        h = np.searchsorted(s_ids, hull_ids)
+        h = h[(h < ns) & (s_ids[np.minimum(h, ns - 1)] == hull_ids)]
+        a.append(np.full(h.size, h[0] if h.size else 0))
+        b.append(h)
+    a, b = np.concatenate(a), np.concatenate(b)
+    g = coo_matrix((np.ones(a.size, dtype=np.int8), (a, b)), shape=(ns, ns))
+    ng, label = connected_components(g, directed=False)
+    size = np.bincount(label, minlength=ng)
+    small = size[label] < MIN_GROUP_POINTS
+    if small.any() and not small.all():
+        # a tiny group (a face at the edge of a hole whose boundary continues through hull faces) joins
+        # the one big group nearest to it (one, so that tiny groups never bridge two big ones)
+        sm, big = np.flatnonzero(small), np.flatnonzero(~small)
+        d, j = cKDTree(pts[s_ids[big]]).query(pts[s_ids[sm]], k=1)
+        ls = label[sm]
+        order = np.lexsort((d, ls))
+        first = order[np.r_[True, ls[order][1:] != ls[order][:-1]]]  # per tiny group: its nearest point
+        target = np.arange(ng)
+        target[ls[first]] = label[big[j[first]]]
+        label = target[label]
+        ng, label = np.unique(label, return_inverse=True)
+        ng = ng.size
+        size = np.bincount(label, minlength=ng)
+    nbins = max(1, min(ng, max_bins))
+    load = np.zeros(nbins)
+    bin_of = np.zeros(ng, dtype=np.int64)
+    for grp in np.argsort(-size, kind="stable"):
+        k = int(np.argmin(load))
+        bin_of[grp] = k
+        load[k] += size[grp]
+    pb = bin_of[label]
+    wb = pb[loc[:, 0]]
+    out = []
+    for k in range(nbins):
+        ids_k = s_ids[pb == k]
+        if ids_k.size:
+            out.append((ids_k, np.flatnonzero(wb == k)))
+    return out, ng
+
+
+def _on_hull(hull, pts, faces, tol) -> np.ndarray:
+    """``[F]`` bool: faces (global id triples) whose centroid lies on a facet plane of ``hull`` (a
+    ``scipy.spatial.ConvexHull``) within ``tol`` (robust to coplanar facets triangulated differently)."""
+    eq = hull.equations  # [H, 4]: n . x + d <= 0 inside
+    c = pts[faces].mean(axis=1)
+    on = np.zeros(faces.shape[0], dtype=bool)
+    for s in range(0, c.shape[0], 4096):
+        on[s : s + 4096] = (c[s : s + 4096] @ eq[:, :3].T + eq[:, 3]).max(axis=1) >= -tol
+    return on
+
+
+def _accept(pts, hull, walls, fix_tets, fix_keep, kept_volume):
+    """Acceptance checks of the grouped fix-up (module docstring, (a)-(c)); raises ``_Inconsistent``.
+    ``hull``: the convex hull of all points (a ``scipy.spatial.ConvexHull``)."""
+    n = pts.shape[0]
+    f = np.sort(fix_tets[fix_keep].astype(np.int64), axis=1)
+    v = np.ascontiguousarray(f).view([("", np.int64)] * 4).ravel()
+    if np.unique(v).size != v.size:
+        raise _Inconsistent("a fix-up tet is repeated")
+    faces = f[:, _FACE].reshape(-1, 3)  # sorted rows stay sorted
+    key = _face_keys(faces, n)
+    order = np.argsort(key)
+    ks = key[order]
+    start = np.r_[True, ks[1:] != ks[:-1]] if ks.size else np.zeros(0, dtype=bool)
+    count = np.bincount(np.cumsum(start) - 1) if ks.size else np.zeros(0, np.int64)
+    if count.size and count.max() > 2:
+        raise _Inconsistent("a face lies in 3+ fix-up tets")
+    single = order[np.flatnonzero(start)[count == 1]]
+    bkey = key[single]
+    wkey = _face_keys(walls, n)
+    odd = np.concatenate([faces[single][~np.isin(bkey, wkey)], walls[~np.isin(wkey, bkey)]])
+    d = float(np.sqrt((np.ptp(pts, axis=0) ** 2).sum()))
+    on = _on_hull(hull, pts, odd, 1e-9 * d)
+    if not on.all():
+        raise _Inconsistent(f"{int((~on).sum())} boundary faces of the grouped fix-up are neither open faces "
+                            "nor on the hull")
+    p = pts[f]
+    e = p[:, 1:] - p[:, :1]
+    fix_volume = float(np.abs(np.einsum("bi,bi->b", e[:, 0], np.cross(e[:, 1], e[:, 2]))).sum() / 6.0)
+    if abs(kept_volume + fix_volume - hull.volume) > ACCEPT_VOLUME_REL * hull.volume:
+        raise _Inconsistent(f"kept + fix-up volume {kept_volume + fix_volume:.9g} != hull volume {hull.volume:.9g}")
+
+
+def _grouped_fixup(pts, walls, wall_far, unused, options, workers, kept_volume, stats):
+    """The fix-up in parallel groups, checked; ``(fix_tets, fix_neighbors, fix_keep)``."""
+    from scipy.spatial import ConvexHull, QhullError
+
+    # every hull vertex is on an open face or in a missing tet, so the hull of S is the hull of all points
+    s_all = np.unique(np.concatenate([walls.reshape(-1), wall_far, unused]))
+    try:
+        hull = ConvexHull(pts[s_all])
+    except QhullError as exc:
+        raise _Inconsistent(f"the convex hull of the fix-up points failed: {str(exc).splitlines()[0]}") from None
+    bins, ngroups = _groups(pts, walls, wall_far, unused, 2 * workers, s_all[hull.vertices])
+    stats["fix_groups"] = int(ngroups)
+    stats["fix_calls"] = len(bins)
+    stats["fix_call_points"] = sorted((int(b[0].size) for b in bins), reverse=True)[:8]
+    with cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="meshlift-delaunay-fix") as pool:
+        futs = [pool.submit(_fixup, pts, ids_k, walls[rows], wall_far[rows], options) for ids_k, rows in bins]
+        res = [f_.result() for f_ in futs]
+        tets = [r[0] for r in res]
+        off = np.cumsum([0] + [t.shape[0] for t in tets[:-1]])
+        nbs = [np.where(r[1] >= 0, r[1].astype(np.int64) + o, -1) for r, o in zip(res, off)]
+        keep = np.concatenate([r[2] for r in res])
+        tets = np.concatenate(tets)
+    t1 = time.perf_counter()
+    _accept(pts, hull, walls, tets, keep, kept_volume)
+    stats["accept_s"] = time.perf_counter() - t1
+    return tets, np.concatenate(nbs), keep
 
 
 # -------------------------------------------------------------------------------------------------- main
@@ -442,28 +658,40 @@ def _global(pts, options, why: str, stats: dict, t0: float) -> Partitioned:
             f"delaunay_tets_parallel: Qhull failed on {pts.shape[0]} points (all coplanar or duplicated?): "
             f"{str(exc).splitlines()[0] if str(exc) else exc}"
         ) from None
-    simp = d.simplices.astype(np.int64)
+    simp = d.simplices.astype(_idx_dtype(pts.shape[0]))
     stats.update(fix_points=pts.shape[0], fix_tets=simp.shape[0], seconds=time.perf_counter() - t0)
     return Partitioned(
-        kept=np.zeros((0, 4), np.int64), fix_tets=simp, fix_neighbors=d.neighbors.astype(np.int64),
+        kept=np.zeros((0, 4), simp.dtype), fix_tets=simp, fix_neighbors=d.neighbors,
         fix_keep=np.ones(simp.shape[0], dtype=bool), stats=stats, fallback=why,
     )
 
 
-def _run_blocks(pts, parts, workers, options, min_rel, timeout_s, executor) -> list:
+def _oom(n, workers, blocks, need, memory_gb) -> OutOfMemoryError:
+    return OutOfMemoryError(
+        f"delaunay_tets_parallel: {n:,} points with workers={workers} and blocks={blocks} need about "
+        f"{need:.1f} GB, over memory_gb={memory_gb:.1f} GB; raise blocks (smaller blocks, e.g. "
+        f"blocks={2 * blocks}), lower workers, or raise memory_gb (MILo: --set delaunay_memory_gb=...; "
+        "fewer pivots: --set mesh_res_scale=0.5 or a smaller preset)"
+    )
+
+
+def _run_blocks(pts, parts, workers, options, min_rel, timeout_s, executor, tree, margin, memory_gb) -> list:
     """Run :func:`_block` on every part in ``workers`` threads (or forked processes); biggest first."""
-    global _PTS
+    global _PTS, _TREE
     tie_abs = CERT_INSPHERE_ABS * float((np.ptp(pts, axis=0) ** 2).sum())
     order = sorted(range(len(parts)), key=lambda i: -parts[i][2].size)
     if executor == "process":
         import multiprocessing as mp
 
         _PTS = pts  # inherited by the forked workers
+        _TREE = tree.result() if isinstance(tree, cf.Future) else tree
         pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork"))
-        submit = lambda p: pool.submit(_block_forked, p[2], p[0], p[1], p[3], options, min_rel, tie_abs)  # noqa: E731
+        submit = lambda p: pool.submit(_block_forked, p[2], p[0], p[1], p[3], options, min_rel, tie_abs,  # noqa: E731
+                                       p[3] / margin)
     else:
         pool = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="meshlift-delaunay-block")
-        submit = lambda p: pool.submit(_block, pts, p[2], p[0], p[1], p[3], options, min_rel, tie_abs)  # noqa: E731
+        submit = lambda p: pool.submit(_block, pts, p[2], p[0], p[1], p[3], options, min_rel, tie_abs,  # noqa: E731
+                                       tree, p[3] / margin)
     results = [None] * len(parts)
     done = False
     try:
@@ -477,13 +705,15 @@ def _run_blocks(pts, parts, workers, options, min_rel, timeout_s, executor) -> l
             "raise timeout_s or use more workers"
         ) from None
     except (MemoryError, cf.process.BrokenProcessPool):
-        raise MeshError(
-            f"delaunay_tets_parallel: a block of ~{max(p[2].size for p in parts):,} points ran out of memory "
-            f"with workers={workers}; raise blocks (now {len(parts)}) or lower workers"
+        big = max(p[2].size for p in parts)
+        raise OutOfMemoryError(
+            f"delaunay_tets_parallel: a block of ~{big:,} points ran out of memory with workers={workers} "
+            f"and blocks={len(parts)} (memory_gb={memory_gb:.1f}); raise blocks (e.g. blocks={2 * len(parts)}) "
+            "or lower workers, or lower memory_gb to what this host really has"
         ) from None
     finally:  # never wait for blocks after a failure (running Qhull calls end on their own)
         pool.shutdown(wait=done, cancel_futures=True)
-        _PTS = None
+        _PTS = _TREE = None
     return results
 
 
@@ -497,6 +727,9 @@ def partitioned_delaunay(
     timeout_s: float | None = None,
     min_rel: float = CERT_MIN_REL,
     executor: str = "thread",
+    memory_gb: float | None = None,
+    certify: bool = True,
+    grouped: bool = True,
 ) -> Partitioned:
     """Delaunay tets of ``pts`` (``[N, 3]`` float64, finite) by overlapping blocks (module docstring).
 
@@ -510,9 +743,15 @@ def partitioned_delaunay(
         min_rel: kept tets have ``|det| / L^3`` above this (``CERT_MIN_REL`` at least).
         executor: ``"thread"`` (default; Qhull releases the GIL, nothing is copied) or ``"process"``
             (forked workers: the points are shared copy-on-write, results come back pickled).
+        memory_gb: memory budget in GB checked against :func:`estimate_memory_gb` before any work (None:
+            the host's available memory, :func:`available_memory_gb`).
+        certify: certify balls poking out of the halo with a k-d tree (False: they go to the fix-up).
+        grouped: run the fix-up in parallel groups (False: one Qhull call on all of ``S``).
 
     Raises:
-        MeshError: bad knobs, blocks past ``timeout_s`` or out of memory, or Qhull failing on the whole set.
+        MeshError: bad knobs, blocks past ``timeout_s``, or Qhull failing on the whole set.
+        OutOfMemoryError: the estimate exceeds ``memory_gb``, or a block ran out of memory (names
+            ``blocks`` and ``memory_gb``).
     """
     t0 = time.perf_counter()
     workers = default_workers() if workers is None else int(workers)
@@ -525,26 +764,41 @@ def partitioned_delaunay(
         raise MeshError(f"delaunay_tets_parallel: margin must be > 0 (halo width in point spacings), got {margin!r}")
     if executor not in ("thread", "process"):
         raise MeshError(f"delaunay_tets_parallel: executor must be 'thread' or 'process', got {executor!r}")
+    if memory_gb is not None and not memory_gb > 0:
+        raise MeshError(f"delaunay_tets_parallel: memory_gb must be > 0 (GB) or None, got {memory_gb!r}")
     n = pts.shape[0]
-    stats: dict = {"points": n, "workers": workers, "blocks": 0, "executor": executor}
+    budget = available_memory_gb() if memory_gb is None else float(memory_gb)
+    need = estimate_memory_gb(n, workers, blocks, margin)
+    if need > budget:
+        raise _oom(n, workers, blocks, need, budget)
+    stats: dict = {"points": n, "workers": workers, "blocks": 0, "executor": executor, "memory_gb_estimate": need}
     if blocks == 1 or n < 64:
         return _global(pts, options, "one block", stats, t0)
-    with cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="meshlift-delaunay-split") as pool:
-        parts = partition(pts, blocks, margin, pool if workers > 1 else None, workers)
-    stats["blocks"] = len(parts)
-    stats["halo_points"] = int(sum(p[2].size for p in parts))
-    stats["partition_s"] = time.perf_counter() - t0
-    results = _run_blocks(pts, parts, workers, options, max(min_rel, CERT_MIN_REL), timeout_s, executor)
+    tree_pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="meshlift-delaunay-tree")
+    try:
+        tree = tree_pool.submit(_cert.build_tree, pts) if certify else None
+        with cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="meshlift-delaunay-split") as pool:
+            parts = partition(pts, blocks, margin, pool if workers > 1 else None, workers)
+        stats["blocks"] = len(parts)
+        stats["halo_points"] = int(sum(p[2].size for p in parts))
+        stats["partition_s"] = time.perf_counter() - t0
+        results = _run_blocks(pts, parts, workers, options, max(min_rel, CERT_MIN_REL), timeout_s, executor, tree,
+                              margin, budget)
+    finally:
+        tree_pool.shutdown(wait=True)
+    del tree
     stats["blocks_s"] = time.perf_counter() - t0 - stats["partition_s"]
     t1 = time.perf_counter()
-    kept = np.concatenate([r[0] for r in results]).astype(np.int64)
+    kept = np.concatenate([r[0] for r in results])
     dups = np.unique(np.concatenate([r[3] for r in results]))
-    for key in ("qhull_error", "local_tets", "flipped"):
+    for key in ("qhull_error", "local_tets", "flipped", "kd_queries", "kd_kept"):
         stats[key] = int(sum(r[4][key] for r in results))
+    kept_volume = float(sum(r[4]["kept_volume"] for r in results))
     stats["kept_tets"] = int(kept.shape[0])
     stats["block_seconds"] = [round(r[4]["seconds"], 3) for r in results]
     if kept.shape[0] == 0:
         return _global(pts, options, "no block certified a tet", stats, t0)
+    fallback = ""
     try:
         walls, wall_far = _open_faces(np.concatenate([r[1] for r in results]),
                                       np.concatenate([r[2] for r in results]), n)
@@ -552,16 +806,26 @@ def partitioned_delaunay(
         used = np.zeros(n, dtype=bool)
         used[kept.reshape(-1)] = True
         used[dups] = True
-        s_ids = np.unique(np.concatenate([walls.reshape(-1), wall_far, np.flatnonzero(~used)]))
+        unused = np.flatnonzero(~used).astype(kept.dtype)
+        s_ids = np.unique(np.concatenate([walls.reshape(-1), wall_far, unused]))
         stats["open_faces"] = int(walls.shape[0])
         stats["fix_points"] = int(s_ids.size)
+        stats["unused_points"] = int(unused.size)
         stats["merge_s"] = time.perf_counter() - t1
         t2 = time.perf_counter()
-        fix_tets, fix_nb, fix_keep = _fixup(pts, s_ids, walls, wall_far, options)
+        fixed = None
+        if grouped and walls.shape[0] and workers > 1:
+            try:
+                fixed = _grouped_fixup(pts, walls, wall_far, unused, options, workers, kept_volume, stats)
+            except _Inconsistent as exc:
+                fallback = f"one fix-up group (the grouped fix-up failed a check: {exc})"
+        if fixed is None:
+            fixed = _fixup(pts, s_ids, walls, wall_far, options)
+        fix_tets, fix_nb, fix_keep = fixed
         stats["fix_s"] = time.perf_counter() - t2
     except _Inconsistent as exc:
         return _global(pts, options, f"blocks inconsistent ({exc})", stats, t0)
     stats["fix_tets"] = int(fix_keep.sum())
     stats["seconds"] = time.perf_counter() - t0
     return Partitioned(kept=kept, fix_tets=fix_tets, fix_neighbors=fix_nb, fix_keep=fix_keep, duplicates=dups,
-                       stats=stats)
+                       stats=stats, fallback=fallback)
