@@ -77,10 +77,12 @@ def _one(args) -> dict:
                                      executor=args.executor)
         row["workers"] = stats.get("workers", args.workers)
         for k in ("blocks", "halo_points", "fix_points", "partition_s", "blocks_s", "merge_s", "fix_s",
-                  "qhull_error", "executor", "fallback"):
+                  "qhull_error", "executor", "fallback", "kd_queries", "kd_kept", "unused_points", "fix_groups",
+                  "fix_calls", "fix_call_points", "accept_s", "memory_gb_estimate"):
             if k in stats:
                 v = stats[k]
                 row[k] = round(v, 3) if isinstance(v, float) else v
+        row["seconds_engine"] = round(stats.get("seconds", 0.0), 3)
         bs = stats.get("block_seconds") or [0.0]
         row["block_s_max"], row["block_s_sum"] = max(bs), round(sum(bs), 2)
     row["seconds"] = round(time.perf_counter() - t0, 3)
@@ -100,7 +102,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="100000,270000", help="comma-separated point counts")
     ap.add_argument("--workers", type=int, default=None, help="threads of the parallel path (default: all cores)")
     ap.add_argument("--blocks", type=int, default=None, help="blocks (default: 3 per worker)")
-    ap.add_argument("--margin", type=float, default=None, help="halo width in point spacings (default: 3)")
+    ap.add_argument("--margin", type=float, default=None, help="halo width in point spacings (default: 1)")
     ap.add_argument("--executor", default="thread", help="thread, process, or both (comma-separated)")
     ap.add_argument("--cloud", choices=("pivots", "uniform"), default="pivots")
     ap.add_argument("--single-max", type=int, default=1_500_000, help="skip the single Qhull above this size")
@@ -151,7 +153,9 @@ def main() -> None:
                 notes = (f"{executor}, blocks {row.get('blocks')}, halo x{halo:.2f}, "
                          f"fix-up {row.get('fix_points', 0):,} pts; partition {row.get('partition_s')} s, "
                          f"blocks {row.get('blocks_s')} s (max {row.get('block_s_max')}, "
-                         f"sum {row.get('block_s_sum')}), merge {row.get('merge_s')} s, fix {row.get('fix_s')} s"
+                         f"sum {row.get('block_s_sum')}), merge {row.get('merge_s')} s, fix {row.get('fix_s')} s "
+                         f"({row.get('fix_calls')} calls {row.get('fix_call_points')}, checks {row.get('accept_s')} s), "
+                         f"kd {row.get('kd_kept')}/{row.get('kd_queries')}, est. {row.get('memory_gb_estimate', 0):.1f} GB"
                          + (f"; FALLBACK {row['fallback']}" if row.get("fallback") else ""))
             print(f"{method:9} {row['points']:>10,} {row['tets']:>11,} {row['seconds']:>8.2f} "
                   f"{row['points_per_s']:>9,} {row['workers']:>7} {row['peak_rss_gb']:>7.2f}  {notes}", flush=True)

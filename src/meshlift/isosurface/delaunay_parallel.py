@@ -111,6 +111,9 @@ DEFAULT_MARGIN = 1.0
 KD_MAX_RADIUS = 6.0
 #: Default number of blocks per worker (load balance vs halo overhead).
 BLOCKS_PER_WORKER = 3
+#: A fix-up tet decides which side of an open face it is on when ``|det| / L^3`` of the face and its far
+#: vertex exceeds this (Qhull's flat ``Qt`` tets in ties do not; their neighbour across the face then decides).
+SIDE_MIN_REL = 1e-10
 #: Each point used by no kept tet links its group to the groups of this many nearest fix-up points.
 UNUSED_LINKS = 8
 #: Groups of fewer fix-up points are linked to the groups of their points' nearest fix-up points.
@@ -445,6 +448,17 @@ def _open_faces(faces: np.ndarray, far: np.ndarray, n: int):
     return faces[single], far[single]
 
 
+def _side(tri: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``det(b - a, c - a, x - a) / L^3`` for triangles ``tri`` ``[W, 3, 3]`` (rows a, b, c) and points
+    ``x`` ``[W, 3]`` (``L`` the longest of the 6 edges): the side of the plane ``x`` is on, scale-free."""
+    a = tri[:, 0]
+    u, v, w = tri[:, 1] - a, tri[:, 2] - a, x - a
+    det = np.einsum("bi,bi->b", u, np.cross(v, w))
+    e2 = [(d * d).sum(axis=1) for d in (u, v, w, tri[:, 2] - tri[:, 1], x - tri[:, 1], x - tri[:, 2])]
+    l2 = np.maximum.reduce(e2)
+    return det / np.maximum(l2 * np.sqrt(l2), np.finfo(np.float64).tiny)
+
+
 def _fixup(pts, s_ids, walls, wall_far, options):
     """Qhull on ``pts[s_ids]`` (``s_ids`` sorted) and the mask of its tets that fill the missing region
     next to ``walls`` (module docstring). Returns ``(tets (global ids), neighbours (local), keep)``."""
@@ -465,7 +479,6 @@ def _fixup(pts, s_ids, walls, wall_far, options):
         return s_ids[simp].astype(idt), nb, np.ones(m, dtype=bool)
     # walls in local indices of S (all their vertices are in S by construction)
     loc = np.searchsorted(s_ids, walls)
-    loc_far = np.searchsorted(s_ids, wall_far)
     # every face of DT(S) once: (tet, corner) with tet < neighbour or on the hull
     t_all = np.repeat(np.arange(m), 4)
     k_all = np.tile(np.arange(4), m)
@@ -484,13 +497,22 @@ def _fixup(pts, s_ids, walls, wall_far, options):
         raise _Inconsistent("an open face of the kept tets is not a face of the fix-up triangulation")
     fi = order[pos]
     t_side, n_side = t_f[fi], n_f[fi]
-    far_t = simp[t_side, k_f[fi]]
-    kept_is_t = far_t == loc_far
-    far_n = np.where(n_side >= 0, _far_vertex(simp, t_side, np.maximum(n_side, 0)), -1)
-    if not np.all(kept_is_t | (far_n == loc_far)):
-        raise _Inconsistent("a kept tet next to an open face is missing from the fix-up triangulation")
+    # sides by orientation: the kept tet's far vertex (not in S) is on the kept side of its open face
+    tri = pts[walls]  # [W, 3, 3]
+    s_kept = np.sign(_side(tri, pts[wall_far]))
+    o_t = _side(tri, pts[s_ids[simp[t_side, k_f[fi]]]])
+    has_n = n_side >= 0
+    o_n = np.zeros_like(o_t)
+    if has_n.any():
+        o_n[has_n] = _side(tri[has_n], pts[s_ids[_far_vertex(simp, t_side[has_n], n_side[has_n])]])
+    rob_t, rob_n = np.abs(o_t) > SIDE_MIN_REL, np.abs(o_n) > SIDE_MIN_REL
+    if np.any(~rob_t & ~rob_n) or np.any(s_kept == 0):
+        raise _Inconsistent("an open face lies between two flat tets of the fix-up triangulation")
+    if np.any(rob_t & rob_n & (np.sign(o_t) == np.sign(o_n))):
+        raise _Inconsistent("two fix-up tets on the same side of an open face")
+    kept_is_t = np.where(rob_t, np.sign(o_t) == s_kept, np.sign(o_n) != s_kept)
+    miss_side = np.where(kept_is_t, n_side, t_side)  # -1: outside conv(S), i.e. a hull face of all points
     kept_side = np.where(kept_is_t, t_side, n_side)
-    miss_side = np.where(kept_is_t, n_side, t_side)
     # components of DT(S) with the open faces cut
     is_wall = np.zeros(t_f.size, dtype=bool)
     is_wall[fi] = True
@@ -498,13 +520,15 @@ def _fixup(pts, s_ids, walls, wall_far, options):
     g = coo_matrix((np.ones(int(e.sum()), dtype=np.int8), (t_f[e], n_f[e])), shape=(m, m))
     _, label = connected_components(g, directed=False)
     kept_lab = np.zeros(label.max() + 1, dtype=bool)
-    kept_lab[label[kept_side]] = True
+    kept_lab[label[kept_side[kept_side >= 0]]] = True
     miss_lab = np.zeros_like(kept_lab)
     miss_lab[label[miss_side[miss_side >= 0]]] = True
     if (kept_lab & miss_lab).any():
         raise _Inconsistent("a fix-up component lies on both sides of the kept tets")
     if not (kept_lab | miss_lab).all():
         raise _Inconsistent("a fix-up component touches no open face")
+    if not miss_lab.any() and walls.shape[0]:
+        raise _Inconsistent("no fix-up tet lies on the missing side of an open face")
     return s_ids[simp].astype(idt), nb, miss_lab[label]
 
 
@@ -522,12 +546,11 @@ def _groups(pts, walls, wall_far, unused, max_bins: int, hull_ids=None):
     from scipy.sparse.csgraph import connected_components
     from scipy.spatial import cKDTree
 
-    s_ids = np.unique(np.concatenate([walls.reshape(-1), wall_far, unused]))
+    s_ids = np.unique(np.concatenate([walls.reshape(-1), unused]))
     ns = s_ids.size
     loc = np.searchsorted(s_ids, walls)
-    loc_far = np.searchsorted(s_ids, wall_far)
-    a = [loc[:, 0], loc[:, 1], loc[:, 0]]
-    b = [loc[:, 1], loc[:, 2], loc_far]
+    a = [loc[:, 0], loc[:, 1]]
+    b = [loc[:, 1], loc[:, 2]]
     if unused.size and ns > 1:
         k = min(UNUSED_LINKS + 1, ns)
         _, j = cKDTree(pts[s_ids]).query(pts[unused], k=k)
@@ -622,7 +645,7 @@ def _grouped_fixup(pts, walls, wall_far, unused, options, workers, kept_volume, 
     from scipy.spatial import ConvexHull, QhullError
 
     # every hull vertex is on an open face or in a missing tet, so the hull of S is the hull of all points
-    s_all = np.unique(np.concatenate([walls.reshape(-1), wall_far, unused]))
+    s_all = np.unique(np.concatenate([walls.reshape(-1), unused]))
     try:
         hull = ConvexHull(pts[s_all])
     except QhullError as exc:
@@ -807,7 +830,7 @@ def partitioned_delaunay(
         used[kept.reshape(-1)] = True
         used[dups] = True
         unused = np.flatnonzero(~used).astype(kept.dtype)
-        s_ids = np.unique(np.concatenate([walls.reshape(-1), wall_far, unused]))
+        s_ids = np.unique(np.concatenate([walls.reshape(-1), unused]))
         stats["open_faces"] = int(walls.shape[0])
         stats["fix_points"] = int(s_ids.size)
         stats["unused_points"] = int(unused.size)
