@@ -147,6 +147,7 @@ def main() -> None:
                 continue
             row = json.loads(out.stdout.strip().splitlines()[-1])
             rows.append(row)
+            _write(args.out, rows)
             notes = ""
             if method == "parallel":
                 halo = row.get("halo_points", 0) / row["points"]
@@ -161,17 +162,30 @@ def main() -> None:
                   f"{row['points_per_s']:>9,} {row['workers']:>7} {row['peak_rss_gb']:>7.2f}  {notes}", flush=True)
         if len(saved) == 2 and all(os.path.exists(p) for p in saved.values()):
             a, b = (np.load(saved[m]) for m in ("single", "parallel"))
-            va = a.view([("", a.dtype)] * 4).ravel()
-            vb = b.view([("", b.dtype)] * 4).ravel()
-            same = int(np.intersect1d(va, vb).size)
+            same = int(np.intersect1d(_tet_hash(a), _tet_hash(b)).size)
             only_a, only_b = a.shape[0] - same, b.shape[0] - same
             print(f"check {size:,}: {same:,} common tets, {only_a:,} only single, {only_b:,} only parallel")
             rows.append({"check": size, "common": same, "only_single": only_a, "only_parallel": only_b})
             for p in saved.values():
                 os.remove(p)
-    if args.out:
-        with open(args.out, "w") as f:
+        _write(args.out, rows)
+
+
+def _write(path, rows) -> None:
+    """The rows so far as JSON (after every size, so a run cut short keeps what it measured)."""
+    if path:
+        with open(path, "w") as f:
             json.dump({"cpu_count": os.cpu_count(), "rows": rows}, f, indent=1)
+
+
+def _tet_hash(t: np.ndarray) -> np.ndarray:
+    """One uint64 per tet (rows sorted): a multiplicative hash, so the comparison is a 1-D sort (a collision
+    among 7M tets has probability ~1e-6)."""
+    t = t.astype(np.uint64)
+    m = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5], dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        h = t[:, 0] * m[0] + t[:, 1] * m[1] + t[:, 2] * m[2] + t[:, 3] * m[3]
+        return h ^ (h >> np.uint64(29))
 
 
 if __name__ == "__main__":

@@ -370,3 +370,24 @@ def test_degenerate_sets_valid_and_positive(kind):
     _check_valid(pts, res)
     if kind in ("clustered", "slab"):  # general position: the same tets as scipy
         assert np.array_equal(_as_set(res.tets), _as_set(Delaunay(pts).simplices))
+
+
+def test_milo_delaunay_errors_name_the_knobs():
+    from types import SimpleNamespace
+
+    from meshlift.methods.milo.mesh_in_loop import MeshInTheLoop
+    from meshlift.methods.milo.presets import get_preset
+
+    cfg = get_preset("default")
+    assert cfg.delaunay_memory_gb == 0.0 and cfg.num_pivots == 5_400_000
+    me = SimpleNamespace(cfg=cfg)
+    pts = _uniform(3000)
+
+    def over_budget():
+        return delaunay_tets(pts, parallel_min_points=1000, workers=2, memory_gb=1e-4)
+
+    with pytest.raises(OutOfMemoryError, match=r"num_pivots=5,400,000.*mesh_res_scale.*delaunay_memory_gb"):
+        MeshInTheLoop._named(me, over_budget)
+    flat = np.concatenate([pts[:, :2], np.zeros((3000, 1))], axis=1)
+    with pytest.raises(MeshError, match=r"num_pivots=5,400,000.*coplanar.*extract=tsdf"):
+        MeshInTheLoop._named(me, lambda: delaunay_tets(flat, parallel_min_points=1000, workers=2))

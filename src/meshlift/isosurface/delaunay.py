@@ -41,11 +41,13 @@ notes' own extrapolation for 5.4M (~10 min) linearly; memory scales the 1M figur
 thread, verylowres and lowres hide behind 500 GPU steps (MILo's interval) at a few steps per second;
 ``default`` and above need more cores: :func:`delaunay_tets_parallel` (engine in
 :mod:`meshlift.isosurface.delaunay_parallel`) triangulates overlapping spatial blocks with Qhull in
-several threads, keeps the tets whose empty circumsphere it can certify and re-triangulates the rest
-once, giving the same tets as one global Qhull (up to ties among co-spherical points). Measured on the
-H200 device machine's 16 cores (2026-12-03, MILo-like pivots, docs/benchmarks.md "Delaunay"): 270k pivots
-11.4 s → 3.8 s, 1M 45.5 s → 11.6 s (86k points/s); 5.4M not yet measured (the first try fell back to one
-global Qhull on a near-tie the fix-up disagreed on; the tolerance that fixes it was tested on a 159k piece).
+several threads, keeps the tets whose empty circumsphere it can certify (a k-d tree over all points
+checks the balls that poke out of a block's thin halo) and re-triangulates the rest in parallel groups,
+giving the same tets as one global Qhull (up to ties among co-spherical points). Measured on the
+H200 device machine's 16 cores with the earlier design (a 3-spacing halo, one serial fix-up; 2026-12-03,
+MILo-like pivots, docs/benchmarks.md "Delaunay"): 270k pivots 11.4 s → 3.8 s, 1M 45.5 s → 11.6-16.1 s;
+5.4M took over 90 s there. The current design (1-spacing halo with the k-d tree, grouped fix-up) is
+~25% faster on 2 cores and predicted at ~50 s for 5.4M on 16 cores (not yet measured there).
 :func:`delaunay_tets` and :class:`DelaunayRunner` take that path from ``parallel_min_points`` points on
 (default 200k) when more than one core is available.
 """

@@ -34,30 +34,35 @@ The kept set ``A`` is therefore a set of distinct global Delaunay tets.
 
 **3. Fix-up (exact).** Faces of kept tets whose local neighbour was not kept are collected from all
 blocks; a face reported twice is interior to ``A``; a face reported once is *open* (a hull face, or a
-face next to a missing tet). Let ``S`` = the vertices of the open faces, the far vertices of their kept
-tets and every point used by no kept tet (exact duplicates excepted). Every vertex of a missing tet is
-in ``S``: a vertex used by some kept tet and some missing tet has an open face through it, since the
-tets around a vertex are face-connected. So Qhull on ``S`` contains every missing tet (its ball is empty
-of all points, hence of ``S``) and every kept tet next to an open face. Cutting ``DT(S)``'s neighbour
-graph at the open faces leaves components that lie either in ``A``'s region or in the missing region;
-at each open face the side whose far vertex is the kept tet's marks its component "kept", the other side
-"missing". The result is ``A`` plus the missing components.
+face next to a missing tet). Let ``S`` = the vertices of the open faces and every point used by no kept
+tet (exact duplicates excepted). Every vertex of a missing tet is in ``S``: a vertex used by some kept
+tet and some missing tet has an open face through it, since the tets around a vertex are
+face-connected. So Qhull on ``S`` contains every missing tet (its ball is empty of all points, hence of
+``S``), and every open face that is not on the hull of all points is a face of a missing tet, hence of
+``DT(S)``. Cutting ``DT(S)``'s neighbour graph at the open faces leaves components that lie either in
+``A``'s region or in the missing region. At each open face the side is decided by orientation: the kept
+tet's far vertex (not in ``S``) lies on the kept side, so the ``DT(S)`` tet across the face whose far
+vertex lies on the other side (``|det| / L^3 > SIDE_MIN_REL``; if it is a flat tie tet, its well-shaped
+neighbour across the face decides) marks its component "missing", the other one "kept". The result is
+``A`` plus the missing components.
 
 The same holds for any union of whole *holes* (connected pieces of the missing region): its tets are in
-Qhull of the open faces around it (with their far vertices) and the unused points inside it. So ``S``
-is split into *groups*: the open faces connected through shared vertices (a hole's boundary), each
-unused point joined to the group of its nearest open-face vertex; groups are packed into at most
-``2 * workers`` Qhull calls run in threads. Grouping can be wrong only where a hole's boundary is
-disconnected (a kept island inside a hole) or an unused point is nearer to another hole's boundary; the
-grouped result is therefore *accepted* only if (a) no face lies in 3+ fix-up tets and no fix-up tet is
-repeated, (b) the faces lying in one fix-up tet are exactly the open faces, except faces on the convex
+Qhull of the open faces around it and the unused points inside it. So ``S`` is split into *groups*: the
+open faces connected through shared vertices (a hole's boundary); each unused point linked to its
+``UNUSED_LINKS`` nearest fix-up points; every group with a vertex on the convex hull joined into one (a
+hole along the hull may have an open-face boundary in pieces joined only by hull faces); a tiny group
+(``< MIN_GROUP_POINTS``) joined to the one big group nearest to it. Groups are packed into at most
+``2 * workers`` Qhull calls run in threads (a hollow shell: its inside and its hull layer, two calls).
+Grouping can still be wrong where a hole's boundary is disconnected otherwise (a kept island inside a
+hole), so the grouped result is *accepted* only if (a) no face lies in 3+ fix-up tets and no fix-up tet
+is repeated, (b) the faces lying in one fix-up tet are exactly the open faces, except faces on the convex
 hull of the points, and (c) the fix-up tets' volume plus the kept tets' volume is the hull's volume
-(relative ``ACCEPT_VOLUME_REL``: no overlap). If a check fails the engine redoes the fix-up as one
-Qhull call on ``S`` (the proof above) and, should that disagree too (a face not found in ``DT(S)``, a
-component marked both ways, a face kept 3 times), falls back to one global Qhull; either fallback is
-named in ``fallback`` and warned about by the caller: the result is never silently wrong. A block
-whose Qhull call fails (a flat piece) keeps nothing, so its region goes to ``S``. If no tet is certified
-at all (a lattice: every cell is a tie) the fix-up is one global call.
+(relative ``ACCEPT_VOLUME_REL``: no overlap). If a check fails the engine redoes the fix-up as one Qhull
+call on ``S`` (the proof above) and, should that disagree too (a face not found in ``DT(S)``, a component
+marked both ways, a face kept 3 times), falls back to one global Qhull; either fallback is named in
+``fallback`` and warned about by the caller (:class:`~meshlift.errors.MeshliftWarning`): the result is
+never silently wrong. A block whose Qhull call fails (a flat piece) keeps nothing, so its region goes to
+``S``. If no tet is certified at all (a lattice: every cell is a tie) the fix-up is one global call.
 
 **Ties.** Where 5+ points are co-spherical (float32 box corners: the 4 corners of a box face are
 concyclic, so with any 5th point they are co-spherical) the fix-up's Qhull may split a cell differently
@@ -72,7 +77,7 @@ back); forking a process that runs CUDA or other threads is only as safe as PyTo
 
 **Cost and memory.** Work is ``N * (1 + halo overhead)`` in the blocks plus the tree (~``N log N``,
 built once, queried for the poking balls only) plus Qhull on ``S`` in groups (on a hollow shell ``S``
-is its inner and outer skins and the hull layer: ~5% of the points, two big groups). Indices are int32
+is its inner and outer skins: ~5% of the points of MILo-like pivots, two big groups). Indices are int32
 throughout (int64 only for ``N >= 2^31``). :func:`estimate_memory_gb` gives the peak: the points and the
 tree, ``workers`` blocks of ``N (1 + overhead) / blocks`` points at ~4 KB each inside Qhull, the tets
 (~6.7 per point, 16 B each, three copies at the merge) and the fix-up; ``memory_gb`` is checked against it
@@ -85,6 +90,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+from concurrent.futures.process import BrokenProcessPool
 import time
 from dataclasses import dataclass, field
 
@@ -727,7 +733,7 @@ def _run_blocks(pts, parts, workers, options, min_rel, timeout_s, executor, tree
             f"delaunay_tets_parallel: the {len(parts)} blocks did not finish within timeout_s={timeout_s} s; "
             "raise timeout_s or use more workers"
         ) from None
-    except (MemoryError, cf.process.BrokenProcessPool):
+    except (MemoryError, BrokenProcessPool):
         big = max(p[2].size for p in parts)
         raise OutOfMemoryError(
             f"delaunay_tets_parallel: a block of ~{big:,} points ran out of memory with workers={workers} "
