@@ -480,9 +480,42 @@ def _side(tri: np.ndarray, x: np.ndarray) -> np.ndarray:
     return det / np.maximum(l2 * np.sqrt(l2), np.finfo(np.float64).tiny)
 
 
-def _fixup(pts, s_ids, walls, wall_far, options):
+def _sides_by_orientation(pts, s_ids, simp, walls, wall_far, t_side, n_side, k_t):
+    """Per open face: is the ``DT(S)`` tet ``t_side`` on the kept side, and the missing / kept side tets
+    (-1: outside ``DT(S)``). The kept tet's far vertex (not in S) is on the kept side of its open face."""
+    tri = pts[walls]  # [W, 3, 3]
+    s_kept = np.sign(_side(tri, pts[wall_far]))
+    o_t = _side(tri, pts[s_ids[simp[t_side, k_t]]])
+    has_n = n_side >= 0
+    o_n = np.zeros_like(o_t)
+    if has_n.any():
+        o_n[has_n] = _side(tri[has_n], pts[s_ids[_far_vertex(simp, t_side[has_n], n_side[has_n])]])
+    rob_t, rob_n = np.abs(o_t) > SIDE_MIN_REL, np.abs(o_n) > SIDE_MIN_REL
+    if np.any(~rob_t & ~rob_n) or np.any(s_kept == 0):
+        raise _Inconsistent("an open face lies between two flat tets of the fix-up triangulation")
+    if np.any(rob_t & rob_n & (np.sign(o_t) == np.sign(o_n))):
+        raise _Inconsistent("two fix-up tets on the same side of an open face")
+    kept_is_t = np.where(rob_t, np.sign(o_t) == s_kept, np.sign(o_n) != s_kept)
+    return kept_is_t, np.where(kept_is_t, n_side, t_side), np.where(kept_is_t, t_side, n_side)
+
+
+def _sides_by_far(simp, s_ids, wall_far, t_side, n_side, k_t):
+    """As :func:`_sides_by_orientation`, with the far vertices in S: the kept tet is the one through them."""
+    loc_far = np.searchsorted(s_ids, wall_far)
+    kept_is_t = simp[t_side, k_t] == loc_far
+    far_n = np.where(n_side >= 0, _far_vertex(simp, t_side, np.maximum(n_side, 0)), -1)
+    if not np.all(kept_is_t | (far_n == loc_far)):
+        raise _Inconsistent("a kept tet next to an open face is missing from the fix-up triangulation")
+    return kept_is_t, np.where(kept_is_t, n_side, t_side), np.where(kept_is_t, t_side, n_side)
+
+
+def _fixup(pts, s_ids, walls, wall_far, options, with_far: bool = False):
     """Qhull on ``pts[s_ids]`` (``s_ids`` sorted) and the mask of its tets that fill the missing region
-    next to ``walls`` (module docstring). Returns ``(tets (global ids), neighbours (local), keep)``."""
+    next to ``walls`` (module docstring). Returns ``(tets (global ids), neighbours (local), keep)``.
+
+    ``with_far``: ``s_ids`` also holds the far vertices ``wall_far`` of the kept tets, and the kept side of
+    an open face is the ``DT(S)`` tet whose 4th vertex is that far vertex (no orientation test: robust to
+    flat tie tets on both sides; the fallback)."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
     from scipy.spatial import Delaunay, QhullError
@@ -518,22 +551,11 @@ def _fixup(pts, s_ids, walls, wall_far, options):
         raise _Inconsistent("an open face of the kept tets is not a face of the fix-up triangulation")
     fi = order[pos]
     t_side, n_side = t_f[fi], n_f[fi]
-    # sides by orientation: the kept tet's far vertex (not in S) is on the kept side of its open face
-    tri = pts[walls]  # [W, 3, 3]
-    s_kept = np.sign(_side(tri, pts[wall_far]))
-    o_t = _side(tri, pts[s_ids[simp[t_side, k_f[fi]]]])
-    has_n = n_side >= 0
-    o_n = np.zeros_like(o_t)
-    if has_n.any():
-        o_n[has_n] = _side(tri[has_n], pts[s_ids[_far_vertex(simp, t_side[has_n], n_side[has_n])]])
-    rob_t, rob_n = np.abs(o_t) > SIDE_MIN_REL, np.abs(o_n) > SIDE_MIN_REL
-    if np.any(~rob_t & ~rob_n) or np.any(s_kept == 0):
-        raise _Inconsistent("an open face lies between two flat tets of the fix-up triangulation")
-    if np.any(rob_t & rob_n & (np.sign(o_t) == np.sign(o_n))):
-        raise _Inconsistent("two fix-up tets on the same side of an open face")
-    kept_is_t = np.where(rob_t, np.sign(o_t) == s_kept, np.sign(o_n) != s_kept)
-    miss_side = np.where(kept_is_t, n_side, t_side)  # -1: outside conv(S), i.e. a hull face of all points
-    kept_side = np.where(kept_is_t, t_side, n_side)
+    if with_far:
+        kept_is_t, miss_side, kept_side = _sides_by_far(simp, s_ids, wall_far, t_side, n_side, k_f[fi])
+    else:
+        kept_is_t, miss_side, kept_side = _sides_by_orientation(pts, s_ids, simp, walls, wall_far, t_side,
+                                                                n_side, k_f[fi])
     # components of DT(S) with the open faces cut
     is_wall = np.zeros(t_f.size, dtype=bool)
     is_wall[fi] = True
@@ -866,8 +888,10 @@ def partitioned_delaunay(
                 fixed = _grouped_fixup(pts, walls, wall_far, unused, options, workers, kept_volume, stats)
             except _Inconsistent as exc:
                 fallback = f"one fix-up group (the grouped fix-up failed a check: {exc})"
-        if fixed is None:
-            fixed = _fixup(pts, s_ids, walls, wall_far, options)
+        if fixed is None:  # one call, with the far vertices (the proof's set; robust to flat tie tets)
+            s_far = np.unique(np.concatenate([s_ids, wall_far]))
+            stats["fix_points"] = int(s_far.size)
+            fixed = _fixup(pts, s_far, walls, wall_far, options, with_far=True)
         fix_tets, fix_nb, fix_keep = fixed
         stats["fix_s"] = time.perf_counter() - t2
     except _Inconsistent as exc:
