@@ -115,6 +115,10 @@ DEFAULT_MARGIN = 1.0
 #: Balls poking out of the halo box are checked with the k-d tree up to this radius (in mean spacings
 #: ``h_b``); bigger ones (tets across empty space) go to the fix-up.
 KD_MAX_RADIUS = 6.0
+#: Qhull options of the blocks and of the grouped fix-up when the caller gives none: scipy's 3-D default
+#: plus ``Q5`` (skip Qhull's final check of all points against the outer planes: the same simplices, ~13%
+#: less Qhull time on 50k-point blocks; kept tets are certified here anyway, the grouped fix-up checked).
+FAST_OPTIONS = "Qbb Qc Qz Q12 Q5"
 #: Default number of blocks per worker (load balance vs halo overhead).
 BLOCKS_PER_WORKER = 3
 #: A fix-up tet decides which side of an open face it is on when ``|det| / L^3`` of the face and its far
@@ -332,8 +336,12 @@ def _dedup(xyz: np.ndarray, ids: np.ndarray):
     return keep, gid[dup]
 
 
-def _far_vertex(simp: np.ndarray, t: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """Local index of the vertex of tet ``n`` that is not in tet ``t`` (they share a face)."""
+def _far_vertex(simp: np.ndarray, t: np.ndarray, n: np.ndarray, k=None) -> np.ndarray:
+    """Local index of the vertex of tet ``n`` that is not in tet ``t`` (they share a face; with ``k``, the
+    face opposite corner ``k`` of ``t``: then by index sums, no comparisons)."""
+    if k is not None:
+        sn = simp[n].sum(axis=1, dtype=np.int64)
+        return sn - (simp[t].sum(axis=1, dtype=np.int64) - simp[t, k])
     sn = simp[n]
     shared = (sn[:, :, None] == simp[t][:, None, :]).any(axis=2)
     return sn[np.arange(n.size), np.argmin(shared, axis=1)]
@@ -388,7 +396,7 @@ def _block(pts, ids, lo, hi, margin_abs, options, min_rel, tie_abs, tree=None, s
         n = nb[cand, k]
         has = n >= 0
         t_idx, n_idx = cand[has], n[has]
-        q = xyz[_far_vertex(simp, t_idx, n_idx)]
+        q = xyz[_far_vertex(simp, t_idx, n_idx, k)]
         dq = q - centre[t_idx]
         bad = (dq * dq).sum(axis=1) - r2[t_idx] <= np.maximum(CERT_INSPHERE * r2[t_idx], tie_abs)
         ok[t_idx[bad]] = False
@@ -851,7 +859,8 @@ def partitioned_delaunay(
         stats["blocks"] = len(parts)
         stats["halo_points"] = int(sum(p[2].size for p in parts))
         stats["partition_s"] = time.perf_counter() - t0
-        results = _run_blocks(pts, parts, workers, options, max(min_rel, CERT_MIN_REL), timeout_s, executor, tree,
+        fast = FAST_OPTIONS if options is None else options
+        results = _run_blocks(pts, parts, workers, fast, max(min_rel, CERT_MIN_REL), timeout_s, executor, tree,
                               margin, budget)
     finally:
         tree_pool.shutdown(wait=True)
@@ -885,7 +894,7 @@ def partitioned_delaunay(
         fixed = None
         if grouped and walls.shape[0] and workers > 1:
             try:
-                fixed = _grouped_fixup(pts, walls, wall_far, unused, options, workers, kept_volume, stats)
+                fixed = _grouped_fixup(pts, walls, wall_far, unused, fast, workers, kept_volume, stats)
             except _Inconsistent as exc:
                 fallback = f"one fix-up group (the grouped fix-up failed a check: {exc})"
         if fixed is None:  # one call, with the far vertices (the proof's set; robust to flat tie tets)
