@@ -30,7 +30,7 @@ preset        pivots     Qhull per call  run (21 calls)   memory
 verylowres    270k       21 s            ~7.5 min         0.8 GB RSS
 lowres        540k       ~45 s           ~16 min          ~1.6 GB
 (1M pivots)   1M         97 s            ~34 min          2.8 GB RSS
-default       5.4M       ~10 min [est.]  ~3.5 h           ~15 GB, tets 1.2 GB
+default       5.4M       ~10 min [est.]  ~3.5 h           ~15 GB, tets 0.6 GB
 highres       9M         ~17 min [est.]  ~6 h             ~25 GB
 veryhighres   13.5M      ~25 min [est.]  ~9 h             ~38 GB
 ============  =========  ==============  ===============  ==================================
