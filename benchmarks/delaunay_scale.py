@@ -155,8 +155,9 @@ def main() -> None:
                          f"fix-up {row.get('fix_points', 0):,} pts; partition {row.get('partition_s')} s, "
                          f"blocks {row.get('blocks_s')} s (max {row.get('block_s_max')}, "
                          f"sum {row.get('block_s_sum')}), merge {row.get('merge_s')} s, fix {row.get('fix_s')} s "
-                         f"({row.get('fix_calls')} calls {row.get('fix_call_points')}, checks {row.get('accept_s')} s), "
-                         f"kd {row.get('kd_kept')}/{row.get('kd_queries')}, est. {row.get('memory_gb_estimate', 0):.1f} GB"
+                         f"({row.get('fix_calls')} calls {row.get('fix_call_points')}, "
+                         f"checks {row.get('accept_s')} s), kd {row.get('kd_kept')}/{row.get('kd_queries')}, "
+                         f"est. {row.get('memory_gb_estimate', 0):.1f} GB"
                          + (f"; FALLBACK {row['fallback']}" if row.get("fallback") else ""))
             print(f"{method:9} {row['points']:>10,} {row['tets']:>11,} {row['seconds']:>8.2f} "
                   f"{row['points_per_s']:>9,} {row['workers']:>7} {row['peak_rss_gb']:>7.2f}  {notes}", flush=True)

@@ -17,6 +17,7 @@ from scipy.spatial import ConvexHull, Delaunay, cKDTree
 from meshlift.errors import MeshError, MeshliftWarning, OutOfMemoryError
 from meshlift.isosurface import delaunay as dl
 from meshlift.isosurface import delaunay_certify as dc
+from meshlift.isosurface import delaunay_fixup as df
 from meshlift.isosurface import delaunay_parallel as dp
 from meshlift.isosurface.delaunay import DelaunayRunner, delaunay_tets, delaunay_tets_parallel
 
@@ -221,9 +222,9 @@ def test_memory_budget_checked_up_front(monkeypatch):
 
 def test_inconsistent_blocks_fall_back_with_a_warning(monkeypatch):
     def broken(*a, **k):
-        raise dp._Inconsistent("test")
+        raise df._Inconsistent("test")
 
-    monkeypatch.setattr(dp, "_fixup", broken)
+    monkeypatch.setattr(df, "fixup", broken)
     pts = _uniform(3000, seed=7)
     with pytest.warns(MeshliftWarning, match="global Qhull"):
         res = delaunay_tets_parallel(pts, workers=2, blocks=8)
@@ -318,7 +319,7 @@ def test_grouped_fixup_check_falls_back_with_a_warning(monkeypatch):
             out.append((np.unique(np.concatenate([walls[rows].reshape(-1), wall_far[rows]])), rows))
         return out, 2
 
-    monkeypatch.setattr(dp, "_groups", bad_groups)
+    monkeypatch.setattr(df, "groups", bad_groups)
     pts = _uniform(6000, seed=14)
     with pytest.warns(MeshliftWarning, match="one Qhull call"):
         res = delaunay_tets_parallel(pts, workers=2, blocks=12)
@@ -329,19 +330,19 @@ def test_accept_rejects_overlap_and_holes():
     pts = _uniform(4000, seed=15)
     eng = dp.partitioned_delaunay(pts, workers=2, blocks=8, margin=0.5)
     assert not eng.fallback
-    walls, _ = dp._open_faces(*_reported_faces(eng), pts.shape[0])
+    walls, _ = df.open_faces(*_reported_faces(eng), pts.shape[0])
     kept_volume = np.abs(_volumes(pts, eng.kept)).sum()
     hull = ConvexHull(pts)
-    dp._accept(pts, hull, walls, eng.fix_tets, eng.fix_keep, kept_volume)  # the real one passes
+    df.accept(pts, hull, walls, eng.fix_tets, eng.fix_keep, kept_volume)  # the real one passes
     keep = eng.fix_keep.copy()
     keep[np.flatnonzero(keep)[0]] = False  # a hole
-    with pytest.raises(dp._Inconsistent):
-        dp._accept(pts, hull, walls, eng.fix_tets, keep, kept_volume)
+    with pytest.raises(df._Inconsistent):
+        df.accept(pts, hull, walls, eng.fix_tets, keep, kept_volume)
     doubled = np.concatenate([eng.fix_tets, eng.fix_tets[eng.fix_keep][:1]])
-    with pytest.raises(dp._Inconsistent, match=r"repeated|3\+"):
-        dp._accept(pts, hull, walls, doubled, np.r_[eng.fix_keep, True], kept_volume)
-    with pytest.raises(dp._Inconsistent, match="volume"):
-        dp._accept(pts, hull, walls, eng.fix_tets, eng.fix_keep, kept_volume * 1.01)
+    with pytest.raises(df._Inconsistent, match=r"repeated|3\+"):
+        df.accept(pts, hull, walls, doubled, np.r_[eng.fix_keep, True], kept_volume)
+    with pytest.raises(df._Inconsistent, match="volume"):
+        df.accept(pts, hull, walls, eng.fix_tets, eng.fix_keep, kept_volume * 1.01)
 
 
 def _reported_faces(eng):
