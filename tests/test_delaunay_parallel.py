@@ -316,7 +316,7 @@ def test_grouped_fixup_check_falls_back_with_a_warning(monkeypatch):
         half = walls.shape[0] // 2  # split the open faces arbitrarily: holes are cut in two
         out = []
         for rows in (np.arange(half), np.arange(half, walls.shape[0])):
-            out.append((np.unique(np.concatenate([walls[rows].reshape(-1), wall_far[rows]])), rows))
+            out.append((np.unique(walls[rows].reshape(-1)), rows))
         return out, 2
 
     monkeypatch.setattr(df, "groups", bad_groups)
@@ -392,3 +392,23 @@ def test_milo_delaunay_errors_name_the_knobs():
     flat = np.concatenate([pts[:, :2], np.zeros((3000, 1))], axis=1)
     with pytest.raises(MeshError, match=r"num_pivots=5,400,000.*coplanar.*extract=tsdf"):
         MeshInTheLoop._named(me, lambda: delaunay_tets(flat, parallel_min_points=1000, workers=2))
+
+
+def test_fixup_disagreement_grows_the_region(monkeypatch):
+    """A fix-up call that disagrees at some points (as Qhull's precision can at millions of points) makes the
+    engine drop the kept tets around them and redo the fix-up: the same tets, with a warning, no global Qhull."""
+    real = df.fixup
+    calls = []
+
+    def flaky(pts, s_ids, walls, *a, **k):
+        calls.append(1)
+        if len(calls) <= 3:  # the grouped calls and the one-call fix-up of the first round disagree
+            raise df._Inconsistent("test disagreement", walls[:3])
+        return real(pts, s_ids, walls, *a, **k)
+
+    monkeypatch.setattr(df, "fixup", flaky)
+    pts = _clustered(6000, seed=17)
+    with pytest.warns(MeshliftWarning, match="grew the fix-up region"):
+        res = delaunay_tets_parallel(pts, workers=2, blocks=12)
+    assert np.array_equal(_as_set(res.tets), _as_set(Delaunay(pts).simplices))
+    _check_valid(pts, res)

@@ -291,6 +291,8 @@ def _parallel(pts, tol, drop, options, workers, blocks, margin, timeout_s, execu
     if eng.fallback.startswith("blocks inconsistent"):
         warnings.warn(f"delaunay_tets_parallel: {eng.fallback}; used one global Qhull instead", MeshliftWarning,
                       stacklevel=3)
+    elif eng.fallback.startswith("grew the fix-up region"):
+        warnings.warn(f"delaunay_tets_parallel: {eng.fallback}", MeshliftWarning, stacklevel=3)
     elif eng.fallback.startswith("one fix-up group"):
         warnings.warn(f"delaunay_tets_parallel: {eng.fallback}; re-triangulated the uncertified region in one "
                       "Qhull call instead", MeshliftWarning, stacklevel=3)

@@ -28,7 +28,12 @@ _FACE = np.array([[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]])
 
 
 class _Inconsistent(Exception):
-    """The merged blocks and the fix-up disagree (ties beyond the tolerances, Qhull merging points)."""
+    """The merged blocks and the fix-up disagree (ties beyond the tolerances, Qhull merging points).
+    ``bad``: global ids of the points where (None: unknown), for the engine to grow the fix-up there."""
+
+    def __init__(self, msg: str, bad=None):
+        super().__init__(msg)
+        self.bad = None if bad is None else np.unique(np.asarray(bad, dtype=np.int64).reshape(-1))
 
 
 def _idx_dtype(n: int):
@@ -116,21 +121,28 @@ def _side(tri: np.ndarray, x: np.ndarray) -> np.ndarray:
     return det / np.maximum(l2 * np.sqrt(l2), np.finfo(np.float64).tiny)
 
 
-def _sides_by_orientation(pts, s_ids, simp, walls, wall_far, t_side, n_side, k_t):
+def wall_signs(pts, walls, wall_far) -> np.ndarray:
+    """``[W]`` float64 in {-1, 0, 1}: the side of each open face (sorted id triple) its kept tet lies on,
+    from the kept tet's 4th vertex ``wall_far``."""
+    return np.sign(_side(pts[walls], pts[wall_far]))
+
+
+def _sides_by_orientation(pts, s_ids, simp, walls, s_kept, t_side, n_side, k_t):
     """Per open face: is the ``DT(S)`` tet ``t_side`` on the kept side, and the missing / kept side tets
-    (-1: outside ``DT(S)``). The kept tet's far vertex (not in S) is on the kept side of its open face."""
+    (-1: outside ``DT(S)``). ``s_kept``: :func:`wall_signs` (the kept side of each open face)."""
     tri = pts[walls]  # [W, 3, 3]
-    s_kept = np.sign(_side(tri, pts[wall_far]))
     o_t = _side(tri, pts[s_ids[simp[t_side, k_t]]])
     has_n = n_side >= 0
     o_n = np.zeros_like(o_t)
     if has_n.any():
         o_n[has_n] = _side(tri[has_n], pts[s_ids[_far_vertex(simp, t_side[has_n], n_side[has_n])]])
     rob_t, rob_n = np.abs(o_t) > SIDE_MIN_REL, np.abs(o_n) > SIDE_MIN_REL
-    if np.any(~rob_t & ~rob_n) or np.any(s_kept == 0):
-        raise _Inconsistent("an open face lies between two flat tets of the fix-up triangulation")
-    if np.any(rob_t & rob_n & (np.sign(o_t) == np.sign(o_n))):
-        raise _Inconsistent("two fix-up tets on the same side of an open face")
+    bad = (~rob_t & ~rob_n) | (s_kept == 0)
+    if bad.any():
+        raise _Inconsistent("an open face lies between two flat tets of the fix-up triangulation", walls[bad])
+    bad = rob_t & rob_n & (np.sign(o_t) == np.sign(o_n))
+    if bad.any():
+        raise _Inconsistent("two fix-up tets on the same side of an open face", walls[bad])
     kept_is_t = np.where(rob_t, np.sign(o_t) == s_kept, np.sign(o_n) != s_kept)
     return kept_is_t, np.where(kept_is_t, n_side, t_side), np.where(kept_is_t, t_side, n_side)
 
@@ -140,12 +152,14 @@ def _sides_by_far(simp, s_ids, wall_far, t_side, n_side, k_t):
     loc_far = np.searchsorted(s_ids, wall_far)
     kept_is_t = simp[t_side, k_t] == loc_far
     far_n = np.where(n_side >= 0, _far_vertex(simp, t_side, np.maximum(n_side, 0)), -1)
-    if not np.all(kept_is_t | (far_n == loc_far)):
-        raise _Inconsistent("a kept tet next to an open face is missing from the fix-up triangulation")
+    bad = ~(kept_is_t | (far_n == loc_far))
+    if bad.any():
+        raise _Inconsistent("a kept tet next to an open face is missing from the fix-up triangulation",
+                            s_ids[simp[t_side[bad]]])
     return kept_is_t, np.where(kept_is_t, n_side, t_side), np.where(kept_is_t, t_side, n_side)
 
 
-def fixup(pts, s_ids, walls, wall_far, options, with_far: bool = False):
+def fixup(pts, s_ids, walls, wall_far, options, with_far: bool = False, wall_sign=None):
     """Qhull on ``pts[s_ids]`` and the mask of its tets that fill the missing region next to ``walls``.
 
     Args:
@@ -195,13 +209,15 @@ def fixup(pts, s_ids, walls, wall_far, options, with_far: bool = False):
     pos = np.searchsorted(fkey, wkey)
     pos = np.minimum(pos, fkey.size - 1)
     if not np.all(fkey[pos] == wkey):
-        raise _Inconsistent("an open face of the kept tets is not a face of the fix-up triangulation")
+        raise _Inconsistent("an open face of the kept tets is not a face of the fix-up triangulation",
+                            walls[fkey[pos] != wkey])
     fi = order[pos]
     t_side, n_side = t_f[fi], n_f[fi]
     if with_far:
         kept_is_t, miss_side, kept_side = _sides_by_far(simp, s_ids, wall_far, t_side, n_side, k_f[fi])
     else:
-        kept_is_t, miss_side, kept_side = _sides_by_orientation(pts, s_ids, simp, walls, wall_far, t_side,
+        sign = wall_signs(pts, walls, wall_far) if wall_sign is None else wall_sign
+        kept_is_t, miss_side, kept_side = _sides_by_orientation(pts, s_ids, simp, walls, sign, t_side,
                                                                 n_side, k_f[fi])
     # components of DT(S) with the open faces cut
     is_wall = np.zeros(t_f.size, dtype=bool)
@@ -214,7 +230,8 @@ def fixup(pts, s_ids, walls, wall_far, options, with_far: bool = False):
     miss_lab = np.zeros_like(kept_lab)
     miss_lab[label[miss_side[miss_side >= 0]]] = True
     if (kept_lab & miss_lab).any():
-        raise _Inconsistent("a fix-up component lies on both sides of the kept tets")
+        both = (kept_lab & miss_lab)[label[np.maximum(miss_side, 0)]] & (miss_side >= 0)
+        raise _Inconsistent("a fix-up component lies on both sides of the kept tets", walls[both])
     if not (kept_lab | miss_lab).all():
         raise _Inconsistent("a fix-up component touches no open face")
     if not miss_lab.any() and walls.shape[0]:
@@ -335,7 +352,7 @@ def accept(pts, hull, walls, fix_tets, fix_keep, kept_volume):
     on = _on_hull(hull, pts, odd, 1e-9 * d)
     if not on.all():
         raise _Inconsistent(f"{int((~on).sum())} boundary faces of the grouped fix-up are neither open faces "
-                            "nor on the hull")
+                            "nor on the hull", ids[odd[~on]])
     p = pts[f]
     e = p[:, 1:] - p[:, :1]
     fix_volume = float(np.abs(np.einsum("bi,bi->b", e[:, 0], np.cross(e[:, 1], e[:, 2]))).sum() / 6.0)
@@ -343,11 +360,12 @@ def accept(pts, hull, walls, fix_tets, fix_keep, kept_volume):
         raise _Inconsistent(f"kept + fix-up volume {kept_volume + fix_volume:.9g} != hull volume {hull.volume:.9g}")
 
 
-def grouped_fixup(pts, walls, wall_far, unused, options, workers, kept_volume, stats):
+def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, stats):
     """The fix-up in parallel groups (:func:`groups`, :func:`fixup` in ``workers`` threads), checked by
-    :func:`accept`; returns ``(fix_tets, fix_neighbors, fix_keep)`` as :func:`fixup`, the calls
-    concatenated (neighbours offset). Adds ``fix_groups``, ``fix_calls``, ``fix_call_points``, ``accept_s``
-    to ``stats``. Raises ``_Inconsistent`` as :func:`fixup` and :func:`accept`."""
+    :func:`accept`; ``wall_sign``: :func:`wall_signs`. Returns ``(fix_tets, fix_neighbors, fix_keep)`` as
+    :func:`fixup`, the calls concatenated (neighbours offset). Adds ``fix_groups``, ``fix_calls``,
+    ``fix_call_points``, ``accept_s`` to ``stats``. Raises ``_Inconsistent`` as :func:`fixup` (the ``bad``
+    points of every failing call) and :func:`accept`."""
     from scipy.spatial import ConvexHull, QhullError
 
     # every hull vertex is on an open face or in a missing tet, so the hull of S is the hull of all points
@@ -356,19 +374,61 @@ def grouped_fixup(pts, walls, wall_far, unused, options, workers, kept_volume, s
         hull = ConvexHull(pts[s_all])
     except QhullError as exc:
         raise _Inconsistent(f"the convex hull of the fix-up points failed: {str(exc).splitlines()[0]}") from None
-    bins, ngroups = groups(pts, walls, wall_far, unused, 2 * workers, s_all[hull.vertices])
+    bins, ngroups = groups(pts, walls, wall_sign, unused, 2 * workers, s_all[hull.vertices])
     stats["fix_groups"] = int(ngroups)
     stats["fix_calls"] = len(bins)
     stats["fix_call_points"] = sorted((int(b[0].size) for b in bins), reverse=True)[:8]
     with cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="meshlift-delaunay-fix") as pool:
-        futs = [pool.submit(fixup, pts, ids_k, walls[rows], wall_far[rows], options) for ids_k, rows in bins]
-        res = [f_.result() for f_ in futs]
-        tets = [r[0] for r in res]
-        off = np.cumsum([0] + [t.shape[0] for t in tets[:-1]])
-        nbs = [np.where(r[1] >= 0, r[1].astype(np.int64) + o, -1) for r, o in zip(res, off)]
-        keep = np.concatenate([r[2] for r in res])
-        tets = np.concatenate(tets)
+        futs = [pool.submit(fixup, pts, ids_k, walls[rows], None, options, wall_sign=wall_sign[rows])
+                for ids_k, rows in bins]
+        res, errors = [], []
+        for f_ in futs:
+            try:
+                res.append(f_.result())
+            except _Inconsistent as exc:
+                errors.append(exc)
+    if errors:
+        bad = [e.bad for e in errors if e.bad is not None]
+        raise _Inconsistent(f"{len(errors)} of {len(bins)} fix-up calls: {errors[0]}",
+                            np.concatenate(bad) if bad else None)
+    tets = [r[0] for r in res]
+    off = np.cumsum([0] + [t.shape[0] for t in tets[:-1]])
+    nbs = [np.where(r[1] >= 0, r[1].astype(np.int64) + o, -1) for r, o in zip(res, off)]
+    keep = np.concatenate([r[2] for r in res])
+    tets = np.concatenate(tets)
     t1 = time.perf_counter()
     accept(pts, hull, walls, tets, keep, kept_volume)
     stats["accept_s"] = time.perf_counter() - t1
     return tets, np.concatenate(nbs), keep
+
+
+def demote(pts, kept, walls, wall_sign, bad, rings: int = 2):
+    """Grow the missing region: drop the kept tets within ``rings`` vertex rings of ``bad`` (global ids;
+    1: the tets with a vertex in ``bad``) and update the open
+    faces. A dropped tet's faces join the open faces, a face now between two dropped tets (or a dropped tet
+    and the old missing region) leaves them; a new open face's kept side is opposite the dropped tet's 4th
+    vertex. Returns ``(kept, walls, wall_sign, dropped volume, dropped count)``; raises ``_Inconsistent`` on
+    a face in 3+ places."""
+    mark = np.zeros(pts.shape[0], dtype=bool)
+    mark[bad] = True
+    drop = mark[kept].any(axis=1)
+    for _ in range(rings - 1):  # and the tets around the dropped ones' vertices
+        mark[kept[drop].reshape(-1)] = True
+        drop = mark[kept].any(axis=1)
+    r = kept[drop]
+    kept = kept[~drop]
+    p = pts[r]
+    e = p[:, 1:] - p[:, :1]
+    vol = float(np.abs(np.einsum("bi,bi->b", e[:, 0], np.cross(e[:, 1], e[:, 2]))).sum() / 6.0)
+    rf = np.sort(r[:, _FACE].reshape(-1, 3), axis=1)
+    rfar = r.reshape(-1)
+    rs = -np.sign(_side(pts[rf], pts[rfar]))
+    faces = np.concatenate([walls, rf.astype(walls.dtype)])
+    signs = np.concatenate([wall_sign, rs])
+    order, start = _sort_faces(faces, pts.shape[0])
+    run = np.cumsum(start) - 1
+    count = np.bincount(run)
+    if count.max() > 2:
+        raise _Inconsistent("a face is shared by 3+ tets while growing the fix-up region")
+    single = order[count[run] == 1]
+    return kept, faces[single], signs[single], vol, int(drop.sum())

@@ -121,6 +121,8 @@ KD_MAX_RADIUS = 6.0
 #: plus ``Q5`` (skip Qhull's final check of all points against the outer planes: the same simplices, ~13%
 #: less Qhull time on 50k-point blocks; kept tets are certified here anyway, the grouped fix-up checked).
 FAST_OPTIONS = "Qbb Qc Qz Q12 Q5"
+#: Rounds of growing the fix-up region around points where a fix-up disagreed before one global Qhull.
+REPAIR_ROUNDS = 3
 #: Default number of blocks per worker (load balance vs halo overhead).
 BLOCKS_PER_WORKER = 3
 #: Memory model of :func:`estimate_memory_gb`: bytes per point inside one Qhull call (scipy's Qhull plus
@@ -555,28 +557,52 @@ def partitioned_delaunay(
     fallback = ""
     try:
         walls, wall_far = _fix.open_faces(np.concatenate([r[1] for r in results]),
-                                      np.concatenate([r[2] for r in results]), n)
+                                          np.concatenate([r[2] for r in results]), n)
         del results
-        used = np.zeros(n, dtype=bool)
-        used[kept.reshape(-1)] = True
-        used[dups] = True
-        unused = np.flatnonzero(~used).astype(kept.dtype)
-        s_ids = np.unique(np.concatenate([walls.reshape(-1), unused]))
+        wall_sign = _fix.wall_signs(pts, walls, wall_far)
         stats["open_faces"] = int(walls.shape[0])
-        stats["fix_points"] = int(s_ids.size)
-        stats["unused_points"] = int(unused.size)
         stats["merge_s"] = time.perf_counter() - t1
         t2 = time.perf_counter()
-        fixed = None
-        if grouped and walls.shape[0] and workers > 1:
+        fixed, notes, grown = None, [], 0
+        for attempt in range(REPAIR_ROUNDS + 1):
+            used = np.zeros(n, dtype=bool)
+            used[kept.reshape(-1)] = True
+            used[dups] = True
+            unused = np.flatnonzero(~used).astype(kept.dtype)
+            s_ids = np.unique(np.concatenate([walls.reshape(-1), unused]))
+            stats["fix_points"], stats["unused_points"] = int(s_ids.size), int(unused.size)
+            bad = []
+            if grouped and walls.shape[0] and workers > 1:
+                try:
+                    fixed = _fix.grouped_fixup(pts, walls, wall_sign, unused, fast, workers, kept_volume, stats)
+                    break
+                except _Inconsistent as exc:
+                    notes.append(f"grouped fix-up: {exc}")
+                    bad.append(exc.bad)
+            # one call over all of S (with the far vertices while they are known)
             try:
-                fixed = _fix.grouped_fixup(pts, walls, wall_far, unused, fast, workers, kept_volume, stats)
+                if attempt == 0:
+                    s_far = np.unique(np.concatenate([s_ids, wall_far]))
+                    stats["fix_points"] = int(s_far.size)
+                    fixed = _fix.fixup(pts, s_far, walls, wall_far, options, with_far=True)
+                else:
+                    fixed = _fix.fixup(pts, s_ids, walls, None, options, wall_sign=wall_sign)
+                break
             except _Inconsistent as exc:
-                fallback = f"one fix-up group (the grouped fix-up failed a check: {exc})"
-        if fixed is None:  # one call, with the far vertices (the proof's set; robust to flat tie tets)
-            s_far = np.unique(np.concatenate([s_ids, wall_far]))
-            stats["fix_points"] = int(s_far.size)
-            fixed = _fix.fixup(pts, s_far, walls, wall_far, options, with_far=True)
+                notes.append(f"one fix-up call: {exc}")
+                bad.append(exc.bad)
+            bad = [b_ for b_ in bad if b_ is not None]
+            if not bad or attempt == REPAIR_ROUNDS:
+                raise _Inconsistent("; ".join(notes))
+            # grow the missing region around the points where the fix-up disagreed, and try again
+            kept, walls, wall_sign, vol, dropped = _fix.demote(pts, kept, walls, wall_sign, np.concatenate(bad))
+            kept_volume -= vol
+            grown += dropped
+        if grown:
+            fallback = f"grew the fix-up region by {grown} kept tets ({'; '.join(notes)})"
+        elif notes:
+            fallback = f"one fix-up group ({'; '.join(notes)})"
+        stats["grown_tets"] = grown
         fix_tets, fix_nb, fix_keep = fixed
         stats["fix_s"] = time.perf_counter() - t2
     except _Inconsistent as exc:
