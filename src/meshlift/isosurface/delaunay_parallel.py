@@ -122,7 +122,7 @@ KD_MAX_RADIUS = 6.0
 #: less Qhull time on 50k-point blocks; kept tets are certified here anyway, the grouped fix-up checked).
 FAST_OPTIONS = "Qbb Qc Qz Q12 Q5"
 #: Rounds of growing the fix-up region around points where a fix-up disagreed before one global Qhull.
-REPAIR_ROUNDS = 3
+REPAIR_ROUNDS = 5
 #: Default number of blocks per worker (load balance vs halo overhead).
 BLOCKS_PER_WORKER = 3
 #: Memory model of :func:`estimate_memory_gb`: bytes per point inside one Qhull call (scipy's Qhull plus
@@ -579,18 +579,20 @@ def partitioned_delaunay(
                 except _Inconsistent as exc:
                     notes.append(f"grouped fix-up: {exc}")
                     bad.append(exc.bad)
-            # one call over all of S (with the far vertices while they are known)
-            try:
-                if attempt == 0:
-                    s_far = np.unique(np.concatenate([s_ids, wall_far]))
-                    stats["fix_points"] = int(s_far.size)
-                    fixed = _fix.fixup(pts, s_far, walls, wall_far, options, with_far=True)
-                else:
-                    fixed = _fix.fixup(pts, s_ids, walls, None, options, wall_sign=wall_sign)
-                break
-            except _Inconsistent as exc:
-                notes.append(f"one fix-up call: {exc}")
-                bad.append(exc.bad)
+            # one call over all of S (with the far vertices while they are known); skipped while the grouped
+            # calls say where they disagreed (growing the region there is cheaper than a call over all of S)
+            if not (bad and bad[0] is not None and attempt < REPAIR_ROUNDS):
+                try:
+                    if attempt == 0:
+                        s_far = np.unique(np.concatenate([s_ids, wall_far]))
+                        stats["fix_points"] = int(s_far.size)
+                        fixed = _fix.fixup(pts, s_far, walls, wall_far, options, with_far=True)
+                    else:
+                        fixed = _fix.fixup(pts, s_ids, walls, None, options, wall_sign=wall_sign)
+                    break
+                except _Inconsistent as exc:
+                    notes.append(f"one fix-up call: {exc}")
+                    bad.append(exc.bad)
             bad = [b_ for b_ in bad if b_ is not None]
             if not bad or attempt == REPAIR_ROUNDS:
                 raise _Inconsistent("; ".join(notes))
@@ -602,7 +604,7 @@ def partitioned_delaunay(
             fallback = f"grew the fix-up region by {grown} kept tets ({'; '.join(notes)})"
         elif notes:
             fallback = f"one fix-up group ({'; '.join(notes)})"
-        stats["grown_tets"] = grown
+        stats["grown_tets"], stats["fix_rounds"] = grown, attempt + 1
         fix_tets, fix_nb, fix_keep = fixed
         stats["fix_s"] = time.perf_counter() - t2
     except _Inconsistent as exc:
