@@ -58,8 +58,13 @@ hole), so the grouped result is *accepted* only if (a) no face lies in 3+ fix-up
 is repeated, (b) the faces lying in one fix-up tet are exactly the open faces, except faces on the convex
 hull of the points, and (c) the fix-up tets' volume plus the kept tets' volume is the hull's volume
 (relative ``ACCEPT_VOLUME_REL``: no overlap). If a check fails the engine redoes the fix-up as one Qhull
-call on ``S`` (the proof above) and, should that disagree too (a face not found in ``DT(S)``, a component
-marked both ways, a face kept 3 times), falls back to one global Qhull; either fallback is named in
+call on ``S`` (the proof above). Where a fix-up call disagrees with the kept tets at known points (an open
+face missing from ``DT(S)``: Qhull merges near-co-spherical facets of a big, nearly spherical ``S``, as at
+5.4M pivots on a shell) the engine *grows* the missing region instead: it drops the kept tets within 2
+vertex rings of those points (their faces become open faces, the kept side opposite their 4th vertex) and
+redoes the grouped fix-up, up to ``REPAIR_ROUNDS`` times; the result is still ``A`` minus the dropped tets
+plus the missing components of the bigger region. Only when that fails too (a face kept 3 times, no
+points named) does it fall back to one global Qhull; either fallback is named in
 ``fallback`` and warned about by the caller (:class:`~meshlift.errors.MeshliftWarning`): the result is
 never silently wrong. A block whose Qhull call fails (a flat piece) keeps nothing, so its region goes to
 ``S``. If no tet is certified at all (a lattice: every cell is a tie) the fix-up is one global call.
