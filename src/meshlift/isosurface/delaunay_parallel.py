@@ -126,13 +126,8 @@ KD_MAX_RADIUS = 6.0
 #: plus ``Q5`` (skip Qhull's final check of all points against the outer planes: the same simplices, ~13%
 #: less Qhull time on 50k-point blocks; kept tets are certified here anyway, the grouped fix-up checked).
 FAST_OPTIONS = "Qbb Qc Qz Q12 Q5"
-#: Kept tets next to a non-kept tet wider than ``KD_MAX_RADIUS`` spacings (across empty space: the inside
-#: of a shell, its hull layer) go to the fix-up too, so that every open face there has a small, robust tet on
-#: its missing side: Qhull on a big, nearly spherical fix-up set merges the wide tets' near-co-spherical
-#: facets and would otherwise miss open faces (5.4M pivots: 6 rounds of region growth without this).
-GUARD_WIDE = True
 #: Rounds of growing the fix-up region around points where a fix-up disagreed before one global Qhull.
-REPAIR_ROUNDS = 5
+REPAIR_ROUNDS = 8
 #: Default number of blocks per worker (load balance vs halo overhead).
 BLOCKS_PER_WORKER = 3
 #: Memory model of :func:`estimate_memory_gb`: bytes per point inside one Qhull call (scipy's Qhull plus
@@ -383,15 +378,6 @@ def _block(pts, ids, lo, hi, margin_abs, options, min_rel, tie_abs, tree=None, s
         bad = (dq * dq).sum(axis=1) - r2[t_idx] <= np.maximum(CERT_INSPHERE * r2[t_idx], tie_abs)
         ok[t_idx[bad]] = False
         cand = np.flatnonzero(ok)
-    if GUARD_WIDE:  # a kept tet next to a wide non-kept tet (or the local hull) goes to the fix-up as well
-        with np.errstate(invalid="ignore"):
-            wide = ~(r <= KD_MAX_RADIUS * spacing) if spacing > 0 else ~(r <= np.inf)
-        guard = np.zeros(cand.size, dtype=bool)
-        for k in range(4):
-            n = nb[cand, k]
-            guard |= (n < 0) | (~ok[np.maximum(n, 0)] & wide[np.maximum(n, 0)])
-        ok[cand[guard]] = False
-        cand = cand[~guard]
     kept = ids[ls[cand]].astype(idt)
     neg = rel[cand] < 0  # orient: swap the last two ids of negative tets
     kept[neg, 2:] = kept[neg][:, [3, 2]]
