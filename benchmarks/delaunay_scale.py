@@ -77,10 +77,12 @@ def _one(args) -> dict:
                                      executor=args.executor)
         row["workers"] = stats.get("workers", args.workers)
         for k in ("blocks", "halo_points", "fix_points", "partition_s", "blocks_s", "merge_s", "fix_s",
-                  "qhull_error", "executor", "fallback"):
+                  "qhull_error", "executor", "fallback", "kd_queries", "kd_kept", "unused_points", "fix_groups",
+                  "fix_calls", "fix_call_points", "accept_s", "memory_gb_estimate"):
             if k in stats:
                 v = stats[k]
                 row[k] = round(v, 3) if isinstance(v, float) else v
+        row["seconds_engine"] = round(stats.get("seconds", 0.0), 3)
         bs = stats.get("block_seconds") or [0.0]
         row["block_s_max"], row["block_s_sum"] = max(bs), round(sum(bs), 2)
     row["seconds"] = round(time.perf_counter() - t0, 3)
@@ -100,7 +102,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="100000,270000", help="comma-separated point counts")
     ap.add_argument("--workers", type=int, default=None, help="threads of the parallel path (default: all cores)")
     ap.add_argument("--blocks", type=int, default=None, help="blocks (default: 3 per worker)")
-    ap.add_argument("--margin", type=float, default=None, help="halo width in point spacings (default: 3)")
+    ap.add_argument("--margin", type=float, default=None, help="halo width in point spacings (default: 1)")
     ap.add_argument("--executor", default="thread", help="thread, process, or both (comma-separated)")
     ap.add_argument("--cloud", choices=("pivots", "uniform"), default="pivots")
     ap.add_argument("--single-max", type=int, default=1_500_000, help="skip the single Qhull above this size")
@@ -145,29 +147,46 @@ def main() -> None:
                 continue
             row = json.loads(out.stdout.strip().splitlines()[-1])
             rows.append(row)
+            _write(args.out, rows)
             notes = ""
             if method == "parallel":
                 halo = row.get("halo_points", 0) / row["points"]
                 notes = (f"{executor}, blocks {row.get('blocks')}, halo x{halo:.2f}, "
                          f"fix-up {row.get('fix_points', 0):,} pts; partition {row.get('partition_s')} s, "
                          f"blocks {row.get('blocks_s')} s (max {row.get('block_s_max')}, "
-                         f"sum {row.get('block_s_sum')}), merge {row.get('merge_s')} s, fix {row.get('fix_s')} s"
+                         f"sum {row.get('block_s_sum')}), merge {row.get('merge_s')} s, fix {row.get('fix_s')} s "
+                         f"({row.get('fix_calls')} calls {row.get('fix_call_points')}, "
+                         f"checks {row.get('accept_s')} s), kd {row.get('kd_kept')}/{row.get('kd_queries')}, "
+                         f"est. {row.get('memory_gb_estimate', 0):.1f} GB"
                          + (f"; FALLBACK {row['fallback']}" if row.get("fallback") else ""))
             print(f"{method:9} {row['points']:>10,} {row['tets']:>11,} {row['seconds']:>8.2f} "
                   f"{row['points_per_s']:>9,} {row['workers']:>7} {row['peak_rss_gb']:>7.2f}  {notes}", flush=True)
         if len(saved) == 2 and all(os.path.exists(p) for p in saved.values()):
             a, b = (np.load(saved[m]) for m in ("single", "parallel"))
-            va = a.view([("", a.dtype)] * 4).ravel()
-            vb = b.view([("", b.dtype)] * 4).ravel()
-            same = int(np.intersect1d(va, vb).size)
+            same = int(np.intersect1d(_tet_hash(a), _tet_hash(b)).size)
             only_a, only_b = a.shape[0] - same, b.shape[0] - same
             print(f"check {size:,}: {same:,} common tets, {only_a:,} only single, {only_b:,} only parallel")
             rows.append({"check": size, "common": same, "only_single": only_a, "only_parallel": only_b})
             for p in saved.values():
                 os.remove(p)
-    if args.out:
-        with open(args.out, "w") as f:
+        _write(args.out, rows)
+
+
+def _write(path, rows) -> None:
+    """The rows so far as JSON (after every size, so a run cut short keeps what it measured)."""
+    if path:
+        with open(path, "w") as f:
             json.dump({"cpu_count": os.cpu_count(), "rows": rows}, f, indent=1)
+
+
+def _tet_hash(t: np.ndarray) -> np.ndarray:
+    """One uint64 per tet (rows sorted): a multiplicative hash, so the comparison is a 1-D sort (a collision
+    among 7M tets has probability ~1e-6)."""
+    t = t.astype(np.uint64)
+    m = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5], dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        h = t[:, 0] * m[0] + t[:, 1] * m[1] + t[:, 2] * m[2] + t[:, 3] * m[3]
+        return h ^ (h >> np.uint64(29))
 
 
 if __name__ == "__main__":

@@ -14,8 +14,10 @@ import pytest
 import torch
 from scipy.spatial import ConvexHull, Delaunay, cKDTree
 
-from meshlift.errors import MeshError
+from meshlift.errors import MeshError, MeshliftWarning, OutOfMemoryError
 from meshlift.isosurface import delaunay as dl
+from meshlift.isosurface import delaunay_certify as dc
+from meshlift.isosurface import delaunay_fixup as df
 from meshlift.isosurface import delaunay_parallel as dp
 from meshlift.isosurface.delaunay import DelaunayRunner, delaunay_tets, delaunay_tets_parallel
 
@@ -63,7 +65,7 @@ def _check_valid(pts, res, *, insphere_tol=1e-9, flat=1e-5):
     tets (``|det| / L^3 <= flat``): Qhull's ``Qt`` makes those inside co-spherical cells (4 concyclic
     corners of a box face plus any 5th point), and their circumsphere is numerically arbitrary."""
     tets = res.tets.numpy()
-    assert tets.dtype == np.int64 and tets.ndim == 2 and tets.shape[1] == 4
+    assert tets.dtype == np.int32 and tets.ndim == 2 and tets.shape[1] == 4
     assert _as_set(tets).shape[0] == tets.shape[0], "duplicate tets"
     vol = _volumes(pts, tets)
     scale = np.ptp(pts, axis=0).max() ** 3
@@ -200,17 +202,31 @@ def test_block_out_of_memory_names_blocks(monkeypatch):
         raise MemoryError
 
     monkeypatch.setattr(dp, "_block", oom)
-    with pytest.raises(MeshError, match="raise blocks"):
+    with pytest.raises(OutOfMemoryError, match="raise blocks.*memory_gb"):
         delaunay_tets_parallel(_uniform(2000), workers=2, blocks=4)
+
+
+def test_memory_budget_checked_up_front(monkeypatch):
+    called = []
+    monkeypatch.setattr(dp, "partition", lambda *a, **k: called.append(1))
+    need = dp.estimate_memory_gb(5_400_000, 16, 48, dp.DEFAULT_MARGIN)
+    assert 5 < need < 40  # the default preset's 5.4M pivots on 16 workers fit a 128 GB host
+    with pytest.raises(OutOfMemoryError, match=r"blocks=8 .*memory_gb=0\.0.*raise blocks.*delaunay_memory_gb"):
+        delaunay_tets_parallel(_uniform(3000), workers=2, blocks=8, memory_gb=1e-4)
+    assert called == []
+    with pytest.raises(MeshError, match="memory_gb"):
+        delaunay_tets_parallel(_uniform(300), memory_gb=-1.0)
+    # more blocks -> smaller blocks -> a lower estimate
+    assert dp.estimate_memory_gb(10**7, 16, 192, 1.0) < dp.estimate_memory_gb(10**7, 16, 48, 1.0)
 
 
 def test_inconsistent_blocks_fall_back_with_a_warning(monkeypatch):
     def broken(*a, **k):
-        raise dp._Inconsistent("test")
+        raise df._Inconsistent("test")
 
-    monkeypatch.setattr(dp, "_fixup", broken)
+    monkeypatch.setattr(df, "fixup", broken)
     pts = _uniform(3000, seed=7)
-    with pytest.warns(RuntimeWarning, match="global Qhull"):
+    with pytest.warns(MeshliftWarning, match="global Qhull"):
         res = delaunay_tets_parallel(pts, workers=2, blocks=8)
     assert np.array_equal(_as_set(res.tets), _as_set(Delaunay(pts).simplices))
     _check_valid(pts, res)
@@ -244,3 +260,155 @@ def test_no_warning_on_clean_input():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         delaunay_tets_parallel(_uniform(3000, seed=9), workers=2, blocks=6)
+
+
+def test_certify_tree_matches_brute_force():
+    """The k-d tree certification against its brute-force twin, on random balls and on real tets (with
+    ties: lattice points, and duplicates of vertices)."""
+    rng = np.random.default_rng(11)
+    pts = np.concatenate([_uniform(3000, seed=11), np.stack(np.meshgrid(*[np.arange(4.0) / 4] * 3), -1).reshape(-1, 3)])
+    pts = np.concatenate([pts, pts[:50]])  # exact duplicates
+    tets = Delaunay(pts[:3000]).simplices[:2000]
+    centre, r2, _ = dp._circumspheres(pts, tets)
+    tree = dc.build_tree(pts)
+    for c, rr in ((centre, r2), (centre + 0.01 * rng.normal(size=centre.shape), r2 * rng.uniform(0.5, 2, r2.size))):
+        for tol in (0.0, 1e-9 * rr):
+            got = dc.empty_ball(tree, c, rr, tets, tol)
+            ref = dc.empty_ball_reference(pts, c, rr, tets, tol)
+            # compare away from rounding at the ball's edge (a lattice point exactly on a sphere)
+            d2 = ((pts[None] - c[:, None]) ** 2).sum(-1)
+            np.put_along_axis(d2, tets, np.inf, axis=1)
+            clear = np.abs(d2.min(axis=1) - (rr + tol)) > 1e-12 * rr
+            assert clear.mean() > 0.9 and np.array_equal(got[clear], ref[clear])
+    # NaN balls (flat tets) are never certified
+    assert not dc.empty_ball(tree, np.full((2, 3), np.nan), np.ones(2), tets[:2], 0.0).any()
+    with pytest.raises(MeshError, match="shape"):
+        dc.build_tree(pts[:, :2])
+
+
+@pytest.mark.parametrize("margin", [0.3, 1.0, 3.0])
+def test_thin_halo_is_exact(margin):
+    pts = _clustered(6000, seed=12)
+    eng = dp.partitioned_delaunay(pts, workers=2, blocks=12, margin=margin)
+    assert not eng.fallback and eng.stats["kd_kept"] > 0
+    tets = np.concatenate([eng.kept, eng.fix_tets[eng.fix_keep]])
+    assert np.array_equal(_as_set(tets), _as_set(Delaunay(pts).simplices))
+    assert tets.dtype == np.int32 and eng.kept.dtype == np.int32
+
+
+def test_without_tree_or_groups_same_tets():
+    pts = _pivots(9000, seed=13)
+    ref = dp.partitioned_delaunay(pts, workers=2, blocks=10, certify=False, grouped=False)
+    eng = dp.partitioned_delaunay(pts, workers=2, blocks=10)
+    assert not eng.fallback and not ref.fallback and eng.stats["fix_calls"] >= 1
+    a = np.concatenate([eng.kept, eng.fix_tets[eng.fix_keep]])
+    b = np.concatenate([ref.kept, ref.fix_tets[ref.fix_keep]])
+    assert _as_set(a).shape[0] == a.shape[0]
+    sa, sb = {tuple(t) for t in _as_set(a).tolist()}, {tuple(t) for t in _as_set(b).tolist()}
+    only = np.array(sorted(sa ^ sb), dtype=np.int64).reshape(-1, 4)
+    assert _ties(pts, only).all()
+
+
+def test_grouped_fixup_check_falls_back_with_a_warning(monkeypatch):
+    """A wrong grouping (every unused point and open face in its own call) is caught by the acceptance
+    checks; the one-call fix-up then gives the exact result, with a warning."""
+    def bad_groups(pts, walls, wall_far, unused, max_bins, hull_ids=None):
+        half = walls.shape[0] // 2  # split the open faces arbitrarily: holes are cut in two
+        out = []
+        for rows in (np.arange(half), np.arange(half, walls.shape[0])):
+            out.append((np.unique(walls[rows].reshape(-1)), rows))
+        return out, 2
+
+    monkeypatch.setattr(df, "groups", bad_groups)
+    pts = _uniform(6000, seed=14)
+    with pytest.warns(MeshliftWarning, match="one Qhull call|grew the fix-up region"):
+        res = delaunay_tets_parallel(pts, workers=2, blocks=12)
+    assert np.array_equal(_as_set(res.tets), _as_set(Delaunay(pts).simplices))
+
+
+def test_accept_rejects_overlap_and_holes():
+    pts = _uniform(4000, seed=15)
+    eng = dp.partitioned_delaunay(pts, workers=2, blocks=8, margin=0.5)
+    assert not eng.fallback
+    walls, _ = df.open_faces(*_reported_faces(eng), pts.shape[0])
+    kept_volume = np.abs(_volumes(pts, eng.kept)).sum()
+    hull = ConvexHull(pts)
+    df.accept(pts, hull, walls, eng.fix_tets, eng.fix_keep, kept_volume)  # the real one passes
+    keep = eng.fix_keep.copy()
+    keep[np.flatnonzero(keep)[0]] = False  # a hole
+    with pytest.raises(df._Inconsistent):
+        df.accept(pts, hull, walls, eng.fix_tets, keep, kept_volume)
+    doubled = np.concatenate([eng.fix_tets, eng.fix_tets[eng.fix_keep][:1]])
+    with pytest.raises(df._Inconsistent, match=r"repeated|3\+"):
+        df.accept(pts, hull, walls, doubled, np.r_[eng.fix_keep, True], kept_volume)
+    with pytest.raises(df._Inconsistent, match="volume"):
+        df.accept(pts, hull, walls, eng.fix_tets, eng.fix_keep, kept_volume * 1.01)
+
+
+def _reported_faces(eng):
+    """Faces of the kept tets (each once per tet) with their far vertices, as the blocks report them."""
+    k = eng.kept
+    faces = np.sort(k[:, _FACES].reshape(-1, 3), axis=1)
+    far = k.reshape(-1)
+    return faces, far
+
+
+@pytest.mark.parametrize("kind", ["grid", "duplicates", "clustered", "slab"])
+def test_degenerate_sets_valid_and_positive(kind):
+    rng = np.random.default_rng(16)
+    if kind == "grid":
+        pts = np.stack(np.meshgrid(*[np.arange(9.0)] * 3, indexing="ij"), -1).reshape(-1, 3)
+        pts = np.concatenate([pts, 8.0 * rng.random((1500, 3))])
+    elif kind == "duplicates":
+        base = _pivots(6000, seed=16)
+        pts = np.concatenate([base, base[rng.choice(base.shape[0], 600, replace=False)]])
+    elif kind == "clustered":
+        pts = _clustered(8000, seed=16)
+        pts[:500] = pts[0] + 1e-4 * rng.normal(size=(500, 3))  # a tight cluster (1e-7 defeats one Qhull too)
+    else:
+        pts = _uniform(6000, seed=16) * np.array([1.0, 1.0, 1e-4])
+    res = delaunay_tets_parallel(pts, workers=2, blocks=10)
+    _check_valid(pts, res)
+    if kind in ("clustered", "slab"):  # general position: the same tets as scipy
+        assert np.array_equal(_as_set(res.tets), _as_set(Delaunay(pts).simplices))
+
+
+def test_milo_delaunay_errors_name_the_knobs():
+    from types import SimpleNamespace
+
+    from meshlift.methods.milo.mesh_in_loop import MeshInTheLoop
+    from meshlift.methods.milo.presets import get_preset
+
+    cfg = get_preset("default")
+    assert cfg.delaunay_memory_gb == 0.0 and cfg.num_pivots == 5_400_000
+    me = SimpleNamespace(cfg=cfg)
+    pts = _uniform(3000)
+
+    def over_budget():
+        return delaunay_tets(pts, parallel_min_points=1000, workers=2, memory_gb=1e-4)
+
+    with pytest.raises(OutOfMemoryError, match=r"num_pivots=5,400,000.*mesh_res_scale.*delaunay_memory_gb"):
+        MeshInTheLoop._named(me, over_budget)
+    flat = np.concatenate([pts[:, :2], np.zeros((3000, 1))], axis=1)
+    with pytest.raises(MeshError, match=r"num_pivots=5,400,000.*coplanar.*extract=tsdf"):
+        MeshInTheLoop._named(me, lambda: delaunay_tets(flat, parallel_min_points=1000, workers=2))
+
+
+def test_fixup_disagreement_grows_the_region(monkeypatch):
+    """A fix-up call that disagrees at some points (as Qhull's precision can at millions of points) makes the
+    engine drop the kept tets around them and redo the fix-up: the same tets, with a warning, no global Qhull."""
+    real = df.fixup
+    calls = []
+
+    def flaky(pts, s_ids, walls, *a, **k):
+        calls.append(1)
+        if len(calls) <= 3:  # the first fix-up calls disagree
+            raise df._Inconsistent("test disagreement", walls[:3])
+        return real(pts, s_ids, walls, *a, **k)
+
+    monkeypatch.setattr(df, "fixup", flaky)
+    pts = _clustered(6000, seed=17)
+    with pytest.warns(MeshliftWarning, match="grew the fix-up region"):
+        res = delaunay_tets_parallel(pts, workers=2, blocks=12)
+    assert np.array_equal(_as_set(res.tets), _as_set(Delaunay(pts).simplices))
+    _check_valid(pts, res)

@@ -22,7 +22,7 @@ stepping with the previous one; :meth:`DelaunayJob.status` is a one-line progres
 ETA from the measured throughput.
 
 **Cost and what the presets need** (measured on one core of a 2-core shared machine, scipy 1.17.1;
-MILo-like 9-pivot clouds on a noisy sphere shell; about 6.8 tets per point, int64 tets 32 B each):
+MILo-like 9-pivot clouds on a noisy sphere shell; about 6.8 tets per point, int32 tets 16 B each):
 
 ============  =========  ==============  ===============  ==================================
 preset        pivots     Qhull per call  run (21 calls)   memory
@@ -30,7 +30,7 @@ preset        pivots     Qhull per call  run (21 calls)   memory
 verylowres    270k       21 s            ~7.5 min         0.8 GB RSS
 lowres        540k       ~45 s           ~16 min          ~1.6 GB
 (1M pivots)   1M         97 s            ~34 min          2.8 GB RSS
-default       5.4M       ~10 min [est.]  ~3.5 h           ~15 GB, tets 1.2 GB
+default       5.4M       ~10 min [est.]  ~3.5 h           ~15 GB, tets 0.6 GB
 highres       9M         ~17 min [est.]  ~6 h             ~25 GB
 veryhighres   13.5M      ~25 min [est.]  ~9 h             ~38 GB
 ============  =========  ==============  ===============  ==================================
@@ -41,11 +41,14 @@ notes' own extrapolation for 5.4M (~10 min) linearly; memory scales the 1M figur
 thread, verylowres and lowres hide behind 500 GPU steps (MILo's interval) at a few steps per second;
 ``default`` and above need more cores: :func:`delaunay_tets_parallel` (engine in
 :mod:`meshlift.isosurface.delaunay_parallel`) triangulates overlapping spatial blocks with Qhull in
-several threads, keeps the tets whose empty circumsphere it can certify and re-triangulates the rest
-once, giving the same tets as one global Qhull (up to ties among co-spherical points). Measured on the
-H200 device machine's 16 cores (2026-12-03, MILo-like pivots, docs/benchmarks.md "Delaunay"): 270k pivots
-11.4 s → 3.8 s, 1M 45.5 s → 11.6 s (86k points/s); 5.4M not yet measured (the first try fell back to one
-global Qhull on a near-tie the fix-up disagreed on; the tolerance that fixes it was tested on a 159k piece).
+several threads, keeps the tets whose empty circumsphere it can certify (a k-d tree over all points
+checks the balls that poke out of a block's thin halo) and re-triangulates the rest in parallel groups,
+giving the same tets as one global Qhull (up to ties among co-spherical points). Measured on the
+H200 device machine's 16 cores with the earlier design (a 3-spacing halo, one serial fix-up; 2026-12-03,
+MILo-like pivots, docs/benchmarks.md "Delaunay"): 270k pivots 11.4 s → 3.8 s, 1M 45.5 s → 11.6-16.1 s;
+5.4M took over 90 s there. The current design (1-spacing halo with the k-d tree, grouped fix-up, a
+fix-up region that grows where Qhull disagrees) is 25-35% faster on 2 cores; for 5.4M pivots on 16 cores
+it is predicted at ~130 s (the shell's two skins need several fix-up rounds; not yet measured there).
 :func:`delaunay_tets` and :class:`DelaunayRunner` take that path from ``parallel_min_points`` points on
 (default 200k) when more than one core is available.
 """
@@ -61,7 +64,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from meshlift.errors import MeshError
+from meshlift.errors import MeshError, MeshliftWarning
 from meshlift.isosurface import delaunay_parallel as _par
 
 #: Relative volume ``|det| / L^3`` at or below which a tet counts as degenerate (flat).
@@ -82,8 +85,9 @@ class DelaunayResult:
     """A Delaunay tetrahedralisation, positively oriented.
 
     Attributes:
-        tets: ``[M, 4]`` int64 (CPU) point indices; ``det(p1 - p0, p2 - p0, p3 - p0) > 0`` for every
-            well-shaped tet, degenerate ones oriented coherently with their neighbours (or dropped).
+        tets: ``[M, 4]`` int32 (CPU) point indices (int64 from 2^31 points on);
+            ``det(p1 - p0, p2 - p0, p3 - p0) > 0`` for every well-shaped tet, degenerate ones oriented
+            coherently with their neighbours (or dropped).
         num_points: number of input points N.
         num_flipped: tets whose orientation was reversed (two indices swapped).
         num_degenerate: tets with ``|det| <= degenerate_tol * L^3``.
@@ -185,6 +189,7 @@ def delaunay_tets(
     qhull_options: str | None = None,
     parallel_min_points: int = DEFAULT_PARALLEL_MIN_POINTS,
     workers: int | None = None,
+    memory_gb: float | None = None,
 ) -> DelaunayResult:
     """Delaunay tetrahedralisation of ``points`` with every tet positively oriented (see module docstring).
 
@@ -197,27 +202,31 @@ def delaunay_tets(
         parallel_min_points: from this many points on, and with ``workers`` (resolved) >= 2, use
             :func:`delaunay_tets_parallel` (same tets up to co-spherical ties).
         workers: threads for the parallel path (None: the cores this process may use).
+        memory_gb: memory budget of the parallel path in GB (None: the host's available memory); its
+            estimated peak is checked before any work.
 
     Returns:
-        :class:`DelaunayResult` with ``tets`` ``[M, 4]`` int64 on the CPU (move it with ``.to(device)``).
+        :class:`DelaunayResult` with ``tets`` ``[M, 4]`` int32 on the CPU (move it with ``.to(device)``).
 
     Raises:
         MeshError: bad shape, fewer than 4 points, non-finite values, negative tolerance, or Qhull
             failing (e.g. all points coplanar).
+        OutOfMemoryError: the parallel path's estimated peak exceeds ``memory_gb`` (names ``blocks`` and
+            ``memory_gb``).
     """
     if not degenerate_tol >= 0:
         raise MeshError(f"delaunay_tets: degenerate_tol must be >= 0, got {degenerate_tol!r}")
     pts = _as_points(points, "delaunay_tets")
-    return _route(pts, degenerate_tol, drop_degenerate, qhull_options, parallel_min_points, workers)
+    return _route(pts, degenerate_tol, drop_degenerate, qhull_options, parallel_min_points, workers, memory_gb)
 
 
-def _route(pts, tol, drop, options, parallel_min_points, workers) -> DelaunayResult:
+def _route(pts, tol, drop, options, parallel_min_points, workers, memory_gb=None) -> DelaunayResult:
     """The parallel path for big inputs on several cores, else one Qhull call."""
     from scipy.spatial import Delaunay, QhullError
 
     w = _par.default_workers() if workers is None else int(workers)
     if pts.shape[0] >= parallel_min_points and w >= 2:
-        return _parallel(pts, tol, drop, options, w, None, _par.DEFAULT_MARGIN, None)
+        return _parallel(pts, tol, drop, options, w, None, _par.DEFAULT_MARGIN, None, memory_gb=memory_gb)
     return _triangulate(pts, tol, drop, options, Delaunay, QhullError)
 
 
@@ -232,6 +241,7 @@ def delaunay_tets_parallel(
     degenerate_tol: float = DEFAULT_DEGENERATE_TOL,
     drop_degenerate: bool = False,
     qhull_options: str | None = None,
+    memory_gb: float | None = None,
 ) -> DelaunayResult:
     """:func:`delaunay_tets` by overlapping blocks in several threads (:mod:`meshlift.isosurface.delaunay_parallel`).
 
@@ -239,42 +249,54 @@ def delaunay_tets_parallel(
     (lattices, symmetric boxes) the ties may be split differently, still a valid Delaunay tetrahedralisation
     of the convex hull. Kept tets are well shaped and oriented by their sign; the re-triangulated rest is
     oriented like :func:`delaunay_tets` (degenerate tets from their neighbours). If the blocks and the
-    fix-up disagree (extreme ties), one global Qhull is used with a ``RuntimeWarning``.
+    fix-up disagree (extreme ties), one global Qhull is used with a :class:`~meshlift.errors.MeshliftWarning`
+    (as is the one-call fix-up when the grouped fix-up fails its checks).
 
     Args:
         points: ``[N, 3]`` float tensor (any device; copied to the CPU in float64) or numpy array, N >= 4.
         workers: threads (None: the cores this process may use).
-        blocks: number of blocks (None: 3 per worker). Peak memory is about ``workers * 4 KB * 1.3 N /
-            blocks`` beyond the result; raise ``blocks`` if a block runs out of memory.
-        margin: halo width around a block in mean point spacings (> 0; 3). Thinner halos copy fewer points
-            but leave more to the fix-up.
+        blocks: number of blocks (None: 3 per worker). Peak memory is about ``workers * 4 KB * 1.1 N /
+            blocks`` beyond the result (:func:`meshlift.isosurface.delaunay_parallel.estimate_memory_gb`);
+            raise ``blocks`` if the estimate exceeds ``memory_gb``.
+        margin: halo width around a block in mean point spacings (> 0; 1). Balls poking out of the halo
+            are certified by a k-d tree over all points; thinner halos copy fewer points.
         timeout_s: seconds to wait for the blocks (None: no limit); past it a MeshError names this knob.
         executor: ``"thread"`` (Qhull releases the GIL; nothing copied) or ``"process"`` (forked workers:
             avoids contention inside one process, but forking a process that runs CUDA / other threads is
             only as safe as PyTorch's forked DataLoader workers; results come back pickled).
         degenerate_tol, drop_degenerate, qhull_options: as for :func:`delaunay_tets`.
+        memory_gb: memory budget in GB (None: the host's available memory), checked against the estimated
+            peak before any work.
 
     Returns:
-        :class:`DelaunayResult` (``seconds``: the whole call).
+        :class:`DelaunayResult` (``seconds``: the whole call; ``tets`` int32).
 
     Raises:
-        MeshError: bad input or knobs, Qhull failing on the whole set (all coplanar), a block out of memory
-            or past ``timeout_s``.
+        MeshError: bad input or knobs, Qhull failing on the whole set (all coplanar), blocks past
+            ``timeout_s``.
+        OutOfMemoryError: the estimated peak exceeds ``memory_gb`` or a block ran out of memory (the
+            message names ``blocks``, ``workers`` and ``memory_gb``).
     """
     if not degenerate_tol >= 0:
         raise MeshError(f"delaunay_tets_parallel: degenerate_tol must be >= 0, got {degenerate_tol!r}")
     pts = _as_points(points, "delaunay_tets_parallel")
     return _parallel(pts, degenerate_tol, drop_degenerate, qhull_options, workers, blocks, margin, timeout_s,
-                     executor)
+                     executor, memory_gb)
 
 
-def _parallel(pts, tol, drop, options, workers, blocks, margin, timeout_s, executor="thread") -> DelaunayResult:
+def _parallel(pts, tol, drop, options, workers, blocks, margin, timeout_s, executor="thread",
+              memory_gb=None) -> DelaunayResult:
     t0 = time.perf_counter()
     eng = _par.partitioned_delaunay(pts, workers=workers, blocks=blocks, margin=margin, options=options,
-                                    timeout_s=timeout_s, min_rel=tol, executor=executor)
+                                    timeout_s=timeout_s, min_rel=tol, executor=executor, memory_gb=memory_gb)
     if eng.fallback.startswith("blocks inconsistent"):
-        warnings.warn(f"delaunay_tets_parallel: {eng.fallback}; used one global Qhull instead", RuntimeWarning,
+        warnings.warn(f"delaunay_tets_parallel: {eng.fallback}; used one global Qhull instead", MeshliftWarning,
                       stacklevel=3)
+    elif eng.fallback.startswith("grew the fix-up region"):
+        warnings.warn(f"delaunay_tets_parallel: {eng.fallback}", MeshliftWarning, stacklevel=3)
+    elif eng.fallback.startswith("one fix-up group"):
+        warnings.warn(f"delaunay_tets_parallel: {eng.fallback}; re-triangulated the uncertified region in one "
+                      "Qhull call instead", MeshliftWarning, stacklevel=3)
     kept = eng.kept  # well shaped (|det| / L^3 > max(tol, CERT_MIN_REL)), oriented by the blocks
     # fix-up: orient over the whole DT(S) (its neighbour graph), then take the missing region's tets
     ft = eng.fix_tets
@@ -310,7 +332,7 @@ def _triangulate(pts, tol, drop, options, Delaunay, QhullError) -> DelaunayResul
             f"delaunay_tets: Qhull failed on {pts.shape[0]} points (all coplanar or duplicated?): "
             f"{str(exc).splitlines()[0] if str(exc) else exc}"
         ) from None
-    tets = d.simplices.astype(np.int64)
+    tets = d.simplices.astype(np.int32 if pts.shape[0] < 2**31 else np.int64)
     rel = _relative_volumes(pts, tets)
     orient, degenerate = _orient(tets, d.neighbors, rel, tol)
     flip = orient < 0
@@ -421,7 +443,7 @@ class DelaunayRunner:
     ``DEFAULT_POINTS_PER_SECOND`` (measured on one core).
 
     Args:
-        degenerate_tol, drop_degenerate, qhull_options, parallel_min_points, workers: passed to
+        degenerate_tol, drop_degenerate, qhull_options, parallel_min_points, workers, memory_gb: passed to
             :func:`delaunay_tets`.
     """
 
@@ -433,11 +455,12 @@ class DelaunayRunner:
         qhull_options: str | None = None,
         parallel_min_points: int = DEFAULT_PARALLEL_MIN_POINTS,
         workers: int | None = None,
+        memory_gb: float | None = None,
     ):
         if not degenerate_tol >= 0:
             raise MeshError(f"DelaunayRunner: degenerate_tol must be >= 0, got {degenerate_tol!r}")
         self._kw = dict(tol=degenerate_tol, drop=drop_degenerate, options=qhull_options,
-                        parallel_min_points=parallel_min_points, workers=workers)
+                        parallel_min_points=parallel_min_points, workers=workers, memory_gb=memory_gb)
         self._pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="meshlift-delaunay")
         self._rate = DEFAULT_POINTS_PER_SECOND
         self._lock = threading.Lock()

@@ -1,5 +1,6 @@
-"""Partitioned, parallel Delaunay tetrahedralisation on top of Qhull: overlapping blocks, certified tets,
-one exact fix-up. The engine behind :func:`meshlift.isosurface.delaunay.delaunay_tets_parallel`.
+"""Partitioned, parallel Delaunay tetrahedralisation on top of Qhull: overlapping blocks, tets certified
+by an empty-sphere test against all points, the rest re-triangulated exactly in parallel groups. The
+engine behind :func:`meshlift.isosurface.delaunay.delaunay_tets_parallel`.
 
 The approach is the classic "triangulate overlapping blocks, keep what an empty-sphere test certifies,
 re-triangulate the rest" scheme of parallel Delaunay (Kohout, Kolingerová and Žára 2005, "Parallel
@@ -18,88 +19,125 @@ grown by ``m_b`` (on the outer sides ``E_b`` is unbounded: no point lies there).
 formula, so every block gets bit-identical values) is *kept* by block ``b`` when
 
 * ``c`` lies in cell ``b`` (ownership: the cells tile space, so a tet is kept by one block at most);
-* its ball lies in ``E_b`` (with a relative slack): every point that could be in the ball is in ``P_b``,
-  and ``T`` has an empty ball in ``P_b``, so ``T``'s ball is empty of *all* points;
+* its ball is empty of all points: either it lies in ``E_b`` (with a relative slack; every point that
+  could be in it is in ``P_b``, where the local Delaunay property holds), or, for a ball that pokes out
+  of ``E_b`` and has ``r <= KD_MAX_RADIUS * h_b``, a k-d tree over all points finds no point but the 4
+  vertices in the ball grown by the tie margin below (:mod:`meshlift.isosurface.delaunay_certify`). The
+  tree is what lets the halo be thin (``DEFAULT_MARGIN`` = 1 spacing);
 * it is well shaped (``|det| / L^3 > CERT_MIN_REL``) and robustly Delaunay: the far vertex of each of its
-  4 local neighbours is outside the ball by ``max(CERT_INSPHERE * r^2, CERT_INSPHERE_ABS * D^2)`` (no
-  5th point on or near the sphere, at Qhull's precision for the whole box of diagonal ``D``;
-  any such point would be a vertex of a neighbour in the same Delaunay cell). Robust tets belong to
-  *every* Delaunay triangulation, so all ties (co-spherical points: lattices, box corners) are left to
-  step 3, where one Qhull call resolves them consistently.
+  4 local neighbours (and, for tree-certified tets, every point) is outside the ball by
+  ``max(CERT_INSPHERE * r^2, CERT_INSPHERE_ABS * D^2)`` (no 5th point on or near the sphere, at Qhull's
+  precision for the whole box of diagonal ``D``). Robust tets belong to *every* Delaunay triangulation,
+  so all ties (co-spherical points: lattices, box corners) are left to step 3.
 
 The kept set ``A`` is therefore a set of distinct global Delaunay tets.
 
-**3. Fix-up (exact, one step).** Faces of kept tets whose local neighbour was not kept are collected
-from all blocks; a face reported twice is interior to ``A``; a face reported once is *open* (a hull face,
-or a face next to a missing tet). Let ``S`` = the vertices of the open faces, the far vertices of their
-kept tets and every point used by no kept tet (exact duplicates excepted). Every vertex of a missing
-tet is in ``S``: a vertex used by some kept tet and some missing tet has an open face through it, since
-the tets around a vertex are face-connected. So Qhull on ``S`` contains every missing tet (its ball is
-empty of all points, hence of ``S``) and every kept tet next to an open face. Cutting ``DT(S)``'s
-neighbour graph at the open faces leaves components that lie either in ``A``'s region or in the missing
-region; at each open face the side whose far vertex is the kept tet's marks its component "kept", the
-other side "missing". The result is ``A`` plus the missing components. A block whose Qhull call fails
-(a flat piece) keeps nothing, so its region goes to ``S``. Any disagreement (a face not found in
-``DT(S)``, a component marked both ways, a face kept 3 times) makes the engine fall back to one global
-Qhull and say so in ``fallback``: the result is never silently wrong. If no tet is certified at all (a
-lattice: every cell is a tie) the fix-up is that global call.
+**3. Fix-up (exact).** Faces of kept tets whose local neighbour was not kept are collected from all
+blocks; a face reported twice is interior to ``A``; a face reported once is *open* (a hull face, or a
+face next to a missing tet). Let ``S`` = the vertices of the open faces and every point used by no kept
+tet (exact duplicates excepted). Every vertex of a missing tet is in ``S``: a vertex used by some kept
+tet and some missing tet has an open face through it, since the tets around a vertex are
+face-connected. So Qhull on ``S`` contains every missing tet (its ball is empty of all points, hence of
+``S``), and every open face that is not on the hull of all points is a face of a missing tet, hence of
+``DT(S)``. Cutting ``DT(S)``'s neighbour graph at the open faces leaves components that lie either in
+``A``'s region or in the missing region. At each open face the side is decided by orientation: the kept
+tet's far vertex (not in ``S``) lies on the kept side, so the ``DT(S)`` tet across the face whose far
+vertex lies on the other side (``|det| / L^3 > SIDE_MIN_REL``; if it is a flat tie tet, its well-shaped
+neighbour across the face decides) marks its component "missing", the other one "kept". The result is
+``A`` plus the missing components.
+
+The same holds for any union of whole *holes* (connected pieces of the missing region): its tets are in
+Qhull of the open faces around it and the unused points inside it. So ``S`` is split into *groups*: the
+open faces connected through shared vertices (a hole's boundary); each unused point linked to its
+``UNUSED_LINKS`` nearest fix-up points; every group with a vertex on the convex hull joined into one (a
+hole along the hull may have an open-face boundary in pieces joined only by hull faces); a tiny group
+(``< MIN_GROUP_POINTS``) joined to the one big group nearest to it. Groups are packed into at most
+``2 * workers`` Qhull calls run in threads (a hollow shell: its inside and its hull layer, two calls).
+Grouping can still be wrong where a hole's boundary is disconnected otherwise (a kept island inside a
+hole), so the grouped result is *accepted* only if (a) no face lies in 3+ fix-up tets and no fix-up tet
+is repeated, (b) the faces lying in one fix-up tet are exactly the open faces, except faces on the convex
+hull of the points, and (c) the fix-up tets' volume plus the kept tets' volume is the hull's volume
+(relative ``ACCEPT_VOLUME_REL``: no overlap). If a check fails the engine redoes the fix-up as one Qhull
+call on ``S`` (the proof above). Where a fix-up call disagrees with the kept tets at known points (an open
+face missing from ``DT(S)``: Qhull merges near-co-spherical facets of a big, nearly spherical ``S``, as at
+5.4M pivots on a shell) the engine *grows* the missing region instead: it drops the kept tets within 2
+vertex rings of those points (their faces become open faces, the kept side opposite their 4th vertex) and
+redoes the grouped fix-up, up to ``REPAIR_ROUNDS`` times; the result is still ``A`` minus the dropped tets
+plus the missing components of the bigger region. Only when that fails too (a face kept 3 times, no
+points named) does it fall back to one global Qhull; either fallback is named in
+``fallback`` and warned about by the caller (:class:`~meshlift.errors.MeshliftWarning`): the result is
+never silently wrong. A block whose Qhull call fails (a flat piece) keeps nothing, so its region goes to
+``S``. If no tet is certified at all (a lattice: every cell is a tie) the fix-up is one global call.
 
 **Ties.** Where 5+ points are co-spherical (float32 box corners: the 4 corners of a box face are
 concyclic, so with any 5th point they are co-spherical) the fix-up's Qhull may split a cell differently
 from a global call, including ``Qt``'s flat tets; the result is still a Delaunay tetrahedralisation of
-the hull (270k MILo-like pivots: 4 of 1.79M tets differ).
+the hull (270k MILo-like pivots: a few of 1.79M tets differ).
 
-**Threads or processes.** Blocks run in a thread pool by default: scipy runs Qhull, its triangulation and
-its output arrays without the GIL and the numpy work here releases it too, and threads share the
-points without copies. ``executor="process"`` forks workers instead (points shared copy-on-write,
-results pickled back, ~16 B per kept tet); it avoids in-process contention (allocator, page faults) but
-forking a process that runs CUDA or other threads is only as safe as PyTorch's forked DataLoader.
+**Threads or processes.** Blocks run in a thread pool by default: scipy runs Qhull, its triangulation,
+the k-d tree's build and queries without the GIL and the numpy work here releases it too, and threads
+share the points without copies. The tree is built in its own thread while the first blocks run.
+``executor="process"`` forks workers instead (points and tree shared copy-on-write, results pickled
+back); forking a process that runs CUDA or other threads is only as safe as PyTorch's forked DataLoader.
 
-**Cost and memory.** Work is ``N * (1 + halo overhead)`` in the blocks (overhead ~25-45% at the default
-margin) plus Qhull on ``S`` (a few % of the points for volumetric clouds; the empty inside of a surface
-and the convex hull's layer end up there). A block of ``n`` points (halo included) needs about 3 KB per
-point inside Qhull plus ~1 KB per point here, so the peak is about ``workers * 4 KB * N * (1 + overhead)
-/ blocks`` on top of the result (~7 tets per point, 32 B each in int64).
+**Cost and memory.** Work is ``N * (1 + halo overhead)`` in the blocks plus the tree (~``N log N``,
+built once, queried for the poking balls only) plus Qhull on ``S`` in groups (on a hollow shell ``S``
+is its inner and outer skins: ~5% of the points of MILo-like pivots, two big groups). Indices are int32
+throughout (int64 only for ``N >= 2^31``). :func:`estimate_memory_gb` gives the peak: the points and the
+tree, ``workers`` blocks of ``N (1 + overhead) / blocks`` points at ~4 KB each inside Qhull, the tets
+(~6.7 per point, 16 B each, three copies at the merge) and the fix-up; ``memory_gb`` is checked against it
+up front (:class:`~meshlift.errors.OutOfMemoryError` naming ``blocks`` and ``memory_gb``).
 
-Measured on the 16-core H200 host (Intel Xeon, scipy 1.18.1; MILo-like pivots, ``benchmarks/delaunay_scale.py``,
-48 blocks, 16 threads; before the ``CERT_INSPHERE_ABS`` guard): 270k points 3.8 s (one Qhull: 11.4 s), 1M
-points 11.6 s (45.5 s), 86k points/s; the fix-up is ~6.5% of the points on a hollow shell (its inside and
-its hull) and runs on one core (2.6 s at 1M). Forked processes were no faster (11.9 s at 1M). 5.4M was not
-measured: that run hit a tie the guard now prevents and fell back to a global Qhull.
-
-numpy/scipy only (no torch); the orientation of the result is done by the caller.
+numpy/scipy only (no torch); the orientation of the fix-up tets is done by the caller.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+from concurrent.futures.process import BrokenProcessPool
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from meshlift.errors import MeshError
+from meshlift.errors import MeshError, OutOfMemoryError
+from meshlift.isosurface import delaunay_certify as _cert
+from meshlift.isosurface import delaunay_fixup as _fix
+from meshlift.isosurface.delaunay_fixup import _FACE, _far_vertex, _idx_dtype, _Inconsistent
 
 #: Kept tets need ``|det| / L^3`` above this (near-flat tets have ill-conditioned circumspheres).
 CERT_MIN_REL = 1e-6
-#: A kept tet's neighbours' far vertices must lie outside its ball by ``CERT_INSPHERE * r^2`` and by
-#: ``CERT_INSPHERE_ABS * D^2`` (``D`` the diagonal of all points' box): Qhull's own tolerance for
-#: co-sphericality scales with the box of its input, so the fix-up's Qhull (points spread over the whole
-#: box) merges as ties some cells a small block resolved (seen at 5.4M pivots: a margin of 3e-14 D^2, which
-#: made the fix-up disagree and fall back to one global Qhull; 1e-12 leaves 30x headroom, 1e-11 doubled
-#: the fix-up there).
+#: A kept tet's neighbours' far vertices (tree-certified: all points) must lie outside its ball by
+#: ``CERT_INSPHERE * r^2`` and by ``CERT_INSPHERE_ABS * D^2`` (``D`` the diagonal of all points' box):
+#: Qhull's own tolerance for co-sphericality scales with the box of its input, so the fix-up's Qhull
+#: (points spread over the whole box) merges as ties some cells a small block resolved (seen at 5.4M
+#: pivots: a margin of 3e-14 D^2 made the fix-up disagree; 1e-12 leaves 30x headroom).
 CERT_INSPHERE = 1e-9
 CERT_INSPHERE_ABS = 1e-12
 #: Relative slack on the radius in the ball-in-box test.
 BALL_SLACK = 1e-7
-#: Default halo width in units of a block's mean point spacing.
-DEFAULT_MARGIN = 3.0
+#: Default halo width in units of a block's mean point spacing (thin: poking balls go to the k-d tree).
+DEFAULT_MARGIN = 1.0
+#: Balls poking out of the halo box are checked with the k-d tree up to this radius (in mean spacings
+#: ``h_b``); bigger ones (tets across empty space) go to the fix-up.
+KD_MAX_RADIUS = 6.0
+#: Qhull options of the blocks and of the grouped fix-up when the caller gives none: scipy's 3-D default
+#: plus ``Q5`` (skip Qhull's final check of all points against the outer planes: the same simplices, ~13%
+#: less Qhull time on 50k-point blocks; kept tets are certified here anyway, the grouped fix-up checked).
+FAST_OPTIONS = "Qbb Qc Qz Q12 Q5"
+#: Rounds of growing the fix-up region around points where a fix-up disagreed before one global Qhull.
+REPAIR_ROUNDS = 8
 #: Default number of blocks per worker (load balance vs halo overhead).
 BLOCKS_PER_WORKER = 3
+#: Memory model of :func:`estimate_memory_gb`: bytes per point inside one Qhull call (scipy's Qhull plus
+#: the arrays here), tets per point, halo overhead per unit margin and per cube root of the block count,
+#: fraction of points in the fix-up.
+QHULL_BYTES_PER_POINT = 4096
+TETS_PER_POINT = 6.8
+HALO_PER_MARGIN = 0.07
+FIX_FRACTION = 0.12
 
-# local index of the 3 vertices of the face opposite corner k
-_FACE = np.array([[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]])
 
 
 def default_workers() -> int:
@@ -110,18 +148,50 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def available_memory_gb() -> float:
+    """The host's available memory in GB (``MemAvailable`` of /proc/meminfo, else physical memory; inf
+    when neither can be read)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (AttributeError, ValueError, OSError):
+        return float("inf")
+
+
+def estimate_memory_gb(n: int, workers: int, blocks: int, margin: float) -> float:
+    """Estimated peak memory (GB) of :func:`partitioned_delaunay` on ``n`` points (module docstring):
+    points + tree (~56 B per point), halo ids, ``min(workers, blocks)`` Qhull calls on blocks of
+    ``n (1 + overhead) / blocks`` points at ``QHULL_BYTES_PER_POINT`` each, ``TETS_PER_POINT`` int32 tets
+    per point in three copies, and the fix-up's Qhull on ``FIX_FRACTION * n`` points."""
+    overhead = min(HALO_PER_MARGIN * margin * max(blocks, 1) ** (1.0 / 3.0), 8.0)
+    per_block = n * (1.0 + overhead) / max(blocks, 1)
+    idx = 4 if n < 2**31 else 8
+    total = (56.0 * n + 8.0 * n * (1.0 + overhead)
+             + min(workers, blocks) * per_block * QHULL_BYTES_PER_POINT
+             + 3 * TETS_PER_POINT * n * 4 * idx
+             + FIX_FRACTION * n * QHULL_BYTES_PER_POINT)
+    return total / 2**30
+
+
 @dataclass
 class Partitioned:
-    """What the engine returns (global point ids throughout).
+    """What the engine returns (global point ids throughout; int32 when ``N < 2^31``, else int64).
 
     Attributes:
-        kept: ``[MA, 4]`` int64 certified tets, positively oriented and well shaped (``|det| / L^3 >
-            min_rel``).
-        fix_tets, fix_neighbors: Qhull's ``DT(S)`` (global ids; neighbours index ``fix_tets``, -1 hull).
-        fix_keep: ``[MS]`` bool, the tets of ``DT(S)`` that complete ``kept``.
+        kept: ``[MA, 4]`` certified tets, positively oriented and well shaped (``|det| / L^3 > min_rel``).
+        fix_tets, fix_neighbors: the fix-up Qhull calls' tets (global ids) and neighbours (indices into
+            ``fix_tets``, -1 on a call's hull), the calls concatenated.
+        fix_keep: ``[MS]`` bool, the tets of ``fix_tets`` that complete ``kept``.
         duplicates: ids of exact duplicate points (not the smallest id of their coordinates: unused).
         stats: counts and seconds per stage (for benchmarks and tests).
-        fallback: why the engine fell back to one global Qhull ("" if it did not).
+        fallback: which fallback was taken and why ("" if none): ``"one fix-up group (...)"`` when the
+            grouped fix-up failed a check, ``"blocks inconsistent (...)"`` when one global Qhull was used.
     """
 
     kept: np.ndarray
@@ -131,10 +201,6 @@ class Partitioned:
     duplicates: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     stats: dict = field(default_factory=dict)
     fallback: str = ""
-
-
-class _Inconsistent(Exception):
-    """The merged blocks and the fix-up disagree (ties beyond the tolerances, Qhull merging points)."""
 
 
 # ----------------------------------------------------------------------------------------------- blocks
@@ -211,7 +277,7 @@ def partition(pts: np.ndarray, blocks: int, margin: float, pool=None, workers: i
     return [(leaf[0], leaf[1], leaf[4], float(leaf[3])) for leaf in leaves]
 
 
-def _circumspheres(xyz: np.ndarray, tets: np.ndarray):
+def _circumspheres(xyz: np.ndarray, tets: np.ndarray, with_det: bool = False):
     """Centres ``[B, 3]``, squared radii ``[B]`` and ``det / L^3`` ``[B]`` of ``tets`` ``[B, 4]`` (rows into
     ``xyz`` ``[n, 3]``; ``det = det(p1 - p0, p2 - p0, p3 - p0)``, ``L`` the longest edge).
 
@@ -240,7 +306,7 @@ def _circumspheres(xyz: np.ndarray, tets: np.ndarray):
     e = [[v[j] - u[j] for j in range(3)] for u, v in ((a, b), (a, c), (b, c))]
     l2 = np.maximum.reduce([aa, bb, cc] + [dot(x, x) for x in e])
     rel = det / np.maximum(l2 * np.sqrt(l2), np.finfo(np.float64).tiny)
-    return centre, r2, rel
+    return (centre, r2, rel, det) if with_det else (centre, r2, rel)
 
 
 def _dedup(xyz: np.ndarray, ids: np.ndarray):
@@ -260,55 +326,59 @@ def _dedup(xyz: np.ndarray, ids: np.ndarray):
     return keep, gid[dup]
 
 
-def _far_vertex(simp: np.ndarray, t: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """Local index of the vertex of tet ``n`` that is not in tet ``t`` (they share a face)."""
-    sn = simp[n]
-    shared = (sn[:, :, None] == simp[t][:, None, :]).any(axis=2)
-    return sn[np.arange(n.size), np.argmin(shared, axis=1)]
-
-
-def _block(pts, ids, lo, hi, margin_abs, options, min_rel, tie_abs):
+def _block(pts, ids, lo, hi, margin_abs, options, min_rel, tie_abs, tree=None, spacing=0.0):
     """Triangulate one halo set. Returns ``(kept, faces, far, duplicates, stats)``: the kept tets
-    (global ids, positively oriented, int32 when the ids fit), the candidate open faces (sorted id
-    triples) with the far vertex of their kept tet, and the exact duplicates dropped here."""
+    (global ids, positively oriented), the candidate open faces (sorted id triples) with the far vertex
+    of their kept tet, and the exact duplicates dropped here. ``tree`` (a :func:`delaunay_certify.build_tree`
+    or a future of one) certifies balls poking out of the halo box up to ``KD_MAX_RADIUS * spacing``."""
     from scipy.spatial import Delaunay, QhullError
 
     t0 = time.perf_counter()
+    idt = _idx_dtype(pts.shape[0])
     xyz = pts[ids]
     keep, dups = _dedup(xyz, ids)
     if not keep.all():
         xyz, ids = xyz[keep], ids[keep]
-    empty = (np.zeros((0, 4), np.int64), np.zeros((0, 3), np.int64), np.zeros(0, np.int64), dups)
+    st = {"qhull_error": 0, "local_tets": 0, "flipped": 0, "kd_queries": 0, "kd_kept": 0, "kept_volume": 0.0}
+    empty = (np.zeros((0, 4), idt), np.zeros((0, 3), idt), np.zeros(0, idt), dups)
     if ids.size < 5:
-        return empty + ({"qhull_error": 0, "local_tets": 0, "flipped": 0, "seconds": 0.0},)
+        return empty + (dict(st, seconds=time.perf_counter() - t0),)
     try:
         d = Delaunay(xyz, qhull_options=options)
     except QhullError:  # a flat or tiny block: its region goes to the fix-up
-        return empty + ({"qhull_error": 1, "local_tets": 0, "flipped": 0, "seconds": time.perf_counter() - t0},)
-    simp = d.simplices.astype(np.int64)
-    nb = d.neighbors.astype(np.int64)
+        return empty + (dict(st, qhull_error=1, seconds=time.perf_counter() - t0),)
+    simp = d.simplices
+    nb = d.neighbors
     del d
     order = np.argsort(ids[simp], axis=1)
     ls = np.take_along_axis(simp, order, axis=1)
-    centre, r2, rel = _circumspheres(xyz, ls)
+    centre, r2, rel, det = _circumspheres(xyz, ls, with_det=True)
     # ownership: the circumcentre lies in this half-open cell (NaN centres belong to nobody)
     own = np.all((centre >= lo) & (centre < hi), axis=1)
     ok = own & (np.abs(rel) > min_rel)
     r = np.sqrt(r2) * (1.0 + BALL_SLACK)
     with np.errstate(invalid="ignore"):
-        ok &= np.all(
+        inbox = np.all(
             (centre - r[:, None] >= lo - margin_abs) & (centre + r[:, None] <= hi + margin_abs), axis=1)
+        poke = np.flatnonzero(ok & ~inbox & (r <= KD_MAX_RADIUS * spacing)) if tree is not None else []
+    if len(poke):  # balls poking out of the halo box: ask the k-d tree over all points
+        t = tree.result() if isinstance(tree, cf.Future) else tree
+        empty_ball = _cert.empty_ball(t, centre[poke], r2[poke], ids[ls[poke]],
+                                      np.maximum(CERT_INSPHERE * r2[poke], tie_abs))
+        inbox[poke] = empty_ball
+        st["kd_queries"], st["kd_kept"] = int(poke.size), int(empty_ball.sum())
+    ok &= inbox
     cand = np.flatnonzero(ok)
     for k in range(4):  # robustness: no 5th point on or near the sphere
         n = nb[cand, k]
         has = n >= 0
         t_idx, n_idx = cand[has], n[has]
-        q = xyz[_far_vertex(simp, t_idx, n_idx)]
+        q = xyz[_far_vertex(simp, t_idx, n_idx, k)]
         dq = q - centre[t_idx]
         bad = (dq * dq).sum(axis=1) - r2[t_idx] <= np.maximum(CERT_INSPHERE * r2[t_idx], tie_abs)
         ok[t_idx[bad]] = False
         cand = np.flatnonzero(ok)
-    kept = ids[ls[cand]].astype(np.int32 if pts.shape[0] < 2**31 else np.int64)
+    kept = ids[ls[cand]].astype(idt)
     neg = rel[cand] < 0  # orient: swap the last two ids of negative tets
     kept[neg, 2:] = kept[neg][:, [3, 2]]
     # candidate open faces: faces of kept tets whose local neighbour is not kept
@@ -318,115 +388,21 @@ def _block(pts, ids, lo, hi, margin_abs, options, min_rel, tie_abs):
         open_ = n < 0
         open_[~open_] = ~ok[n[~open_]]
         t = cand[open_]
-        faces.append(ids[simp[t][:, _FACE[k]]])
-        far.append(ids[simp[t, k]])
+        faces.append(ids[simp[t][:, _FACE[k]]].astype(idt))
+        far.append(ids[simp[t, k]].astype(idt))
     faces = np.sort(np.concatenate(faces), axis=1)
     far = np.concatenate(far)
-    st = {"qhull_error": 0, "local_tets": int(simp.shape[0]), "flipped": int(neg.sum()),
-          "seconds": time.perf_counter() - t0}
+    st.update(local_tets=int(simp.shape[0]), flipped=int(neg.sum()),
+              kept_volume=float(np.abs(det[cand]).sum() / 6.0), seconds=time.perf_counter() - t0)
     return kept, faces, far, dups, st
 
 
 _PTS = None  # the points of the running call, for forked worker processes (copy-on-write)
+_TREE = None  # and their k-d tree
 
 
-def _block_forked(ids, lo, hi, margin_abs, options, min_rel, tie_abs):
-    return _block(_PTS, ids, lo, hi, margin_abs, options, min_rel, tie_abs)
-
-
-# ------------------------------------------------------------------------------------------------ fix-up
-
-
-def _face_keys(faces: np.ndarray, n: int) -> np.ndarray:
-    """Keys of sorted index triples (``faces < n``): int64 when ``n^3 < 2^62``, else (hi, lo) records."""
-    faces = faces.astype(np.int64)
-    if n < (1 << 20):
-        return (faces[:, 0] * n + faces[:, 1]) * n + faces[:, 2]
-    key = np.empty(faces.shape[0], dtype=[("h", "<i8"), ("l", "<i8")])
-    key["h"] = faces[:, 0] * n + faces[:, 1]
-    key["l"] = faces[:, 2]
-    return key
-
-
-def _open_faces(faces: np.ndarray, far: np.ndarray, n: int):
-    """Faces reported once (open) with their far vertex; raises on a face reported 3+ times."""
-    if faces.shape[0] == 0:
-        return faces, far
-    key = _face_keys(faces, n)
-    order = np.argsort(key, kind="stable")
-    ks = key[order]
-    start = np.r_[True, ks[1:] != ks[:-1]]
-    run = np.cumsum(start) - 1
-    count = np.bincount(run)
-    if count.max() > 2:
-        raise _Inconsistent("a face is shared by 3+ kept tets")
-    pair = np.flatnonzero(count == 2)
-    first = order[np.flatnonzero(start)[pair]]
-    if np.any(far[first] == far[order[np.flatnonzero(start)[pair] + 1]]):
-        raise _Inconsistent("a tet was kept by two blocks")
-    single = order[count[run] == 1]
-    return faces[single], far[single]
-
-
-def _fixup(pts, s_ids, walls, wall_far, options):
-    """Qhull on ``pts[s_ids]`` and the mask of its tets that fill the missing region (module docstring)."""
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-    from scipy.spatial import Delaunay, QhullError
-
-    try:
-        d = Delaunay(pts[s_ids], qhull_options=options)
-    except QhullError as exc:
-        raise _Inconsistent(f"Qhull failed on the {s_ids.size} fix-up points: {str(exc).splitlines()[0]}") from None
-    simp = d.simplices.astype(np.int64)
-    nb = d.neighbors.astype(np.int64)
-    del d
-    m = simp.shape[0]
-    if walls.shape[0] == 0:
-        return s_ids[simp], nb, np.ones(m, dtype=bool)
-    # walls in local indices of S (all their vertices are in S by construction)
-    loc = np.searchsorted(s_ids, walls)
-    loc_far = np.searchsorted(s_ids, wall_far)
-    # every face of DT(S) once: (tet, corner) with tet < neighbour or on the hull
-    t_all = np.repeat(np.arange(m), 4)
-    k_all = np.tile(np.arange(4), m)
-    n_all = nb.reshape(-1)
-    once = (n_all < 0) | (t_all < n_all)
-    t_f, k_f, n_f = t_all[once], k_all[once], n_all[once]
-    f_loc = np.sort(simp[t_f[:, None], _FACE[k_f]], axis=1)
-    ns = s_ids.size
-    fkey = _face_keys(f_loc, ns)
-    order = np.argsort(fkey)
-    fkey = fkey[order]
-    wkey = _face_keys(np.sort(loc, axis=1), ns)
-    pos = np.searchsorted(fkey, wkey)
-    pos = np.minimum(pos, fkey.size - 1)
-    if not np.all(fkey[pos] == wkey):
-        raise _Inconsistent("an open face of the kept tets is not a face of the fix-up triangulation")
-    fi = order[pos]
-    t_side, n_side = t_f[fi], n_f[fi]
-    far_t = simp[t_side, k_f[fi]]
-    kept_is_t = far_t == loc_far
-    far_n = np.where(n_side >= 0, _far_vertex(simp, t_side, np.maximum(n_side, 0)), -1)
-    if not np.all(kept_is_t | (far_n == loc_far)):
-        raise _Inconsistent("a kept tet next to an open face is missing from the fix-up triangulation")
-    kept_side = np.where(kept_is_t, t_side, n_side)
-    miss_side = np.where(kept_is_t, n_side, t_side)
-    # components of DT(S) with the open faces cut
-    is_wall = np.zeros(t_f.size, dtype=bool)
-    is_wall[fi] = True
-    e = (~is_wall) & (n_f >= 0)
-    g = coo_matrix((np.ones(int(e.sum()), dtype=np.int8), (t_f[e], n_f[e])), shape=(m, m))
-    _, label = connected_components(g, directed=False)
-    kept_lab = np.zeros(label.max() + 1, dtype=bool)
-    kept_lab[label[kept_side]] = True
-    miss_lab = np.zeros_like(kept_lab)
-    miss_lab[label[miss_side[miss_side >= 0]]] = True
-    if (kept_lab & miss_lab).any():
-        raise _Inconsistent("a fix-up component lies on both sides of the kept tets")
-    if not (kept_lab | miss_lab).all():
-        raise _Inconsistent("a fix-up component touches no open face")
-    return s_ids[simp], nb, miss_lab[label]
+def _block_forked(ids, lo, hi, margin_abs, options, min_rel, tie_abs, spacing):
+    return _block(_PTS, ids, lo, hi, margin_abs, options, min_rel, tie_abs, _TREE, spacing)
 
 
 # -------------------------------------------------------------------------------------------------- main
@@ -442,28 +418,40 @@ def _global(pts, options, why: str, stats: dict, t0: float) -> Partitioned:
             f"delaunay_tets_parallel: Qhull failed on {pts.shape[0]} points (all coplanar or duplicated?): "
             f"{str(exc).splitlines()[0] if str(exc) else exc}"
         ) from None
-    simp = d.simplices.astype(np.int64)
+    simp = d.simplices.astype(_idx_dtype(pts.shape[0]))
     stats.update(fix_points=pts.shape[0], fix_tets=simp.shape[0], seconds=time.perf_counter() - t0)
     return Partitioned(
-        kept=np.zeros((0, 4), np.int64), fix_tets=simp, fix_neighbors=d.neighbors.astype(np.int64),
+        kept=np.zeros((0, 4), simp.dtype), fix_tets=simp, fix_neighbors=d.neighbors,
         fix_keep=np.ones(simp.shape[0], dtype=bool), stats=stats, fallback=why,
     )
 
 
-def _run_blocks(pts, parts, workers, options, min_rel, timeout_s, executor) -> list:
+def _oom(n, workers, blocks, need, memory_gb) -> OutOfMemoryError:
+    return OutOfMemoryError(
+        f"delaunay_tets_parallel: {n:,} points with workers={workers} and blocks={blocks} need about "
+        f"{need:.1f} GB, over memory_gb={memory_gb:.1f} GB; raise blocks (smaller blocks, e.g. "
+        f"blocks={2 * blocks}), lower workers, or raise memory_gb (MILo: --set delaunay_memory_gb=...; "
+        "fewer pivots: --set mesh_res_scale=0.5 or a smaller preset)"
+    )
+
+
+def _run_blocks(pts, parts, workers, options, min_rel, timeout_s, executor, tree, margin, memory_gb) -> list:
     """Run :func:`_block` on every part in ``workers`` threads (or forked processes); biggest first."""
-    global _PTS
+    global _PTS, _TREE
     tie_abs = CERT_INSPHERE_ABS * float((np.ptp(pts, axis=0) ** 2).sum())
     order = sorted(range(len(parts)), key=lambda i: -parts[i][2].size)
     if executor == "process":
         import multiprocessing as mp
 
         _PTS = pts  # inherited by the forked workers
+        _TREE = tree.result() if isinstance(tree, cf.Future) else tree
         pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork"))
-        submit = lambda p: pool.submit(_block_forked, p[2], p[0], p[1], p[3], options, min_rel, tie_abs)  # noqa: E731
+        submit = lambda p: pool.submit(_block_forked, p[2], p[0], p[1], p[3], options, min_rel, tie_abs,  # noqa: E731
+                                       p[3] / margin)
     else:
         pool = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="meshlift-delaunay-block")
-        submit = lambda p: pool.submit(_block, pts, p[2], p[0], p[1], p[3], options, min_rel, tie_abs)  # noqa: E731
+        submit = lambda p: pool.submit(_block, pts, p[2], p[0], p[1], p[3], options, min_rel, tie_abs,  # noqa: E731
+                                       tree, p[3] / margin)
     results = [None] * len(parts)
     done = False
     try:
@@ -476,14 +464,16 @@ def _run_blocks(pts, parts, workers, options, min_rel, timeout_s, executor) -> l
             f"delaunay_tets_parallel: the {len(parts)} blocks did not finish within timeout_s={timeout_s} s; "
             "raise timeout_s or use more workers"
         ) from None
-    except (MemoryError, cf.process.BrokenProcessPool):
-        raise MeshError(
-            f"delaunay_tets_parallel: a block of ~{max(p[2].size for p in parts):,} points ran out of memory "
-            f"with workers={workers}; raise blocks (now {len(parts)}) or lower workers"
+    except (MemoryError, BrokenProcessPool):
+        big = max(p[2].size for p in parts)
+        raise OutOfMemoryError(
+            f"delaunay_tets_parallel: a block of ~{big:,} points ran out of memory with workers={workers} "
+            f"and blocks={len(parts)} (memory_gb={memory_gb:.1f}); raise blocks (e.g. blocks={2 * len(parts)}) "
+            "or lower workers, or lower memory_gb to what this host really has"
         ) from None
     finally:  # never wait for blocks after a failure (running Qhull calls end on their own)
         pool.shutdown(wait=done, cancel_futures=True)
-        _PTS = None
+        _PTS = _TREE = None
     return results
 
 
@@ -497,6 +487,9 @@ def partitioned_delaunay(
     timeout_s: float | None = None,
     min_rel: float = CERT_MIN_REL,
     executor: str = "thread",
+    memory_gb: float | None = None,
+    certify: bool = True,
+    grouped: bool = True,
 ) -> Partitioned:
     """Delaunay tets of ``pts`` (``[N, 3]`` float64, finite) by overlapping blocks (module docstring).
 
@@ -510,9 +503,15 @@ def partitioned_delaunay(
         min_rel: kept tets have ``|det| / L^3`` above this (``CERT_MIN_REL`` at least).
         executor: ``"thread"`` (default; Qhull releases the GIL, nothing is copied) or ``"process"``
             (forked workers: the points are shared copy-on-write, results come back pickled).
+        memory_gb: memory budget in GB checked against :func:`estimate_memory_gb` before any work (None:
+            the host's available memory, :func:`available_memory_gb`).
+        certify: certify balls poking out of the halo with a k-d tree (False: they go to the fix-up).
+        grouped: run the fix-up in parallel groups (False: one Qhull call on all of ``S``).
 
     Raises:
-        MeshError: bad knobs, blocks past ``timeout_s`` or out of memory, or Qhull failing on the whole set.
+        MeshError: bad knobs, blocks past ``timeout_s``, or Qhull failing on the whole set.
+        OutOfMemoryError: the estimate exceeds ``memory_gb``, or a block ran out of memory (names
+            ``blocks`` and ``memory_gb``).
     """
     t0 = time.perf_counter()
     workers = default_workers() if workers is None else int(workers)
@@ -525,43 +524,97 @@ def partitioned_delaunay(
         raise MeshError(f"delaunay_tets_parallel: margin must be > 0 (halo width in point spacings), got {margin!r}")
     if executor not in ("thread", "process"):
         raise MeshError(f"delaunay_tets_parallel: executor must be 'thread' or 'process', got {executor!r}")
+    if memory_gb is not None and not memory_gb > 0:
+        raise MeshError(f"delaunay_tets_parallel: memory_gb must be > 0 (GB) or None, got {memory_gb!r}")
     n = pts.shape[0]
-    stats: dict = {"points": n, "workers": workers, "blocks": 0, "executor": executor}
+    budget = available_memory_gb() if memory_gb is None else float(memory_gb)
+    need = estimate_memory_gb(n, workers, blocks, margin)
+    if need > budget:
+        raise _oom(n, workers, blocks, need, budget)
+    stats: dict = {"points": n, "workers": workers, "blocks": 0, "executor": executor, "memory_gb_estimate": need}
     if blocks == 1 or n < 64:
         return _global(pts, options, "one block", stats, t0)
-    with cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="meshlift-delaunay-split") as pool:
-        parts = partition(pts, blocks, margin, pool if workers > 1 else None, workers)
-    stats["blocks"] = len(parts)
-    stats["halo_points"] = int(sum(p[2].size for p in parts))
-    stats["partition_s"] = time.perf_counter() - t0
-    results = _run_blocks(pts, parts, workers, options, max(min_rel, CERT_MIN_REL), timeout_s, executor)
+    tree_pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="meshlift-delaunay-tree")
+    try:
+        tree = tree_pool.submit(_cert.build_tree, pts) if certify else None
+        with cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="meshlift-delaunay-split") as pool:
+            parts = partition(pts, blocks, margin, pool if workers > 1 else None, workers)
+        stats["blocks"] = len(parts)
+        stats["halo_points"] = int(sum(p[2].size for p in parts))
+        stats["partition_s"] = time.perf_counter() - t0
+        fast = FAST_OPTIONS if options is None else options
+        results = _run_blocks(pts, parts, workers, fast, max(min_rel, CERT_MIN_REL), timeout_s, executor, tree,
+                              margin, budget)
+    finally:
+        tree_pool.shutdown(wait=True)
+    del tree
     stats["blocks_s"] = time.perf_counter() - t0 - stats["partition_s"]
     t1 = time.perf_counter()
-    kept = np.concatenate([r[0] for r in results]).astype(np.int64)
+    kept = np.concatenate([r[0] for r in results])
     dups = np.unique(np.concatenate([r[3] for r in results]))
-    for key in ("qhull_error", "local_tets", "flipped"):
+    for key in ("qhull_error", "local_tets", "flipped", "kd_queries", "kd_kept"):
         stats[key] = int(sum(r[4][key] for r in results))
+    kept_volume = float(sum(r[4]["kept_volume"] for r in results))
     stats["kept_tets"] = int(kept.shape[0])
     stats["block_seconds"] = [round(r[4]["seconds"], 3) for r in results]
     if kept.shape[0] == 0:
         return _global(pts, options, "no block certified a tet", stats, t0)
+    fallback = ""
     try:
-        walls, wall_far = _open_faces(np.concatenate([r[1] for r in results]),
-                                      np.concatenate([r[2] for r in results]), n)
+        walls, wall_far = _fix.open_faces(np.concatenate([r[1] for r in results]),
+                                          np.concatenate([r[2] for r in results]), n)
         del results
-        used = np.zeros(n, dtype=bool)
-        used[kept.reshape(-1)] = True
-        used[dups] = True
-        s_ids = np.unique(np.concatenate([walls.reshape(-1), wall_far, np.flatnonzero(~used)]))
+        wall_sign = _fix.wall_signs(pts, walls, wall_far)
         stats["open_faces"] = int(walls.shape[0])
-        stats["fix_points"] = int(s_ids.size)
         stats["merge_s"] = time.perf_counter() - t1
         t2 = time.perf_counter()
-        fix_tets, fix_nb, fix_keep = _fixup(pts, s_ids, walls, wall_far, options)
+        fixed, notes, grown = None, [], 0
+        for attempt in range(REPAIR_ROUNDS + 1):
+            used = np.zeros(n, dtype=bool)
+            used[kept.reshape(-1)] = True
+            used[dups] = True
+            unused = np.flatnonzero(~used).astype(kept.dtype)
+            s_ids = np.unique(np.concatenate([walls.reshape(-1), unused]))
+            stats["fix_points"], stats["unused_points"] = int(s_ids.size), int(unused.size)
+            bad = []
+            if grouped and walls.shape[0] and workers > 1:
+                try:
+                    fixed = _fix.grouped_fixup(pts, walls, wall_sign, unused, fast, workers, kept_volume, stats)
+                    break
+                except _Inconsistent as exc:
+                    notes.append(f"grouped fix-up: {exc}")
+                    bad.append(exc.bad)
+            # one call over all of S (with the far vertices while they are known); skipped while the grouped
+            # calls say where they disagreed (growing the region there is cheaper than a call over all of S)
+            if not (bad and bad[0] is not None and attempt < REPAIR_ROUNDS):
+                try:
+                    if attempt == 0:
+                        s_far = np.unique(np.concatenate([s_ids, wall_far]))
+                        stats["fix_points"] = int(s_far.size)
+                        fixed = _fix.fixup(pts, s_far, walls, wall_far, options, with_far=True)
+                    else:
+                        fixed = _fix.fixup(pts, s_ids, walls, None, options, wall_sign=wall_sign)
+                    break
+                except _Inconsistent as exc:
+                    notes.append(f"one fix-up call: {exc}")
+                    bad.append(exc.bad)
+            bad = [b_ for b_ in bad if b_ is not None]
+            if not bad or attempt == REPAIR_ROUNDS:
+                raise _Inconsistent("; ".join(notes))
+            # grow the missing region around the points where the fix-up disagreed, and try again
+            kept, walls, wall_sign, vol, dropped = _fix.demote(pts, kept, walls, wall_sign, np.concatenate(bad))
+            kept_volume -= vol
+            grown += dropped
+        if grown:
+            fallback = f"grew the fix-up region by {grown} kept tets ({'; '.join(notes)})"
+        elif notes:
+            fallback = f"one fix-up group ({'; '.join(notes)})"
+        stats["grown_tets"], stats["fix_rounds"] = grown, attempt + 1
+        fix_tets, fix_nb, fix_keep = fixed
         stats["fix_s"] = time.perf_counter() - t2
     except _Inconsistent as exc:
         return _global(pts, options, f"blocks inconsistent ({exc})", stats, t0)
     stats["fix_tets"] = int(fix_keep.sum())
     stats["seconds"] = time.perf_counter() - t0
     return Partitioned(kept=kept, fix_tets=fix_tets, fix_neighbors=fix_nb, fix_keep=fix_keep, duplicates=dups,
-                       stats=stats)
+                       stats=stats, fallback=fallback)

@@ -175,6 +175,11 @@ class MiloConfig(GaussiansConfig):
     """Multiplies ``num_pivots`` (the MILo fork's ``MILO_MESH_RES_SCALE``): < 1 for less memory/time."""
     delaunay_every: int = 500
     """Re-triangulate the pivots every this many steps, in a background thread (topology fixed between)."""
+    delaunay_memory_gb: float = 0.0
+    """Host memory budget (GB) of one Delaunay call (0 = the host's available memory). Its estimated peak
+    (:func:`meshlift.isosurface.delaunay_parallel.estimate_memory_gb`: ~13 GB for the ``default`` preset's
+    5.4M pivots on 16 cores) is checked before the call; over it, the run stops with an OutOfMemoryError
+    naming this field, ``num_pivots`` and ``mesh_res_scale``."""
     sdf_reset_every: int = 500
     """Reset the pivot SDF's base by depth fusion of the rendered median depths every this many steps ..."""
     sdf_reset_stop: int = 13_000
@@ -233,7 +238,8 @@ _CHOICES = {"imp_metric": ("indoor", "outdoor"), "extract": ("tsdf", "delaunay")
             "raster_backend": ("auto", "torch", "triton"), "tsdf_unseen": ("inside", "unknown")}
 _UNIT = ("sampling_factor", "prune_cdf", "sdf_reset_blend")
 _NONNEG = ("scene_voxel_pixels", "depth_consistency_views", "depth_consistency_tol", "flatten_weight", "tsdf_trunc_pixels", "scene_trunc_pixels", "tsdf_trunc_voxels", "tsdf_min_views", "trunc_pixels", "depth_normal_weight", "mesh_depth_weight", "mesh_normal_weight", "occupied_centres_weight",
-           "occupancy_label_weight", "keep_components", "min_component_faces", "color_depth_tol", "mesh_res_scale")
+           "occupancy_label_weight", "keep_components", "min_component_faces", "color_depth_tol", "mesh_res_scale",
+           "delaunay_memory_gb")
 _GE1 = ("num_pivots", "delaunay_every", "sdf_reset_every", "labels_every", "extract_labels_every",
         "mesh_chunk_views", "tet_chunk", "texture_res", "ref_views", "ref_test_views", "eval_samples")
 _GE0 = ("max_asset_faces", "fill_hole_edges", "flatten_start", "reinit_step", "reinit_points", "sampling_step", "prune_step", "depth_normal_start", "mesh_start", "sdf_reset_stop", "extract_steps",

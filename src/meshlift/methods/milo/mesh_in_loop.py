@@ -72,7 +72,7 @@ class MeshInTheLoop(Regularizer):
         tr = problem.train
         self.truncation = fusion_truncation(tr.world_to_camera, tr.K, problem.bounds.float().mean(0),
                                             trunc_pixels=cfg.trunc_pixels, scene_scale=self.scene_scale)
-        self.runner = DelaunayRunner()
+        self.runner = DelaunayRunner(memory_gb=cfg.delaunay_memory_gb or None)
         self.job = None
         self.active = False
         self.idx: Optional[torch.Tensor] = None
@@ -167,10 +167,28 @@ class MeshInTheLoop(Regularizer):
 
         with torch.no_grad():
             piv, _ = self.pivots(params)
-        r = delaunay_tets(piv.reshape(-1, 3).detach())
+        pts = piv.reshape(-1, 3).detach()
+        r = self._named(lambda: delaunay_tets(pts, memory_gb=self.cfg.delaunay_memory_gb or None))
         self.tets = r.tets.to(self.device)
         self.triangulations += 1
         self.monitor.log(f"delaunay: {r.num_points:,} pivots -> {r.tets.shape[0]:,} tets in {r.seconds:.1f} s")
+
+    def _named(self, call):
+        """Run a Delaunay call; its errors name MILo's knobs (the pivots come from the preset's
+        ``num_pivots`` × ``mesh_res_scale``)."""
+        from meshlift.errors import MeshError, OutOfMemoryError
+
+        c = self.cfg
+        where = (f"MILo's Delaunay of num_pivots={c.num_pivots:,} × mesh_res_scale={c.mesh_res_scale} "
+                 f"(delaunay_memory_gb={c.delaunay_memory_gb or 'available'})")
+        try:
+            return call()
+        except OutOfMemoryError as e:
+            raise OutOfMemoryError(f"{where}: {e}; or use a smaller preset / --set mesh_res_scale=0.5, or "
+                                   "--set delaunay_memory_gb=<GB this host can give>") from None
+        except MeshError as e:
+            raise MeshError(f"{where}: {e}; the pivots are degenerate (coplanar or duplicated Gaussians): "
+                            "check the scene's Gaussians, or use --set extract=tsdf") from None
 
     def start(self, step: int, params: dict) -> None:
         """Select the pivot Gaussians, triangulate, initialise the SDF by depth fusion, label."""
@@ -221,7 +239,7 @@ class MeshInTheLoop(Regularizer):
         if done:
             job, self.job = self.job, None
             try:
-                self.tets = job.result().tets.to(self.device)
+                self.tets = self._named(job.result).tets.to(self.device)
                 self.triangulations += 1
             finally:
                 self.monitor.log(f"step {step}: {job.status()} (background); switched to the new tets")

@@ -1,0 +1,434 @@
+"""The exact fix-up of :mod:`meshlift.isosurface.delaunay_parallel` (step 3 of its docstring): the open
+faces of the certified tets, Qhull on the fix-up set (in parallel groups, or one call), the side of each
+open face, the components of the missing region and the acceptance checks of the grouped result.
+
+numpy/scipy only. Raises :class:`_Inconsistent` (internal) where the blocks and a fix-up disagree; the
+engine then falls back (one call with the far vertices, then one global Qhull) and says so.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import time
+
+import numpy as np
+
+#: A fix-up tet decides which side of an open face it is on when ``|det| / L^3`` of the face and its far
+#: vertex exceeds this (Qhull's flat ``Qt`` tets in ties do not; their neighbour across the face then decides).
+SIDE_MIN_REL = 1e-10
+#: Each point used by no kept tet links its group to the groups of this many nearest fix-up points.
+UNUSED_LINKS = 8
+#: Groups of fewer fix-up points are linked to the groups of their points' nearest fix-up points.
+MIN_GROUP_POINTS = 64
+#: Relative tolerance of the volume check on the grouped fix-up (kept + fix-up = convex hull).
+ACCEPT_VOLUME_REL = 1e-7
+
+# local index of the 3 vertices of the face opposite corner k
+_FACE = np.array([[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]])
+
+
+class _Inconsistent(Exception):
+    """The merged blocks and the fix-up disagree (ties beyond the tolerances, Qhull merging points).
+    ``bad``: global ids of the points where (None: unknown), for the engine to grow the fix-up there."""
+
+    def __init__(self, msg: str, bad=None):
+        super().__init__(msg)
+        self.bad = None if bad is None else np.unique(np.asarray(bad, dtype=np.int64).reshape(-1))
+
+
+def _idx_dtype(n: int):
+    """Index dtype for ``n`` points: int32 below 2^31, else int64."""
+    return np.int32 if n < 2**31 else np.int64
+
+
+def _far_vertex(simp: np.ndarray, t: np.ndarray, n: np.ndarray, k=None) -> np.ndarray:
+    """Local index of the vertex of tet ``n`` that is not in tet ``t`` (they share a face; with ``k``, the
+    face opposite corner ``k`` of ``t``: then by index sums, no comparisons)."""
+    if k is not None:
+        sn = simp[n].sum(axis=1, dtype=np.int64)
+        return sn - (simp[t].sum(axis=1, dtype=np.int64) - simp[t, k])
+    sn = simp[n]
+    shared = (sn[:, :, None] == simp[t][:, None, :]).any(axis=2)
+    return sn[np.arange(n.size), np.argmin(shared, axis=1)]
+
+
+def _face_keys(faces: np.ndarray, n: int) -> np.ndarray:
+    """Keys of sorted index triples (``faces < n``): int64 when ``n^3 < 2^63``, else (hi, lo) records."""
+    faces = faces.astype(np.int64)
+    if n < (1 << 21):
+        return (faces[:, 0] * n + faces[:, 1]) * n + faces[:, 2]
+    key = np.empty(faces.shape[0], dtype=[("h", "<i8"), ("l", "<i8")])
+    key["h"] = faces[:, 0] * n + faces[:, 1]
+    key["l"] = faces[:, 2]
+    return key
+
+
+def _sort_faces(faces: np.ndarray, n: int):
+    """``(order, start)``: the rows of ``faces`` (sorted id triples, ids < n) in sorted order and the mask
+    of the first row of each run of equal faces (in that order). Two int64 sort keys when ``n^3`` does not
+    fit in one (lexsort: ~3x faster than sorting records)."""
+    f = faces.astype(np.int64)
+    if f.shape[0] == 0:
+        return np.zeros(0, np.int64), np.zeros(0, dtype=bool)
+    if n < (1 << 21):
+        key = (f[:, 0] * n + f[:, 1]) * n + f[:, 2]
+        order = np.argsort(key, kind="stable")
+        ks = key[order]
+        return order, np.r_[True, ks[1:] != ks[:-1]]
+    h, lo = f[:, 0] * n + f[:, 1], f[:, 2]
+    order = np.lexsort((lo, h))
+    hs, ls = h[order], lo[order]
+    return order, np.r_[True, (hs[1:] != hs[:-1]) | (ls[1:] != ls[:-1])]
+
+
+def open_faces(faces: np.ndarray, far: np.ndarray, n: int):
+    """The open faces: those reported once.
+
+    Args:
+        faces: ``[F, 3]`` int32/int64 sorted id triples (faces of kept tets whose local neighbour was not kept).
+        far: ``[F]`` the id of each face's kept tet's 4th vertex.
+        n: number of points (ids < n).
+
+    Returns:
+        ``(walls [W, 3], wall_far [W])``, rows of the inputs.
+
+    Raises:
+        _Inconsistent: a face reported 3+ times, or a tet kept by two blocks.
+    """
+    if faces.shape[0] == 0:
+        return faces, far
+    order, start = _sort_faces(faces, n)
+    run = np.cumsum(start) - 1
+    count = np.bincount(run)
+    if count.max() > 2:
+        raise _Inconsistent("a face is shared by 3+ kept tets")
+    pair = np.flatnonzero(count == 2)
+    first = order[np.flatnonzero(start)[pair]]
+    if np.any(far[first] == far[order[np.flatnonzero(start)[pair] + 1]]):
+        raise _Inconsistent("a tet was kept by two blocks")
+    single = order[count[run] == 1]
+    return faces[single], far[single]
+
+
+def _side(tri: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``det(b - a, c - a, x - a) / L^3`` for triangles ``tri`` ``[W, 3, 3]`` (rows a, b, c) and points
+    ``x`` ``[W, 3]`` (``L`` the longest of the 6 edges): the side of the plane ``x`` is on, scale-free."""
+    a = tri[:, 0]
+    u, v, w = tri[:, 1] - a, tri[:, 2] - a, x - a
+    det = np.einsum("bi,bi->b", u, np.cross(v, w))
+    e2 = [(d * d).sum(axis=1) for d in (u, v, w, tri[:, 2] - tri[:, 1], x - tri[:, 1], x - tri[:, 2])]
+    l2 = np.maximum.reduce(e2)
+    return det / np.maximum(l2 * np.sqrt(l2), np.finfo(np.float64).tiny)
+
+
+def wall_signs(pts, walls, wall_far) -> np.ndarray:
+    """``[W]`` float64 in {-1, 0, 1}: the side of each open face (sorted id triple) its kept tet lies on,
+    from the kept tet's 4th vertex ``wall_far``."""
+    return np.sign(_side(pts[walls], pts[wall_far]))
+
+
+def _sides_by_orientation(pts, s_ids, simp, walls, s_kept, t_side, n_side, k_t):
+    """Per open face: is the ``DT(S)`` tet ``t_side`` on the kept side, and the missing / kept side tets
+    (-1: outside ``DT(S)``). ``s_kept``: :func:`wall_signs` (the kept side of each open face)."""
+    tri = pts[walls]  # [W, 3, 3]
+    o_t = _side(tri, pts[s_ids[simp[t_side, k_t]]])
+    has_n = n_side >= 0
+    o_n = np.zeros_like(o_t)
+    if has_n.any():
+        o_n[has_n] = _side(tri[has_n], pts[s_ids[_far_vertex(simp, t_side[has_n], n_side[has_n])]])
+    rob_t, rob_n = np.abs(o_t) > SIDE_MIN_REL, np.abs(o_n) > SIDE_MIN_REL
+    bad = (~rob_t & ~rob_n) | (s_kept == 0)
+    if bad.any():
+        raise _Inconsistent("an open face lies between two flat tets of the fix-up triangulation", walls[bad])
+    bad = rob_t & rob_n & (np.sign(o_t) == np.sign(o_n))
+    if bad.any():
+        raise _Inconsistent("two fix-up tets on the same side of an open face", walls[bad])
+    kept_is_t = np.where(rob_t, np.sign(o_t) == s_kept, np.sign(o_n) != s_kept)
+    return kept_is_t, np.where(kept_is_t, n_side, t_side), np.where(kept_is_t, t_side, n_side)
+
+
+def _sides_by_far(simp, s_ids, wall_far, t_side, n_side, k_t):
+    """As :func:`_sides_by_orientation`, with the far vertices in S: the kept tet is the one through them."""
+    loc_far = np.searchsorted(s_ids, wall_far)
+    kept_is_t = simp[t_side, k_t] == loc_far
+    far_n = np.where(n_side >= 0, _far_vertex(simp, t_side, np.maximum(n_side, 0)), -1)
+    bad = ~(kept_is_t | (far_n == loc_far))
+    if bad.any():
+        raise _Inconsistent("a kept tet next to an open face is missing from the fix-up triangulation",
+                            s_ids[simp[t_side[bad]]])
+    return kept_is_t, np.where(kept_is_t, n_side, t_side), np.where(kept_is_t, t_side, n_side)
+
+
+def fixup(pts, s_ids, walls, wall_far, options, with_far: bool = False, wall_sign=None):
+    """Qhull on ``pts[s_ids]`` and the mask of its tets that fill the missing region next to ``walls``.
+
+    Args:
+        pts: ``[N, 3]`` float64 points; s_ids: ``[S]`` sorted ids of the fix-up set; walls: ``[W, 3]``
+            sorted id triples (open faces; vertices in ``s_ids``); wall_far: ``[W]`` their kept tets' 4th
+            vertices; options: Qhull options (None: scipy's).
+
+    Returns:
+        ``(tets [M, 4] int32 global ids, neighbours [M, 4] (rows of tets, -1 on the hull), keep [M] bool)``.
+
+    Raises:
+        _Inconsistent: Qhull fails, an open face is not in ``DT(S)``, its sides cannot be told, or a
+            component lies on both sides.
+
+    ``with_far``: ``s_ids`` also holds the far vertices ``wall_far`` of the kept tets, and the kept side of
+    an open face is the ``DT(S)`` tet whose 4th vertex is that far vertex (no orientation test: robust to
+    flat tie tets on both sides; the fallback)."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+    from scipy.spatial import Delaunay, QhullError
+
+    idt = _idx_dtype(pts.shape[0])
+    try:
+        d = Delaunay(pts[s_ids], qhull_options=options)
+    except QhullError as exc:
+        raise _Inconsistent(f"Qhull failed on the {s_ids.size} fix-up points: {str(exc).splitlines()[0]}") from None
+    simp = d.simplices
+    nb = d.neighbors
+    del d
+    m = simp.shape[0]
+    if walls.shape[0] == 0:
+        return s_ids[simp].astype(idt), nb, np.ones(m, dtype=bool)
+    # walls in local indices of S (all their vertices are in S by construction)
+    loc = np.searchsorted(s_ids, walls)
+    # every face of DT(S) once: (tet, corner) with tet < neighbour or on the hull
+    t_all = np.repeat(np.arange(m), 4)
+    k_all = np.tile(np.arange(4), m)
+    n_all = nb.reshape(-1).astype(np.int64)
+    once = (n_all < 0) | (t_all < n_all)
+    t_f, k_f, n_f = t_all[once], k_all[once], n_all[once]
+    f_loc = np.sort(simp[t_f[:, None], _FACE[k_f]], axis=1)
+    ns = s_ids.size
+    fkey = _face_keys(f_loc, ns)
+    order = np.argsort(fkey)
+    fkey = fkey[order]
+    wkey = _face_keys(np.sort(loc, axis=1), ns)
+    pos = np.searchsorted(fkey, wkey)
+    pos = np.minimum(pos, fkey.size - 1)
+    if not np.all(fkey[pos] == wkey):
+        raise _Inconsistent("an open face of the kept tets is not a face of the fix-up triangulation",
+                            walls[fkey[pos] != wkey])
+    fi = order[pos]
+    t_side, n_side = t_f[fi], n_f[fi]
+    if with_far:
+        kept_is_t, miss_side, kept_side = _sides_by_far(simp, s_ids, wall_far, t_side, n_side, k_f[fi])
+    else:
+        sign = wall_signs(pts, walls, wall_far) if wall_sign is None else wall_sign
+        kept_is_t, miss_side, kept_side = _sides_by_orientation(pts, s_ids, simp, walls, sign, t_side,
+                                                                n_side, k_f[fi])
+    # components of DT(S) with the open faces cut
+    is_wall = np.zeros(t_f.size, dtype=bool)
+    is_wall[fi] = True
+    e = (~is_wall) & (n_f >= 0)
+    g = coo_matrix((np.ones(int(e.sum()), dtype=np.int8), (t_f[e], n_f[e])), shape=(m, m))
+    _, label = connected_components(g, directed=False)
+    kept_lab = np.zeros(label.max() + 1, dtype=bool)
+    kept_lab[label[kept_side[kept_side >= 0]]] = True
+    miss_lab = np.zeros_like(kept_lab)
+    miss_lab[label[miss_side[miss_side >= 0]]] = True
+    if (kept_lab & miss_lab).any():
+        both = (kept_lab & miss_lab)[label[np.maximum(miss_side, 0)]] & (miss_side >= 0)
+        raise _Inconsistent("a fix-up component lies on both sides of the kept tets", walls[both])
+    if not (kept_lab | miss_lab).all():
+        raise _Inconsistent("a fix-up component touches no open face")
+    if not miss_lab.any() and walls.shape[0]:
+        raise _Inconsistent("no fix-up tet lies on the missing side of an open face")
+    return s_ids[simp].astype(idt), nb, miss_lab[label]
+
+
+def groups(pts, walls, wall_far, unused, max_bins: int, hull_ids=None):
+    """Split the fix-up into Qhull calls: ``([(s_ids, wall_rows)], number of groups)`` with at most
+    ``max_bins`` calls (``s_ids`` sorted global ids, ``wall_rows`` rows of ``walls``). ``pts`` ``[N, 3]``,
+    ``walls`` ``[W, 3]``, ``unused`` ``[U]`` ids of points in no kept tet.
+
+    Groups: the open faces connected through shared vertices, with their far vertices; each unused point
+    linked to its ``UNUSED_LINKS`` nearest fix-up points (its Delaunay neighbours are vertices of the same
+    hole); the groups with a vertex on the convex hull (``hull_ids``, global ids) joined into one (a hole
+    along the hull can have an open-face boundary in several pieces joined only by hull faces). Groups are
+    packed into bins by size (largest first, into the lightest bin).
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+    from scipy.spatial import cKDTree
+
+    s_ids = np.unique(np.concatenate([walls.reshape(-1), unused]))
+    ns = s_ids.size
+    loc = np.searchsorted(s_ids, walls)
+    a = [loc[:, 0], loc[:, 1]]
+    b = [loc[:, 1], loc[:, 2]]
+    if unused.size and ns > 1:
+        k = min(UNUSED_LINKS + 1, ns)
+        _, j = cKDTree(pts[s_ids]).query(pts[unused], k=k)
+        a.append(np.repeat(np.searchsorted(s_ids, unused), k))
+        b.append(j.reshape(-1))
+    if hull_ids is not None and hull_ids.size:
+        h = np.searchsorted(s_ids, hull_ids)
+        h = h[(h < ns) & (s_ids[np.minimum(h, ns - 1)] == hull_ids)]
+        a.append(np.full(h.size, h[0] if h.size else 0))
+        b.append(h)
+    a, b = np.concatenate(a), np.concatenate(b)
+    g = coo_matrix((np.ones(a.size, dtype=np.int8), (a, b)), shape=(ns, ns))
+    ng, label = connected_components(g, directed=False)
+    size = np.bincount(label, minlength=ng)
+    small = size[label] < MIN_GROUP_POINTS
+    if small.any() and not small.all():
+        # a tiny group (a face at the edge of a hole whose boundary continues through hull faces) joins
+        # the one big group nearest to it (one, so that tiny groups never bridge two big ones)
+        sm, big = np.flatnonzero(small), np.flatnonzero(~small)
+        d, j = cKDTree(pts[s_ids[big]]).query(pts[s_ids[sm]], k=1)
+        ls = label[sm]
+        order = np.lexsort((d, ls))
+        first = order[np.r_[True, ls[order][1:] != ls[order][:-1]]]  # per tiny group: its nearest point
+        target = np.arange(ng)
+        target[ls[first]] = label[big[j[first]]]
+        label = target[label]
+        ng, label = np.unique(label, return_inverse=True)
+        ng = ng.size
+        size = np.bincount(label, minlength=ng)
+    nbins = max(1, min(ng, max_bins))
+    load = np.zeros(nbins)
+    bin_of = np.zeros(ng, dtype=np.int64)
+    for grp in np.argsort(-size, kind="stable"):
+        k = int(np.argmin(load))
+        bin_of[grp] = k
+        load[k] += size[grp]
+    pb = bin_of[label]
+    wb = pb[loc[:, 0]]
+    out = []
+    for k in range(nbins):
+        ids_k = s_ids[pb == k]
+        if ids_k.size:
+            out.append((ids_k, np.flatnonzero(wb == k)))
+    return out, ng
+
+
+def _on_hull(hull, pts, faces, tol) -> np.ndarray:
+    """``[F]`` bool: faces (global id triples) whose centroid lies on a facet plane of ``hull`` (a
+    ``scipy.spatial.ConvexHull``) within ``tol`` (robust to coplanar facets triangulated differently)."""
+    eq = hull.equations  # [H, 4]: n . x + d <= 0 inside
+    c = pts[faces].mean(axis=1)
+    on = np.zeros(faces.shape[0], dtype=bool)
+    for s in range(0, c.shape[0], 4096):
+        on[s : s + 4096] = (c[s : s + 4096] @ eq[:, :3].T + eq[:, 3]).max(axis=1) >= -tol
+    return on
+
+
+def accept(pts, hull, walls, fix_tets, fix_keep, kept_volume):
+    """Acceptance checks of the grouped fix-up (checks (a)-(c) of the engine's docstring).
+
+    Args:
+        pts: ``[N, 3]`` float64; hull: ``scipy.spatial.ConvexHull`` of all points; walls: ``[W, 3]`` open
+            faces; fix_tets: ``[M, 4]`` and fix_keep: ``[M]`` bool, the fix-up tets and those taken;
+            kept_volume: volume of the kept tets (units of ``pts`` cubed).
+
+    Raises:
+        _Inconsistent: a face in 3+ fix-up tets, a repeated tet, a boundary face that is neither open nor
+            on the hull, or a volume off the hull's by more than ``ACCEPT_VOLUME_REL``.
+    """
+    f = np.sort(fix_tets[fix_keep].astype(np.int64), axis=1)
+    # compact ids (the vertices of the fix-up tets and the open faces), so that face keys fit in int64
+    ids = np.unique(np.concatenate([f.reshape(-1), walls.reshape(-1)]))
+    n = ids.size
+    pts = pts[ids]
+    f = np.searchsorted(ids, f)
+    walls = np.searchsorted(ids, walls)
+    faces = f[:, _FACE].reshape(-1, 3)  # sorted rows stay sorted; row 4 i + k is tet i's face opposite k
+    order, start = _sort_faces(faces, n)
+    count = np.bincount(np.cumsum(start) - 1) if start.size else np.zeros(0, np.int64)
+    if count.size and count.max() > 2:
+        raise _Inconsistent("a face lies in 3+ fix-up tets")
+    first = np.flatnonzero(start)
+    r1, r2 = order[first[count == 2]], order[first[count == 2] + 1]
+    if np.any(f[r1 // 4, r1 % 4] == f[r2 // 4, r2 % 4]):  # two tets on one face with the same 4th vertex
+        raise _Inconsistent("a fix-up tet is repeated")
+    single = order[first[count == 1]]
+    bkey = _face_keys(faces[single], n)
+    wkey = _face_keys(walls, n)
+    odd = np.concatenate([faces[single][~np.isin(bkey, wkey)], walls[~np.isin(wkey, bkey)]])
+    d = float(np.sqrt((np.ptp(pts, axis=0) ** 2).sum()))
+    on = _on_hull(hull, pts, odd, 1e-9 * d)
+    if not on.all():
+        raise _Inconsistent(f"{int((~on).sum())} boundary faces of the grouped fix-up are neither open faces "
+                            "nor on the hull", ids[odd[~on]])
+    p = pts[f]
+    e = p[:, 1:] - p[:, :1]
+    fix_volume = float(np.abs(np.einsum("bi,bi->b", e[:, 0], np.cross(e[:, 1], e[:, 2]))).sum() / 6.0)
+    if abs(kept_volume + fix_volume - hull.volume) > ACCEPT_VOLUME_REL * hull.volume:
+        raise _Inconsistent(f"kept + fix-up volume {kept_volume + fix_volume:.9g} != hull volume {hull.volume:.9g}")
+
+
+def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, stats):
+    """The fix-up in parallel groups (:func:`groups`, :func:`fixup` in ``workers`` threads), checked by
+    :func:`accept`; ``wall_sign``: :func:`wall_signs`. Returns ``(fix_tets, fix_neighbors, fix_keep)`` as
+    :func:`fixup`, the calls concatenated (neighbours offset). Adds ``fix_groups``, ``fix_calls``,
+    ``fix_call_points``, ``accept_s`` to ``stats``. Raises ``_Inconsistent`` as :func:`fixup` (the ``bad``
+    points of every failing call) and :func:`accept`."""
+    from scipy.spatial import ConvexHull, QhullError
+
+    # every hull vertex is on an open face or in a missing tet, so the hull of S is the hull of all points
+    s_all = np.unique(np.concatenate([walls.reshape(-1), unused]))
+    try:
+        hull = ConvexHull(pts[s_all])
+    except QhullError as exc:
+        raise _Inconsistent(f"the convex hull of the fix-up points failed: {str(exc).splitlines()[0]}") from None
+    bins, ngroups = groups(pts, walls, wall_sign, unused, 2 * workers, s_all[hull.vertices])
+    stats["fix_groups"] = int(ngroups)
+    stats["fix_calls"] = len(bins)
+    stats["fix_call_points"] = sorted((int(b[0].size) for b in bins), reverse=True)[:8]
+    with cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="meshlift-delaunay-fix") as pool:
+        futs = [pool.submit(fixup, pts, ids_k, walls[rows], None, options, wall_sign=wall_sign[rows])
+                for ids_k, rows in bins]
+        res, errors = [], []
+        for f_ in futs:
+            try:
+                res.append(f_.result())
+            except _Inconsistent as exc:
+                errors.append(exc)
+    if errors:
+        bad = [e.bad for e in errors if e.bad is not None]
+        raise _Inconsistent(f"{len(errors)} of {len(bins)} fix-up calls: {errors[0]}",
+                            np.concatenate(bad) if bad else None)
+    tets = [r[0] for r in res]
+    off = np.cumsum([0] + [t.shape[0] for t in tets[:-1]])
+    nbs = [np.where(r[1] >= 0, r[1].astype(np.int64) + o, -1) for r, o in zip(res, off)]
+    keep = np.concatenate([r[2] for r in res])
+    tets = np.concatenate(tets)
+    t1 = time.perf_counter()
+    accept(pts, hull, walls, tets, keep, kept_volume)
+    stats["accept_s"] = time.perf_counter() - t1
+    return tets, np.concatenate(nbs), keep
+
+
+def demote(pts, kept, walls, wall_sign, bad, rings: int = 2):
+    """Grow the missing region: drop the kept tets within ``rings`` vertex rings of ``bad`` (global ids;
+    1: the tets with a vertex in ``bad``) and update the open
+    faces. A dropped tet's faces join the open faces, a face now between two dropped tets (or a dropped tet
+    and the old missing region) leaves them; a new open face's kept side is opposite the dropped tet's 4th
+    vertex. Returns ``(kept, walls, wall_sign, dropped volume, dropped count)``; raises ``_Inconsistent`` on
+    a face in 3+ places."""
+    mark = np.zeros(pts.shape[0], dtype=bool)
+    mark[bad] = True
+    drop = mark[kept].any(axis=1)
+    for _ in range(rings - 1):  # and the tets around the dropped ones' vertices
+        mark[kept[drop].reshape(-1)] = True
+        drop = mark[kept].any(axis=1)
+    r = kept[drop]
+    kept = kept[~drop]
+    p = pts[r]
+    e = p[:, 1:] - p[:, :1]
+    vol = float(np.abs(np.einsum("bi,bi->b", e[:, 0], np.cross(e[:, 1], e[:, 2]))).sum() / 6.0)
+    rf = np.sort(r[:, _FACE].reshape(-1, 3), axis=1)
+    rfar = r.reshape(-1)
+    rs = -np.sign(_side(pts[rf], pts[rfar]))
+    faces = np.concatenate([walls, rf.astype(walls.dtype)])
+    signs = np.concatenate([wall_sign, rs])
+    order, start = _sort_faces(faces, pts.shape[0])
+    run = np.cumsum(start) - 1
+    count = np.bincount(run)
+    if count.max() > 2:
+        raise _Inconsistent("a face is shared by 3+ tets while growing the fix-up region")
+    single = order[count[run] == 1]
+    return kept, faces[single], signs[single], vol, int(drop.sum())
