@@ -312,7 +312,7 @@ def test_without_tree_or_groups_same_tets():
 def test_grouped_fixup_check_falls_back_with_a_warning(monkeypatch):
     """A wrong grouping (every unused point and open face in its own call) is caught by the acceptance
     checks; the one-call fix-up then gives the exact result, with a warning."""
-    def bad_groups(pts, walls, wall_far, unused, max_bins, hull_ids=None):
+    def bad_groups(pts, walls, wall_far, unused, max_bins, hull_ids=None, reuse=None):
         half = walls.shape[0] // 2  # split the open faces arbitrarily: holes are cut in two
         out = []
         for rows in (np.arange(half), np.arange(half, walls.shape[0])):

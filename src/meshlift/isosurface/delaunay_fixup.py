@@ -239,10 +239,38 @@ def fixup(pts, s_ids, walls, wall_far, options, with_far: bool = False, wall_sig
     return s_ids[simp].astype(idt), nb, miss_lab[label]
 
 
-def groups(pts, walls, wall_far, unused, max_bins: int, hull_ids=None):
+class GroupCache:
+    """The fix-up groups accepted by earlier repair rounds, so that a round re-runs only the groups that
+    failed or changed. ``done``: group key (:func:`group_key`) -> ``(tets [M, 4] global ids, neighbours
+    [M, 4] (rows of tets, -1 outside), keep [M] bool)``, the group's share of its call's ``DT(S)``;
+    ``hits``: the keys :func:`groups` found in ``done`` this round (their groups are not re-run)."""
+
+    def __init__(self):
+        self.done: dict = {}
+        self.hits: list = []
+
+
+def group_key(ids, walls, wall_far) -> bytes:
+    """Digest of one group: its sorted point ids ``[G]``, its open faces ``[W, 3]`` (any row order) and
+    their ``wall_far`` values ``[W]``; equal keys = the same holes, so the same missing tets."""
+    import hashlib
+
+    order = np.lexsort((walls[:, 2], walls[:, 1], walls[:, 0]))
+    h = hashlib.blake2b(digest_size=20)
+    h.update(np.ascontiguousarray(ids, dtype=np.int64).tobytes())
+    h.update(np.ascontiguousarray(walls[order], dtype=np.int64).tobytes())
+    h.update(np.ascontiguousarray(np.asarray(wall_far)[order], dtype=np.float64).tobytes())
+    return h.digest()
+
+
+def groups(pts, walls, wall_far, unused, max_bins: int, hull_ids=None, reuse: GroupCache | None = None):
     """Split the fix-up into Qhull calls: ``([(s_ids, wall_rows)], number of groups)`` with at most
     ``max_bins`` calls (``s_ids`` sorted global ids, ``wall_rows`` rows of ``walls``). ``pts`` ``[N, 3]``,
     ``walls`` ``[W, 3]``, ``unused`` ``[U]`` ids of points in no kept tet.
+
+    With ``reuse`` (a :class:`GroupCache`), the groups whose :func:`group_key` is in ``reuse.done`` are
+    left out of the calls (their keys go to ``reuse.hits``), and each call is ``(s_ids, wall_rows,
+    group_of_point [len(s_ids)] int, keys)``: the group (index into ``keys``) of each of its points.
 
     Groups: the open faces connected through shared vertices, with their far vertices; each unused point
     linked to its ``UNUSED_LINKS`` nearest fix-up points (its Delaunay neighbours are vertices of the same
@@ -288,10 +316,27 @@ def groups(pts, walls, wall_far, unused, max_bins: int, hull_ids=None):
         ng, label = np.unique(label, return_inverse=True)
         ng = ng.size
         size = np.bincount(label, minlength=ng)
-    nbins = max(1, min(ng, max_bins))
+    wl = label[loc[:, 0]]
+    todo = np.ones(ng, dtype=bool)
+    keys = None
+    if reuse is not None:
+        # per group: its points and open faces (label order), its key; the groups seen before are skipped
+        p_ord = np.argsort(label, kind="stable")
+        p_cut = np.r_[0, np.cumsum(np.bincount(label, minlength=ng))]
+        w_ord = np.argsort(wl, kind="stable")
+        w_cut = np.r_[0, np.cumsum(np.bincount(wl, minlength=ng))]
+        keys = []
+        for g_ in range(ng):
+            rows = w_ord[w_cut[g_] : w_cut[g_ + 1]]
+            keys.append(group_key(s_ids[p_ord[p_cut[g_] : p_cut[g_ + 1]]], walls[rows], wall_far[rows]))
+        reuse.hits = [k_ for k_ in keys if k_ in reuse.done]
+        todo = np.array([k_ not in reuse.done for k_ in keys], dtype=bool)
+    nbins = max(1, min(int(todo.sum()), max_bins))
     load = np.zeros(nbins)
-    bin_of = np.zeros(ng, dtype=np.int64)
+    bin_of = np.full(ng, -1, dtype=np.int64)
     for grp in np.argsort(-size, kind="stable"):
+        if not todo[grp]:
+            continue
         k = int(np.argmin(load))
         bin_of[grp] = k
         load[k] += size[grp]
@@ -299,9 +344,11 @@ def groups(pts, walls, wall_far, unused, max_bins: int, hull_ids=None):
     wb = pb[loc[:, 0]]
     out = []
     for k in range(nbins):
-        ids_k = s_ids[pb == k]
+        in_k = pb == k
+        ids_k = s_ids[in_k]
         if ids_k.size:
-            out.append((ids_k, np.flatnonzero(wb == k)))
+            rows = np.flatnonzero(wb == k)
+            out.append((ids_k, rows) if keys is None else (ids_k, rows, label[in_k], keys))
     return out, ng
 
 
@@ -360,12 +407,39 @@ def accept(pts, hull, walls, fix_tets, fix_keep, kept_volume):
         raise _Inconsistent(f"kept + fix-up volume {kept_volume + fix_volume:.9g} != hull volume {hull.volume:.9g}")
 
 
-def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, stats):
+def _split_by_group(result, ids_k, glab_k, keys, into: dict) -> None:
+    """Store one accepted call's ``DT(S)`` (``result`` of :func:`fixup` on ``ids_k``) per group in ``into``
+    (key -> tets, neighbours, keep): a tet goes to the group of its first vertex, neighbours outside the
+    group become -1. Nothing is stored when a taken tet spans two groups (a grouping the final checks
+    would judge as a whole; the call is then simply re-run)."""
+    tets, nb, keep = result
+    lab = glab_k[np.searchsorted(ids_k, tets)]  # [M, 4] group of each vertex
+    if np.any(lab[keep] != lab[keep][:, :1]):
+        return
+    t_lab = lab[:, 0]
+    order = np.argsort(t_lab, kind="stable")
+    cut = np.r_[0, np.cumsum(np.bincount(t_lab, minlength=len(keys)))]
+    new_row = np.empty(tets.shape[0], dtype=np.int64)
+    for g in np.unique(t_lab):
+        rows = order[cut[g] : cut[g + 1]]
+        new_row[rows] = np.arange(rows.size)
+        nb_g = nb[rows].astype(np.int64)
+        inside = nb_g >= 0
+        inside[inside] = t_lab[nb_g[inside]] == g
+        into[keys[g]] = (tets[rows], np.where(inside, new_row[np.maximum(nb_g, 0)], -1), keep[rows])
+
+
+def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, stats, cache=None):
     """The fix-up in parallel groups (:func:`groups`, :func:`fixup` in ``workers`` threads), checked by
     :func:`accept`; ``wall_sign``: :func:`wall_signs`. Returns ``(fix_tets, fix_neighbors, fix_keep)`` as
     :func:`fixup`, the calls concatenated (neighbours offset). Adds ``fix_groups``, ``fix_calls``,
-    ``fix_call_points``, ``accept_s`` to ``stats``. Raises ``_Inconsistent`` as :func:`fixup` (the ``bad``
-    points of every failing call) and :func:`accept`."""
+    ``fix_call_points``, ``fix_reused_groups``, ``accept_s`` to ``stats``. Raises ``_Inconsistent`` as
+    :func:`fixup` (the ``bad`` points of every failing call) and :func:`accept`.
+
+    ``cache`` (a :class:`GroupCache`, kept by the caller across repair rounds): groups unchanged since a
+    round whose call on them succeeded are not re-run; their stored tets join the new calls' tets, and
+    :func:`accept` checks the union. The groups of the calls that succeed are stored even when another
+    call fails; the store is emptied when the union fails :func:`accept` (the next round re-runs all)."""
     from scipy.spatial import ConvexHull, QhullError
 
     # every hull vertex is on an open face or in a missing tet, so the hull of S is the hull of all points
@@ -374,31 +448,48 @@ def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, 
         hull = ConvexHull(pts[s_all])
     except QhullError as exc:
         raise _Inconsistent(f"the convex hull of the fix-up points failed: {str(exc).splitlines()[0]}") from None
-    bins, ngroups = groups(pts, walls, wall_sign, unused, 2 * workers, s_all[hull.vertices])
+    if cache is not None:
+        cache.hits = []
+        bins, ngroups = groups(pts, walls, wall_sign, unused, 2 * workers, s_all[hull.vertices], reuse=cache)
+    else:
+        bins, ngroups = groups(pts, walls, wall_sign, unused, 2 * workers, s_all[hull.vertices])
+    reused = list(cache.hits) if cache is not None else []
     stats["fix_groups"] = int(ngroups)
     stats["fix_calls"] = len(bins)
+    stats["fix_reused_groups"] = len(reused)
     stats["fix_call_points"] = sorted((int(b[0].size) for b in bins), reverse=True)[:8]
     with cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="meshlift-delaunay-fix") as pool:
-        futs = [pool.submit(fixup, pts, ids_k, walls[rows], None, options, wall_sign=wall_sign[rows])
-                for ids_k, rows in bins]
+        futs = [pool.submit(fixup, pts, b[0], walls[b[1]], None, options, wall_sign=wall_sign[b[1]])
+                for b in bins]
         res, errors = [], []
-        for f_ in futs:
+        for b, f_ in zip(bins, futs):
             try:
                 res.append(f_.result())
             except _Inconsistent as exc:
                 errors.append(exc)
+                continue
+            if cache is not None and len(b) == 4:  # (a grouping without group labels is not stored)
+                _split_by_group(res[-1], b[0], b[2], b[3], cache.done)
+    stats["fix_failed_calls"] = len(errors)
     if errors:
         bad = [e.bad for e in errors if e.bad is not None]
         raise _Inconsistent(f"{len(errors)} of {len(bins)} fix-up calls: {errors[0]}",
                             np.concatenate(bad) if bad else None)
-    tets = [r[0] for r in res]
+    parts = res + [cache.done[k_] for k_ in reused]
+    tets = [r[0] for r in parts]
     off = np.cumsum([0] + [t.shape[0] for t in tets[:-1]])
-    nbs = [np.where(r[1] >= 0, r[1].astype(np.int64) + o, -1) for r, o in zip(res, off)]
-    keep = np.concatenate([r[2] for r in res])
+    nbs = [np.where(r[1] >= 0, r[1].astype(np.int64) + o, -1) for r, o in zip(parts, off)]
+    keep = np.concatenate([r[2] for r in parts])
     tets = np.concatenate(tets)
     t1 = time.perf_counter()
-    accept(pts, hull, walls, tets, keep, kept_volume)
-    stats["accept_s"] = time.perf_counter() - t1
+    try:
+        accept(pts, hull, walls, tets, keep, kept_volume)
+    except _Inconsistent:
+        if cache is not None:
+            cache.done.clear()
+        raise
+    finally:
+        stats["accept_s"] = time.perf_counter() - t1
     return tets, np.concatenate(nbs), keep
 
 

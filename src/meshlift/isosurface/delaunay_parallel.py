@@ -62,7 +62,10 @@ call on ``S`` (the proof above). Where a fix-up call disagrees with the kept tet
 face missing from ``DT(S)``: Qhull merges near-co-spherical facets of a big, nearly spherical ``S``, as at
 5.4M pivots on a shell) the engine *grows* the missing region instead: it drops the kept tets within 2
 vertex rings of those points (their faces become open faces, the kept side opposite their 4th vertex) and
-redoes the grouped fix-up, up to ``REPAIR_ROUNDS`` times; the result is still ``A`` minus the dropped tets
+redoes the grouped fix-up, up to ``REPAIR_ROUNDS`` times, re-running only the groups that failed or that the
+grown region changed (``REUSE_GROUPS``: a group with the same points, open faces and sides as in a call
+that succeeded keeps that call's tets; checks (a)-(c) are made on the union, and a union that fails them
+empties the store so the next round re-runs all groups); the result is still ``A`` minus the dropped tets
 plus the missing components of the bigger region. Only when that fails too (a face kept 3 times, no
 points named) does it fall back to one global Qhull; either fallback is named in
 ``fallback`` and warned about by the caller (:class:`~meshlift.errors.MeshliftWarning`): the result is
@@ -128,6 +131,9 @@ KD_MAX_RADIUS = 6.0
 FAST_OPTIONS = "Qbb Qc Qz Q12 Q5"
 #: Rounds of growing the fix-up region around points where a fix-up disagreed before one global Qhull.
 REPAIR_ROUNDS = 8
+#: A repair round re-runs only the fix-up groups that failed or changed (the others' tets are kept from
+#: their round and the union is checked); False: every round re-runs all groups (the reference).
+REUSE_GROUPS = True
 #: Default number of blocks per worker (load balance vs halo overhead).
 BLOCKS_PER_WORKER = 3
 #: Memory model of :func:`estimate_memory_gb`: bytes per point inside one Qhull call (scipy's Qhull plus
@@ -569,6 +575,8 @@ def partitioned_delaunay(
         stats["merge_s"] = time.perf_counter() - t1
         t2 = time.perf_counter()
         fixed, notes, grown = None, [], 0
+        cache = _fix.GroupCache() if REUSE_GROUPS else None
+        stats["fix_round_calls"] = []  # per grouped round: [calls run, calls failed, groups reused]
         for attempt in range(REPAIR_ROUNDS + 1):
             used = np.zeros(n, dtype=bool)
             used[kept.reshape(-1)] = True
@@ -578,12 +586,17 @@ def partitioned_delaunay(
             stats["fix_points"], stats["unused_points"] = int(s_ids.size), int(unused.size)
             bad = []
             if grouped and walls.shape[0] and workers > 1:
+                stats.update(fix_calls=0, fix_failed_calls=0, fix_reused_groups=0)
                 try:
-                    fixed = _fix.grouped_fixup(pts, walls, wall_sign, unused, fast, workers, kept_volume, stats)
+                    fixed = _fix.grouped_fixup(pts, walls, wall_sign, unused, fast, workers, kept_volume, stats,
+                                               cache)
                     break
                 except _Inconsistent as exc:
                     notes.append(f"grouped fix-up: {exc}")
                     bad.append(exc.bad)
+                finally:
+                    stats["fix_round_calls"].append([stats.get("fix_calls", 0), stats.get("fix_failed_calls", 0),
+                                                     stats.get("fix_reused_groups", 0)])
             # one call over all of S (with the far vertices while they are known); skipped while the grouped
             # calls say where they disagreed (growing the region there is cheaper than a call over all of S)
             if not (bad and bad[0] is not None and attempt < REPAIR_ROUNDS):
