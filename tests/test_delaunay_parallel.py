@@ -412,3 +412,62 @@ def test_fixup_disagreement_grows_the_region(monkeypatch):
         res = delaunay_tets_parallel(pts, workers=2, blocks=12)
     assert np.array_equal(_as_set(res.tets), _as_set(Delaunay(pts).simplices))
     _check_valid(pts, res)
+
+
+def _one_failing_call(monkeypatch):
+    """Make the first (largest) grouped call of the first round disagree at the vertices of 2 of its open
+    faces; record every round's calls as ``(points, injected failure)``."""
+    real_groups, real_fixup = df.groups, df.fixup
+    rounds, state = [], {}
+
+    def groups(*a, **k):
+        out, ng = real_groups(*a, **k)
+        rounds.append([])
+        if len(rounds) == 1:
+            state["fail"] = out[0][0]
+        return out, ng
+
+    def fixup(pts, s_ids, walls, *a, **k):
+        fail = s_ids is state.get("fail")
+        rounds[-1].append((s_ids.copy(), fail))
+        if fail:
+            raise df._Inconsistent("test disagreement", walls[:2])
+        return real_fixup(pts, s_ids, walls, *a, **k)
+
+    monkeypatch.setattr(df, "groups", groups)
+    monkeypatch.setattr(df, "fixup", fixup)
+    return rounds
+
+
+def test_repair_round_reruns_only_failing_groups(monkeypatch):
+    """After one grouped call disagrees, the repair round runs only the groups it failed on and those the
+    grown region changed (fewer calls and points); the accepted groups' tets are reused, and the result is
+    the same as re-running every group (``REUSE_GROUPS = False``, the reference) and as one scipy call."""
+    # 4 small pivot shells side by side: 4 fix-up groups (3 inner skins, one outer group along the hull)
+    pts = np.concatenate([_pivots(3000, s) + np.array([3.0 * s, 0.5 * (s % 2), 0.0]) for s in range(4)])
+    out = {}
+    for reuse in (True, False):
+        monkeypatch.setattr(dp, "REUSE_GROUPS", reuse)
+        rounds = _one_failing_call(monkeypatch)
+        eng = dp.partitioned_delaunay(pts, workers=4, blocks=12)
+        assert eng.fallback.startswith("grew the fix-up region") and "test disagreement" in eng.fallback
+        out[reuse] = (eng, rounds)
+        monkeypatch.undo()
+    (eng, rounds), (ref, ref_rounds) = out[True], out[False]
+    assert eng.stats["fix_rounds"] == ref.stats["fix_rounds"] == 2 and len(rounds) == len(ref_rounds) == 2
+    first, second = rounds
+    assert len(first) == 4 and sum(f for _, f in first) == 1
+    failed = next(ids for ids, f in first if f)
+    # round 2: fewer calls and points than round 1 (and than the reference's round 2, which re-runs all)
+    assert 1 <= len(second) < len(first) and len(second) < len(ref_rounds[1])
+    assert sum(ids.size for ids, _ in second) < sum(ids.size for ids, _ in ref_rounds[1])
+    assert eng.stats["fix_reused_groups"] > 0 and eng.stats["fix_round_calls"][1][0] == len(second)
+    # every group re-run touches the failed call's points (the grown region lies there)
+    assert all(np.intersect1d(ids, failed).size for ids, _ in second)
+    assert np.array_equal(_as_set(eng.kept), _as_set(ref.kept))
+    assert np.array_equal(_as_set(eng.fix_tets[eng.fix_keep]), _as_set(ref.fix_tets[ref.fix_keep]))
+    tets = np.concatenate([eng.kept, eng.fix_tets[eng.fix_keep]])
+    assert _as_set(tets).shape[0] == len(tets)
+    sa, sb = {tuple(t) for t in _as_set(tets).tolist()}, {tuple(t) for t in _as_set(Delaunay(pts).simplices).tolist()}
+    only = np.array(sorted(sa ^ sb), dtype=np.int64).reshape(-1, 4)
+    assert _ties(pts, only).all()  # the same tets as one scipy call up to co-spherical float32 ties
