@@ -576,7 +576,8 @@ def partitioned_delaunay(
         t2 = time.perf_counter()
         fixed, notes, grown = None, [], 0
         cache = _fix.GroupCache() if REUSE_GROUPS else None
-        stats["fix_round_calls"] = []  # per grouped round: [calls run, calls failed, groups reused]
+        # per grouped round: [calls run, calls failed, groups reused, largest call's points]
+        stats["fix_round_calls"] = []
         for attempt in range(REPAIR_ROUNDS + 1):
             used = np.zeros(n, dtype=bool)
             used[kept.reshape(-1)] = True
@@ -586,7 +587,7 @@ def partitioned_delaunay(
             stats["fix_points"], stats["unused_points"] = int(s_ids.size), int(unused.size)
             bad = []
             if grouped and walls.shape[0] and workers > 1:
-                stats.update(fix_calls=0, fix_failed_calls=0, fix_reused_groups=0)
+                stats.update(fix_calls=0, fix_failed_calls=0, fix_reused_groups=0, fix_call_points=[])
                 try:
                     fixed = _fix.grouped_fixup(pts, walls, wall_sign, unused, fast, workers, kept_volume, stats,
                                                cache)
@@ -596,7 +597,8 @@ def partitioned_delaunay(
                     bad.append(exc.bad)
                 finally:
                     stats["fix_round_calls"].append([stats.get("fix_calls", 0), stats.get("fix_failed_calls", 0),
-                                                     stats.get("fix_reused_groups", 0)])
+                                                     stats.get("fix_reused_groups", 0),
+                                                     max(stats.get("fix_call_points") or [0])])
             # one call over all of S (with the far vertices while they are known); skipped while the grouped
             # calls say where they disagreed (growing the region there is cheaper than a call over all of S)
             if not (bad and bad[0] is not None and attempt < REPAIR_ROUNDS):
