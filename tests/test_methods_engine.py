@@ -98,7 +98,7 @@ def test_train_state_round_trips_and_device_errors():
     st = TrainState(stage="pass2", iteration=3, history=[{"pass": 1}], timings={"pass1_s": 1.0})
     assert TrainState(**st.state_dict()) == st
     assert resolve_device("cpu") == torch.device("cpu")
-    with pytest.raises(ConfigError, match=r"device 'nonsense-device' \(--device, or --set device=\) is not a device"):
+    with pytest.raises(ConfigError, match=r"device 'nonsense-device' \(--set device=; `meshlift demo --device`\) is not a device"):
         resolve_device("nonsense-device")
     with pytest.raises(ConfigError, match="'meta' .* is not supported; use auto, cpu, cuda"):
         resolve_device("meta")  # a real torch device type meshlift does not run on

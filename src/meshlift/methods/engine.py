@@ -91,7 +91,7 @@ def resolve_device(name: str) -> torch.device:
     """
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    what = f"device {name!r} (--device, or --set device=)"
+    what = f"device {name!r} (--set device=; `meshlift demo --device`)"
     try:
         dev = torch.device(name)
     except RuntimeError:
