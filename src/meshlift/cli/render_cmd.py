@@ -61,7 +61,7 @@ def render(
     from meshlift.errors import ConfigError
     from meshlift.io.images import write_image
     from meshlift.io.jsonfile import dumps, write_json
-    from meshlift.io.mesh import find_asset, load_mesh
+    from meshlift.io.mesh import find_asset
     from meshlift.renderers.mesh_pbr import render_views, turntable_cameras
 
     if not Path(asset).exists():

@@ -24,7 +24,7 @@ from meshlift.methods.engine import (CHECKPOINT_NAME, Checkpointer, Monitor, Tim
 from meshlift.methods.gaussians.config import SHAPE_FIELDS, GaussiansConfig, apply_dict
 from meshlift.methods.gaussians.views import SplatProblem
 
-__all__ = ["BUDGET_FRACTIONS", "GaussiansResult", "build_config", "check_out_dir", "help_config",
+__all__ = ["BUDGET_FRACTIONS", "GaussiansResult", "build_config", "check_out_dir",
            "load_problem", "reconstruct", "summary_lines"]
 
 #: With ``time_budget_s``: training stops once this fraction of the budget has passed (the rest is left
