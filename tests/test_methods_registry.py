@@ -205,3 +205,18 @@ def test_every_config_class_names_its_method():
 
     for name, m in METHODS.items():
         assert m.config_cls.METHOD == name, (name, m.config_cls)
+
+
+def test_look_line_names_the_last_image_of_each_pattern(tmp_path):
+    """The summary's 'look at' line: the last match (by name) of each pattern that matched, nothing else."""
+    from meshlift.methods.spec import look_line
+
+    (tmp_path / "images").mkdir()
+    for n in ("preview_000050.png", "preview_000400.png"):
+        (tmp_path / "images" / n).write_bytes(b"x")
+    (tmp_path / "loss_curve.png").write_bytes(b"x")
+    line = look_line(tmp_path, [("images/preview_*.png", "render | target"), ("mesh_renders/*.png", "mesh"),
+                                ("loss_curve.png", "the losses")])
+    assert "preview_000400.png (render | target)" in line and "preview_000050" not in line
+    assert "loss_curve.png (the losses)" in line and "(mesh)" not in line
+    assert look_line(tmp_path, [("nothing_*.png", "x")]) is None

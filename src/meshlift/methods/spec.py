@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from meshlift.errors import ConfigError
 from meshlift.methods.result_checks import metrics_warnings
 
-__all__ = ["INPUT_KINDS", "Capabilities", "Method", "PresetTable", "RunSize", "SIZES", "joined", "lazy", "wall_time_line"]
+__all__ = ["INPUT_KINDS", "Capabilities", "Method", "PresetTable", "RunSize", "SIZES", "joined", "lazy", "look_line", "wall_time_line"]
 
 #: Input kinds a method may accept: a reference mesh file (views rendered from it, the mesh is the known
 #: truth), or a dataset folder of photos with camera poses. Photos without poses are posed first (the
@@ -59,6 +59,28 @@ def wall_time_line(wall_s: float) -> str:
     """``wall time of this command N s``: the line a run's summary ends with (``wall_s``: the command's
     wall time, start-up, data, training, evaluation and export, all of it)."""
     return f"wall time of this command {wall_s:.1f} s"
+
+
+def look_line(out, picks) -> Optional[str]:
+    """``look at: PATH (what it shows), ...``: the images a run's summary points to before its numbers are read.
+
+    Args:
+        out: the run folder (``str`` or ``Path``).
+        picks: ``(glob pattern relative to out, description)`` pairs; the last file (by name) that matches
+            each pattern is named, patterns with no match are left out.
+
+    Returns:
+        The line, or None when nothing matched.
+    """
+    from pathlib import Path
+
+    out = Path(out)
+    named = []
+    for pattern, what in picks:
+        hits = sorted(out.glob(pattern))
+        if hits:
+            named.append(f"{hits[-1]} ({what})")
+    return ("[bold]look at[/bold] " + ", ".join(named)) if named else None
 
 
 @dataclass(frozen=True)

@@ -254,5 +254,11 @@ def summary_lines(result: GaussiansResult) -> list[str]:
         lines.append(f"reconstruction {t.get('total_s', 0):.1f} s (data, training, evaluation); training time over all sessions "
                      f"{t.get('train_s', 0):.1f} s")
     if result.files:
+        from meshlift.methods.spec import look_line
+
         lines.append(f"[bold]PLY[/bold] {result.files['ply']}   metrics {result.files['metrics']}")
+        look = look_line(Path(result.files["metrics"]).parent, [
+            ("images/preview_*.png", "a test view: render | target"), ("loss_curve.png", "the losses")])
+        if look:
+            lines.append(look)
     return lines

@@ -567,4 +567,12 @@ def summary_lines(result: MiloResult) -> list[str]:
                      f"metrics {result.files.get('metrics')}")
         if result.files.get("scene_mesh_ply"):
             lines.append(f"whole-scene mesh {result.files['scene_mesh_ply']}")
+        if result.files.get("metrics"):
+            from meshlift.methods.spec import look_line
+
+            look = look_line(Path(result.files["metrics"]).parent, [
+                ("mesh_renders/*.png", "the mesh PSNR's mesh at a test view"),
+                ("images/preview_*.png", "Gaussians | depth | target"), ("loss_curve.png", "the losses")])
+            if look:
+                lines.append(look)
     return lines

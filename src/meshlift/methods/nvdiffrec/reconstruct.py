@@ -35,7 +35,7 @@ from meshlift.methods.nvdiffrec.config import RESUME_FIXED, SurfaceConfig, confi
 from meshlift.methods.nvdiffrec.evaluate import geometry_metrics, image_metrics, render_views, to_world
 from meshlift.methods.nvdiffrec.budget import SurfaceStageCosts
 from meshlift.methods.nvdiffrec.passes import prepare_pass2_mesh, run_pass1, run_pass2
-from meshlift.methods.spec import wall_time_line
+from meshlift.methods.spec import look_line, wall_time_line
 from meshlift.structures.mesh import Mesh
 
 __all__ = ["ReconstructionResult", "budget_for", "build_config", "load_problem", "oom_error", "reconstruct",
@@ -428,4 +428,9 @@ def summary_lines(result: ReconstructionResult, wall_s: float) -> list[str]:
     if result.files:
         lines.append(f"[bold]GLB[/bold] {result.files['glb']}")
         lines.append(f"OBJ {result.files['obj']}   metrics {result.files['metrics']}")
+        look = look_line(Path(result.files["metrics"]).parent, [
+            ("images/end_*.png", "a held-out view: target | ours"), ("images/asset.png", "the exported asset"),
+            ("loss_curve.png", "the losses")])
+        if look:
+            lines.append(look)
     return lines
