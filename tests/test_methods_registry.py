@@ -220,3 +220,19 @@ def test_look_line_names_the_last_image_of_each_pattern(tmp_path):
     assert "preview_000400.png (render | target)" in line and "preview_000050" not in line
     assert "loss_curve.png (the losses)" in line and "(mesh)" not in line
     assert look_line(tmp_path, [("nothing_*.png", "x")]) is None
+
+
+@pytest.mark.parametrize("m", ALL, ids=lambda m: m.name)
+def test_help_config_with_quick_lists_what_the_preset_changes(m: Method, capsys):
+    """--help-config with --quick (and --preset) first lists the fields the run would start from where they
+    differ from the defaults, each with the value the preset table gives (fresh-user review, 2026-12-04)."""
+    name = m.presets.quick[0]
+    assert main(["reconstruct", "--method", m.name, "--preset", name, "--quick", "--help-config"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"--preset {name} --quick sets (before any --set):")
+    cfg, base = m.presets.get(name, quick=True), m.config_cls()
+    changed = [f for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != getattr(base, f.name)]
+    assert changed, m.name
+    for f in changed:
+        assert f"  {f.name} = {getattr(cfg, f.name)!r}   (default {getattr(base, f.name)!r})" in text, f.name
+    assert f"{m.config_cls.__name__} fields" in text  # the full list follows

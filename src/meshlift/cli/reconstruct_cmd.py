@@ -166,6 +166,21 @@ def _names_with(capability: str) -> str:
     return joined(m.name for m in METHODS.values() if getattr(m.capabilities, capability))
 
 
+
+def _preset_help(spec, preset, quick: bool, data) -> str:
+    """The fields ``--preset`` / ``--quick`` change from the defaults --help-config lists ('' when neither is
+    given): the values a run with those options starts from (a fresh-user review read the defaults as those)."""
+    import dataclasses
+
+    if preset is None and not quick:
+        return ""
+    name = preset or spec.presets.default(str(data or ""))
+    cfg, base = spec.presets.get(name, quick=quick), spec.config_cls()
+    rows = [f"  {f.name} = {getattr(cfg, f.name)!r}   (default {getattr(base, f.name)!r})"
+            for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != getattr(base, f.name)]
+    head = f"--preset {name}" + (" --quick" if quick else "") + " sets (before any --set):"
+    return "\n".join([head] + (rows or ["  nothing: the defaults below"])) + "\n\n"
+
 def register(app: typer.Typer) -> None:
     """Add the `reconstruct` subcommand to ``app``; the methods and what applies to each come from
     :mod:`meshlift.methods.registry`."""
@@ -229,7 +244,7 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"--gpus applies to --method {_names_with('multi_gpu')}; --method {method} trains in "
                               "one process (run it without --gpus)")
         if help_config:
-            typer.echo(spec.help_config())
+            typer.echo(_preset_help(spec, preset, quick, data) + spec.help_config())
             raise typer.Exit()
         if out is None:
             raise ConfigError("--out DIR is required (the folder the asset and metrics are written to)")
