@@ -549,7 +549,8 @@ def summary_lines(result: MiloResult) -> list[str]:
     lines = [f"[bold]mesh render PSNR[/bold] {f(m['mesh_psnr'], '.2f')} dB  SSIM {f(m['mesh_ssim'], '.4f')}"
              f"  LPIPS {'off (lpips=false)' if m['mesh_lpips'] is None else f(m['mesh_lpips'], '.4f')}"
              f"   [bold]Gaussian PSNR[/bold] {f(m['gaussian_psnr'], '.2f')} dB"
-             f"   ({m['test_views']} views" + (f" on {m['background']})" if m.get("masked", True) else ")"),
+             f"   ({m['test_views']} views" + (f" on {m['background']}" if m.get("masked", True) else "")
+             + (f"; mesh: {m['mesh_evaluated']})" if m.get("mesh_evaluated") else ")"),
              (f"{m['vertices']:,} vertices, {m['faces']:,} faces from {m['pivots']:,} pivots; {m['gaussians']:,} "
               f"Gaussians, {m['steps']} steps, {m['triangulations']} Delaunay runs" if m.get("extract") != "tsdf" else
               f"asset {m['vertices']:,} vertices, {m['faces']:,} faces"
