@@ -78,8 +78,9 @@ def test_inspect_a_mesh_file_says_what_to_run(tmp_path, capsys):
     assert rc == 0 and info["format"] == "mesh" and info["faces"] == 80 and info["vertices"] == 42
 
 
-def test_inspect_of_a_run_folder_says_what_it_is(tmp_path, capsys):
-    """A run folder is not a dataset: the message names the method and the outputs to inspect."""
+def test_inspect_of_a_run_folder_summarises_the_run(tmp_path, capsys):
+    """A run folder is not a dataset: inspect names the method and data, the headline metrics and warnings of
+    metrics.json, the outputs present and the images to look at (exit 0); an unfinished run says so."""
     import json
 
     from meshlift.cli.main import main
@@ -88,6 +89,17 @@ def test_inspect_of_a_run_folder_says_what_it_is(tmp_path, capsys):
     run.mkdir()
     (run / "config.json").write_text(json.dumps({"method": "milo", "data": "x"}))
     (run / "mesh.glb").write_bytes(b"")
-    assert main(["inspect", str(run)]) == 2
-    err = capsys.readouterr().err
-    assert "meshlift run folder (--method milo)" in err and "mesh.glb" in err and "no dataset found" not in err
+    assert main(["inspect", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "a meshlift run (--method milo, data x)" in out and "mesh.glb" in out and "no metrics.json" in out
+    (run / "metrics.json").write_text(json.dumps({"mesh_psnr": 21.5, "fscore": 0.9, "steps": 400,
+                                                  "warnings": ["the mesh renders 3 dB below"]}))
+    (run / "images").mkdir()
+    (run / "images" / "preview_000400.png").write_bytes(b"")
+    assert main(["inspect", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "mesh_psnr 21.5" in out and "fscore 0.9" in out and "steps 400" in out
+    assert "warning: the mesh renders 3 dB below" in out and "preview_000400.png" in out
+    assert main(["inspect", str(run), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["format"] == "meshlift_run" and info["method"] == "milo" and info["metrics"]["steps"] == 400

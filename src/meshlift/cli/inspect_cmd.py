@@ -29,7 +29,8 @@ def inspect(
     if path.is_file() and path.suffix.lower() in READ_SUFFIXES:
         _inspect_mesh(path, json_output)
         return
-    _refuse_run_folder(path)
+    if _inspect_run_folder(path, json_output):
+        return
     scene = load_scene(path, format=format, downscale=downscale, colmap_model=colmap_model, split_every=split_every,
                        camera_convention=camera_convention)
     info = scene.summary()
@@ -68,29 +69,65 @@ def inspect(
         console.print(f"[yellow]warning:[/yellow] {w}")
 
 
-def _refuse_run_folder(path: Path) -> None:
-    """A meshlift run folder (its ``config.json`` records the method) is not a dataset: say what it is and
-    what to inspect in it, instead of "no dataset found"."""
+def _inspect_run_folder(path: Path, json_output: bool) -> bool:
+    """A meshlift run folder (its ``config.json`` records the method) is not a dataset: summarise the run —
+    method, input, headline metrics and warnings from ``metrics.json``, the outputs present and the images to
+    look at — instead of "no dataset found". Returns False when ``path`` is not a run folder."""
+    import json
+
     from meshlift.errors import DatasetError
+    from meshlift.io.jsonfile import dumps
     from meshlift.methods.registry import method_of_run
+    from meshlift.methods.spec import look_line
 
     if not path.is_dir() or not (path / "config.json").is_file():
-        return
+        return False
     from meshlift.data import detect_format
 
     try:
         detect_format(path)
-        return  # a dataset that also holds a config.json
+        return False  # a dataset that also holds a config.json
     except DatasetError:
         pass
     method = method_of_run(path)
     if method is None:
-        return
-    files = [n for n in ("mesh.glb", "mesh.ply", "point_cloud.ply", "scene_mesh.ply") if (path / n).is_file()]
-    raise DatasetError(
-        f"{path}: a meshlift run folder (--method {method}), not a dataset; inspect its outputs instead"
-        + (f", e.g. meshlift inspect {path / files[0]}" if files else "")
-        + "; its metrics are in metrics.json")
+        return False
+    try:
+        data = json.loads((path / "config.json").read_text()).get("data")
+    except (OSError, ValueError):
+        data = None
+    metrics, note = {}, None
+    if (path / "metrics.json").is_file():
+        try:
+            metrics = json.loads((path / "metrics.json").read_text())
+        except (OSError, ValueError) as e:
+            note = f"metrics.json unreadable ({e})"
+    else:
+        note = "no metrics.json: the run has not finished (continue it with meshlift reconstruct --resume)"
+    keys = ("psnr", "ssim", "lpips", "mesh_psnr", "gaussian_psnr", "fscore", "chamfer_l1", "steps", "gaussians", "faces")
+    head = {k: metrics[k] for k in keys if isinstance(metrics.get(k), (int, float))}
+    files = [n for n in ("mesh.glb", "mesh/mesh.obj", "mesh.obj", "mesh.ply", "point_cloud.ply", "scene_mesh.ply",
+                         "probe.hdr", "checkpoint.pt") if (path / n).is_file()]
+    info = {"format": "meshlift_run", "path": str(path), "method": method, "data": data, "metrics": head,
+            "warnings": list(metrics.get("warnings", [])), "outputs": files, "note": note}
+    if json_output:
+        typer.echo(dumps(info, indent=None))
+        return True
+    typer.echo(f"{path}: a meshlift run (--method {method}" + (f", data {data}" if data else "") + "), not a dataset")
+    if head:
+        typer.echo("metrics: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v:,}"
+                                           for k, v in head.items()))
+    for w in info["warnings"]:
+        typer.echo(f"warning: {w}")
+    if note:
+        typer.echo(note)
+    if files:
+        typer.echo("outputs: " + ", ".join(files) + (f" (inspect one: meshlift inspect {path / files[0]})"))
+    look = look_line(path, [("images/end_*.png", "target | ours"), ("mesh_renders/*.png", "mesh at a test view"),
+                            ("images/preview_*.png", "latest preview"), ("loss_curve.png", "the losses")])
+    if look:
+        typer.echo(look.replace("[bold]", "").replace("[/bold]", ""))
+    return True
 
 
 def _inspect_mesh(path: Path, json_output: bool) -> None:
