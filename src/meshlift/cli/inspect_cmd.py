@@ -124,9 +124,10 @@ def _inspect_run_folder(path: Path, json_output: bool) -> bool:
     if files:
         typer.echo("outputs: " + ", ".join(files) + (f" (inspect one: meshlift inspect {path / files[0]})"))
     look = look_line(path, [("images/end_*.png", "target | ours"), ("mesh_renders/*.png", "mesh at a test view"),
-                            ("images/preview_*.png", "latest preview"), ("loss_curve.png", "the losses")])
+                            ("images/preview_*.png", "latest preview"), ("loss_curve.png", "the losses")],
+                     markup=False)
     if look:
-        typer.echo(look.replace("[bold]", "").replace("[/bold]", ""))
+        typer.echo(look)
     return True
 
 

@@ -344,8 +344,9 @@ def view_cull(mesh: Mesh, world_to_clip: torch.Tensor, masks: torch.Tensor, *, m
     v = mesh.v_pos.detach().float()
     points = torch.cat([v, v[mesh.t_pos_idx].mean(1)])  # vertices, then face centroids
     out_pt = ~visual_hull_occupancy(points, world_to_clip, masks, threshold=threshold, dilate_px=dilate_px).to(dev)
-    outside = out_pt[mesh.num_vertices:] & out_pt[:mesh.num_vertices][mesh.t_pos_idx].all(1)
-    out_count = out_pt[:mesh.num_vertices][mesh.t_pos_idx].sum(1) + out_pt[mesh.num_vertices:].long()  # of 4
+    corner_out, centroid_out = out_pt[:mesh.num_vertices][mesh.t_pos_idx], out_pt[mesh.num_vertices:]  # [T, 3], [T]
+    outside = centroid_out & corner_out.all(1)
+    out_count = corner_out.sum(1) + centroid_out.long()  # of 4
     keep0 = ~(bg_only | outside)
     keep = _regrow(keep0, mesh.t_pos_idx, fill_rounds)
     info.update(background_only=int(bg_only.sum()), outside_hull=int(outside.sum()),

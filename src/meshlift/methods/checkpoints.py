@@ -26,7 +26,7 @@ import torch
 
 from meshlift.errors import ConfigError
 
-__all__ = ["CHECKPOINT_NAME", "CheckpointCadence", "Checkpointer", "check_resume_compatible", "host_copy",
+__all__ = ["CHECKPOINT_NAME", "CheckpointCadence", "Checkpointer", "check_resume_compatible", "host_copy", "map_tensors",
            "load_checkpoint", "nonfinite_tensors"]
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -114,18 +114,24 @@ class Checkpointer:
         return load_checkpoint(self.path)
 
 
+def map_tensors(tree, fn, other=lambda leaf: leaf):
+    """``tree`` (nested dicts / lists / tuples / named tuples) rebuilt with ``fn(tensor)`` at every tensor leaf
+    and ``other(leaf)`` at every other leaf (as it is, by default)."""
+    if torch.is_tensor(tree):
+        return fn(tree)
+    if isinstance(tree, dict):
+        return {k: map_tensors(v, fn, other) for k, v in tree.items()}
+    if isinstance(tree, tuple) and hasattr(tree, "_fields"):  # a named tuple
+        return type(tree)(*(map_tensors(v, fn, other) for v in tree))
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(map_tensors(v, fn, other) for v in tree)
+    return other(tree)
+
+
 def host_copy(tree):
     """``tree`` (nested dicts/lists/tuples) with every tensor copied to host memory (a copy also for CPU
-    tensors, so later in-place updates do not reach a pending write); other leaves as they are."""
-    if torch.is_tensor(tree):
-        return tree.detach().to("cpu", copy=True)
-    if isinstance(tree, dict):
-        return {k: host_copy(v) for k, v in tree.items()}
-    if isinstance(tree, tuple) and hasattr(tree, "_fields"):  # a named tuple
-        return type(tree)(*(host_copy(v) for v in tree))
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(host_copy(v) for v in tree)
-    return copy.deepcopy(tree)
+    tensors, so later in-place updates do not reach a pending write); other leaves deep-copied."""
+    return map_tensors(tree, lambda t: t.detach().to("cpu", copy=True), copy.deepcopy)
 
 
 def load_checkpoint(path: Path) -> dict:

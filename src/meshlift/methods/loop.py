@@ -40,7 +40,7 @@ from typing import Callable, Optional
 import torch
 
 from meshlift.errors import ConfigError, TrainingError
-from meshlift.methods.checkpoints import CheckpointCadence, Checkpointer, nonfinite_tensors
+from meshlift.methods.checkpoints import CheckpointCadence, Checkpointer, map_tensors, nonfinite_tensors
 from meshlift.methods.distributed import SINGLE, DistContext, SyncedCadence
 from meshlift.methods.engine import Monitor, TrainState, deadline_reached, psnr_from_mse
 
@@ -211,13 +211,7 @@ class GuardSettings:
 
 def _clone(tree):
     """Deep copy of a (nested) state with every tensor detached and cloned (same device)."""
-    if torch.is_tensor(tree):
-        return tree.detach().clone()
-    if isinstance(tree, dict):
-        return {k: _clone(v) for k, v in tree.items()}
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(_clone(v) for v in tree)
-    return tree
+    return map_tensors(tree, lambda t: t.detach().clone())
 
 
 class TrainLoop:

@@ -61,13 +61,14 @@ def wall_time_line(wall_s: float) -> str:
     return f"wall time of this command {wall_s:.1f} s"
 
 
-def look_line(out, picks) -> Optional[str]:
+def look_line(out, picks, *, markup: bool = True) -> Optional[str]:
     """``look at: PATH (what it shows), ...``: the images a run's summary points to before its numbers are read.
 
     Args:
         out: the run folder (``str`` or ``Path``).
         picks: ``(glob pattern relative to out, description)`` pairs; the last file (by name) that matches
             each pattern is named, patterns with no match are left out.
+        markup: rich markup around "look at" (the summaries); False for plain text.
 
     Returns:
         The line, or None when nothing matched.
@@ -80,7 +81,9 @@ def look_line(out, picks) -> Optional[str]:
         hits = sorted(out.glob(pattern))
         if hits:
             named.append(f"{hits[-1]} ({what})")
-    return ("[bold]look at[/bold] " + ", ".join(named)) if named else None
+    if not named:
+        return None
+    return ("[bold]look at[/bold] " if markup else "look at ") + ", ".join(named)
 
 
 @dataclass(frozen=True)
