@@ -175,8 +175,8 @@ def test_cli_dispatches_a_new_method_through_the_registry(tmp_path, capsys, monk
     (["--simplify", "9"], "--simplify applies to --method milo only"),
     (["--bbox", "0,0,0,1,1,1"], "--bbox applies to --method milo only"),
     (["--gpus", "2"], "--gpus applies to --method nvdiffrec and gaussians; --method fake trains in one process"),
-    (["--up", "z"], "--up is implemented for the surface method's exports (--method nvdiffrec); gaussians, milo "
-                    "and fake outputs stay"),
+    (["--up", "z"], "--up is implemented for the surface method and MILo's exports (--method nvdiffrec and milo); "
+                    "gaussians and fake outputs stay"),
 ])
 def test_cli_options_follow_the_capabilities(option, message, tmp_path, capsys, monkeypatch):
     calls: list = []

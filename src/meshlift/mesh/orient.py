@@ -30,7 +30,7 @@ import torch
 
 from meshlift.structures.mesh import Mesh
 
-__all__ = ["OrientReport", "orient_faces", "winding_consistent", "signed_volume", "to_y_up"]
+__all__ = ["OrientReport", "orient_faces", "winding_consistent", "signed_volume", "to_y_up", "nearest_up_axis"]
 
 
 @dataclass
@@ -210,3 +210,32 @@ def to_y_up(mesh: Mesh, up: str) -> Mesh:
     v = mesh.v_pos.detach() @ R.T.to(mesh.v_pos.device)
     n = None if mesh.v_nrm is None else mesh.v_nrm @ R.T.to(mesh.v_nrm.device)
     return replace(mesh, v_pos=v, v_nrm=n, extras=extras)
+
+
+def nearest_up_axis(up) -> tuple[str, float]:
+    """The axis name of :data:`meshlift.geometry.transforms.UP_AXES` nearest to the direction ``up``.
+
+    Args:
+        up: a 3-vector (any length > 0), e.g. the region of interest's up estimated from the cameras
+            (:func:`meshlift.data.roi.auto_roi`).
+
+    Returns:
+        ``(axis, angle_deg)``: ``"z"``, ``"-y"``, ... (what :func:`to_y_up` takes) and the angle in degrees
+        between ``up`` and that axis (a capture's up estimated from camera roll is good to a few degrees;
+        the exports are turned by the axis, exactly, not by the estimate).
+
+    Raises:
+        MeshError: ``up`` is not a finite, non-zero 3-vector.
+    """
+    from meshlift.errors import MeshError
+
+    u = np.asarray(up, dtype=np.float64).reshape(-1)
+    n = float(np.linalg.norm(u)) if u.size == 3 else 0.0
+    if u.size != 3 or not np.isfinite(u).all() or n == 0.0:
+        raise MeshError(f"nearest_up_axis: up must be a finite non-zero 3-vector, got {up!r}")
+    u = u / n
+    names = ("x", "y", "z")
+    i = int(np.argmax(np.abs(u)))
+    axis = ("" if u[i] > 0 else "-") + names[i]
+    angle = float(np.degrees(np.arccos(min(1.0, abs(u[i])))))
+    return axis, angle

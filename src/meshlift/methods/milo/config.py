@@ -154,6 +154,14 @@ class MiloConfig(GaussiansConfig):
     object_asset: bool = True
     """``tsdf`` path on a dataset: export the mesh cut to the region of interest (closed at the cut) as the
     asset (``mesh.glb``/``mesh.obj``); the whole-scene mesh is ``scene_mesh.ply`` either way."""
+    up_axis: str = "keep"
+    """Up axis of the exported meshes (``mesh.glb``/``.obj``/``.ply``, ``scene_mesh.ply``): ``keep`` writes the
+    dataset's world coordinates (a COLMAP or NeRF capture is often +Z up: sideways in glTF viewers); ``auto``
+    turns them so the up of the region of interest (estimated from the cameras' roll,
+    :func:`meshlift.data.roi.auto_roi`) becomes glTF's +Y, by the nearest axis (``nearest_up_axis``); ``z``,
+    ``-y``, ``x``, ... name the dataset's up axis (``--up``). The rotation is recorded in the GLB and
+    ``metrics.json`` (``up_axis_conversion``); metrics and ``point_cloud.ply`` (the Gaussians) stay in the
+    dataset's frame (docs/conventions.md §9)."""
     remove_support: bool = True
     """``tsdf`` path on a capture without masks, with ``object_asset``: also cut away the plane the object
     stands on (the table or floor inside the region of interest; RANSAC, :mod:`meshlift.mesh.support_plane`,
@@ -282,6 +290,10 @@ def validate(cfg: MiloConfig) -> MiloConfig:
             raise ConfigError(f"config field {name!r} must be a power of two in [16, 4096], got {v}")
     if cfg.tsdf_trunc_voxels < 1:
         raise ConfigError(f"config field 'tsdf_trunc_voxels' must be >= 1 voxel, got {cfg.tsdf_trunc_voxels!r}")
+    from meshlift.geometry.transforms import UP_AXES
+
+    if cfg.up_axis not in ("keep", "auto") and str(cfg.up_axis).lower().lstrip("+") not in UP_AXES:
+        raise ConfigError(f"config field 'up_axis' = {cfg.up_axis!r}; choose keep, auto or one of {', '.join(UP_AXES)}")
     if cfg.bbox:
         from meshlift.data.roi import parse_bbox
 

@@ -55,7 +55,7 @@ METHOD = Method(
         ),
     ),
     inputs=("mesh", "posed"),
-    capabilities=Capabilities(multi_gpu=False, simplify=True, region_of_interest=True, up_axis=False,
+    capabilities=Capabilities(multi_gpu=False, simplify=True, region_of_interest=True, up_axis=True,
                               mesh_output=True),
     build_config=lazy(_RUN, "build_config"),
     help_config=help_config,

@@ -382,6 +382,7 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
                 (colored, textured, scene_colored, gaussians), problem.world_to_normalized)
             metrics["frame"] = ("exported mesh, PLY and Gaussians in the input mesh's frame; Chamfer-L1 in its "
                                 "normalised frame (longest side 2)")
+        colored, textured, scene_colored = _exports_up(cfg, metrics, (colored, textured, scene_colored))
         files: dict = {}
         if out is not None:
             where = "export"
@@ -511,6 +512,31 @@ def _check_results(metrics: dict, cfg: MiloConfig, problem, trainer, ours, targe
         "training views surround what the test views see, and compare renders/ with gt/")
 
 
+def _exports_up(cfg: MiloConfig, metrics: dict, meshes: tuple) -> tuple:
+    """The exported meshes turned so the up axis of ``cfg.up_axis`` becomes glTF's +Y (``keep``: unchanged).
+
+    ``auto`` takes the nearest axis to the region of interest's up estimated from the cameras
+    (``metrics["region"]["roi"]["up"]``); without one (a mesh input, an explicit ``bbox``) the exports are kept
+    as they are, with a note. Records ``metrics["up_axis_conversion"]`` (from, to, matrix) or the reason it
+    was not applied. Metrics are computed before, in the dataset's frame."""
+    from meshlift.mesh.orient import nearest_up_axis, to_y_up
+
+    axis = cfg.up_axis
+    if axis == "keep":
+        return meshes
+    if axis == "auto":
+        up = ((metrics.get("region") or {}).get("roi") or {}).get("up")
+        if up is None:
+            metrics["up_axis_conversion"] = {"applied": False, "reason": "up_axis=auto: no up estimated from the "
+                                             "cameras (a mesh input or an explicit bbox); pass --up AXIS"}
+            return meshes
+        axis, angle = nearest_up_axis(up)
+        metrics["up_axis_estimate"] = {"up": [float(x) for x in up], "axis": axis, "angle_deg": angle}
+    turned = tuple(None if m is None else to_y_up(m, axis) for m in meshes)
+    metrics["up_axis_conversion"] = next(m.extras["up_axis_conversion"] for m in turned if m is not None)
+    return turned
+
+
 def _to_input_frame(items: tuple, world_to_normalized: torch.Tensor) -> tuple:
     """Meshes and :class:`~meshlift.structures.gaussians.Gaussians` of the normalised frame mapped back by
     the inverse of ``world_to_normalized`` (a uniform scale + translation for mesh inputs,
@@ -558,6 +584,14 @@ def summary_lines(result: MiloResult) -> list[str]:
               + f"; {m['gaussians']:,} Gaussians, {m['steps']} steps; mesh by TSDF fusion")]
     for w in m.get("warnings", []):
         lines.append(f"[bold red]warning[/bold red] {w}")
+    up = ((m.get("region") or {}).get("roi") or {}).get("up")
+    if up is not None and m.get("up_axis_conversion") is None:  # kept in the dataset frame: say which way is up
+        from meshlift.mesh.orient import nearest_up_axis
+
+        axis, angle = nearest_up_axis(up)
+        if axis != "y":
+            lines.append(f"[dim]exports in the dataset's frame, where up is about {axis} (from the cameras, "
+                         f"{angle:.0f}° off): glTF viewers show +Y up; --up auto (or --up {axis}) turns them[/dim]")
     if m.get("fscore") is not None:
         lines.append(f"[bold]F-score[/bold] (1% of bbox diagonal) {m['fscore']:.4f}   Chamfer-L1 "
                      f"{f(m['chamfer_l1'], '.5f')}")
