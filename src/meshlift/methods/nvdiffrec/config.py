@@ -171,7 +171,10 @@ class SurfaceConfig:
     hash_log2_size: int = 19
     """log2 of the entries per hash-grid level (nvdiffrec: 19; 14-16 is plenty on the CPU)."""
     hash_max_res: int = 4096
-    """Finest resolution of the hash grid over the grid's box (nvdiffrec: 4096)."""
+    """Finest resolution of the hash grid over the grid's box (nvdiffrec: 4096). 0 = auto: 2 cells per
+    training-image pixel at the object, at most 4096 (``methods.nvdiffrec.materials.auto_hash_max_res``; lego
+    at 400²: 839), resolved when the data is loaded and recorded in ``config.json``. Levels finer than the
+    images resolve fit one view's noise and show as speckle in the others (sparse or low-resolution captures)."""
     perturb_normal: bool = True
     """Learn a tangent-space normal map in pass 2 (pass 1 shades with the geometric normals)."""
     texture_res: int = 1024
@@ -284,7 +287,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "sdf_reg_weight": (0, 1e6, True), "sdf_reg_final": (0, 1e6, True), "kd_smooth_weight": (0, 1e6, True),
     "kd_smooth_jitter": (0, 1, True), "light_reg_weight": (0, 1e6, True), "laplace_weight": (0, 1e9, True),
     "flexi_dev_weight": (0, 1e6, True), "hash_levels": (1, 32, True), "hash_log2_size": (8, 24, True),
-    "hash_max_res": (2, 1 << 16, True), "texture_res": (8, 16384, True), "env_res": (4, 2048, True),
+    "hash_max_res": (0, 1 << 16, True), "texture_res": (8, 16384, True), "env_res": (4, 2048, True),
     "env_init": (0, 1e4, True), "unwrap_max_faces": (100, 10_000_000, True), "max_fragments": (1, 1 << 34, True),
     "preview_every": (0, 10_000_000, True), "checkpoint_every": (0, 10_000_000, True),
     "checkpoint_every_s": (0, 1e7, True), "budget_pass2_share": (0, 1, True),
@@ -330,7 +333,9 @@ def validate(cfg: SurfaceConfig) -> SurfaceConfig:
     for name in ("iter_pass1", "iter_pass2", "max_test_views", "ref_test_views", "val_views"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"config field {name!r} must be >= 0, got {getattr(cfg, name)}")
-    for name in ("batch", "spp", "env_res", "texture_res", "ref_views", "hash_levels", "hash_max_res"):
+    if cfg.hash_max_res == 1:
+        raise ConfigError("config field 'hash_max_res' = 1; use 0 (auto: from the training images) or >= 2")
+    for name in ("batch", "spp", "env_res", "texture_res", "ref_views", "hash_levels"):
         if getattr(cfg, name) < 1:
             raise ConfigError(f"config field {name!r} must be >= 1, got {getattr(cfg, name)}")
     for name in ("kd_min", "kd_max", "ks_min", "ks_max"):

@@ -18,7 +18,7 @@ from meshlift.methods.nvdiffrec.config import SurfaceConfig
 from meshlift.structures.mesh import Mesh
 
 __all__ = ["DMTetGeometry", "FlexiGeometry", "grid_bounds", "init_sdf", "make_geometry", "occupancy_to_sdf",
-           "sphere_sdf", "view_cull_mesh", "view_cull_tolerance_px", "visual_hull_occupancy"]
+           "pixel_footprint", "sphere_sdf", "view_cull_mesh", "view_cull_tolerance_px", "visual_hull_occupancy"]
 
 #: Radius of the ``sphere`` SDF initialisation, as a fraction of ``mesh_scale``.
 SPHERE_INIT_RADIUS = 0.3
@@ -174,12 +174,22 @@ def view_cull_tolerance_px(views: PosedViews, cfg: SurfaceConfig) -> int:
         return int(cfg.view_cull_dilate_px)
     import math
 
+    cell_px = float(cfg.mesh_scale) / cfg.grid_res / pixel_footprint(views)
+    return max(VIEW_CULL_MIN_PX, math.ceil(VIEW_CULL_CELL_FRACTION * cell_px))
+
+
+def pixel_footprint(views: PosedViews) -> float:
+    """Side of one image pixel at the origin of the normalised frame (normalised length units), for the median
+    view of ``views``: ``distance / focal``, the camera's distance from the origin over its focal length in
+    pixels (read from ``world_to_clip``: the norm of row 0's rotation part is ``2 fx / W`` for a centred
+    principal point; the larger of x and y). Used to size things in pixels: the view cull's tolerance
+    (:func:`view_cull_tolerance_px`), the material field's finest resolution
+    (:func:`meshlift.methods.nvdiffrec.materials.auto_hash_max_res`)."""
     h, w = views.resolution
     m = views.world_to_clip.double().cpu()
     focal = torch.maximum(m[:, 0, :3].norm(dim=1) * w / 2, m[:, 1, :3].norm(dim=1) * h / 2)
     dist = views.camera_pos.double().cpu().norm(dim=1).clamp(min=1e-9)
-    cell_px = float(cfg.mesh_scale) / cfg.grid_res * float((focal / dist).median())
-    return max(VIEW_CULL_MIN_PX, math.ceil(VIEW_CULL_CELL_FRACTION * cell_px))
+    return float(1.0 / (focal / dist).median())
 
 
 def view_cull_mesh(mesh: Mesh, views: PosedViews, cfg: SurfaceConfig) -> tuple[Mesh, dict]:

@@ -17,7 +17,19 @@ from meshlift.errors import ConfigError
 from meshlift.methods.nvdiffrec.config import SurfaceConfig
 from meshlift.methods.nvdiffrec.geometry import grid_bounds
 
-__all__ = ["BoundedMaterialField", "make_light"]
+__all__ = ["HASH_AUTO_MAX", "HASH_AUTO_MIN", "HASH_CELLS_PER_PIXEL", "BoundedMaterialField", "auto_hash_max_res",
+           "make_light", "resolve_hash_max_res"]
+
+#: ``hash_max_res = 0`` (auto): cells of the field's finest hash-grid level per training-image pixel at the object
+#: (:func:`auto_hash_max_res`). 2 is the sampling limit: a finer level holds values that no training pixel
+#: separates, fitted to one view's residual (noise, aliasing, a geometric error) and shown as speckle in every
+#: other view (lego-half at 400²: pass 1 trains to ~30 dB and tests at 20.6 dB at nvdiffrec's 4096, and baking
+#: the field into textures, a low-pass, gains 1.95 dB on the same mesh; benchmarks/results/log_surface_method.md).
+HASH_CELLS_PER_PIXEL = 2.0
+#: Bounds of the auto resolution: nvdiffrec's 4096 above (its NeRF-synthetic runs at 800², where the rule gives
+#: about 1700), and at least 64 (a few levels above the 16 of the coarsest level).
+HASH_AUTO_MAX = 4096
+HASH_AUTO_MIN = 64
 
 #: Amplitude of the uniform noise added to ``env_init`` in a learned light (breaks symmetry, nvdiffrec).
 LEARNED_LIGHT_NOISE = 0.05
@@ -36,6 +48,10 @@ class BoundedMaterialField(nn.Module):
         super().__init__()
         from meshlift.shading.material_field import MaterialField
 
+        if int(cfg.hash_max_res) < 2:
+            raise ConfigError(f"config field 'hash_max_res' = {cfg.hash_max_res}: the material field needs a "
+                              "resolution >= 2; 0 (auto) must be resolved from the training views first "
+                              "(methods.nvdiffrec.materials.resolve_hash_max_res)")
         lo, hi = grid_bounds(cfg)
         aabb = torch.tensor([[lo] * 3, [hi] * 3], dtype=torch.float32)
         self.field = MaterialField(
@@ -52,6 +68,33 @@ class BoundedMaterialField(nn.Module):
     def forward(self, x: torch.Tensor) -> dict:
         out = self.field(x)
         return {"kd": out["kd"], "ks": out["ks"]}
+
+
+def auto_hash_max_res(cfg: SurfaceConfig, views) -> int:
+    """The material field's finest hash-grid resolution that the training images resolve: ``ceil(
+    HASH_CELLS_PER_PIXEL · mesh_scale / footprint)``, where ``footprint`` is one pixel at the origin for the
+    median view (:func:`meshlift.methods.nvdiffrec.geometry.pixel_footprint`, normalised units), clipped to
+    ``[HASH_AUTO_MIN, HASH_AUTO_MAX]``. ``views``: the training :class:`~meshlift.data.views.PosedViews`.
+
+    lego-half (400², focal 556 px, cameras 2.78 normalised units away), ``mesh_scale`` 2.1: 839; the same at
+    800²: 1677; ``spot`` (512², 45° field of view, radius 3), ``mesh_scale`` 2.4: 989.
+    """
+    import math
+
+    from meshlift.methods.nvdiffrec.geometry import pixel_footprint
+
+    res = math.ceil(HASH_CELLS_PER_PIXEL * float(cfg.mesh_scale) / pixel_footprint(views) - 1e-9)
+    return int(min(HASH_AUTO_MAX, max(HASH_AUTO_MIN, res)))
+
+
+def resolve_hash_max_res(cfg: SurfaceConfig, views) -> SurfaceConfig:
+    """``cfg`` with ``hash_max_res = 0`` (auto) replaced by :func:`auto_hash_max_res` of ``views``; any other
+    value is returned as it is (the same object). The resolved number is what a run's ``config.json`` records."""
+    import dataclasses
+
+    if int(cfg.hash_max_res) != 0:
+        return cfg
+    return dataclasses.replace(cfg, hash_max_res=auto_hash_max_res(cfg, views))
 
 
 def make_light(cfg: SurfaceConfig, device: torch.device, gt_light=None,

@@ -40,7 +40,7 @@ from meshlift.methods.nvdiffrec.config import SurfaceConfig, config_to_dict
 from meshlift.methods.nvdiffrec.evaluate import render_batch
 from meshlift.methods.nvdiffrec.geometry import init_sdf, make_geometry
 from meshlift.methods.nvdiffrec.losses import RegularizerSchedules, image_loss, make_laplacian_loss
-from meshlift.methods.nvdiffrec.materials import BoundedMaterialField, make_light
+from meshlift.methods.nvdiffrec.materials import BoundedMaterialField, make_light, resolve_hash_max_res
 from meshlift.methods.nvdiffrec.pixel_graphs import PixelGraphs
 from meshlift.structures.mesh import Material, Mesh
 
@@ -217,6 +217,7 @@ class Pass1Trainer(SurfacePass):
                  monitor: Monitor, checkpointer: Checkpointer, checkpoint: Optional[dict] = None,
                  preview: Optional[Callable[[str, int, Mesh, object, object], None]] = None, stages=NO_STAGES,
                  dist: DistContext = SINGLE) -> None:
+        cfg = resolve_hash_max_res(cfg, data.train)  # auto (0): from the views (reconstruct() resolves it first)
         super().__init__(cfg, data, device, state=state, monitor=monitor, checkpointer=checkpointer,
                          checkpoint=checkpoint, preview=preview, stages=stages, dist=dist)
         gen = torch.Generator().manual_seed(cfg.seed)

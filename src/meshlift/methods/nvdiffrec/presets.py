@@ -6,7 +6,8 @@
 - ``spot_metal``, ``bob_metal``: metallic gt material (``ref_ks = (0, 0.2, 1)``), a high-frequency
   environment, metallic range opened.
 - ``spot_flexi``: ``spot`` with FlexiCubes instead of DMTet.
-- ``nerf``: NeRF-synthetic (Blender) scenes, white background.
+- ``nerf``: NeRF-synthetic (Blender) scenes, white background; the material field's finest resolution sized
+  to the training images (``hash_max_res = 0``, auto).
 - ``nerd``: NeRD / LLFF captures with masks.
 - ``demo``: the CPU demo (``meshlift demo``): ``spot`` with the ``--quick`` changes and :data:`DEMO_CHANGES`.
 - the ``tiny`` run (:func:`tiny_preset`, not a ``--preset`` name): an input's default preset, ``--quick``, with
@@ -74,7 +75,9 @@ PRESETS: dict[str, SurfaceConfig] = {
         _BASE_REF, ref_ks=(0.0, 0.2, 1.0), ks_max=(0.0, 1.0, 1.0), ref_env_kind="high_frequency"
     ),
     "spot_flexi": dataclasses.replace(_BASE_REF, isosurface="flexicubes", grid_res=80),
-    "nerf": dataclasses.replace(_BASE_CAPTURE, train_res=800, laplace_weight=3000.0),
+    # the field's finest level sized to the images (auto): 839 on lego-half at 400², where 4096 fits one view's
+    # residuals below a pixel and shows them as speckle in the others (issue 30)
+    "nerf": dataclasses.replace(_BASE_CAPTURE, train_res=800, laplace_weight=3000.0, hash_max_res=0),
     "nerd": dataclasses.replace(_BASE_CAPTURE, train_res=512),
 }
 

@@ -263,7 +263,10 @@ def reconstruct(
         if resume and loaded is None:
             raise ConfigError(f"--resume: no {CHECKPOINT_NAME} in {out}; run without --resume first")
         if loaded is not None:
-            check_resume_compatible(loaded["config"], config_to_dict(cfg), RESUME_FIXED, str(ckpt.path))
+            mine = config_to_dict(cfg)
+            if cfg.hash_max_res == 0:  # auto: resolved from the same data (itself fixed) when it was saved
+                mine["hash_max_res"] = loaded["config"].get("hash_max_res", 0)
+            check_resume_compatible(loaded["config"], mine, RESUME_FIXED, str(ckpt.path))
         return loaded
 
     checkpoint = dist.from_main(check_and_load)
@@ -286,6 +289,12 @@ def reconstruct(
                              "rendering the synthetic views and training", knobs + f", ref_views={cfg.ref_views}")
             monitor.log(f"loading {cfg.data}")
             data = load_problem(cfg, device)
+        if cfg.hash_max_res == 0:
+            from meshlift.methods.nvdiffrec.materials import resolve_hash_max_res
+
+            cfg = resolve_hash_max_res(cfg, data.train)
+            monitor.log(f"material field: finest hash-grid resolution {cfg.hash_max_res} (auto: 2 cells per "
+                        "training pixel at the object)")
         h, w = data.train.resolution
         check_memory(estimate_training_bytes(cfg, len(data.train), h, w, device), device, "training", knobs)
         if out is not None and dist.is_main:  # only once the input has loaded: a bad input leaves no folder
