@@ -173,7 +173,7 @@ class SurfaceConfig:
     hash_max_res: int = 4096
     """Finest resolution of the hash grid over the grid's box (nvdiffrec: 4096). 0 = auto: 2 cells per
     training-image pixel at the object, at most 4096 (``methods.nvdiffrec.materials.auto_hash_max_res``; lego
-    at 400²: 839), resolved when the data is loaded and recorded in ``config.json``. Levels finer than the
+    at 400²: 840), resolved when the data is loaded and recorded in ``config.json``. Levels finer than the
     images resolve fit one view's noise and show as speckle in the others (sparse or low-resolution captures)."""
     perturb_normal: bool = True
     """Learn a tangent-space normal map in pass 2 (pass 1 shades with the geometric normals)."""

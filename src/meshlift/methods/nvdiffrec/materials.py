@@ -76,8 +76,8 @@ def auto_hash_max_res(cfg: SurfaceConfig, views) -> int:
     median view (:func:`meshlift.methods.nvdiffrec.geometry.pixel_footprint`, normalised units), clipped to
     ``[HASH_AUTO_MIN, HASH_AUTO_MAX]``. ``views``: the training :class:`~meshlift.data.views.PosedViews`.
 
-    lego-half (400², focal 556 px, cameras 2.78 normalised units away), ``mesh_scale`` 2.1: 839; the same at
-    800²: 1677; ``spot`` (512², 45° field of view, radius 3), ``mesh_scale`` 2.4: 989.
+    lego-half (400², focal 556 px, cameras 2.78 normalised units away), ``mesh_scale`` 2.1: 840; the same at
+    800²: 1680; ``spot`` (512², 45° field of view, radius 3), ``mesh_scale`` 2.4: 989.
     """
     import math
 

@@ -75,7 +75,7 @@ PRESETS: dict[str, SurfaceConfig] = {
         _BASE_REF, ref_ks=(0.0, 0.2, 1.0), ks_max=(0.0, 1.0, 1.0), ref_env_kind="high_frequency"
     ),
     "spot_flexi": dataclasses.replace(_BASE_REF, isosurface="flexicubes", grid_res=80),
-    # the field's finest level sized to the images (auto): 839 on lego-half at 400², where 4096 fits one view's
+    # the field's finest level sized to the images (auto): 840 on lego-half at 400², where 4096 fits one view's
     # residuals below a pixel and shows them as speckle in the others (issue 30)
     "nerf": dataclasses.replace(_BASE_CAPTURE, train_res=800, laplace_weight=3000.0, hash_max_res=0),
     "nerd": dataclasses.replace(_BASE_CAPTURE, train_res=512),
