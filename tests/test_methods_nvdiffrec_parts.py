@@ -179,3 +179,32 @@ def test_make_light_learned_fixed_file_and_errors(tmp_path):
         make_light(SurfaceConfig(light="fixed"), dev)
     with pytest.raises(ConfigError, match="light"):
         make_light(SurfaceConfig(light=str(tmp_path / "missing.hdr")), dev)
+
+
+@pytest.mark.parametrize("isosurface", ["dmtet", "flexicubes"])
+def test_lr_deform_puts_the_deformation_in_its_own_group(isosurface):
+    """``lr_deform`` (issue 30): 0 or equal to ``lr_pos`` keeps one group (old checkpoints load); otherwise the
+    deformation alone steps at ``lr_deform`` and every other geometry parameter at ``lr_pos``."""
+    from meshlift.methods.nvdiffrec.config import validate
+    from meshlift.methods.nvdiffrec.geometry import make_geometry
+    from meshlift.methods.nvdiffrec.passes import _geometry_groups
+
+    cfg = validate(SurfaceConfig(isosurface=isosurface, grid_res=8, lr_pos=0.002))
+    geom = make_geometry(cfg, torch.device("cpu"))
+    for lr_deform in (0.0, 0.002):
+        groups = _geometry_groups(geom, SurfaceConfig(lr_pos=0.002, lr_deform=lr_deform))
+        assert len(groups) == 1 and groups[0]["lr"] == 0.002 and len(groups[0]["params"]) == len(list(geom.parameters()))
+    groups = _geometry_groups(geom, SurfaceConfig(lr_pos=0.002, lr_deform=0.01))
+    assert [g["lr"] for g in groups] == [0.002, 0.01]
+    assert groups[1]["params"] == [geom.deform]
+    assert {id(p) for p in groups[0]["params"]} == {id(p) for p in geom.parameters()} - {id(geom.deform)}
+    # one Adam step with equal gradients: the deformation moves lr_deform, the SDF lr_pos
+    from meshlift.methods.optim import Adam
+
+    opt = Adam(groups)
+    sdf0 = geom.sdf.detach().clone()
+    for p in geom.parameters():
+        p.grad = torch.ones_like(p)
+    opt.step()
+    assert torch.allclose(geom.deform.detach(), torch.full_like(geom.deform, -0.01), atol=1e-6)
+    assert torch.allclose(geom.sdf.detach(), sdf0 - 0.002, atol=1e-6)

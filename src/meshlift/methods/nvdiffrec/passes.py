@@ -108,6 +108,17 @@ def _render_and_loss(graphs: Optional[PixelGraphs], stages, mesh: Mesh, views, l
     return out, loss, mse
 
 
+def _geometry_groups(geom: nn.Module, cfg: SurfaceConfig) -> list[dict]:
+    """The pass-1 geometry's Adam parameter groups: one at ``lr_pos``, or with ``lr_deform > 0`` (and
+    different from ``lr_pos``) the deformation in a second group at ``lr_deform`` (two groups only then, so that
+    checkpoints of the one-group runs still load)."""
+    params = list(geom.parameters())
+    if cfg.lr_deform <= 0 or cfg.lr_deform == cfg.lr_pos:
+        return [{"params": params, "lr": cfg.lr_pos}]
+    rest = [p for p in params if p is not geom.deform]
+    return [{"params": rest, "lr": cfg.lr_pos}, {"params": [geom.deform], "lr": cfg.lr_deform}]
+
+
 class SurfacePass(TrainLoop):
     """What the two passes share (a :class:`~meshlift.methods.loop.TrainLoop`): the step (views → the pass's
     :meth:`forward` → backward and gradient all-reduce → the ``diagnose_nonfinite`` probe →
@@ -211,7 +222,7 @@ class Pass1Trainer(SurfacePass):
 
     name, title, pass_no = "pass 1", "pass 1 (topology)", 1
     timing_key, iterations_key = "pass1_s", "pass1"
-    lr_fields = "lr_pos, lr_mat, lr_light"
+    lr_fields = "lr_pos, lr_deform, lr_mat, lr_light"
 
     def __init__(self, cfg: SurfaceConfig, data: ProblemData, device: torch.device, *, state: TrainState,
                  monitor: Monitor, checkpointer: Checkpointer, checkpoint: Optional[dict] = None,
@@ -231,7 +242,7 @@ class Pass1Trainer(SurfacePass):
         if cfg.diagnose_nonfinite:
             monitor.log("diagnose_nonfinite: every step checks the render, the loss and the gradients (slower)")
 
-        self.opt_geom = _adam(geom.parameters(), device, lr=cfg.lr_pos)
+        self.opt_geom = _adam(_geometry_groups(geom, cfg), device)
         groups = [{"params": list(material.parameters()), "lr": cfg.lr_mat}]
         if self.light_trainable:
             groups.append({"params": list(self.light.parameters()), "lr": cfg.lr_light})
