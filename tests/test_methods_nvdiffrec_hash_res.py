@@ -92,3 +92,27 @@ def test_pass1_trainer_resolves_auto_from_its_training_views():
     want = auto_hash_max_res(cfg, views)
     assert tr.cfg.hash_max_res == want
     assert tr.material.field.encoder.resolutions[-1] == pytest.approx(want, abs=1)
+
+
+@pytest.mark.slow  # three tiny runs: ~3 min on a loaded 2-core machine
+def test_reconstruct_records_the_resolved_value_and_resumes_with_auto(tmp_path, capsys):
+    """``config.json`` holds the number auto resolved to; ``--resume`` with ``hash_max_res=0`` again is the same
+    field (resolved from the same data), another number is refused."""
+    import json
+
+    from _run_helpers import TINY, write_torus_obj
+    from meshlift.cli.main import main
+
+    mesh = write_torus_obj(tmp_path)
+    out = tmp_path / "out"
+    args = ["reconstruct", str(mesh), "--out", str(out), "--preset", "spot", "--quick", "--set", "hash_max_res=0"]
+    for item in TINY:
+        args += ["--set", item]
+    assert main(args) == 0
+    resolved = json.loads((out / "config.json").read_text())["hash_max_res"]
+    assert HASH_AUTO_MIN <= resolved <= HASH_AUTO_MAX
+    assert main(args + ["--resume", "--set", "iter_pass2=3"]) == 0
+    assert json.loads((out / "config.json").read_text())["hash_max_res"] == resolved
+    capsys.readouterr()
+    assert main(args + ["--resume", "--set", f"hash_max_res={resolved + 64}"]) != 0
+    assert f"hash_max_res: {resolved} -> {resolved + 64}" in capsys.readouterr().err

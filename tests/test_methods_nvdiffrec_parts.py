@@ -193,7 +193,8 @@ def test_lr_deform_puts_the_deformation_in_its_own_group(isosurface):
     geom = make_geometry(cfg, torch.device("cpu"))
     for lr_deform in (0.0, 0.002):
         groups = _geometry_groups(geom, SurfaceConfig(lr_pos=0.002, lr_deform=lr_deform))
-        assert len(groups) == 1 and groups[0]["lr"] == 0.002 and len(groups[0]["params"]) == len(list(geom.parameters()))
+        assert len(groups) == 1 and groups[0]["lr"] == 0.002
+        assert len(groups[0]["params"]) == len(list(geom.parameters()))
     groups = _geometry_groups(geom, SurfaceConfig(lr_pos=0.002, lr_deform=0.01))
     assert [g["lr"] for g in groups] == [0.002, 0.01]
     assert groups[1]["params"] == [geom.deform]
