@@ -63,12 +63,14 @@ def boundary_loops(faces: np.ndarray) -> tuple[list[list[int]], list[int], int]:
         edges ``loop[i] -> loop[i + 1]`` used by exactly one face (that face has the edge in this direction).
         A loop may pass a vertex twice where two holes touch (:func:`split_loop`).
     """
+    from meshlift.mesh.clean import unique_rows  # (clean imports this module)
+
     F = np.asarray(faces, dtype=np.int64).reshape(-1, 3)
     if not len(F):
         return [], [], 0
     e = np.stack([F[:, [0, 1]], F[:, [1, 2]], F[:, [2, 0]]], 1).reshape(-1, 2)
     fid = np.repeat(np.arange(len(F)), 3)
-    _, inv, cnt = np.unique(np.sort(e, 1), axis=0, return_inverse=True, return_counts=True)
+    _, inv, cnt = unique_rows(np.sort(e, 1), return_inverse=True, return_counts=True)
     bnd = cnt[inv.reshape(-1)] == 1
     be, bf = e[bnd], fid[bnd]
     out: dict[int, list[int]] = {}
@@ -107,11 +109,13 @@ def _border_cycles(F: np.ndarray) -> tuple[list[list[int]], dict]:
     ``(a, b) -> (face, True when that face has the directed edge a -> b)`` for both directions of each
     border edge. In a mesh whose edges have at most two faces every vertex has an even number of border
     edges, so each walk closes."""
+    from meshlift.mesh.clean import unique_rows  # (clean imports this module)
+
     if not len(F):
         return [], {}
     e = np.stack([F[:, [0, 1]], F[:, [1, 2]], F[:, [2, 0]]], 1).reshape(-1, 2)
     fid = np.repeat(np.arange(len(F)), 3)
-    _, inv, cnt = np.unique(np.sort(e, 1), axis=0, return_inverse=True, return_counts=True)
+    _, inv, cnt = unique_rows(np.sort(e, 1), return_inverse=True, return_counts=True)
     bnd = cnt[inv.reshape(-1)] == 1
     be, bf = e[bnd].tolist(), fid[bnd].tolist()
     edge_face: dict[tuple[int, int], tuple[int, bool]] = {}
