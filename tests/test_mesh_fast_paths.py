@@ -128,3 +128,28 @@ def test_clean_fill_crop_support_match_reference(seed, reference):
     assert fast[3] == ref[3]
     assert fast[5].to_dict() == ref[5].to_dict() and fast[5].faces_split > 0
     assert vars(fast[7]) == vars(ref[7])
+
+
+def _manifold_pairs_reference(f):
+    """The old two-sort :func:`meshlift.mesh.orient._manifold_pairs` (np.unique, then a stable argsort)."""
+    d = np.stack([f[:, [0, 1]], f[:, [1, 2]], f[:, [2, 0]]], axis=1).reshape(-1, 2)
+    fid = np.repeat(np.arange(len(f)), 3)
+    key = np.minimum(d[:, 0], d[:, 1]).astype(np.int64) * (int(f.max()) + 1) + np.maximum(d[:, 0], d[:, 1])
+    _, inv, counts = np.unique(key, return_inverse=True, return_counts=True)
+    inv = inv.reshape(-1)
+    sel = np.flatnonzero(counts[inv] == 2)
+    order = sel[np.argsort(inv[sel], kind="stable")]
+    a, b = order[0::2], order[1::2]
+    keep = fid[a] != fid[b]
+    return fid[a][keep], fid[b][keep], (d[a, 0] == d[b, 0])[keep].astype(np.int8), counts, inv
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_manifold_pairs_match_reference(seed):
+    from meshlift.mesh.orient import _manifold_pairs
+
+    f = _random_mesh(seed).t_pos_idx.numpy()
+    flip = np.random.default_rng(seed).random(len(f)) < 0.2
+    f[flip] = f[flip][:, ::-1]
+    for got, want in zip(_manifold_pairs(f), _manifold_pairs_reference(f)):
+        np.testing.assert_array_equal(got, want)

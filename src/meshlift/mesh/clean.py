@@ -323,14 +323,20 @@ def clean_mesh(mesh: Mesh, *, keep_components: float = 0.02) -> tuple[Mesh, Clea
         vv = out.v_pos.detach().double().numpy()
         n, lab = face_components(f, out.num_vertices)
         if n > 1:
-            used = vv[f.reshape(-1)]
+            # per-component bbox over the referenced vertices (a vertex's faces are all in one component),
+            # one 1-D ufunc.at per axis: ~10x less work than the 2-D one over the 3T corners, the same boxes
+            vlab = np.full(out.num_vertices, -1, dtype=np.int64)
+            vlab[f.reshape(-1)] = np.repeat(lab, 3)
+            ref = np.flatnonzero(vlab >= 0)
+            used, vl = vv[ref], vlab[ref]
             whole = float(np.linalg.norm(used.max(0) - used.min(0)))
-            lab3 = np.repeat(lab, 3)
-            lo = np.full((n, 3), np.inf)
-            hi = np.full((n, 3), -np.inf)
-            np.minimum.at(lo, lab3, used)
-            np.maximum.at(hi, lab3, used)
-            diag = np.linalg.norm(hi - lo, axis=1)
+            lo = np.full((3, n), np.inf)
+            hi = np.full((3, n), -np.inf)
+            for k in range(3):
+                x = np.ascontiguousarray(used[:, k])
+                np.minimum.at(lo[k], vl, x)
+                np.maximum.at(hi[k], vl, x)
+            diag = np.linalg.norm((hi - lo).T, axis=1)
             small = diag < keep_components * whole
             rep.small_components = int(small.sum())
             rep.small_component_faces = int(small[lab].sum())

@@ -46,21 +46,29 @@ class OrientReport:
 
 
 def _edge_table(f: np.ndarray):
-    """Directed corner edges ``[3T, 2]``, their face ids, and undirected edge ids with counts."""
+    """Directed corner edges ``[3T, 2]``, their face ids, undirected edge ids (rank of the edge's key) with
+    counts, and the corners sorted by edge (stable: by corner within an edge). One stable argsort of the
+    packed keys gives all of it (``np.unique(return_inverse)`` and a second argsort did the same work twice)."""
     T = len(f)
     d = np.stack([f[:, [0, 1]], f[:, [1, 2]], f[:, [2, 0]]], axis=1).reshape(-1, 2)
     fid = np.repeat(np.arange(T), 3)
     lo, hi = np.minimum(d[:, 0], d[:, 1]), np.maximum(d[:, 0], d[:, 1])
     key = lo.astype(np.int64) * (int(f.max()) + 1) + hi
-    _, inv, counts = np.unique(key, return_inverse=True, return_counts=True)
-    return d, fid, inv.reshape(-1), counts
+    perm = np.argsort(key, kind="stable")
+    ks = key[perm]
+    start = np.empty(len(ks), dtype=bool)
+    start[:1] = True
+    np.not_equal(ks[1:], ks[:-1], out=start[1:])
+    inv = np.empty(len(ks), dtype=np.int64)
+    inv[perm] = np.cumsum(start) - 1
+    counts = np.diff(np.append(np.flatnonzero(start), len(ks)))
+    return d, fid, inv, counts, perm
 
 
 def _manifold_pairs(f: np.ndarray):
     """For every edge shared by exactly two faces: ``(face_a, face_b, mismatch)``."""
-    d, fid, inv, counts = _edge_table(f)
-    sel = np.flatnonzero(counts[inv] == 2)
-    order = sel[np.argsort(inv[sel], kind="stable")]
+    d, fid, inv, counts, perm = _edge_table(f)
+    order = perm[counts[inv[perm]] == 2]  # corners of two-face edges, by edge, then by corner
     a, b = order[0::2], order[1::2]
     fa, fb = fid[a], fid[b]
     same_dir = d[a, 0] == d[b, 0]  # both traverse the edge from the same vertex: inconsistent
