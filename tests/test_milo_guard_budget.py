@@ -279,3 +279,25 @@ def test_micro_run_survives_nonfinite_refinement_steps(tmp_path, monkeypatch):
     assert r.metrics["faces"] > 0 and torch.isfinite(r.mesh.v_pos).all()
     assert r.metrics["mesh_report"]["clean"]["nonfinite_vertices"] == 0
     assert r.metrics["mesh_report"]["unwrap_face_cap"] >= 5000
+
+
+def test_tsdf_extraction_joins_the_reserve():
+    """``extract=tsdf``: the fusions, their cleaning, the crop and the asset's decimation are estimated from the
+    grids to come (budget.py), so the training deadline leaves room for them (the H200 fox run of 2026-12-04
+    spent 393 s extracting in a 420 s budget)."""
+    from meshlift.methods.milo.budget import TSDF_FACES_PER_CELL2, TsdfRates
+
+    tr = TsdfRates(fusion_s_per_cell2=1e-6, post_s_per_face=1e-6, crop_s_per_face=1e-7, decimate_s_per_face=1e-6)
+    cfg = dataclasses.replace(MiloConfig(), texture_res=1000, time_budget_s=420.0, max_asset_faces=500_000)
+    kw = dict(train_pixels=10_000_000, test_pixels=1_000_000, rates=RATES, tsdf_rates=tr)
+    scene, obj = 512 ** 2, 512 ** 2
+    c = MiloStageCosts(cfg, "cuda", tsdf_grids=(scene, obj), **kw)
+    plain = MiloStageCosts(cfg, "cuda", faces_fn=lambda: 500_000, **kw)
+    asset = TSDF_FACES_PER_CELL2 * obj
+    want = (1.0 + 2 * (1e-6 + 1e-6 * TSDF_FACES_PER_CELL2) * scene + 1e-7 * asset + 1.0 + 1e-6 * asset)
+    assert c.tsdf_extract_s() == pytest.approx(want)
+    assert c.faces() == 500_000  # the asset, decimated to max_asset_faces
+    assert c.final_s() == pytest.approx(plain.final_s() + SAFETY * want)
+    one = MiloStageCosts(cfg, "cuda", tsdf_grids=(obj,), **kw)  # a mesh input: one fusion, no crop
+    assert one.tsdf_extract_s() == pytest.approx(1.0 + (1e-6 + 1e-6 * TSDF_FACES_PER_CELL2) * obj + 1e-6 * asset)
+    assert MiloStageCosts(cfg, "cuda", **kw).tsdf_extract_s() == 0.0

@@ -28,11 +28,16 @@ from typing import Callable, Optional
 
 from meshlift.methods.engine import StageCosts
 
-__all__ = ["FACES_PER_PIVOT", "MIN_UNWRAP_FACES", "MIN_UNWRAP_S", "MiloRates", "MiloStageCosts", "RATES", "SAFETY"]
+__all__ = ["FACES_PER_PIVOT", "MIN_UNWRAP_FACES", "MIN_UNWRAP_S", "MiloRates", "MiloStageCosts", "RATES", "SAFETY",
+           "TSDF_FACES_PER_CELL2", "TSDF_RATES", "TsdfRates", "tsdf_grids"]
 
 #: Marching tets on the pivots' Delaunay gives about this many faces per pivot before cleaning (H200 runs of
 #: 2026-12-01: statue 240,973 raw faces from 96,813 pivots = 2.5; CPU quick fox 26,596 from 9,000 = 3.0).
 FACES_PER_PIVOT = 3.0
+#: Raw faces of a fused TSDF mesh per (cells per axis)²: the H200 fox run of 2026-12-04 (main 7657254) had
+#: 11.27M at 512³ (object, 43.0) and 6.20M at 512 cells a side (scene 256³ contracted, 23.7); the CPU quick
+#: fox 290,792 at 128³ (17.7) and 293,760 at 128 a side (17.9); quick spot 320,080 at 128³ (19.5). Errs high.
+TSDF_FACES_PER_CELL2 = 45.0
 #: The unwrap cap never goes below this (a mesh this small unwraps in seconds).
 MIN_UNWRAP_FACES = 5000
 #: xatlas always gets at least this many seconds before the per-face fallback.
@@ -86,6 +91,58 @@ RATES = {
 }
 
 
+@dataclass(frozen=True)
+class TsdfRates:
+    """Seconds per unit of work of the ``extract=tsdf`` stages (module docstring) on one kind of device.
+
+    Attributes:
+        fusion_s_per_cell2: depth fusion + marching tets, per (cells per axis)² of the grid.
+        post_s_per_face: frustum cull, :func:`meshlift.mesh.clean.clean_mesh`, small components and
+            :func:`meshlift.mesh.fill.fill_holes` of the fused mesh (host CPU), per raw face.
+        crop_s_per_face: the asset cut to the region of interest and capped, with the support plane
+            (:func:`meshlift.methods.milo.tsdf_mesh.object_asset`, host CPU), per face of the fused asset.
+        decimate_s_per_face: the asset's decimation to ``max_asset_faces`` (host CPU), per face it gets.
+    """
+
+    fusion_s_per_cell2: float
+    post_s_per_face: float
+    crop_s_per_face: float
+    decimate_s_per_face: float
+
+
+#: Sources: the H200 fox run of 2026-12-04 (main 7657254: fusion 0.77 s at 512² cells a side, 0.54 s at
+#: 512²; decimation 18.1 s for 8.45M faces) and benchmarks/extract_stages.py on the host CPU of a 2-core machine
+#: (loaded) before and after the packed-key uniques (clean + fill 148 -> 41 s, crop + support plane 194 -> 6 s
+#: for 1.57M faces); the H200 host's post-processing rate is the measured 8.9 µs/face (scene 55 s for 6.2M,
+#: object 101 s for 11.3M) divided by the CPU speed-up (3.6x), rounded up; its crop rate (17.6 µs/face before)
+#: likewise. CPU rates: the quick fox (64 px) on the 2-core machine.
+TSDF_RATES = {
+    "cpu": TsdfRates(fusion_s_per_cell2=1.3e-3, post_s_per_face=3.0e-5, crop_s_per_face=1.0e-5,
+                     decimate_s_per_face=2.0e-5),
+    "cuda": TsdfRates(fusion_s_per_cell2=3.0e-6, post_s_per_face=3.0e-6, crop_s_per_face=1.0e-6,
+                      decimate_s_per_face=2.5e-6),
+}
+
+
+def tsdf_grids(cfg, problem, *, mesh_input: bool) -> tuple[int, ...]:
+    """The (cells per axis)² of the fusions ``extract=tsdf`` will run, in order (last: the asset's), as
+    :func:`meshlift.methods.milo.tsdf_mesh.extract_assets` picks them: views of a mesh file or a masked
+    capture (``region=object``) one at ``tsdf_resolution``; an unmasked capture the whole scene (twice
+    ``scene_resolution`` cells a side: the contraction's shell) and, with ``object_asset``, the asset."""
+    res = int(cfg.tsdf_resolution)
+    if mesh_input and problem.eval_box is None:
+        return (res * res,)
+    kind = cfg.region if cfg.region != "auto" else ("object" if problem.train.alpha is not None else "scene")
+    if kind != "scene":
+        return (res * res,)
+    scene = int(cfg.scene_resolution)
+    if scene <= 0:
+        from meshlift.methods.milo.tsdf_mesh import fusion_region, region_of_interest, scene_resolution_from_pixels
+
+        scene = scene_resolution_from_pixels(cfg, problem, fusion_region("scene", roi=region_of_interest(cfg, problem)))
+    return ((2 * scene) ** 2,) + ((res * res,) if cfg.object_asset else ())
+
+
 class MiloStageCosts:
     """Callable ``() -> StageCosts`` for the MILo run of ``cfg`` (module docstring).
 
@@ -99,12 +156,16 @@ class MiloStageCosts:
         pivots_fn: ``() -> int`` pivots of the current mesh (0: none yet, the preset's pivot budget is used).
         max_unwrap_faces: the unwrap's own cap (:data:`meshlift.mesh.uv.DEFAULT_MAX_FACES_FOR_XATLAS`).
         rates: override :data:`RATES` (tests).
+        tsdf_grids: ``extract=tsdf``: the (cells per axis)² of the fusions to come (:func:`tsdf_grids`; the last
+            is the asset's); their cost joins :meth:`final_s` (:meth:`tsdf_extract_s`). None: MILo's Delaunay.
+        tsdf_rates: override :data:`TSDF_RATES` (tests).
     """
 
     def __init__(self, cfg, device_type: str, train_pixels: int, test_pixels: int, *, known_truth: bool = False,
                  faces_fn: Optional[Callable[[], int]] = None, pivots_fn: Optional[Callable[[], int]] = None,
                  max_unwrap_faces: Optional[int] = None,
-                 rates: Optional[MiloRates] = None) -> None:
+                 rates: Optional[MiloRates] = None, tsdf_grids: Optional[tuple] = None,
+                 tsdf_rates: Optional[TsdfRates] = None) -> None:
         from meshlift.mesh.uv import DEFAULT_MAX_FACES_FOR_XATLAS
         from meshlift.methods.milo.config import num_mesh_gaussians
 
@@ -115,6 +176,8 @@ class MiloStageCosts:
         self.faces_fn, self.pivots_fn = faces_fn, pivots_fn
         self.max_unwrap_faces = int(DEFAULT_MAX_FACES_FOR_XATLAS if max_unwrap_faces is None else max_unwrap_faces)
         self.pivot_budget = 9 * num_mesh_gaussians(cfg)
+        self.tsdf_grids = tuple(int(g) for g in tsdf_grids) if tsdf_grids else ()
+        self.tsdf_rates = tsdf_rates if tsdf_rates is not None else TSDF_RATES["cpu" if device_type == "cpu" else "cuda"]
 
     @property
     def pivots(self) -> int:
@@ -126,6 +189,10 @@ class MiloStageCosts:
         """Faces of the mesh the final stages will get: the current mesh's, else ``FACES_PER_PIVOT × pivots``;
         capped by ``cfg.simplify`` when set."""
         f = int(self.faces_fn()) if self.faces_fn is not None else 0
+        if f <= 0 and self.tsdf_grids:  # the fused asset, decimated to max_asset_faces
+            f = int(TSDF_FACES_PER_CELL2 * self.tsdf_grids[-1])
+            cap = int(getattr(self.cfg, "max_asset_faces", 0) or 0)
+            return min(f, cap) if cap > 0 else f
         if f <= 0:
             f = int(FACES_PER_PIVOT * self.pivots)
         return min(f, self.cfg.simplify) if self.cfg.simplify > 0 else f
@@ -149,10 +216,29 @@ class MiloStageCosts:
                                                           if self.known_truth else 0.0)
         return color + ev + r.export_s_per_face * faces + r.fixed_s
 
+    def tsdf_extract_s(self) -> float:
+        """Estimated seconds of the ``extract=tsdf`` stages before colouring (no safety; 0 without
+        ``tsdf_grids``): the depth renders, each fusion with its post-processing, and for the asset of a
+        whole-scene run its crop and the whole-scene mesh's vertex colours; the asset's decimation."""
+        if not self.tsdf_grids:
+            return 0.0
+        t, r = self.tsdf_rates, self.rates
+        s = r.render_s_per_pixel * self.train_pixels  # the Gaussians' depth at every training view
+        for g in self.tsdf_grids:
+            s += (t.fusion_s_per_cell2 + t.post_s_per_face * TSDF_FACES_PER_CELL2) * g
+        asset = TSDF_FACES_PER_CELL2 * self.tsdf_grids[-1]
+        if len(self.tsdf_grids) > 1:  # whole scene + asset: the cut, and the scene mesh's colours
+            s += t.crop_s_per_face * asset + r.render_s_per_pixel * self.train_pixels
+        cap = int(getattr(self.cfg, "max_asset_faces", 0) or 0)
+        if cap > 0 and asset > cap:
+            s += t.decimate_s_per_face * asset
+        return s
+
     def final_s(self) -> float:
-        """Estimated seconds of colouring, unwrap, bake, evaluation and export for the current face count."""
+        """Estimated seconds of the extraction (``extract=tsdf``: :meth:`tsdf_extract_s`), colouring, unwrap,
+        bake, evaluation and export for the current face count."""
         f = self.faces()
-        return SAFETY * (self.unwrap_s(f) + self.rest_s(f))
+        return SAFETY * (self.tsdf_extract_s() + self.unwrap_s(f) + self.rest_s(f))
 
     def unwrap_faces(self, faces: int, seconds_left: Optional[float]) -> int:
         """The face cap for the unwrap of a ``faces``-face mesh with ``seconds_left`` of the budget (None: no

@@ -51,8 +51,13 @@ def budget_costs(cfg: MiloConfig, problem, device: torch.device, reg=None, *, kn
     tr, te = problem.train, problem.test
     faces_fn = (lambda: reg.mesh_size[1] if reg.active else 0) if reg is not None else None
     pivots_fn = (lambda: 9 * int(reg.idx.numel()) if reg.active else 0) if reg is not None else None
+    grids = None
+    if cfg.extract == "tsdf" and cfg.time_budget_s > 0:  # the fusions' cost joins the reserve (budget.py)
+        from meshlift.methods.milo.budget import tsdf_grids
+
+        grids = tsdf_grids(cfg, problem, mesh_input=known_truth)
     return MiloStageCosts(cfg, device.type, len(tr) * tr.height * tr.width, len(te) * te.height * te.width,
-                          known_truth=known_truth, faces_fn=faces_fn, pivots_fn=pivots_fn)
+                          known_truth=known_truth, faces_fn=faces_fn, pivots_fn=pivots_fn, tsdf_grids=grids)
 
 
 @dataclass
