@@ -115,10 +115,13 @@ class TsdfRates:
 #: (loaded) before and after the packed-key uniques (clean + fill 148 -> 41 s, crop + support plane 194 -> 6 s
 #: for 1.57M faces); the H200 host's post-processing rate is the measured 8.9 µs/face (scene 55 s for 6.2M,
 #: object 101 s for 11.3M) divided by the CPU speed-up (3.6x), rounded up; its crop rate (17.6 µs/face before)
-#: likewise. CPU rates: the quick fox (64 px) on the 2-core machine.
+#: likewise. CPU rates: the quick fox (36×64 px) on the 2-core machine after these changes, measured at a load
+#: that ran its training 5× slower than an idle machine (fusion 17.5 s for 128² cells a side, post-processing
+#: 2e-5 s/face, crop 1.3e-5, decimation 1e-5), divided by ~3: the quick preset's 280 s budget is sized for an
+#: idle machine (fox 164 s, spot 60 s end to end), and the loaded rates would stop its training early.
 TSDF_RATES = {
-    "cpu": TsdfRates(fusion_s_per_cell2=1.3e-3, post_s_per_face=3.0e-5, crop_s_per_face=1.0e-5,
-                     decimate_s_per_face=2.0e-5),
+    "cpu": TsdfRates(fusion_s_per_cell2=4.0e-4, post_s_per_face=1.0e-5, crop_s_per_face=5.0e-6,
+                     decimate_s_per_face=5.0e-6),
     "cuda": TsdfRates(fusion_s_per_cell2=3.0e-6, post_s_per_face=3.0e-6, crop_s_per_face=1.0e-6,
                       decimate_s_per_face=2.5e-6),
 }
