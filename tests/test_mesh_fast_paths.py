@@ -153,3 +153,23 @@ def test_manifold_pairs_match_reference(seed):
     f[flip] = f[flip][:, ::-1]
     for got, want in zip(_manifold_pairs(f), _manifold_pairs_reference(f)):
         np.testing.assert_array_equal(got, want)
+
+
+def test_merge_duplicate_vertices_matches_the_byte_compare():
+    """float32 positions grouped by packed bits (x, y then rank, z) merge exactly as the 12-byte compare did."""
+    from meshlift.mesh.clean import _float32_xyz_groups, merge_duplicate_vertices
+
+    rng = np.random.default_rng(3)
+    v = rng.integers(-3, 4, (2000, 3)).astype(np.float32) * np.float32(0.5)
+    v[:5] = [0.0, -0.0, 1.0]  # -0.0 equals 0.0
+    v[5, 1] = -0.0
+    v[6] = np.float32(3.4e38)
+    f = rng.integers(0, len(v), (3000, 3))
+    first, inv = _float32_xyz_groups(v)
+    _, rfirst, rinv = unique_rows(v, return_index=True, return_inverse=True)
+    # the same partition into groups, with the same first members
+    assert sorted(first.tolist()) == sorted(rfirst.tolist())
+    np.testing.assert_array_equal(first[inv], rfirst[rinv.reshape(-1)])
+    out, n = merge_duplicate_vertices(Mesh(torch.from_numpy(v), torch.from_numpy(f)))
+    assert n == len(v) - len(rfirst)
+    np.testing.assert_array_equal(out.v_pos.numpy(), v[np.sort(rfirst)])

@@ -166,12 +166,26 @@ class CleanReport:
     notes: list = field(default_factory=list)
 
 
+def _float32_xyz_groups(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(first [U], inverse [V])`` of the bitwise-equal rows (after ``+ 0.0``: -0 == 0) of float32 ``v [V, 3]``,
+    as ``unique_rows(v, return_index=True, return_inverse=True)[1:]`` up to the order of the groups: x and y bits
+    packed into one int64 and ranked, then (rank, z bits) packed and ranked — two 1-D sorts instead of a sort of
+    12-byte records (3.4 s of clean_mesh's 38 s on 790k vertices, benchmarks/extract_stages.py)."""
+    b = np.ascontiguousarray(v + np.float32(0.0)).view(np.uint32).astype(np.int64)
+    _, r = np.unique((b[:, 0] << 32 | b[:, 1]).view(np.int64), return_inverse=True)
+    _, first, inv = np.unique(r.reshape(-1) << 32 | b[:, 2], return_index=True, return_inverse=True)
+    return first, inv.reshape(-1)
+
+
 def merge_duplicate_vertices(mesh: Mesh) -> tuple[Mesh, int]:
     """Merge vertices with exactly equal positions (UVs/normals stay per corner)."""
     v = mesh.v_pos.detach().cpu().numpy()
     if not len(v):
         return mesh, 0
-    _, first, inv = unique_rows(v, return_index=True, return_inverse=True)
+    if v.dtype == np.float32 and v.ndim == 2 and v.shape[1] == 3 and len(v) < 2**31:
+        first, inv = _float32_xyz_groups(v)
+    else:
+        _, first, inv = unique_rows(v, return_index=True, return_inverse=True)
     order = np.argsort(first, kind="stable")
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
