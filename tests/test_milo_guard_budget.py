@@ -301,3 +301,19 @@ def test_tsdf_extraction_joins_the_reserve():
     one = MiloStageCosts(cfg, "cuda", tsdf_grids=(obj,), **kw)  # a mesh input: one fusion, no crop
     assert one.tsdf_extract_s() == pytest.approx(1.0 + (1e-6 + 1e-6 * TSDF_FACES_PER_CELL2) * obj + 1e-6 * asset)
     assert MiloStageCosts(cfg, "cuda", **kw).tsdf_extract_s() == 0.0
+
+
+def test_tsdf_grids_follow_the_extraction_plan():
+    """The fusions extract_assets will run: one for a mesh input or a masked capture, scene + asset otherwise."""
+    from types import SimpleNamespace
+
+    from meshlift.methods.milo.budget import tsdf_grids
+
+    cfg = dataclasses.replace(MiloConfig(), tsdf_resolution=128, scene_resolution=64)
+    unmasked = SimpleNamespace(eval_box=None, train=SimpleNamespace(alpha=None))
+    masked = SimpleNamespace(eval_box=None, train=SimpleNamespace(alpha=torch.ones(1)))
+    assert tsdf_grids(cfg, unmasked, mesh_input=True) == (128 ** 2,)
+    assert tsdf_grids(cfg, masked, mesh_input=False) == (128 ** 2,)
+    assert tsdf_grids(cfg, unmasked, mesh_input=False) == (128 ** 2, 128 ** 2)  # (2 x 64)², 128²
+    assert tsdf_grids(dataclasses.replace(cfg, object_asset=False), unmasked, mesh_input=False) == (128 ** 2,)
+    assert tsdf_grids(dataclasses.replace(cfg, region="object"), unmasked, mesh_input=False) == (128 ** 2,)
