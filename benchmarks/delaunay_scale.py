@@ -79,7 +79,7 @@ def _one(args) -> dict:
         for k in ("blocks", "halo_points", "fix_points", "partition_s", "blocks_s", "merge_s", "fix_s",
                   "qhull_error", "executor", "fallback", "kd_queries", "kd_kept", "unused_points", "fix_groups",
                   "fix_calls", "fix_call_points", "accept_s", "memory_gb_estimate", "fix_rounds",
-                  "grown_tets", "fix_round_calls", "fix_reused_groups"):
+                  "grown_tets", "fix_round_calls", "fix_reused_groups", "promoted_tets"):
             if k in stats:
                 v = stats[k]
                 row[k] = round(v, 3) if isinstance(v, float) else v

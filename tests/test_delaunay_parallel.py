@@ -471,3 +471,99 @@ def test_repair_round_reruns_only_failing_groups(monkeypatch):
     sa, sb = {tuple(t) for t in _as_set(tets).tolist()}, {tuple(t) for t in _as_set(Delaunay(pts).simplices).tolist()}
     only = np.array(sorted(sa ^ sb), dtype=np.int64).reshape(-1, 4)
     assert _ties(pts, only).all()  # the same tets as one scipy call up to co-spherical float32 ties
+
+
+def _one_failing_classify(monkeypatch, where="first"):
+    """Make the first round's largest grouped call disagree after its Qhull (at the vertices of 2 of its
+    open faces), so that it can salvage its DT(S); record every round's calls as ``(points, failed)``."""
+    real_groups, real_classify = df.groups, df._classify
+    rounds, state = [], {}
+
+    def groups(*a, **k):
+        out, ng = real_groups(*a, **k)
+        rounds.append([])
+        if len(rounds) == 1:
+            state["fail"] = max(out, key=lambda b: b[0].size)[0]
+        return out, ng
+
+    def classify(pts, s_ids, simp, nb, walls, *a, **k):
+        fail = s_ids is state.get("fail")
+        rounds[-1].append((s_ids.copy(), fail))
+        if fail:
+            raise df._Inconsistent("test disagreement", walls[:2] if where == "first" else walls[-2:])
+        return real_classify(pts, s_ids, simp, nb, walls, *a, **k)
+
+    monkeypatch.setattr(df, "groups", groups)
+    monkeypatch.setattr(df, "_classify", classify)
+    return rounds
+
+
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_repair_salvages_the_failing_call(monkeypatch, where):
+    """A grouped call that disagrees at a few points keeps its DT(S) tets away from them (promoted to kept
+    tets): the repair round re-triangulates only a small region there, not the failing group again, and the
+    result is the same as re-running the failing group whole (``SALVAGE = False``, the reference) and as one
+    scipy call, up to co-spherical float32 ties."""
+    pts = np.concatenate([_pivots(4000, s) + np.array([3.0 * s, 0.5 * (s % 2), 0.0]) for s in range(3)])
+    out = {}
+    for salvage in (True, False):
+        monkeypatch.setattr(dp, "SALVAGE", salvage)
+        rounds = _one_failing_classify(monkeypatch, where)
+        eng = dp.partitioned_delaunay(pts, workers=3, blocks=12)
+        assert eng.fallback.startswith("grew the fix-up region") and "test disagreement" in eng.fallback
+        out[salvage] = (eng, rounds)
+        monkeypatch.undo()
+    (eng, rounds), (ref, ref_rounds) = out[True], out[False]
+    assert eng.stats["fix_rounds"] == 2 and len(rounds) == 2
+    assert eng.stats["promoted_tets"] > 0 and ref.stats["promoted_tets"] == 0
+    failed = next(ids for ids, f in rounds[0] if f)
+    # round 2 re-runs less than the failing call (the region around the disagreement, and on this small set
+    # the hull's vertices), and less than the reference, which re-runs the failing group grown
+    big2 = max(ids.size for ids, _ in rounds[1])
+    assert big2 < failed.size
+    assert sum(ids.size for ids, _ in rounds[1]) < sum(ids.size for ids, _ in ref_rounds[1])
+    for e in (eng, ref):
+        tets = np.concatenate([e.kept, e.fix_tets[e.fix_keep]])
+        assert _as_set(tets).shape[0] == len(tets)
+        sa = {tuple(t) for t in _as_set(tets).tolist()}
+        sb = {tuple(t) for t in _as_set(Delaunay(pts).simplices).tolist()}
+        only = np.array(sorted(sa ^ sb), dtype=np.int64).reshape(-1, 4)
+        assert _ties(pts, only).all()
+    # the whole result through the public function: valid, every tet positive
+    monkeypatch.setattr(dp, "SALVAGE", True)
+    _one_failing_classify(monkeypatch, where)
+    with pytest.warns(MeshliftWarning, match="grew the fix-up region"):
+        res = delaunay_tets_parallel(pts, workers=3, blocks=12)
+    _check_valid(pts, res)
+
+
+def test_salvage_and_promote_reference():
+    """salvage_tets on a correct DT(S) with no disagreement far from ``bad`` returns the missing tets outside
+    the rings, and promote's open faces equal a brute-force recount of the kept + promoted tets' faces."""
+    pts = _pivots(3000, 5)
+    eng = dp.partitioned_delaunay(pts, workers=2, blocks=6)
+    assert eng.fix_keep.any()
+    kept = eng.kept
+    faces = np.sort(kept[:, df._FACE].reshape(-1, 3), axis=1)
+    _, inv, cnt = np.unique(faces, axis=0, return_inverse=True, return_counts=True)
+    rows = np.flatnonzero(cnt[inv.reshape(-1)] == 1)  # row 4 i + k: tet i's face opposite its corner k
+    walls, far = faces[rows], kept.reshape(-1)[rows]
+    sign = df.wall_signs(pts, walls, far)
+    used = np.zeros(len(pts), bool)
+    used[kept.reshape(-1)] = True
+    s_ids = np.unique(np.concatenate([walls.reshape(-1), np.flatnonzero(~used)]))
+    d = Delaunay(pts[s_ids])
+    bad = walls[:1].reshape(-1)
+    sal = df.salvage_tets(pts, s_ids, d.simplices, d.neighbors, walls, sign, bad)
+    miss = {tuple(t) for t in _as_set(eng.fix_tets[eng.fix_keep]).tolist()}
+    got = {tuple(t) for t in _as_set(sal).tolist()}
+    assert 0 < len(got) < len(miss)
+    extra = np.array(sorted(got - miss), dtype=np.int64).reshape(-1, 4)
+    assert _ties(pts, extra).all()  # at most a co-spherical cell split another way
+    assert (_volumes(pts, sal) > 0).all()
+    assert not np.isin(sal, bad).any()
+    k2, w2, s2, vol = df.promote(pts, kept, walls, sign, sal)
+    f2 = np.sort(k2[:, df._FACE].reshape(-1, 3), axis=1)
+    u2, c2 = np.unique(f2, axis=0, return_counts=True)
+    assert np.array_equal(np.unique(w2, axis=0), u2[c2 == 1])
+    assert vol == pytest.approx(_volumes(pts, sal).sum())

@@ -20,6 +20,12 @@ SIDE_MIN_REL = 1e-10
 UNUSED_LINKS = 8
 #: Groups of fewer fix-up points are linked to the groups of their points' nearest fix-up points.
 MIN_GROUP_POINTS = 64
+#: A repair round salvages a failing call's ``DT(S)`` tets outside this many vertex rings of the points where
+#: it disagreed (:func:`salvage_tets`); the region inside is re-triangulated as a small group of its own.
+SALVAGE_RINGS = 2
+#: Salvaged tets must be this well shaped (``|det| / L^3``; as the blocks' ``CERT_MIN_REL``): flat tie tets
+#: stay in the fix-up, whose tets the caller orients and screens.
+SALVAGE_MIN_REL = 1e-6
 #: Relative tolerance of the volume check on the grouped fix-up (kept + fix-up = convex hull).
 ACCEPT_VOLUME_REL = 1e-7
 
@@ -159,7 +165,7 @@ def _sides_by_far(simp, s_ids, wall_far, t_side, n_side, k_t):
     return kept_is_t, np.where(kept_is_t, n_side, t_side), np.where(kept_is_t, t_side, n_side)
 
 
-def fixup(pts, s_ids, walls, wall_far, options, with_far: bool = False, wall_sign=None):
+def fixup(pts, s_ids, walls, wall_far, options, with_far: bool = False, wall_sign=None, salvage: bool = False):
     """Qhull on ``pts[s_ids]`` and the mask of its tets that fill the missing region next to ``walls``.
 
     Args:
@@ -176,9 +182,11 @@ def fixup(pts, s_ids, walls, wall_far, options, with_far: bool = False, wall_sig
 
     ``with_far``: ``s_ids`` also holds the far vertices ``wall_far`` of the kept tets, and the kept side of
     an open face is the ``DT(S)`` tet whose 4th vertex is that far vertex (no orientation test: robust to
-    flat tie tets on both sides; the fallback)."""
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
+    flat tie tets on both sides; the fallback).
+
+    ``salvage`` (the grouped fix-up's repair rounds): when the call disagrees at known points, the
+    exception carries ``salvage``: the tets of ``DT(S)`` that :func:`salvage_tets` can still place on the
+    missing side away from those points (``[P, 4]`` global ids, positively oriented), for :func:`promote`."""
     from scipy.spatial import Delaunay, QhullError
 
     idt = _idx_dtype(pts.shape[0])
@@ -192,6 +200,23 @@ def fixup(pts, s_ids, walls, wall_far, options, with_far: bool = False, wall_sig
     m = simp.shape[0]
     if walls.shape[0] == 0:
         return s_ids[simp].astype(idt), nb, np.ones(m, dtype=bool)
+    try:
+        return _classify(pts, s_ids, simp, nb, walls, wall_far, with_far, wall_sign)
+    except _Inconsistent as exc:
+        if salvage and not with_far and exc.bad is not None:
+            sign = wall_signs(pts, walls, wall_far) if wall_sign is None else wall_sign
+            exc.salvage = salvage_tets(pts, s_ids, simp, nb, walls, sign, exc.bad)
+        raise
+
+
+def _classify(pts, s_ids, simp, nb, walls, wall_far, with_far, wall_sign):
+    """The sides of the open faces in ``DT(S)`` (``simp``, ``nb``: local rows) and the missing components
+    (the body of :func:`fixup` after Qhull; same returns and raises)."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    idt = _idx_dtype(pts.shape[0])
+    m = simp.shape[0]
     # walls in local indices of S (all their vertices are in S by construction)
     loc = np.searchsorted(s_ids, walls)
     # every face of DT(S) once: (tet, corner) with tet < neighbour or on the hull
@@ -237,6 +262,145 @@ def fixup(pts, s_ids, walls, wall_far, options, with_far: bool = False, wall_sig
     if not miss_lab.any() and walls.shape[0]:
         raise _Inconsistent("no fix-up tet lies on the missing side of an open face")
     return s_ids[simp].astype(idt), nb, miss_lab[label]
+
+
+def _dt_faces(simp, nb):
+    """Every face of a ``DT(S)`` once: ``(t, k, n)`` (tet, corner opposite, neighbour or -1) with ``t < n``
+    or on the hull."""
+    m = simp.shape[0]
+    t_all = np.repeat(np.arange(m), 4)
+    k_all = np.tile(np.arange(4), m)
+    n_all = nb.reshape(-1).astype(np.int64)
+    once = (n_all < 0) | (t_all < n_all)
+    return t_all[once], k_all[once], n_all[once]
+
+
+def salvage_tets(pts, s_ids, simp, nb, walls, wall_sign, bad, rings: int = SALVAGE_RINGS):
+    """The tets of a fix-up call's ``DT(S)`` that are still known to fill the missing region although the
+    call disagreed with the kept tets at the points ``bad`` (the repair rounds of the engine: the failing
+    call is not re-run whole; only the region around ``bad`` is).
+
+    Args:
+        pts: ``[N, 3]`` float64; s_ids: ``[S]`` sorted ids of the call's points; simp, nb: ``[M, 4]`` its
+            ``DT(S)`` (local rows, neighbours -1 on the hull); walls: ``[W, 3]`` its open faces (sorted id
+            triples) and wall_sign ``[W]`` their kept sides (:func:`wall_signs`); bad: global ids where the
+            call disagreed; rings: vertex rings of ``DT(S)`` around ``bad`` whose tets are not salvaged.
+
+    Returns:
+        ``[P, 4]`` global ids (the index dtype of :func:`fixup`), positively oriented, well shaped
+        (``|det| / L^3 > SALVAGE_MIN_REL``): the tets of the components of ``DT(S)`` (cut at the open faces
+        and at the tets left out: those within ``rings`` of ``bad`` or near-flat) that touch an open face
+        on its missing side and none on its kept side, with no open face left unmatched or undecided
+        outside the rings (such faces' vertices join ``bad`` and the rings are redone, up to 4 times).
+        Empty when nothing can be salvaged.
+
+    The same reasoning as the fix-up's proof: away from ``bad`` the open faces bound the missing region,
+    which ``DT(S)`` tiles with the missing tets; the checks of the grouped result are made later on the
+    union of the kept, promoted and fix-up tets (:func:`accept`).
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    idt = _idx_dtype(pts.shape[0])
+    none = np.zeros((0, 4), idt)
+    ns, m = s_ids.size, simp.shape[0]
+    p = pts[s_ids][simp]  # [M, 4, 3]
+    e = p[:, 1:] - p[:, :1]
+    det = np.einsum("bi,bi->b", e[:, 0], np.cross(e[:, 1], e[:, 2]))
+    l2 = np.maximum.reduce([(d * d).sum(axis=1) for d in
+                            (e[:, 0], e[:, 1], e[:, 2], p[:, 2] - p[:, 1], p[:, 3] - p[:, 1], p[:, 3] - p[:, 2])])
+    rel = det / np.maximum(l2 * np.sqrt(l2), np.finfo(np.float64).tiny)
+    del p, e
+    t_f, k_f, n_f = _dt_faces(simp, nb)
+    fkey = _face_keys(np.sort(simp[t_f[:, None], _FACE[k_f]], axis=1), ns)
+    order = np.argsort(fkey)
+    fkey = fkey[order]
+    loc = np.searchsorted(s_ids, walls)
+    if not np.array_equal(s_ids[np.minimum(loc, ns - 1)], walls):
+        return none
+    wkey = _face_keys(np.sort(loc, axis=1), ns)
+    mark = np.zeros(ns, dtype=bool)
+    b = np.searchsorted(s_ids, bad)
+    mark[b[(b < ns) & (s_ids[np.minimum(b, ns - 1)] == bad)]] = True
+    for _ in range(4):
+        grow = mark.copy()
+        for _ in range(rings):
+            grow[simp[grow[simp].any(axis=1)].reshape(-1)] = True
+        out = grow[simp].any(axis=1) | (np.abs(rel) <= SALVAGE_MIN_REL)  # tets not salvaged
+        w_ok = ~grow[loc].any(axis=1)
+        pos = np.minimum(np.searchsorted(fkey, wkey), max(fkey.size - 1, 0))
+        found = fkey[pos] == wkey
+        fi = order[pos]
+        t_side, n_side = t_f[fi], n_f[fi]
+        # side of each open face: the DT(S) tet across it whose 4th vertex is robustly on one side
+        tri = pts[walls]
+        o_t = _side(tri, pts[s_ids[simp[t_side, k_f[fi]]]])
+        o_n = np.zeros_like(o_t)
+        has = n_side >= 0
+        o_n[has] = _side(tri[has], pts[s_ids[_far_vertex(simp, t_side[has], n_side[has])]])
+        rob_t, rob_n = np.abs(o_t) > SIDE_MIN_REL, np.abs(o_n) > SIDE_MIN_REL
+        undecided = ~found | (~rob_t & ~rob_n) | (rob_t & rob_n & (np.sign(o_t) == np.sign(o_n))) | (wall_sign == 0)
+        redo = undecided & ~mark[loc].all(axis=1)  # every undecided open face: its vertices join bad
+        if not redo.any():
+            break
+        mark[loc[redo].reshape(-1)] = True
+    else:
+        return none
+    use = w_ok & ~undecided
+    kept_is_t = np.where(rob_t, np.sign(o_t) == wall_sign, np.sign(o_n) != wall_sign)
+    miss_side = np.where(kept_is_t, n_side, t_side)[use]
+    # conservative: a component next to any decided open face on its kept side (near bad too), or next to
+    # an undecided one on either side, is not salvaged
+    seen = ~undecided
+    kept_side = np.concatenate([np.where(kept_is_t, t_side, n_side)[seen],
+                                t_side[found & undecided], n_side[found & undecided]])
+    # components of DT(S) without the left-out tets, cut at the open faces
+    is_wall = np.zeros(t_f.size, dtype=bool)
+    is_wall[fi[found]] = True
+    ed = (~is_wall) & (n_f >= 0)
+    ed[ed] = ~out[t_f[ed]] & ~out[n_f[ed]]
+    g = coo_matrix((np.ones(int(ed.sum()), dtype=np.int8), (t_f[ed], n_f[ed])), shape=(m, m))
+    _, label = connected_components(g, directed=False)
+    nl = label.max() + 1
+    miss_lab = np.zeros(nl, dtype=bool)
+    kept_lab = np.zeros(nl, dtype=bool)
+    ms = miss_side[miss_side >= 0]
+    ks = kept_side[kept_side >= 0]
+    miss_lab[label[ms[~out[ms]]]] = True
+    kept_lab[label[ks[~out[ks]]]] = True
+    take = (miss_lab & ~kept_lab)[label] & ~out
+    tets = s_ids[simp[take]].astype(idt)
+    neg = rel[take] < 0
+    tets[neg, 2:] = tets[neg][:, [3, 2]]
+    return tets
+
+
+def promote(pts, kept, walls, wall_sign, tets):
+    """Add salvaged fix-up tets (:func:`salvage_tets`, ``[P, 4]`` positively oriented) to the kept tets and
+    update the open faces: a face of a new tet that is an open face closes it (the open face's kept side
+    must be the other side), two new tets' shared face is interior, any other face is a new open face
+    with the new tet on its kept side. Returns ``(kept, walls, wall_sign, added volume)``; raises
+    ``_Inconsistent`` when a face would lie in 3+ tets or a new tet lies on an open face's kept side."""
+    if tets.shape[0] == 0:
+        return kept, walls, wall_sign, 0.0
+    p = pts[tets]
+    e = p[:, 1:] - p[:, :1]
+    vol = float(np.abs(np.einsum("bi,bi->b", e[:, 0], np.cross(e[:, 1], e[:, 2]))).sum() / 6.0)
+    tf = np.sort(tets[:, _FACE].reshape(-1, 3), axis=1)
+    ts = np.sign(_side(pts[tf], pts[tets.reshape(-1)]))
+    faces = np.concatenate([walls, tf.astype(walls.dtype)])
+    signs = np.concatenate([wall_sign, ts])
+    order, start = _sort_faces(faces, pts.shape[0])
+    run = np.cumsum(start) - 1
+    count = np.bincount(run)
+    if count.max() > 2:
+        raise _Inconsistent("a face is shared by 3+ tets while promoting salvaged fix-up tets")
+    first = order[np.flatnonzero(start)[count == 2]]
+    second = order[np.flatnonzero(start)[count == 2] + 1]
+    if np.any(signs[first] == signs[second]) or np.any(signs[first] == 0) or np.any(signs[second] == 0):
+        raise _Inconsistent("a salvaged fix-up tet lies on the kept side of an open face")
+    single = order[count[run] == 1]
+    return np.concatenate([kept, tets.astype(kept.dtype)]), faces[single], signs[single], vol
 
 
 class GroupCache:
@@ -429,7 +593,7 @@ def _split_by_group(result, ids_k, glab_k, keys, into: dict) -> None:
         into[keys[g]] = (tets[rows], np.where(inside, new_row[np.maximum(nb_g, 0)], -1), keep[rows])
 
 
-def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, stats, cache=None):
+def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, stats, cache=None, salvage=False):
     """The fix-up in parallel groups (:func:`groups`, :func:`fixup` in ``workers`` threads), checked by
     :func:`accept`; ``wall_sign``: :func:`wall_signs`. Returns ``(fix_tets, fix_neighbors, fix_keep)`` as
     :func:`fixup`, the calls concatenated (neighbours offset). Adds ``fix_groups``, ``fix_calls``,
@@ -439,7 +603,11 @@ def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, 
     ``cache`` (a :class:`GroupCache`, kept by the caller across repair rounds): groups unchanged since a
     round whose call on them succeeded are not re-run; their stored tets join the new calls' tets, and
     :func:`accept` checks the union. The groups of the calls that succeed are stored even when another
-    call fails; the store is emptied when the union fails :func:`accept` (the next round re-runs all)."""
+    call fails; the store is emptied when the union fails :func:`accept` (the next round re-runs all).
+
+    ``salvage``: each failing call that names its points salvages its ``DT(S)`` away from them
+    (:func:`salvage_tets`); the raised exception's ``salvage`` holds them all (``[P, 4]``), for the engine to
+    :func:`promote` before the next round."""
     from scipy.spatial import ConvexHull, QhullError
 
     # every hull vertex is on an open face or in a missing tet, so the hull of S is the hull of all points
@@ -459,8 +627,8 @@ def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, 
     stats["fix_reused_groups"] = len(reused)
     stats["fix_call_points"] = sorted((int(b[0].size) for b in bins), reverse=True)[:8]
     with cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="meshlift-delaunay-fix") as pool:
-        futs = [pool.submit(fixup, pts, b[0], walls[b[1]], None, options, wall_sign=wall_sign[b[1]])
-                for b in bins]
+        futs = [pool.submit(fixup, pts, b[0], walls[b[1]], None, options, wall_sign=wall_sign[b[1]],
+                            salvage=salvage) for b in bins]
         res, errors = [], []
         for b, f_ in zip(bins, futs):
             try:
@@ -473,8 +641,11 @@ def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, 
     stats["fix_failed_calls"] = len(errors)
     if errors:
         bad = [e.bad for e in errors if e.bad is not None]
-        raise _Inconsistent(f"{len(errors)} of {len(bins)} fix-up calls: {errors[0]}",
+        exc = _Inconsistent(f"{len(errors)} of {len(bins)} fix-up calls: {errors[0]}",
                             np.concatenate(bad) if bad else None)
+        got = [e.salvage for e in errors if getattr(e, "salvage", None) is not None and e.salvage.shape[0]]
+        exc.salvage = np.concatenate(got) if got else None
+        raise exc
     parts = res + [cache.done[k_] for k_ in reused]
     tets = [r[0] for r in parts]
     off = np.cumsum([0] + [t.shape[0] for t in tets[:-1]])

@@ -66,7 +66,15 @@ redoes the grouped fix-up, up to ``REPAIR_ROUNDS`` times, re-running only the gr
 grown region changed (``REUSE_GROUPS``: a group with the same points, open faces and sides as in a call
 that succeeded keeps that call's tets; checks (a)-(c) are made on the union, and a union that fails them
 empties the store so the next round re-runs all groups); the result is still ``A`` minus the dropped tets
-plus the missing components of the bigger region. Only when that fails too (a face kept 3 times, no
+plus the missing components of the bigger region. A failing call's ``DT(S)`` is not thrown away
+(``SALVAGE``): its well-shaped tets outside 2 vertex rings of the points where it disagreed, in the
+components (cut at the open faces and at the tets left out) that touch open faces only on their missing
+side, are the missing tets there by the proof above; they are *promoted* to kept tets (the open faces are
+updated by face parity, each new open face's kept side is its promoted tet's), so the next round
+re-triangulates only the region around the disagreement, not the failing group (on a hollow shell: a few
+thousand points instead of a ~310k-point skin). The last round's checks (a)-(c) cover the promoted tets
+(they count in the kept volume and bound the open faces); a promotion that does not fit (a face in 3+
+tets, a promoted tet on an open face's kept side) is skipped and the round grows as before. Only when that fails too (a face kept 3 times, no
 points named) does it fall back to one global Qhull; either fallback is named in
 ``fallback`` and warned about by the caller (:class:`~meshlift.errors.MeshliftWarning`): the result is
 never silently wrong. A block whose Qhull call fails (a flat piece) keeps nothing, so its region goes to
@@ -134,6 +142,12 @@ REPAIR_ROUNDS = 8
 #: A repair round re-runs only the fix-up groups that failed or changed (the others' tets are kept from
 #: their round and the union is checked); False: every round re-runs all groups (the reference).
 REUSE_GROUPS = True
+#: A repair round keeps the failing calls' ``DT(S)`` tets away from the points where they disagreed
+#: (``delaunay_fixup.salvage_tets``, promoted to kept tets) and re-triangulates only the region around those
+#: points; False: the failing groups are re-run whole (the reference).
+SALVAGE = True
+#: Vertex rings of kept tets dropped around the points where a fix-up call disagreed, per repair round.
+DEMOTE_RINGS = 2
 #: Default number of blocks per worker (load balance vs halo overhead).
 BLOCKS_PER_WORKER = 3
 #: Memory model of :func:`estimate_memory_gb`: bytes per point inside one Qhull call (scipy's Qhull plus
@@ -483,6 +497,93 @@ def _run_blocks(pts, parts, workers, options, min_rel, timeout_s, executor, tree
     return results
 
 
+def fix_loop(pts, kept, dups, walls, wall_far, kept_volume, workers, fast, options, grouped, stats):
+    """Step 3 of the module docstring with its repair rounds: the grouped fix-up (or one call), growing the
+    missing region around the points where a call disagreed, promoting what a failing call salvaged.
+
+    Args:
+        pts: ``[N, 3]`` float64; kept: ``[MA, 4]`` certified tets; dups: ids of exact duplicates; walls,
+            wall_far: the open faces ``[W, 3]`` and their kept tets' 4th vertices ``[W]``; kept_volume: the
+            kept tets' volume; workers: threads; fast: Qhull options of the grouped calls; options: those of
+            the one-call fix-up (None: scipy's); grouped: use the grouped fix-up; stats: filled in.
+
+    Returns:
+        ``(kept, (fix_tets, fix_neighbors, fix_keep), fallback)``: the kept tets (fewer when grown, more when
+        promoted) and the fix-up as :func:`delaunay_fixup.fixup`.
+
+    Raises:
+        _Inconsistent: every round failed (the caller falls back to one global Qhull).
+    """
+    n = pts.shape[0]
+    t2 = time.perf_counter()
+    fallback = ""
+    wall_sign = _fix.wall_signs(pts, walls, wall_far)
+    fixed, notes, grown, promoted = None, [], 0, 0
+    cache = _fix.GroupCache() if REUSE_GROUPS else None
+    # per grouped round: [calls run, calls failed, groups reused, largest call's points]
+    stats["fix_round_calls"] = []
+    for attempt in range(REPAIR_ROUNDS + 1):
+        used = np.zeros(n, dtype=bool)
+        used[kept.reshape(-1)] = True
+        used[dups] = True
+        unused = np.flatnonzero(~used).astype(kept.dtype)
+        s_ids = np.unique(np.concatenate([walls.reshape(-1), unused]))
+        stats["fix_points"], stats["unused_points"] = int(s_ids.size), int(unused.size)
+        bad, salvaged = [], None
+        if grouped and walls.shape[0] and workers > 1:
+            stats.update(fix_calls=0, fix_failed_calls=0, fix_reused_groups=0, fix_call_points=[])
+            try:
+                fixed = _fix.grouped_fixup(pts, walls, wall_sign, unused, fast, workers, kept_volume, stats,
+                                           cache, salvage=SALVAGE and attempt < REPAIR_ROUNDS)
+                break
+            except _Inconsistent as exc:
+                notes.append(f"grouped fix-up: {exc}")
+                bad.append(exc.bad)
+                salvaged = getattr(exc, "salvage", None)
+            finally:
+                stats["fix_round_calls"].append([stats.get("fix_calls", 0), stats.get("fix_failed_calls", 0),
+                                                 stats.get("fix_reused_groups", 0),
+                                                 max(stats.get("fix_call_points") or [0])])
+        # one call over all of S (with the far vertices while they are known); skipped while the grouped
+        # calls say where they disagreed (growing the region there is cheaper than a call over all of S)
+        if not (bad and bad[0] is not None and attempt < REPAIR_ROUNDS):
+            try:
+                if attempt == 0:
+                    s_far = np.unique(np.concatenate([s_ids, wall_far]))
+                    stats["fix_points"] = int(s_far.size)
+                    fixed = _fix.fixup(pts, s_far, walls, wall_far, options, with_far=True)
+                else:
+                    fixed = _fix.fixup(pts, s_ids, walls, None, options, wall_sign=wall_sign)
+                break
+            except _Inconsistent as exc:
+                notes.append(f"one fix-up call: {exc}")
+                bad.append(exc.bad)
+        bad = [b_ for b_ in bad if b_ is not None]
+        if not bad or attempt == REPAIR_ROUNDS:
+            raise _Inconsistent("; ".join(notes))
+        # grow the missing region around the points where the fix-up disagreed, and try again
+        kept, walls, wall_sign, vol, dropped = _fix.demote(pts, kept, walls, wall_sign, np.concatenate(bad),
+                                                           rings=DEMOTE_RINGS)
+        kept_volume -= vol
+        grown += dropped
+        if salvaged is not None and salvaged.shape[0]:
+            # the failing calls' tets away from the disagreement become kept tets: the next round
+            # re-triangulates only the region around it (a promotion that does not fit is skipped)
+            try:
+                kept, walls, wall_sign, vol = _fix.promote(pts, kept, walls, wall_sign, salvaged)
+                kept_volume += vol
+                promoted += int(salvaged.shape[0])
+            except _Inconsistent as exc:
+                notes.append(f"salvage skipped: {exc}")
+    if grown:
+        fallback = f"grew the fix-up region by {grown} kept tets ({'; '.join(notes)})"
+    elif notes:
+        fallback = f"one fix-up group ({'; '.join(notes)})"
+    stats["grown_tets"], stats["fix_rounds"], stats["promoted_tets"] = grown, attempt + 1, promoted
+    stats["fix_s"] = time.perf_counter() - t2
+    return kept, fixed, fallback
+
+
 def partitioned_delaunay(
     pts: np.ndarray,
     *,
@@ -570,63 +671,11 @@ def partitioned_delaunay(
         walls, wall_far = _fix.open_faces(np.concatenate([r[1] for r in results]),
                                           np.concatenate([r[2] for r in results]), n)
         del results
-        wall_sign = _fix.wall_signs(pts, walls, wall_far)
         stats["open_faces"] = int(walls.shape[0])
         stats["merge_s"] = time.perf_counter() - t1
-        t2 = time.perf_counter()
-        fixed, notes, grown = None, [], 0
-        cache = _fix.GroupCache() if REUSE_GROUPS else None
-        # per grouped round: [calls run, calls failed, groups reused, largest call's points]
-        stats["fix_round_calls"] = []
-        for attempt in range(REPAIR_ROUNDS + 1):
-            used = np.zeros(n, dtype=bool)
-            used[kept.reshape(-1)] = True
-            used[dups] = True
-            unused = np.flatnonzero(~used).astype(kept.dtype)
-            s_ids = np.unique(np.concatenate([walls.reshape(-1), unused]))
-            stats["fix_points"], stats["unused_points"] = int(s_ids.size), int(unused.size)
-            bad = []
-            if grouped and walls.shape[0] and workers > 1:
-                stats.update(fix_calls=0, fix_failed_calls=0, fix_reused_groups=0, fix_call_points=[])
-                try:
-                    fixed = _fix.grouped_fixup(pts, walls, wall_sign, unused, fast, workers, kept_volume, stats,
-                                               cache)
-                    break
-                except _Inconsistent as exc:
-                    notes.append(f"grouped fix-up: {exc}")
-                    bad.append(exc.bad)
-                finally:
-                    stats["fix_round_calls"].append([stats.get("fix_calls", 0), stats.get("fix_failed_calls", 0),
-                                                     stats.get("fix_reused_groups", 0),
-                                                     max(stats.get("fix_call_points") or [0])])
-            # one call over all of S (with the far vertices while they are known); skipped while the grouped
-            # calls say where they disagreed (growing the region there is cheaper than a call over all of S)
-            if not (bad and bad[0] is not None and attempt < REPAIR_ROUNDS):
-                try:
-                    if attempt == 0:
-                        s_far = np.unique(np.concatenate([s_ids, wall_far]))
-                        stats["fix_points"] = int(s_far.size)
-                        fixed = _fix.fixup(pts, s_far, walls, wall_far, options, with_far=True)
-                    else:
-                        fixed = _fix.fixup(pts, s_ids, walls, None, options, wall_sign=wall_sign)
-                    break
-                except _Inconsistent as exc:
-                    notes.append(f"one fix-up call: {exc}")
-                    bad.append(exc.bad)
-            bad = [b_ for b_ in bad if b_ is not None]
-            if not bad or attempt == REPAIR_ROUNDS:
-                raise _Inconsistent("; ".join(notes))
-            # grow the missing region around the points where the fix-up disagreed, and try again
-            kept, walls, wall_sign, vol, dropped = _fix.demote(pts, kept, walls, wall_sign, np.concatenate(bad))
-            kept_volume -= vol
-            grown += dropped
-        if grown:
-            fallback = f"grew the fix-up region by {grown} kept tets ({'; '.join(notes)})"
-        elif notes:
-            fallback = f"one fix-up group ({'; '.join(notes)})"
-        stats["grown_tets"], stats["fix_rounds"] = grown, attempt + 1
+        kept, fixed, fallback = fix_loop(pts, kept, dups, walls, wall_far, kept_volume, workers, fast, options,
+                                         grouped, stats)
         fix_tets, fix_nb, fix_keep = fixed
-        stats["fix_s"] = time.perf_counter() - t2
     except _Inconsistent as exc:
         return _global(pts, options, f"blocks inconsistent ({exc})", stats, t0)
     stats["fix_tets"] = int(fix_keep.sum())
