@@ -7,11 +7,11 @@ Usage (repository root, no GPU; the Triton path runs in the interpreter, so smal
 
     OMP_NUM_THREADS=1 TRITON_INTERPRET=1 python benchmarks/gaussians_step_counts.py [--torch-adam]
 
-Steps ``--start-step`` (SH degree 1 from 1000) onwards, densification off (the steady step; the refinement
-steps every 100 add their own ops), the Triton splat backend and the fused SSIM (the CUDA choices), the
-one-launch Adam unless ``--torch-adam`` (then torch's six ``Adam.step``: on CUDA each is a fused kernel plus a
-step-counter increment, i.e. 12 launches, which the CPU's single-tensor Adam counts differently: the ``fused
-Adam on CUDA`` line says what the device launches). Counts do not depend on the image size or Gaussian count.
+Steps ``--start-step`` + 1 .. + 3 (SH degree 1; density statistics every step, no refinement step in the
+window), the Triton splat backend and the fused SSIM (the CUDA choices), the one-launch Adam and density
+statistics unless ``--before`` (then torch's six ``Adam.step`` — on CUDA each is torch's fused kernel plus a
+step-counter increment, 12 launches, which the CPU's single-tensor Adam counts as more ops — and the torch
+statistics). Counts do not depend on the image size or Gaussian count.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ def main(argv=None) -> int:
     ap.add_argument("--num-random", type=int, default=500)
     ap.add_argument("--start-step", type=int, default=1000)
     ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--torch-adam", action="store_true")
+    ap.add_argument("--before", action="store_true",
+                    help="torch's six Adam steps and the torch density statistics (the code before issue 29's fusions)")
     a = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
         raise SystemExit("run with TRITON_INTERPRET=1")
@@ -53,12 +54,13 @@ def main(argv=None) -> int:
     cfg = build_config(a.data, "gaussians", False, None, [])
     cfg = apply_dict(dataclasses.replace(cfg, device="cpu", train_res=a.train_res, preview_every=0,
                                          checkpoint_every=0, checkpoint_every_s=0.0, lpips=False,
-                                         splat_backend="triton", num_random=a.num_random, densify=False,
+                                         splat_backend="triton", num_random=a.num_random,
                                          readback_every=20), {})
     orig_loss = L.photometric_loss
     L.photometric_loss = lambda pred, target, lam=0.2, fused=None: orig_loss(pred, target, lam, fused=True)
     tr = T.GaussianTrainer(cfg, load_problem(cfg), torch.device("cpu"))
-    tr.multi_adam = not a.torch_adam
+    tr.multi_adam = not a.before
+    tr.strategy.fused_stats = not a.before
     tr.init_params()
     tr.step = a.start_step
     ck = tr.payload()
@@ -73,8 +75,10 @@ def main(argv=None) -> int:
                 name = "aten::" + func._schema.name.split("::")[-1]
                 if name in SYNC_OPS:
                     counts["sync " + name[6:]] += 1
-                if name not in NO_KERNEL_OPS:
+                if name not in NO_KERNEL_OPS and "record_function" not in name:  # profiler markers: no kernel
                     counts["torch ops"] += 1
+                    if state.get("opt"):
+                        counts["torch ops in the optimizer step"] += 1
                     counts["op " + name[6:]] += 1
             return func(*args, **(kwargs or {}))
 
@@ -95,15 +99,25 @@ def main(argv=None) -> int:
     class CB(T.TrainCallbacks):
         def after_step(self, step, trainer):
             # the first step (lazy Adam state) and what follows the last are not counted
-            state["on"] = a.start_step <= step < a.start_step + a.steps
+            state["on"] = a.start_step <= step < a.start_step + a.steps  # counts steps start+1 .. start+steps
 
     tr.callbacks = CB()
+    opt_step = tr._optimizer_step
+
+    def counted_opt_step(s):
+        state["opt"] = True
+        try:
+            return opt_step(s)
+        finally:
+            state["opt"] = False
+
+    tr._optimizer_step = counted_opt_step
     with Count():
         tr.train(checkpoint=ck)
-    n = a.steps - 1
-    print(f"# per step ({n} steps from {a.start_step + 1}, {'torch' if a.torch_adam else 'one-launch'} Adam, "
+    n = a.steps
+    print(f"# per step ({n} steps from {a.start_step + 1} to {a.start_step + n}, {'before: torch Adam and statistics' if a.before else 'one-launch Adam and statistics'}, "
           f"{tr.num_gaussians} Gaussians, {a.train_res}px; loaded machine, counts only)")
-    for k in ("triton launches", "torch ops"):
+    for k in ("triton launches", "torch ops", "torch ops in the optimizer step"):
         print(f"{k}: {counts[k] / n:g}")
     syncs = {k: v / n for k, v in counts.items() if k.startswith("sync ")}
     print(f"host syncs: {sum(syncs.values()):g} {syncs}")

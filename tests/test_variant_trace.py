@@ -44,6 +44,7 @@ def _variants(n: int) -> set:
             for r in variant_trace.variant_rows(launches)}
 
 
+@pytest.mark.slow
 def test_the_variant_set_of_a_step_does_not_change_with_the_gaussian_count():
     base = _variants(64)
     names = {k[0].rsplit(":", 1)[1] for k in base}
