@@ -100,7 +100,10 @@ def instrument(trainer, clock: StageClock):
     p.wrap(T, "render_params", "render")
     p.wrap(L, "photometric_loss", "loss")
     p.wrap(torch.Tensor, "backward", "backward")
-    p.wrap(torch.optim.Adam, "step", "optimizer")
+    if hasattr(type(trainer), "_optimizer_step"):  # the six Adam steps (one Triton launch on CUDA)
+        p.wrap(trainer, "_optimizer_step", "optimizer")
+    else:
+        p.wrap(torch.optim.Adam, "step", "optimizer")
     if trainer.strategy is not None:
         p.wrap(trainer.strategy, "step_post_backward", "strategy")
     _wrap_bookkeeping(p, T)

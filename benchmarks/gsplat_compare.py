@@ -280,6 +280,11 @@ def run_meshlift(cfg, problem, device: torch.device, eval_at: set, args, on_eval
     reset_memory(device)
     torch.manual_seed(cfg.seed)
     clock.start()
+    # what `meshlift reconstruct --method gaussians` does at its start (inside the wall): an empty Triton cache
+    # compiles the recorded variants in background processes (meshlift.kernels.precompile; issue 29)
+    from meshlift.kernels import precompile
+
+    precompile.start("gaussians", device, log=Progress().log)
     trainer = GaussianTrainer(cfg, problem, device, monitor=Progress(), callbacks=Hooks())
     trainer.train()
     wall = clock.elapsed()

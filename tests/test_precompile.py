@@ -45,6 +45,21 @@ def test_the_shipped_record_lists_the_milo_kernels():
     assert len({v.key() for v in vs}) == len(vs)
 
 
+def test_the_shipped_record_lists_the_gaussians_kernels_at_every_sh_degree():
+    """The 3DGS loop's variants (traced on the CPU: benchmarks/trace_gaussians_variants.py): the SH kernels of
+    degrees 0-3, met at steps 0/1000/2000/3000, compile at start-up in the background, not mid-run (issue 29)."""
+    vs = precompile.load_variants("gaussians")
+    names = {v.kernel.rsplit(":", 1)[1] for v in vs}
+    for k in ("project_fwd", "project_bwd", "write_keys", "composite_fwd", "composite_bwd", "ssim_hstats",
+              "ssim_vgrad", "adam6"):
+        assert k in names
+    for k in ("sh_fwd", "sh_bwd"):
+        degrees = {ast.literal_eval(v.constexprs)[(7,) if k == "sh_fwd" else (9,)] for v in vs
+                   if v.kernel.endswith(":" + k)}
+        assert degrees == {0, 1, 2, 3}, (k, degrees)
+    assert len({v.key() for v in vs}) == len(vs)
+
+
 @pytest.mark.parametrize("v", precompile.load_variants(), ids=lambda v: v.kernel.rsplit(":", 1)[1])
 def test_every_record_fits_its_kernel(v):
     """A kernel whose parameters changed since the record was taken must be re-recorded

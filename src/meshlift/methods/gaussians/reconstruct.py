@@ -153,6 +153,12 @@ def reconstruct(cfg: GaussiansConfig, out_dir: Optional[str | Path], *, resume: 
 
     checkpoint = dist.from_main(check_and_load)
     checkpointer = make_checkpointer(out, dist)
+    # first run on an empty Triton cache: the recorded kernel variants (all SH degrees, so none compiles at the
+    # degree steps mid-run) compile in background processes (kernels/precompile.py; issue 29)
+    if dist.is_main:
+        from meshlift.kernels import precompile
+
+        precompile.start("gaussians", device, log=monitor.log)
     torch.manual_seed(cfg.seed)
     budget = TimeBudget(cfg.time_budget_s, BUDGET_FRACTIONS)
     where, trainer = "loading the data", None

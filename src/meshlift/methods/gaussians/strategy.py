@@ -119,6 +119,9 @@ class DefaultStrategy:
     """Print the counts after each refinement."""
     history: list = field(default_factory=list, repr=False)
     """(step, cloned, split, pruned, total) after each refinement (read by progress/log code)."""
+    fused_stats: Optional[bool] = field(default=None, repr=False, compare=False)
+    """The per-step gradient statistics as one Triton launch (:mod:`meshlift.kernels.densify_triton`): None =
+    on CUDA when Triton runs there (decided at the first step); False = the torch code (its reference twin)."""
 
     def check(self) -> None:
         """Raise :class:`ConfigError` on out-of-range fields."""
@@ -190,6 +193,23 @@ class DefaultStrategy:
             return
         width, height = float(info["width"]), float(info["height"])
         ncam = float(info.get("n_cameras", grad.shape[0]))
+        fused = self.fused_stats
+        if fused is None:
+            from meshlift.kernels import densify_triton
+
+            fused = self.fused_stats = dev.type == "cuda" and densify_triton.is_available(dev)
+        if (fused and grad.dtype == torch.float32 and grad.ndim == 3 and grad.shape[1] == n
+                and info["radii"].dtype == torch.int32 and state["grad2d"].dtype == torch.float32
+                and state["count"].dtype == torch.float32):
+            from meshlift.kernels.densify_triton import accumulate_grad2d
+
+            # the lines below in one launch (kernels/densify_triton.py; issue 29)
+            accumulate_grad2d(grad, info["radii"].reshape(grad.shape[0], n, -1), state["grad2d"], state["count"],
+                              width / 2.0 * ncam, height / 2.0 * ncam)
+            if self.refine_scale2d_stop > 0:
+                rad = info["radii"].reshape(grad.shape[0], n, -1).amax(dim=-1)
+                state["radii"] = torch.maximum(state["radii"], (rad.to(grad.dtype) / max(width, height)).amax(0))
+            return
         # NDC-scaled norm of the screen gradient, summed over the visible (camera, Gaussian) pairs: a few
         # elementwise launches per step, nothing read back (the decisions wait for the refine steps)
         g = grad.reshape(-1, n, 2)

@@ -11,7 +11,8 @@ Source: Kerbl et al. 2023, "3D Gaussian Splatting for Real-Time Radiance Field R
    (:class:`ShDegreeSchedule`: +1 every ``sh_degree_interval`` steps);
 3. ``L = (1 − λ) L1 + λ (1 − SSIM)`` (:func:`~meshlift.methods.gaussians.losses.photometric_loss`);
 4. one Adam per parameter tensor (``eps = 1e-15`` as 3DGS), the position step following
-   :class:`~meshlift.methods.engine.LogLinearLR` (× scene scale);
+   :class:`~meshlift.methods.engine.LogLinearLR` (× scene scale); on CUDA the six updates run as one Triton
+   launch over the optimisers' own state (:mod:`meshlift.kernels.adam_triton`, issue 29);
 5. the densification strategy's hooks (:class:`~meshlift.methods.gaussians.strategy.DefaultStrategy`, or any
    object with the same hooks);
    then an optional :class:`Regularizer`'s hooks (extra render outputs, extra loss terms, its own optimiser
@@ -182,6 +183,9 @@ class GaussianTrainer(TrainLoop):
     """
 
     guard = GAUSSIAN_GUARD
+    #: The six Adam steps as one Triton launch (:mod:`meshlift.kernels.adam_triton`): None = on CUDA when Triton
+    #: runs there (decided at the first step); True/False force it (tests set True under the interpreter).
+    multi_adam: Optional[bool] = None
     timing_key, cpu_timing_key, iterations_key = "train_s", "train_cpu_s", "train"
 
     def __init__(self, cfg: GaussiansConfig, problem: SplatProblem, device: torch.device, *,
@@ -353,10 +357,7 @@ class GaussianTrainer(TrainLoop):
             losses["loss"].backward()
         self.dist.all_reduce_gradients(self.params.values(), self.share_weight)
         self.callbacks.after_backward(s, self.params)
-        for k, opt in self.optimizers.items():
-            opt.param_groups[0]["lr"] = self._lr(k, s)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+        self._optimizer_step(s)
         if self.strategy is not None:
             self.strategy.step_post_backward(self.params, self.optimizers, self.strategy_state, s, info)
         if self.regularizer is not None:
@@ -365,6 +366,33 @@ class GaussianTrainer(TrainLoop):
             mse = ((img.detach() - target) ** 2).mean()
         loss, mse = self.dist.weighted_sum([losses["loss"].detach(), mse], self.share_weight)
         return loss, mse
+
+    def _optimizer_step(self, s: int) -> None:
+        """Step every Gaussian optimiser at step ``s``'s learning rates and drop the gradients: on CUDA one Triton
+        launch for all six (:func:`meshlift.kernels.adam_triton.multi_adam_step`; torch's update up to float32
+        rounding), else (or when that kernel declines) each ``torch.optim.Adam.step``."""
+        names = list(self.optimizers)
+        lrs = [self._lr(k, s) for k in names]
+        use = self.multi_adam
+        if use is None:
+            from meshlift.kernels import adam_triton
+
+            use = self.device.type == "cuda" and adam_triton.is_available(self.device)
+            self.multi_adam = use
+        done = False
+        if use:
+            from meshlift.kernels.adam_triton import multi_adam_step
+
+            done = multi_adam_step([self.optimizers[k] for k in names], lrs)
+        if done:  # what zero_grad(set_to_none=True) does, without its profiler record per optimiser
+            for p in self.params.values():
+                p.grad = None
+            return
+        for k, lr in zip(names, lrs):
+            opt = self.optimizers[k]
+            opt.param_groups[0]["lr"] = lr
+            opt.step()
+            opt.zero_grad(set_to_none=True)
 
     def params_finite(self) -> bool:
         """Every parameter is finite (one host read-back)."""
