@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from meshlift.mesh.clean import clean_mesh, nonmanifold_face_mask, remap, unique_rows
+from meshlift.mesh.clean import clean_mesh, nonmanifold_face_mask, remap
+from meshlift.mesh.rows import unique_rows
 from meshlift.mesh.stats import mesh_stats
 from meshlift.structures.mesh import Mesh
 

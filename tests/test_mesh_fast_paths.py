@@ -12,7 +12,8 @@ trimesh = pytest.importorskip("trimesh")
 
 import meshlift.mesh.clean as clean_mod  # noqa: E402
 import meshlift.mesh.crop as crop_mod  # noqa: E402
-from meshlift.mesh.clean import clean_mesh, pack_rows, unique_rows  # noqa: E402
+from meshlift.mesh.clean import clean_mesh  # noqa: E402
+from meshlift.mesh.rows import pack_rows, unique_rows  # noqa: E402
 from meshlift.mesh.crop import _is_watertight_reference, crop_mesh, is_watertight  # noqa: E402
 from meshlift.mesh.fill import boundary_loops, fill_holes  # noqa: E402
 from meshlift.mesh.support_plane import remove_support_plane  # noqa: E402

@@ -35,7 +35,8 @@ import numpy as np
 import torch
 
 from meshlift.errors import MeshError
-from meshlift.mesh.clean import compact, unique_rows
+from meshlift.mesh.clean import compact
+from meshlift.mesh.rows import unique_rows
 from meshlift.mesh.fill import boundary_loops
 from meshlift.structures.mesh import Mesh
 

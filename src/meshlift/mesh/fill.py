@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from meshlift.errors import MeshError
+from meshlift.mesh.rows import unique_rows
 from meshlift.structures.mesh import Mesh
 
 __all__ = ["FillReport", "boundary_loops", "fill_holes", "fill_vertex_values", "split_loop"]
@@ -63,7 +64,6 @@ def boundary_loops(faces: np.ndarray) -> tuple[list[list[int]], list[int], int]:
         edges ``loop[i] -> loop[i + 1]`` used by exactly one face (that face has the edge in this direction).
         A loop may pass a vertex twice where two holes touch (:func:`split_loop`).
     """
-    from meshlift.mesh.clean import unique_rows  # (clean imports this module)
 
     F = np.asarray(faces, dtype=np.int64).reshape(-1, 3)
     if not len(F):
@@ -109,7 +109,6 @@ def _border_cycles(F: np.ndarray) -> tuple[list[list[int]], dict]:
     ``(a, b) -> (face, True when that face has the directed edge a -> b)`` for both directions of each
     border edge. In a mesh whose edges have at most two faces every vertex has an even number of border
     edges, so each walk closes."""
-    from meshlift.mesh.clean import unique_rows  # (clean imports this module)
 
     if not len(F):
         return [], {}

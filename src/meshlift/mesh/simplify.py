@@ -35,8 +35,8 @@ from meshlift.mesh.clean import (
     edge_face_counts,
     face_components,
     remap,
-    unique_rows,
 )
+from meshlift.mesh.rows import unique_rows
 from meshlift.structures.mesh import Mesh
 
 _K_CANDIDATES = 8
