@@ -151,6 +151,11 @@ class MiloConfig(GaussiansConfig):
     bbox: str = ""
     """Region of interest ``x0,y0,z0,x1,y1,z1`` (world units of the dataset, ``--bbox``); empty = automatic
     (where the cameras look, refined by the SfM points). The exported asset is the mesh cut to it."""
+    roi_masks: bool = True
+    """Automatic region of interest of a capture **with masks**: replace the box from the cameras and SfM points
+    by the box of the masks' visual hull (:func:`meshlift.data.roi.mask_hull_roi`; conservative: a mask dilated
+    by a grid cell, a tenth of the views may disagree). The points' box cut the statue's torch and plinth
+    (few SfM points on thin parts), and the asset with them."""
     object_asset: bool = True
     """``tsdf`` path on a dataset: export the mesh cut to the region of interest (closed at the cut) as the
     asset (``mesh.glb``/``mesh.obj``); the whole-scene mesh is ``scene_mesh.ply`` either way."""

@@ -15,7 +15,8 @@ surface itself, and a surface is only made where views agree. The steps:
    and streamed to the device in chunks of ``chunk_views``.
 3. **The region** (:func:`fusion_region`): for a bounded input (a mesh's rendered views) the object box; for
    a capture, the region of interest (explicit ``bbox``, else :func:`meshlift.data.roi.auto_roi`: where the
-   cameras look, refined by the SfM points) at full resolution and the rest of space contracted into a
+   cameras look, refined by the SfM points; with masks, the box of their visual hull,
+   :func:`meshlift.data.roi.mask_hull_roi`) at full resolution and the rest of space contracted into a
    shell around it (mip-NeRF 360's contraction), so the room is kept at a resolution that falls off with
    distance (``region=scene``); or the region of interest alone (``region=object``).
 4. **Fusion + extraction** (:func:`meshlift.isosurface.sparse_grid.extract_tsdf_mesh`): a sparse, coarse-to-fine voxel
@@ -128,17 +129,22 @@ def render_depths(params: dict, views, *, near: float, device: torch.device, set
 
 def region_of_interest(cfg, problem):
     """The :class:`meshlift.data.roi.RegionOfInterest` of a capture: ``--bbox`` when given, else
-    :func:`meshlift.data.roi.auto_roi` (cameras, refined by the SfM points).
+    :func:`meshlift.data.roi.auto_roi` (cameras, refined by the SfM points), its box replaced by the box of
+    the masks' visual hull when the training views have masks (``roi_masks``,
+    :func:`meshlift.data.roi.mask_hull_roi`).
 
     Raises:
         ConfigError: a bad ``bbox``.
     """
-    from meshlift.data.roi import auto_roi, parse_bbox
+    from meshlift.data.roi import auto_roi, mask_hull_roi, parse_bbox
 
     if cfg.bbox:
         return parse_bbox(cfg.bbox)
     tr = problem.train
-    return auto_roi(tr.world_to_camera, tr.K, tr.width, tr.height, points=problem.points)
+    roi = auto_roi(tr.world_to_camera, tr.K, tr.width, tr.height, points=problem.points)
+    if cfg.roi_masks and tr.alpha is not None:
+        roi = mask_hull_roi(roi, tr.world_to_camera, tr.K, tr.alpha)
+    return roi
 
 
 def fusion_region(kind: str, *, roi=None, bounds=None, pad: float = 0.0) -> FusionRegion:
