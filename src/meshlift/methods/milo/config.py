@@ -132,6 +132,12 @@ class MiloConfig(GaussiansConfig):
     mesh gets holes)."""
     tsdf_min_views: float = 1.0
     """A grid corner seen by fewer training views than this is unknown (no surface is made through it)."""
+    tsdf_carve_fraction: float = 0.5
+    """``tsdf`` path on a capture with masks: a grid corner is free space when at least this share of the
+    training views that vote on it see it outside their mask; below that those views do not vote and the
+    depth decides (:func:`meshlift.isosurface.tsdf.tsdf_at_points`, step 6). 0 = every outside-mask view
+    votes ``+1`` in the average (a view a pixel off then shrinks the silhouette and removes thin parts: on a
+    CPU statue checkpoint 0.5 took the mesh from 18.65 to 19.11 dB, Gaussians 21.09)."""
     tsdf_unseen: str = "inside"
     """``tsdf`` path: a grid corner that no training view saw (hidden behind a surface, or outside every
     frustum) is ``inside`` (solid: Curless & Levoy's hole filling, so the surface is closed where seen free
@@ -275,6 +281,9 @@ def validate(cfg: MiloConfig) -> MiloConfig:
             raise ConfigError(f"config field {name!r} must be a finite number >= 0, got {v!r}")
     if not (math.isfinite(cfg.depth_min_alpha) and 0 <= cfg.depth_min_alpha < 1):
         raise ConfigError(f"config field 'depth_min_alpha' must be in [0, 1), got {cfg.depth_min_alpha!r}")
+    if not (math.isfinite(cfg.tsdf_carve_fraction) and 0 <= cfg.tsdf_carve_fraction <= 1):
+        raise ConfigError(f"config field 'tsdf_carve_fraction' must be in [0, 1] (0 = outside-mask views vote like "
+                          f"any other), got {cfg.tsdf_carve_fraction!r}")
     if not (math.isfinite(cfg.pivot_min_opacity) and 0 <= cfg.pivot_min_opacity < 1):
         raise ConfigError(f"config field 'pivot_min_opacity' must be in [0, 1), got {cfg.pivot_min_opacity!r}")
     if not cfg.mesh_res_scale > 0:

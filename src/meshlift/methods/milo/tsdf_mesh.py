@@ -47,7 +47,7 @@ import torch
 from meshlift.render.rasterize import MAX_FLOAT32_IDS
 
 __all__ = ["FREE_SPACE_DEPTH", "SCENE_MAX_RADIUS", "FusionRegion", "check_bbox", "decimated", "extract_assets",
-           "fused_mesh", "fusion_region", "object_asset", "region_of_interest", "render_depths", "scene_resolution_from_pixels", "surface_depths",
+           "carving", "fused_mesh", "fusion_region", "object_asset", "region_of_interest", "render_depths", "scene_resolution_from_pixels", "surface_depths",
            "truncation_voxels", "vertex_colors"]
 
 
@@ -255,7 +255,7 @@ def fused_mesh(cfg, depths: torch.Tensor, problem, region: FusionRegion, resolut
     v, f, rep = extract_tsdf_mesh(source, region.box_min.to(device), region.box_max.to(device), resolution,
                                   trunc_voxels=trunc_voxels, contract=region.contract,
                                   min_weight=cfg.tsdf_min_views, unseen=cfg.tsdf_unseen,
-                                  chunk_elements=cfg.chunk_elements)
+                                  chunk_elements=cfg.chunk_elements, **carving(cfg, problem))
     report: dict = {"region": region.to_dict(), "resolution": int(resolution), "trunc_voxels": trunc_voxels,
                     "pixel_footprint": footprint,
                     "fusion": {k: val for k, val in rep.items() if isinstance(val, (int, float, str, list, dict))},
@@ -295,6 +295,17 @@ def fused_mesh(cfg, depths: torch.Tensor, problem, region: FusionRegion, resolut
     monitor.log(f"tsdf mesh: {report['vertices']:,} vertices, {report['faces']:,} faces (raw {report['raw_faces']:,}) "
                 f"in {report['seconds']:.1f} s")
     return mesh, report
+
+
+def carving(cfg, problem) -> dict:
+    """The mask-carving options of the fusion (:func:`meshlift.isosurface.tsdf.tsdf_at_points`, its step 6):
+    with masks, pixels outside them hold :data:`FREE_SPACE_DEPTH` (:func:`surface_depths`) and a point is
+    free where at least the share ``tsdf_carve_fraction`` of its voting views see it there; 0: the fusion
+    averages those views' ``+1`` with the rest."""
+    if problem.train.alpha is None or cfg.tsdf_carve_fraction <= 0:
+        return {}
+    return {"free_depth": 0.5 * FREE_SPACE_DEPTH * float(problem.scene_scale),
+            "carve_fraction": float(cfg.tsdf_carve_fraction)}
 
 
 def _footprint_and_side(problem, region: FusionRegion) -> tuple[float, float]:
