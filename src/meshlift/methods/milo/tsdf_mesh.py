@@ -449,7 +449,10 @@ def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, cost
     if mesh_input and problem.eval_box is None:  # views of a mesh file: its box, one fusion
         region = (fusion_region("object", bounds=problem.bounds, pad=0.05) if not cfg.bbox
                   else fusion_region("object", roi=region_of_interest(cfg, problem)))
-        mesh, rep["object"] = fused_mesh(cfg, depths, problem, region, cfg.tsdf_resolution, **kw)
+        # rendered views of a mesh have exact masks: the plain average (on one quick spot checkpoint the
+        # majority carving kept some Gaussian fat: F 0.797 against 0.817)
+        mesh, rep["object"] = fused_mesh(dataclasses.replace(cfg, tsdf_carve_fraction=0.0), depths, problem, region,
+                                         cfg.tsdf_resolution, **kw)
         extra["region"] = region.to_dict()
         asset, rep["decimate"] = decimated(mesh, cfg.max_asset_faces, monitor)
         colored, textured, crep = color_and_texture(cfg, asset, problem, device, monitor, costs, budget)
