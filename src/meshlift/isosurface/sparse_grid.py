@@ -76,6 +76,7 @@ from meshlift.isosurface.tetgrid import _kuhn_offsets
 from meshlift.isosurface.tsdf import (
     DEFAULT_CHUNK_ELEMENTS,
     DepthSource,
+    _check_carve,
     _check_chunk_elements,
     empty_pixel_views,
     reiterable_depth_source,
@@ -196,7 +197,7 @@ def _sync(dev: torch.device) -> None:
         torch.cuda.synchronize(dev)
 
 
-def _evaluate_level(cells, step, level_res, trunc_voxels, grid, source, chunk_elements, stats):
+def _evaluate_level(cells, step, level_res, trunc_voxels, grid, source, chunk_elements, stats, carve):
     """Per-cell corner indices ``[C, 8]`` and the corners' tsdf, weight, world positions, trunc and validity
     (False at infinity) of a level."""
     off = torch.tensor(_CORNERS, dtype=torch.int64, device=cells.device)
@@ -210,7 +211,7 @@ def _evaluate_level(cells, step, level_res, trunc_voxels, grid, source, chunk_el
     if bool(valid.any()):
         pts = pos[valid].to(torch.float32)
         t_v, w_v = tsdf_at_points(
-            pts, source(), trunc[valid].to(torch.float32), chunk_elements=chunk_elements, stats=stats
+            pts, source(), trunc[valid].to(torch.float32), chunk_elements=chunk_elements, stats=stats, **carve
         )
         tsdf[valid], weight[valid] = t_v, w_v
     stats["peak_points"] = max(int(stats.get("peak_points", 0)), int(valid.sum()))
@@ -252,6 +253,8 @@ def extract_tsdf_mesh(
     unseen: str = "unknown",
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
     device: torch.device | str | None = None,
+    free_depth: float | None = None,
+    carve_fraction: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """Mesh the zero level set of the TSDF fused from depth maps, on a sparse coarse-to-fine grid.
 
@@ -286,6 +289,10 @@ def extract_tsdf_mesh(
         chunk_elements: memory budget of the fusion, points x views evaluated at once (~100 bytes each).
         device: where to compute (each chunk is moved there); None: the device of ``bounds_min`` if it is a
             tensor, else CPU.
+        free_depth, carve_fraction: carving with a mask (:func:`meshlift.isosurface.tsdf.tsdf_at_points`,
+            its module docstring step 6): pixels at least ``free_depth`` deep are free space; with
+            ``carve_fraction > 0`` a corner is free when that share of its voting views see it on one, else
+            its depth votes decide.
 
     Returns:
         v_pos: ``[V, 3]`` float32 vertices, world units.
@@ -311,6 +318,8 @@ def extract_tsdf_mesh(
         raise MeshError(f"extract_tsdf_mesh: unseen must be one of {UNSEEN_RULES}, got {unseen!r}; 'inside' closes "
                         "the holes that unseen corners leave (module docstring, step 5)")
     _check_chunk_elements(chunk_elements, "extract_tsdf_mesh")
+    _check_carve(free_depth, carve_fraction, "extract_tsdf_mesh")
+    carve = {"free_depth": free_depth, "carve_fraction": carve_fraction}
     if not isinstance(contract, bool):
         raise MeshError(f"extract_tsdf_mesh: contract must be True or False, got {contract!r}")
     lo, hi = _check_bounds(bounds_min, bounds_max)
@@ -348,6 +357,7 @@ def extract_tsdf_mesh(
         "trunc_voxels": trunc_voxels,
         "unseen": unseen,
         "unseen_inside_corners": 0,
+        "carve_fraction": carve_fraction,
         "levels": [],
         "corners_evaluated": 0,
         "empty": True,
@@ -367,7 +377,7 @@ def extract_tsdf_mesh(
         last = level == levels - 1
         tv = trunc_voxels if last else max(trunc_voxels, _COARSE_MIN_TRUNC_VOXELS)
         inv, tsdf, weight, pos, trunc, valid = _evaluate_level(cells, step, level_res, tv, grid, source,
-                                                               chunk_elements, stats)
+                                                               chunk_elements, stats, carve)
         if last:
             observed = weight >= min_weight
             tsdf, known = _unseen_rule(unseen, tsdf, weight, observed, pos, valid, source, chunk_elements)

@@ -28,6 +28,20 @@ Per view ``v`` and point ``p`` (OpenCV camera, docs/conventions.md Sec. 2 and 4)
 5. Fusion: ``tsdf = sum_v w_v tsdf_v / sum_v w_v``, ``weight = sum_v w_v``, with ``w_v = 1`` or the
    caller's per-pixel confidence (e.g. the rendered alpha) at the pixel read.
 
+6. **Carving with a mask** (``free_depth``, ``carve_fraction``). A pixel whose depth is at least ``free_depth``
+   is *free all along its ray* (outside the object's mask: the caller writes a huge depth there). With
+   ``carve_fraction = 0`` it votes like any pixel (``+1`` for every point in front of it, averaged with the
+   rest). With ``carve_fraction = f > 0`` such votes are counted apart (``n_free``, against ``n_depth`` views
+   voting with a depth): a point is free (``+1``) when ``n_free >= f (n_free + n_depth)`` and ``n_free > 0``
+   — with ``f = 0.5``, when at least half of the views that say anything about it see it outside their
+   mask —, else it takes the average of its depth votes alone. Why: a saturated ``+1`` from a view whose
+   mask or pose is a few pixels off outweighs the small negative votes of all the views that see the point
+   just inside the surface, so plain averaging shrinks every silhouette and removes thin parts. Measured on
+   a CPU statue checkpoint (internet photos sharing one set of intrinsics: the masks disagree by pixels), a
+   test view's mesh lacked 2,634 of its 24,649 mask pixels (the Gaussians' alpha > 0.5 lacked 1,685) and
+   showed 186 outside it; a hard carve by one view lacked 4,836, by three 3,446; ``f = 0.3 / 0.5 / 0.7``
+   lacked 2,514 / 1,908 / 1,505 and added 186 / 399 / 937 (no carving: 916 and 2,214).
+
 A point with ``weight == 0`` is **unknown**: no view saw it in front of, or just behind, a surface (outside
 every frustum, seen only through empty pixels, or hidden behind a surface in every view). Its returned tsdf
 is ``+1`` (a neutral filler); callers must test the weight, never the tsdf, to tell unknown apart.
@@ -230,6 +244,8 @@ def tsdf_at_points(
     *,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
     stats: dict | None = None,
+    free_depth: float | None = None,
+    carve_fraction: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fuse a stream of depth maps into a truncated signed distance at arbitrary points (Curless & Levoy 1996).
 
@@ -249,6 +265,10 @@ def tsdf_at_points(
         chunk_elements: memory budget, points x views evaluated at once (about 100 bytes each).
         stats: optional dict; receives ``views`` (total views read) and ``peak_elements`` (largest
             points x views block evaluated).
+        free_depth: depth (world units) from which a pixel is free all along its ray (a mask's background;
+            module docstring, step 6); None: no such pixels.
+        carve_fraction: with ``free_depth``: the fraction of a point's voting views that must see it on a
+            free pixel to make it free (step 6); 0 = free pixels vote ``+1`` in the average like any other.
 
     Returns:
         tsdf: ``[P]`` normalised truncated signed distance in ``[-1, 1]`` (dtype of ``points``): positive in
@@ -262,10 +282,13 @@ def tsdf_at_points(
     fn = "tsdf_at_points"
     tr_all = _check_points_trunc(points, trunc, fn)
     budget = _check_chunk_elements(chunk_elements, fn)
+    carve = _check_carve(free_depth, carve_fraction, fn)
     dev, dt = points.device, points.dtype
     n_pts = points.shape[0]
     sum_wd = torch.zeros(n_pts, dtype=dt, device=dev)
     sum_w = torch.zeros(n_pts, dtype=dt, device=dev)
+    n_free = torch.zeros(n_pts, dtype=torch.int32, device=dev) if carve else None
+    n_depth = torch.zeros(n_pts, dtype=dt, device=dev) if carve else None
     n_views, peak = 0, 0
     for depth, w2c, k, wmap in iter_depth_chunks(depth_chunks, fn):
         b, h, w = depth.shape
@@ -279,6 +302,7 @@ def tsdf_at_points(
         pix_w = has.to(dt) if wmap is None else torch.where(has, wmap.to(dev, dt).nan_to_num(0.0).clamp_min(0), 0)
         d_flat = torch.where(has, depth, 0).reshape(-1)
         w_flat = pix_w.reshape(-1)
+        free_flat = (has & (depth >= free_depth)).reshape(-1) if carve else None
         w2c = w2c.to(dev, dt)
         k = k.to(dev, dt)
         vb = min(b, budget)
@@ -293,6 +317,10 @@ def tsdf_at_points(
                 z, ok, idx = _project_to_pixels(points[s:e], rot, tra, kk, base, h, w)
                 d = d_flat[idx] - z
                 tr = tr_all[s:e][None, :]
+                if carve:  # step 6: free pixels are counted apart
+                    on_free = ok & free_flat[idx]
+                    n_free[s:e] += on_free.sum(0, dtype=torch.int32)
+                    ok = ok & ~on_free
                 ok = ok & (w_flat[idx] > 0) & (d >= -tr)
                 wv = torch.where(ok, w_flat[idx], 0)
                 val = torch.where(ok, torch.minimum(d, tr) / tr, 0)
@@ -300,6 +328,8 @@ def tsdf_at_points(
                 for i in range(v1 - v0):  # view by view: the same summation order for every chunking
                     sum_wd[s:e] += wd[i]
                     sum_w[s:e] += wv[i]
+                if carve:
+                    n_depth[s:e] += ok.sum(0).to(dt)
                 peak = max(peak, (v1 - v0) * (e - s))
     if n_views == 0:
         raise MeshError(
@@ -311,7 +341,29 @@ def tsdf_at_points(
         stats["peak_elements"] = max(int(stats.get("peak_elements", 0)), peak)
     seen = sum_w > 0
     tsdf = torch.where(seen, sum_wd / torch.where(seen, sum_w, 1), 1)
+    if carve:  # step 6: a large enough share of free views makes a point free
+        nf = n_free.to(dt)
+        free = (n_free > 0) & (nf >= carve_fraction * (nf + n_depth))
+        tsdf = torch.where(free, torch.ones_like(tsdf), tsdf)
+        sum_w = torch.where(free, sum_w + n_free.to(dt), sum_w)
+        if stats is not None:
+            stats["carved_points"] = int(stats.get("carved_points", 0)) + int(free.sum())
     return tsdf.clamp(-1, 1), sum_w
+
+
+def _check_carve(free_depth: Any, carve_fraction: Any, fn: str) -> bool:
+    """Validate step 6's options; True when free pixels are counted apart (``carve_fraction > 0``)."""
+    ok = isinstance(carve_fraction, (int, float)) and not isinstance(carve_fraction, bool)
+    if not ok or not 0 <= carve_fraction <= 1:
+        raise MeshError(f"{fn}: carve_fraction must be a number in [0, 1] (the share of a point's views that must "
+                        f"see it outside their mask; 0 = those views vote like any other), got {carve_fraction!r}")
+    if free_depth is not None and not (isinstance(free_depth, (int, float)) and not isinstance(free_depth, bool)
+                                       and free_depth > 0):
+        raise MeshError(f"{fn}: free_depth must be None or a depth > 0 (world units) from which a pixel is free "
+                        f"space, got {free_depth!r}")
+    if carve_fraction > 0 and free_depth is None:
+        raise MeshError(f"{fn}: carve_fraction={carve_fraction} needs free_depth (which pixels are free space)")
+    return carve_fraction > 0
 
 
 def empty_pixel_views(
