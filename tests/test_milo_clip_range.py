@@ -66,3 +66,23 @@ def test_depth_renders_see_the_quad_with_the_room_around_the_camera():
     p = torch.cat([v[:4], torch.ones(4, 1)], 1) @ clip[0].T
     zw = p[:, 2] / p[:, 3]
     assert bool((zw.abs() < 0.99).all())
+
+
+def test_fuse_colors_view_power_favours_the_close_view():
+    from meshlift.methods.gaussians.views import SplatViews
+    from meshlift.methods.milo.extract import fuse_colors
+
+    H = W = 16
+    w2c = torch.eye(4)[None].repeat(2, 1, 1)
+    w2c[0, 2, 3], w2c[1, 2, 3] = 1.0, 4.0  # the point (origin) at depth 1 in view 0, 4 in view 1
+    K = torch.tensor([[20.0, 0.0, 8.0], [0.0, 20.0, 8.0], [0.0, 0.0, 1.0]])[None].repeat(2, 1, 1)
+    img = torch.zeros(2, H, W, 3)
+    img[0, ..., 0] = 1.0  # the close view sees red, the far one blue
+    img[1, ..., 2] = 1.0
+    views = SplatViews(w2c, K, img, torch.ones(2, H, W, 1), ["a", "b"])
+    depth = torch.tensor([1.0, 4.0])[:, None, None].expand(2, H, W).contiguous()
+    pt = torch.zeros(1, 3)
+    mean, n = fuse_colors(pt, views, depth, tol=0.01)
+    assert int(n[0]) == 2 and torch.allclose(mean[0], torch.tensor([0.5, 0.0, 0.5]))
+    close, _ = fuse_colors(pt, views, depth, tol=0.01, view_power=2.0)  # weights 1 : 1/16
+    assert torch.allclose(close[0], torch.tensor([16 / 17, 0.0, 1 / 17]), atol=1e-6)

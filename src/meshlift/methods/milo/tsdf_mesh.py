@@ -391,7 +391,8 @@ def vertex_colors(cfg, mesh, problem, device) -> tuple:
     t0 = time.perf_counter()
     depth = mesh_depth_all(mesh, problem.train, device, chunk_views=cfg.mesh_chunk_views,
                            max_fragments=cfg.max_fragments or None)
-    rgb, n = fuse_colors(mesh.v_pos.to(device), problem.train, depth, tol=cfg.color_depth_tol * problem.scene_scale)
+    rgb, n = fuse_colors(mesh.v_pos.to(device), problem.train, depth, tol=cfg.color_depth_tol * problem.scene_scale,
+                         view_power=cfg.scene_color_power)
     rgb, _ = fill_vertex_values(mesh.t_pos_idx.to(rgb.device), rgb, n > 0)
     colored = dataclasses.replace(mesh, v_color=srgb_to_linear(rgb).clamp(0, 1).cpu())
     return colored, {"vertices_seen_frac": float((n > 0).float().mean()), "color_s": time.perf_counter() - t0}
