@@ -239,7 +239,9 @@ class MiloConfig(GaussiansConfig):
     scene_color_power: float = 0.0
     """Whole-scene mesh's vertex colours: each training view that sees a vertex weighs ``(f_x / z) ** this``
     (its pixels per world unit there), so close views' detail outweighs distant views' blur; 0 = the plain mean
-    (:func:`meshlift.methods.milo.extract.fuse_colors`)."""
+    (:func:`meshlift.methods.milo.extract.fuse_colors`). Measured on the fox's re-fused CPU scene mesh (270×480,
+    loaded machine, 2026-12-04): 0 -> 19.48 dB, 2 -> 17.43 dB (the close views disagree more: the mean wins), so
+    the default stays 0."""
 
 
 #: Fields that cannot change on ``--resume``.
