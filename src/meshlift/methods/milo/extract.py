@@ -138,8 +138,10 @@ def refine_occupancy(reg, params: dict, steps: int, labels_every: int, *, sample
 
 @torch.no_grad()
 def fuse_colors(points: torch.Tensor, views, mesh_depth: torch.Tensor, *, tol: float,
-                chunk_pairs: int = 1 << 22) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean straight sRGB colour of ``points [P, 3]`` over the training views that see them (module docstring).
+                chunk_pairs: int = 1 << 22, view_power: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean straight sRGB colour of ``points [P, 3]`` over the training views that see them (module docstring);
+    with ``view_power > 0`` each view weighs ``(f_x / z) ** view_power`` (its pixels per world unit at the
+    point), so that close views, which resolve the surface's detail, outweigh distant ones that blur it.
 
     Args:
         points: ``[P, 3]`` world points on the mesh (vertices, texel centres).
@@ -172,6 +174,9 @@ def fuse_colors(points: torch.Tensor, views, mesh_depth: torch.Tensor, *, tol: f
         rgb = torch.gather(img, 1, pix[..., None].expand(-1, -1, 3)) / a.clamp(min=1e-3)[..., None]
         vis = seen & (d > 0) & ((z - d).abs() <= tol) & (a > 0.5)
         w = vis.float()
+        if view_power > 0:  # pixels per world unit, relative to the first view's at unit depth (no overflow)
+            dens = b.K[:, 0, 0, None].to(z) / (z.clamp(min=1e-6) * float(views.K[0, 0, 0]))
+            w = w * dens.pow(view_power)
         acc += (rgb.clamp(0, 1) * w[..., None]).sum(0)
         cnt += w.sum(0)
     out = acc / cnt.clamp(min=1)[:, None]

@@ -39,9 +39,49 @@ from meshlift.methods.milo.depth_fusion import (
 
 #: Views rendered per rasterizer call by :func:`render_mesh_depth`.
 DEFAULT_CHUNK_VIEWS = 8
-#: ``near = max(NEAR_FRACTION_OF_MIN_Z * min z, NEAR_FRACTION_OF_FAR * far)`` when near is automatic.
+#: ``near = max(NEAR_FRACTION_OF_MIN_Z * min z, NEAR_FRACTION_OF_FAR * far)`` when near is automatic
+#: (:func:`clip_range`; ``min z`` over the vertices in front of the camera that project into the image).
 NEAR_FRACTION_OF_MIN_Z = 0.5
 NEAR_FRACTION_OF_FAR = 1e-3
+
+#: :func:`clip_range` takes ``min z`` over the vertices projecting within this many image sizes of the image
+#: (a triangle reaching into the image from a vertex just outside it must not be clipped).
+NEAR_IMAGE_MARGIN = 0.5
+
+
+@torch.no_grad()
+def clip_range(verts: torch.Tensor, world_to_camera: torch.Tensor, K: torch.Tensor, resolution: Sequence[int],
+               *, far_scale: float = 1.01) -> tuple[torch.Tensor, torch.Tensor]:
+    """Automatic ``(near [C], far [C])`` camera-z clip distances of a mesh's vertices ``verts [V, 3]`` at ``C``
+    cameras (``world_to_camera [C, 4, 4]``, ``K [C, 3, 3]``, ``resolution (H, W)``).
+
+    ``far = far_scale × max z``; ``near = max(NEAR_FRACTION_OF_MIN_Z × min z, NEAR_FRACTION_OF_FAR × far)``
+    with ``min z`` over the vertices **in front of the camera that project into the image** (within
+    :data:`NEAR_IMAGE_MARGIN` image sizes of it), not over all vertices.
+
+    Why: the rasterizer's depth is ``z/w = a + b / w``, which for ``near ≪ w`` sits within ``2 near / w`` of
+    1 and is recomputed per pixel from the triangle's plane in float32; with ``near = 1e-3 far`` small
+    triangles at ``w`` lose that difference to rounding and fragments land beyond the far clip (holes) or
+    behind their neighbours. A whole-scene mesh surrounds its cameras (vertices behind them, beside them at
+    ``z ≈ 0``), so ``min z`` over every vertex always fell to ``1e-3 far``: measured on the fox's
+    whole-scene mesh (4.2M faces, test view 0110 at 270×480) 4.6 % of the pixels rendered empty and 8.5 %
+    saw through the surface; with ``min z`` over the vertices in the view (near 1.0) 0.06 % (float64: 0.05 %).
+    """
+    z_all = torch.einsum("cj,vj->cv", world_to_camera[:, 2, :3].to(verts), verts) + world_to_camera[:, 2, 3:4].to(verts)
+    far = (far_scale * z_all.max(dim=1).values).clamp(min=1e-6)
+    H, W = int(resolution[0]), int(resolution[1])
+    Kd = K.to(verts)
+    x = torch.einsum("cj,vj->cv", world_to_camera[:, 0, :3].to(verts), verts) + world_to_camera[:, 0, 3:4].to(verts)
+    y = torch.einsum("cj,vj->cv", world_to_camera[:, 1, :3].to(verts), verts) + world_to_camera[:, 1, 3:4].to(verts)
+    zp = z_all.clamp(min=1e-12)
+    u = Kd[:, 0, 0, None] * x / zp + Kd[:, 0, 2, None]
+    v = Kd[:, 1, 1, None] * y / zp + Kd[:, 1, 2, None]
+    m = NEAR_IMAGE_MARGIN
+    ok = (z_all > 0) & (u >= -m * W) & (u <= (1 + m) * W) & (v >= -m * H) & (v <= (1 + m) * H)
+    zmin = torch.where(ok, z_all, torch.full_like(z_all, float("inf"))).min(dim=1).values
+    zmin = torch.where(torch.isfinite(zmin), zmin, far)  # nothing in the view: any near works
+    near = torch.maximum(NEAR_FRACTION_OF_MIN_Z * zmin, NEAR_FRACTION_OF_FAR * far)
+    return torch.minimum(near, 0.5 * far), far
 
 
 @dataclass(frozen=True)
@@ -180,8 +220,8 @@ def render_mesh_maps(
     interpolated perspective-correctly = camera z, docs/conventions.md §4). Differentiable w.r.t.
     ``verts`` (MILo's depth and normal losses); wrap in ``torch.no_grad()`` for labels. With
     ``near``/``far`` None they are set per view from the vertices' camera depths
-    (``far = 1.01 max z``, ``near = max(0.5 min z, 1e-3 far)``), so nothing in front of the camera is
-    clipped unless the mesh reaches within ``1e-3 far`` of it.
+    (:func:`clip_range`: ``far = 1.01 max z``, ``near = max(0.5 min z, 1e-3 far)``, ``min z`` over the
+    vertices in the view), so nothing in the view is clipped unless it reaches within ``1e-3 far`` of the camera.
 
     Args:
         verts: ``[V, 3]`` float vertices; faces: ``[F, 3]`` int (counter-clockwise from outside).
@@ -229,11 +269,10 @@ def render_mesh_maps(
     for s in range(0, C, chunk_views):
         w = w2c[s : s + chunk_views]
         with torch.no_grad():
-            z = torch.einsum("cj,vj->cv", w[:, 2, :3], verts.detach()) + w[:, 2, 3:4]  # [c, V]
-            f = far if far is not None else (1.01 * z.max(dim=1).values).clamp(min=1e-6)
+            n_auto, f_auto = clip_range(verts.detach(), w, Kd[s : s + chunk_views], (H, W))
+            f = far if far is not None else f_auto
             n = near if near is not None else torch.maximum(
-                NEAR_FRACTION_OF_MIN_Z * z.min(dim=1).values, NEAR_FRACTION_OF_FAR * torch.as_tensor(f, dtype=z.dtype)
-            )
+                n_auto, NEAR_FRACTION_OF_FAR * torch.as_tensor(f, dtype=verts.dtype, device=verts.device))
         mvp = projection_from_K(Kd[s : s + chunk_views], W, H, n, f) @ w
         pos = transform_pos(mvp, verts.expand(w.shape[0], -1, -1))
         rast, _ = rasterize(pos.contiguous(), faces, (H, W), grad_db=False, max_fragments=max_fragments)

@@ -195,12 +195,14 @@ def _load_checkpoint(checkpointer: Checkpointer, cfg: MiloConfig) -> dict:
 
 
 def _world_to_clip(w2c: torch.Tensor, K: torch.Tensor, W: int, H: int, v_pos: torch.Tensor) -> torch.Tensor:
+    """``[C, 4, 4]`` world-to-clip matrices with the near/far range of
+    :func:`meshlift.methods.milo.occupancy_labels.clip_range` (near from the vertices in the view: a
+    whole-scene mesh around the camera put it at ``1e-3 far`` and the float32 depth cracked; see there)."""
     from meshlift.cameras import projection_from_K
+    from meshlift.methods.milo.occupancy_labels import clip_range
 
-    z = torch.einsum("cj,vj->cv", w2c[:, 2, :3], v_pos) + w2c[:, 2, 3:4]
-    far = (1.05 * z.max(dim=1).values).clamp(min=1e-3)
-    near = torch.maximum(0.5 * z.min(dim=1).values, 1e-3 * far)
-    return projection_from_K(K, W, H, near, far) @ w2c
+    near, far = clip_range(v_pos, w2c, K, (H, W), far_scale=1.05)
+    return projection_from_K(K, W, H, near, far.clamp(min=1e-3)) @ w2c
 
 
 @torch.no_grad()
