@@ -79,14 +79,17 @@ class MiloRates:
 #: mesh); the statue run killed during the unwrap + bake of 231k faces (decimated to 100k): more than 60 s
 #: for those two with three processes sharing the host; the H200 runs of 2026-12-01 afternoon (four processes
 #: sharing the host): xatlas on ~100k faces 29 s (bob, bunny, spot), 77 s (statue), over 300 s (fox: a noisy
-#: unmasked mesh; hence :meth:`MiloStageCosts.unwrap_time_limit`). The rest are guesses that err high; the measured
+#: unmasked mesh; hence :meth:`MiloStageCosts.unwrap_time_limit`). CUDA's xatlas rate from 6e-4 to 1e-4 s/face
+#: on 2026-12-04: the fused TSDF assets unwrap 100k faces in 4.1 s (fox) and 3.4 s (statue), and the 60 s it
+#: reserved stopped the fox's training at 3,486 of 9,000 steps with 201 s of its budget unspent; the time
+#: limit, not this rate, guards a slow xatlas. The rest are guesses that err high; the measured
 #: stage times of every run are in metrics.json (``timings``: ``extract_s``, ``color_s``, ``eval_s``).
 RATES = {
     "cpu": MiloRates(delaunay_s_per_pivot=1.0e-4, render_s_per_pixel=2.0e-6, decimate_s_per_face=2.0e-5,
                      unwrap_s_per_face=6.0e-4, bake_s_per_texel=2.0e-5, eval_s_per_pixel=1.0e-5,
                      eval_s_per_sample=5.0e-5, export_s_per_face=2.0e-5, fixed_s=3.0),
     "cuda": MiloRates(delaunay_s_per_pivot=8.0e-5, render_s_per_pixel=3.0e-7, decimate_s_per_face=2.0e-5,
-                      unwrap_s_per_face=6.0e-4, bake_s_per_texel=2.0e-6, eval_s_per_pixel=1.0e-6,
+                      unwrap_s_per_face=1.0e-4, bake_s_per_texel=2.0e-6, eval_s_per_pixel=1.0e-6,
                       eval_s_per_sample=5.0e-6, export_s_per_face=1.0e-5, fixed_s=2.0),
 }
 
@@ -119,11 +122,14 @@ class TsdfRates:
 #: that ran its training 5× slower than an idle machine (fusion 17.5 s for 128² cells a side, post-processing
 #: 2e-5 s/face, crop 1.3e-5, decimation 1e-5), divided by ~3: the quick preset's 280 s budget is sized for an
 #: idle machine (fox 164 s, spot 60 s end to end), and the loaded rates would stop its training early.
+#: The CUDA rates re-measured on the H200 fox of 2026-12-04 18:00 UTC (d370813, host shared with 3 runs): scene
+#: mesh 26.7 s for 6.47M raw faces and asset mesh 47.7 s for 11.66M (post-processing 4.1e-6 s/face), crop 23.0 s
+#: for 10.8M faces (2.1e-6), decimation 17.8 s for 8.77M (2.0e-6); extraction 127.5 s in all.
 TSDF_RATES = {
     "cpu": TsdfRates(fusion_s_per_cell2=4.0e-4, post_s_per_face=1.0e-5, crop_s_per_face=5.0e-6,
                      decimate_s_per_face=5.0e-6),
-    "cuda": TsdfRates(fusion_s_per_cell2=3.0e-6, post_s_per_face=3.0e-6, crop_s_per_face=1.0e-6,
-                      decimate_s_per_face=2.5e-6),
+    "cuda": TsdfRates(fusion_s_per_cell2=3.0e-6, post_s_per_face=4.0e-6, crop_s_per_face=2.0e-6,
+                      decimate_s_per_face=2.0e-6),
 }
 
 
