@@ -317,3 +317,23 @@ def test_tsdf_grids_follow_the_extraction_plan():
     assert tsdf_grids(cfg, unmasked, mesh_input=False) == (128 ** 2, 128 ** 2)  # (2 x 64)², 128²
     assert tsdf_grids(dataclasses.replace(cfg, object_asset=False), unmasked, mesh_input=False) == (128 ** 2,)
     assert tsdf_grids(dataclasses.replace(cfg, region="object"), unmasked, mesh_input=False) == (128 ** 2,)
+
+
+def test_unwrap_max_faces_is_the_unwrap_cap_without_a_budget():
+    """``--set unwrap_max_faces=N`` (what the unwrap's decimation message advises) caps the unwrap."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    import torch
+
+    from meshlift.methods.milo.presets import get_preset
+    from meshlift.methods.milo.reconstruct import budget_costs
+
+    class _Views(SimpleNamespace):
+        def __len__(self):
+            return 3
+
+    problem = SimpleNamespace(train=_Views(height=8, width=8, alpha=None), test=_Views(height=8, width=8))
+    cfg = dataclasses.replace(get_preset("verylowres"), data="x", unwrap_max_faces=250_000, time_budget_s=0)
+    costs = budget_costs(cfg, problem, torch.device("cpu"))
+    assert costs.unwrap_faces(400_000, None) == 250_000

@@ -120,6 +120,11 @@ class MiloConfig(GaussiansConfig):
     max_asset_faces: int = 500_000
     """``tsdf`` path: decimate the exported asset to at most this many faces (quadrics; 0 = keep every face of
     the fusion, which makes ~4 faces per voxel of surface)."""
+    unwrap_max_faces: int = 100_000
+    """Faces xatlas unwraps at most: a larger asset is decimated to this many before the unwrap and the bake of
+    its albedo (the exported mesh keeps its ``max_asset_faces``-face geometry only in ``mesh.ply``); a time
+    budget may lower it (:meth:`meshlift.methods.milo.budget.MiloStageCosts.unwrap_faces`). xatlas's time
+    grows with the faces (fused TSDF assets: ~4 s per 100k on the H200's host)."""
     tsdf_trunc_pixels: float = 4.0
     """Truncation of the fusion in training pixels at the region's centre (the Gaussians' depth error is a
     pixel or two: the band must be a few pixels wide whatever the grid; see ``tsdf_mesh.truncation_voxels``)."""
@@ -266,7 +271,7 @@ _UNIT = ("sampling_factor", "prune_cdf", "sdf_reset_blend")
 _NONNEG = ("scene_voxel_pixels", "depth_consistency_views", "depth_consistency_tol", "flatten_weight", "tsdf_trunc_pixels", "scene_trunc_pixels", "tsdf_trunc_voxels", "tsdf_min_views", "trunc_pixels", "depth_normal_weight", "mesh_depth_weight", "mesh_normal_weight", "occupied_centres_weight",
            "occupancy_label_weight", "keep_components", "min_component_faces", "color_depth_tol", "scene_color_power", "mesh_res_scale",
            "delaunay_memory_gb")
-_GE1 = ("num_pivots", "delaunay_every", "sdf_reset_every", "labels_every", "extract_labels_every",
+_GE1 = ("unwrap_max_faces", "num_pivots", "delaunay_every", "sdf_reset_every", "labels_every", "extract_labels_every",
         "mesh_chunk_views", "tet_chunk", "texture_res", "ref_views", "ref_test_views", "eval_samples")
 _GE0 = ("max_asset_faces", "fill_hole_edges", "flatten_start", "reinit_step", "reinit_points", "sampling_step", "prune_step", "depth_normal_start", "mesh_start", "sdf_reset_stop", "extract_steps",
         "simplify", "max_fragments")

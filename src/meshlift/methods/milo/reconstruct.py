@@ -57,7 +57,8 @@ def budget_costs(cfg: MiloConfig, problem, device: torch.device, reg=None, *, kn
 
         grids = tsdf_grids(cfg, problem, mesh_input=known_truth)
     return MiloStageCosts(cfg, device.type, len(tr) * tr.height * tr.width, len(te) * te.height * te.width,
-                          known_truth=known_truth, faces_fn=faces_fn, pivots_fn=pivots_fn, tsdf_grids=grids)
+                          known_truth=known_truth, faces_fn=faces_fn, pivots_fn=pivots_fn, tsdf_grids=grids,
+                          max_unwrap_faces=cfg.unwrap_max_faces)
 
 
 @dataclass
