@@ -82,8 +82,6 @@ def scene_depths(n_views: int, size: int, seed: int = 0):
 
 def roi():
     """A box around the ball, turned 10° about z and tilted 3°, cutting through the floor."""
-    from meshlift.data.roi import RegionOfInterest  # noqa: F401 (the type the pipeline uses)
-
     a, b = math.radians(10), math.radians(3)
     rz = np.array([[math.cos(a), -math.sin(a), 0], [math.sin(a), math.cos(a), 0], [0, 0, 1]])
     rx = np.array([[1, 0, 0], [0, math.cos(b), -math.sin(b)], [0, math.sin(b), math.cos(b)]])

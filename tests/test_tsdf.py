@@ -497,8 +497,6 @@ def test_majority_carving_keeps_a_thin_rod_that_averaging_loses():
     bins = torch.histc(z[z.abs() < 0.55], bins=11, min=-0.55, max=0.55)
     assert bool((bins > 0).all())  # no gap along the rod
     lost = rod_mesh(0.0)
-    zl = lost[:, 2] if lost.shape[0] else torch.zeros(0)
-    bins0 = torch.histc(zl[zl.abs() < 0.55], bins=11, min=-0.55, max=0.55)
     assert float(lost[:, :2].norm(dim=1).median()) < float(r.median()) - 0.001  # averaging shrinks the rod
     # exact masks: the majority rule and plain averaging give the same sphere
     sd, sw, sk = sphere_depth(12)
