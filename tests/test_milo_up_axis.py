@@ -53,6 +53,7 @@ def test_exports_up_auto_turns_by_the_nearest_axis():
     assert torch.allclose(a.v_pos[0], torch.tensor([0.0, 1.0, 0.0]), atol=1e-6)
     assert torch.equal(m.v_pos[0], torch.tensor([0.0, 0.0, 1.0]))
     assert metrics["up_axis_conversion"]["from"] == "+z" and metrics["up_axis_estimate"]["axis"] == "z"
+    assert metrics["frame"].startswith("exported meshes turned +z -> +Y")
     assert math.isclose(float(torch.det(torch.tensor(metrics["up_axis_conversion"]["matrix"]))), 1.0)
 
 
@@ -79,6 +80,7 @@ def test_summary_hints_the_up_axis_when_kept():
     assert any("--up auto" in line and "about z" in line for line in summary_lines(r))
     metrics["up_axis_conversion"] = {"from": "+z"}
     assert not any("--up auto" in line for line in summary_lines(r))
+    assert any("exports turned +z -> +Y" in line for line in summary_lines(r))
     metrics.pop("up_axis_conversion")
     metrics["region"]["roi"]["up"] = [0.0, 1.0, 0.02]
     assert not any("--up auto" in line for line in summary_lines(r))

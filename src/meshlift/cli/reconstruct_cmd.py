@@ -205,7 +205,7 @@ def register(app: typer.Typer) -> None:
         camera_convention: Optional[str] = typer.Option(
             None, "--camera-convention", help="Axes of transforms.json camera-to-world matrices: opengl (the "
             "format's definition, default) or opencv (same as --set camera_convention=)."),
-        up: Optional[str] = typer.Option(None, "--up", help="The dataset's up axis (z, -y, ...): exported meshes "
+        up: Optional[str] = typer.Option(None, "--up", help="The dataset's up axis (z, -y, ...; milo also auto: from the cameras): exported meshes "
                                          f"are rotated so it becomes glTF's +Y ({_names_with('up_axis')}; same as "
                                          "--set up_axis=)."),
         method: str = typer.Option(_default_method(), "--method", "-m", help=_method_help()),

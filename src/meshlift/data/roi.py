@@ -141,7 +141,7 @@ def parse_bbox(text: str, *, name: str = "--bbox") -> RegionOfInterest:
     lo, hi = vals[:3], vals[3:]
     bad = [ax for ax, a, b in zip("xyz", lo, hi) if not a < b]
     if bad:
-        raise ConfigError(f"{name}: the min corner must be below the max corner on every axis, but not on "
+        raise ConfigError(f"{name}: the min corner must be below the max corner on every axis, but it is not on "
                           f"{', '.join(bad)} in {text!r}; expected {_BBOX_FORMAT}")
     bmin = torch.tensor(lo, dtype=torch.float64)
     bmax = torch.tensor(hi, dtype=torch.float64)

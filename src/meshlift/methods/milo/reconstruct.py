@@ -334,7 +334,7 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
             outputs.write_config(out, cfg)
         monitor.log(f"{len(problem.train)} training / {len(problem.test)} test views at {problem.train.width}x"
                     f"{problem.train.height}, device {device}; "
-                    + (f"mesh by TSDF fusion at {cfg.tsdf_resolution}³" if cfg.extract == "tsdf" else
+                    + (_fusion_line(cfg, problem, gt_mesh is not None) if cfg.extract == "tsdf" else
                        f"mesh budget {num_mesh_gaussians(cfg):,} Gaussians ({9 * num_mesh_gaussians(cfg):,} pivots)"))
         base = densify_strategy(cfg, problem.scene_scale) if cfg.densify else None
         kw = {} if base is None else {k: getattr(base, k) for k in base.__dataclass_fields__ if k != "history"}
@@ -520,6 +520,24 @@ def _check_results(metrics: dict, cfg: MiloConfig, problem, trainer, ours, targe
         "training views surround what the test views see, and compare renders/ with gt/")
 
 
+def _fusion_line(cfg: MiloConfig, problem, mesh_input: bool) -> str:
+    """The run header's words on the fusion grids (:func:`meshlift.methods.milo.budget.tsdf_grids`): one grid
+    for an object, the whole scene's (plus its contracted shell) and the asset's for an unmasked capture."""
+    import math
+
+    from meshlift.methods.milo.budget import tsdf_grids
+
+    res = int(cfg.tsdf_resolution)
+    kind = "object" if mesh_input and problem.eval_box is None else (
+        cfg.region if cfg.region != "auto" else ("object" if problem.train.alpha is not None else "scene"))
+    if kind != "scene":
+        return f"mesh by TSDF fusion at {res}³"
+    grids = tsdf_grids(cfg, problem, mesh_input=mesh_input)
+    scene = math.isqrt(int(grids[0])) // 2
+    return (f"mesh by TSDF fusion: whole scene at {scene}³ (+ its contracted shell)"
+            + (f", asset at {res}³" if cfg.object_asset else ""))
+
+
 def _exports_up(cfg: MiloConfig, metrics: dict, meshes: tuple) -> tuple:
     """The exported meshes turned so the up axis of ``cfg.up_axis`` becomes glTF's +Y (``keep``: unchanged).
 
@@ -542,6 +560,8 @@ def _exports_up(cfg: MiloConfig, metrics: dict, meshes: tuple) -> tuple:
         metrics["up_axis_estimate"] = {"up": [float(x) for x in up], "axis": axis, "angle_deg": angle}
     turned = tuple(None if m is None else to_y_up(m, axis) for m in meshes)
     metrics["up_axis_conversion"] = next(m.extras["up_axis_conversion"] for m in turned if m is not None)
+    metrics["frame"] = (f"exported meshes turned {metrics['up_axis_conversion']['from']} -> +Y (up_axis="
+                        f"{cfg.up_axis}); metrics and point_cloud.ply in the {metrics.get('frame', 'dataset world frame')}")
     return turned
 
 
@@ -592,6 +612,10 @@ def summary_lines(result: MiloResult) -> list[str]:
               + f"; {m['gaussians']:,} Gaussians, {m['steps']} steps; mesh by TSDF fusion")]
     for w in m.get("warnings", []):
         lines.append(f"[bold red]warning[/bold red] {w}")
+    conv = m.get("up_axis_conversion") or {}
+    if conv.get("from"):
+        lines.append(f"[dim]exports turned {conv['from']} -> +Y for glTF viewers (--up); metrics and "
+                     "point_cloud.ply stay in the dataset's frame[/dim]")
     up = ((m.get("region") or {}).get("roi") or {}).get("up")
     if up is not None and m.get("up_axis_conversion") is None:  # kept in the dataset frame: say which way is up
         from meshlift.mesh.orient import nearest_up_axis

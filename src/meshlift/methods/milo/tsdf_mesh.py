@@ -276,7 +276,8 @@ def fused_mesh(cfg, depths: torch.Tensor, problem, region: FusionRegion, resolut
                             "the object, world units of the dataset; metrics.json region.roi of a run without it "
                             "shows the automatic one), or the views' depths do not agree on one (too few views or "
                             f"too little overlap?): more steps, a wider band (tsdf_trunc_pixels, now "
-                            f"{cfg.tsdf_trunc_pixels:g}; {trunc_voxels:.1f} voxels)")
+                            f"{cfg.tsdf_trunc_pixels:g}; {trunc_voxels:.1f} voxels). The trained Gaussians are kept in OUT/"
+                            "checkpoint.pt: `--resume` with a corrected --bbox re-extracts without training again")
         raise MeshError("milo tsdf extraction: no surface in the scene: the training views' depths do not agree "
                         "on one (too few views or too little overlap?); train more steps or widen the band "
                         f"(scene_trunc_pixels, now {cfg.scene_trunc_pixels:g}; {trunc_voxels:.1f} voxels)")
