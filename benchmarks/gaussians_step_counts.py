@@ -5,7 +5,7 @@
 
 Usage (repository root, no GPU; the Triton path runs in the interpreter, so small sizes)::
 
-    OMP_NUM_THREADS=1 TRITON_INTERPRET=1 python benchmarks/gaussians_step_counts.py [--torch-adam]
+    OMP_NUM_THREADS=1 TRITON_INTERPRET=1 python benchmarks/gaussians_step_counts.py [--before]
 
 Steps ``--start-step`` + 1 .. + 3 (SH degree 1; density statistics every step, no refinement step in the
 window), the Triton splat backend and the fused SSIM (the CUDA choices), the one-launch Adam and density
@@ -41,26 +41,16 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
         raise SystemExit("run with TRITON_INTERPRET=1")
-    import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from triton.runtime.interpreter import InterpretedFunction
 
-    import meshlift.methods.gaussians.losses as L
     import meshlift.methods.gaussians.trainer as T
-    from meshlift.methods.gaussians.config import apply_dict
-    from meshlift.methods.gaussians.reconstruct import build_config, load_problem
+    from _cuda_choices import cpu_trainer_with_cuda_choices
     from reconstruct_speed import NO_KERNEL_OPS, SYNC_OPS
 
-    cfg = build_config(a.data, "gaussians", False, None, [])
-    cfg = apply_dict(dataclasses.replace(cfg, device="cpu", train_res=a.train_res, preview_every=0,
-                                         checkpoint_every=0, checkpoint_every_s=0.0, lpips=False,
-                                         splat_backend="triton", num_random=a.num_random,
-                                         readback_every=20), {})
-    orig_loss = L.photometric_loss
-    L.photometric_loss = lambda pred, target, lam=0.2, fused=None: orig_loss(pred, target, lam, fused=True)
-    tr = T.GaussianTrainer(cfg, load_problem(cfg), torch.device("cpu"))
-    tr.multi_adam = not a.before
-    tr.strategy.fused_stats = not a.before
+    tr = cpu_trainer_with_cuda_choices(a.data, train_res=a.train_res, num_random=a.num_random, fused=not a.before,
+                                       readback_every=20)
+    cfg = tr.cfg
     tr.init_params()
     tr.step = a.start_step
     ck = tr.payload()

@@ -19,7 +19,6 @@ Triton splat backend, the fused SSIM, the one-launch Adam and the fused density 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if not os.environ.get("PYTHONPATH"):
     sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 def main(argv=None) -> int:
@@ -39,30 +39,14 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
         raise SystemExit("run with TRITON_INTERPRET=1")
-    import torch
 
-    import meshlift.methods.gaussians.losses as L
-    import meshlift.methods.gaussians.trainer as T
+    from _cuda_choices import cpu_trainer_with_cuda_choices
+
     from meshlift.kernels import variant_trace
-    from meshlift.methods.gaussians.config import apply_dict
-    from meshlift.methods.gaussians.reconstruct import build_config, load_problem
 
-    cfg = build_config(a.data, "gaussians", False, None, [])
-    cfg = apply_dict(dataclasses.replace(cfg, device="cpu", train_res=a.train_res, preview_every=0,
-                                         checkpoint_every=0, checkpoint_every_s=0.0, lpips=False,
-                                         splat_backend="triton", steps=a.steps, num_random=a.num_random,
-                                         sh_degree_interval=1, densify_refine_start=1, densify_refine_every=2,
-                                         densify_reset_every=3), {})
-    fused = L.photometric_loss
-
-    def photometric_loss(pred, target, ssim_lambda=0.2, fused_=None):  # the CUDA choice: the fused SSIM
-        return fused(pred, target, ssim_lambda, fused=True)
-
-    T_loss = photometric_loss
-    L.photometric_loss = T_loss
-    trainer = T.GaussianTrainer(cfg, load_problem(cfg), torch.device("cpu"))
-    trainer.multi_adam = True  # the CUDA choices: the six Adam steps as one launch, the fused statistics
-    trainer.strategy.fused_stats = True
+    trainer = cpu_trainer_with_cuda_choices(a.data, train_res=a.train_res, num_random=a.num_random, steps=a.steps,
+                                            sh_degree_interval=1, densify_refine_start=1, densify_refine_every=2,
+                                            densify_reset_every=3)
     with variant_trace.trace() as launches:
         trainer.train()
     n = variant_trace.save(launches, a.out)

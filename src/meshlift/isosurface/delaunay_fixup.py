@@ -87,6 +87,26 @@ def _sort_faces(faces: np.ndarray, n: int):
     return order, np.r_[True, (hs[1:] != hs[:-1]) | (ls[1:] != ls[:-1])]
 
 
+def _face_runs(faces: np.ndarray, n: int, what: str):
+    """``(order, start, run, count)``: :func:`_sort_faces` of ``faces``, each sorted row's run number and each
+    run's length. Raises ``_Inconsistent("a face lies in 3+ " + what)`` when a run is longer than 2."""
+    order, start = _sort_faces(faces, n)
+    run = np.cumsum(start) - 1
+    count = np.bincount(run) if run.size else np.zeros(0, np.int64)
+    if count.size and count.max() > 2:
+        raise _Inconsistent(f"a face lies in 3+ {what}")
+    return order, start, run, count
+
+
+def _abs_volume(pts: np.ndarray, tets: np.ndarray) -> float:
+    """Total unsigned volume of the tets ``[T, 4]`` (ids into ``pts [N, 3]``)."""
+    if tets.shape[0] == 0:
+        return 0.0
+    p = pts[tets]
+    e = p[:, 1:] - p[:, :1]
+    return float(np.abs(np.einsum("bi,bi->b", e[:, 0], np.cross(e[:, 1], e[:, 2]))).sum() / 6.0)
+
+
 def open_faces(faces: np.ndarray, far: np.ndarray, n: int):
     """The open faces: those reported once.
 
@@ -103,11 +123,7 @@ def open_faces(faces: np.ndarray, far: np.ndarray, n: int):
     """
     if faces.shape[0] == 0:
         return faces, far
-    order, start = _sort_faces(faces, n)
-    run = np.cumsum(start) - 1
-    count = np.bincount(run)
-    if count.max() > 2:
-        raise _Inconsistent("a face is shared by 3+ kept tets")
+    order, start, run, count = _face_runs(faces, n, "kept tets")
     pair = np.flatnonzero(count == 2)
     first = order[np.flatnonzero(start)[pair]]
     if np.any(far[first] == far[order[np.flatnonzero(start)[pair] + 1]]):
@@ -383,18 +399,12 @@ def promote(pts, kept, walls, wall_sign, tets):
     ``_Inconsistent`` when a face would lie in 3+ tets or a new tet lies on an open face's kept side."""
     if tets.shape[0] == 0:
         return kept, walls, wall_sign, 0.0
-    p = pts[tets]
-    e = p[:, 1:] - p[:, :1]
-    vol = float(np.abs(np.einsum("bi,bi->b", e[:, 0], np.cross(e[:, 1], e[:, 2]))).sum() / 6.0)
+    vol = _abs_volume(pts, tets)
     tf = np.sort(tets[:, _FACE].reshape(-1, 3), axis=1)
     ts = np.sign(_side(pts[tf], pts[tets.reshape(-1)]))
     faces = np.concatenate([walls, tf.astype(walls.dtype)])
     signs = np.concatenate([wall_sign, ts])
-    order, start = _sort_faces(faces, pts.shape[0])
-    run = np.cumsum(start) - 1
-    count = np.bincount(run)
-    if count.max() > 2:
-        raise _Inconsistent("a face is shared by 3+ tets while promoting salvaged fix-up tets")
+    order, start, run, count = _face_runs(faces, pts.shape[0], "tets while promoting salvaged fix-up tets")
     first = order[np.flatnonzero(start)[count == 2]]
     second = order[np.flatnonzero(start)[count == 2] + 1]
     if np.any(signs[first] == signs[second]) or np.any(signs[first] == 0) or np.any(signs[second] == 0):
@@ -547,10 +557,7 @@ def accept(pts, hull, walls, fix_tets, fix_keep, kept_volume):
     f = np.searchsorted(ids, f)
     walls = np.searchsorted(ids, walls)
     faces = f[:, _FACE].reshape(-1, 3)  # sorted rows stay sorted; row 4 i + k is tet i's face opposite k
-    order, start = _sort_faces(faces, n)
-    count = np.bincount(np.cumsum(start) - 1) if start.size else np.zeros(0, np.int64)
-    if count.size and count.max() > 2:
-        raise _Inconsistent("a face lies in 3+ fix-up tets")
+    order, start, _, count = _face_runs(faces, n, "fix-up tets")
     first = np.flatnonzero(start)
     r1, r2 = order[first[count == 2]], order[first[count == 2] + 1]
     if np.any(f[r1 // 4, r1 % 4] == f[r2 // 4, r2 % 4]):  # two tets on one face with the same 4th vertex
@@ -564,9 +571,7 @@ def accept(pts, hull, walls, fix_tets, fix_keep, kept_volume):
     if not on.all():
         raise _Inconsistent(f"{int((~on).sum())} boundary faces of the grouped fix-up are neither open faces "
                             "nor on the hull", ids[odd[~on]])
-    p = pts[f]
-    e = p[:, 1:] - p[:, :1]
-    fix_volume = float(np.abs(np.einsum("bi,bi->b", e[:, 0], np.cross(e[:, 1], e[:, 2]))).sum() / 6.0)
+    fix_volume = _abs_volume(pts, f)
     if abs(kept_volume + fix_volume - hull.volume) > ACCEPT_VOLUME_REL * hull.volume:
         raise _Inconsistent(f"kept + fix-up volume {kept_volume + fix_volume:.9g} != hull volume {hull.volume:.9g}")
 
@@ -679,18 +684,12 @@ def demote(pts, kept, walls, wall_sign, bad, rings: int = 2):
         drop = mark[kept].any(axis=1)
     r = kept[drop]
     kept = kept[~drop]
-    p = pts[r]
-    e = p[:, 1:] - p[:, :1]
-    vol = float(np.abs(np.einsum("bi,bi->b", e[:, 0], np.cross(e[:, 1], e[:, 2]))).sum() / 6.0)
+    vol = _abs_volume(pts, r)
     rf = np.sort(r[:, _FACE].reshape(-1, 3), axis=1)
     rfar = r.reshape(-1)
     rs = -np.sign(_side(pts[rf], pts[rfar]))
     faces = np.concatenate([walls, rf.astype(walls.dtype)])
     signs = np.concatenate([wall_sign, rs])
-    order, start = _sort_faces(faces, pts.shape[0])
-    run = np.cumsum(start) - 1
-    count = np.bincount(run)
-    if count.max() > 2:
-        raise _Inconsistent("a face is shared by 3+ tets while growing the fix-up region")
+    order, start, run, count = _face_runs(faces, pts.shape[0], "tets while growing the fix-up region")
     single = order[count[run] == 1]
     return kept, faces[single], signs[single], vol, int(drop.sum())
