@@ -141,8 +141,9 @@ def tsdf_grids(cfg, problem, *, mesh_input: bool) -> tuple[int, ...]:
     res = int(cfg.tsdf_resolution)
     if mesh_input and problem.eval_box is None:
         return (res * res,)
-    kind = cfg.region if cfg.region != "auto" else ("object" if problem.train.alpha is not None else "scene")
-    if kind != "scene":
+    from meshlift.methods.milo.tsdf_mesh import fusion_kind
+
+    if fusion_kind(cfg, problem) != "scene":
         return (res * res,)
     scene = int(cfg.scene_resolution)
     if scene <= 0:

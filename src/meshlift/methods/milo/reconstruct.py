@@ -526,11 +526,10 @@ def _fusion_line(cfg: MiloConfig, problem, mesh_input: bool) -> str:
     import math
 
     from meshlift.methods.milo.budget import tsdf_grids
+    from meshlift.methods.milo.tsdf_mesh import fusion_kind
 
     res = int(cfg.tsdf_resolution)
-    kind = "object" if mesh_input and problem.eval_box is None else (
-        cfg.region if cfg.region != "auto" else ("object" if problem.train.alpha is not None else "scene"))
-    if kind != "scene":
+    if (mesh_input and problem.eval_box is None) or fusion_kind(cfg, problem) != "scene":
         return f"mesh by TSDF fusion at {res}³"
     grids = tsdf_grids(cfg, problem, mesh_input=mesh_input)
     scene = math.isqrt(int(grids[0])) // 2

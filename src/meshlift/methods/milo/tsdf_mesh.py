@@ -57,7 +57,7 @@ import torch
 from meshlift.render.rasterize import MAX_FLOAT32_IDS
 
 __all__ = ["FREE_SPACE_DEPTH", "SCENE_MAX_RADIUS", "FusionRegion", "check_bbox", "decimated", "extract_assets",
-           "carving", "fused_mesh", "fusion_region", "object_asset", "region_of_interest", "render_depths", "scene_resolution_from_pixels", "surface_depths",
+           "carving", "fused_mesh", "fusion_kind", "fusion_region", "object_asset", "region_of_interest", "render_depths", "scene_resolution_from_pixels", "surface_depths",
            "truncation_voxels", "vertex_colors"]
 
 
@@ -155,6 +155,15 @@ def region_of_interest(cfg, problem):
     if cfg.roi_masks and tr.alpha is not None:
         roi = mask_hull_roi(roi, tr.world_to_camera, tr.K, tr.alpha)
     return roi
+
+
+def fusion_kind(cfg, problem) -> str:
+    """``"scene"`` or ``"object"``: what a capture fuses (``region``; ``auto`` = ``object`` with masks, a masked
+    capture has no scene around the object to mesh, else ``scene``). Views of a mesh file without a ground
+    scene fuse their object box whatever this says (:func:`extract_assets`)."""
+    if cfg.region != "auto":
+        return cfg.region
+    return "object" if problem.train.alpha is not None else "scene"
 
 
 def fusion_region(kind: str, *, roi=None, bounds=None, pad: float = 0.0) -> FusionRegion:
@@ -469,8 +478,8 @@ def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, cost
         asset, rep["decimate"] = decimated(mesh, cfg.max_asset_faces, monitor)
         colored, textured, crep = color_and_texture(cfg, asset, problem, device, monitor, costs, budget)
         return MeshProduct(colored, textured, textured, mesh, {**rep, **crep}, extra)
-    masked = problem.train.alpha is not None  # a masked capture has no scene around the object to mesh
-    kind = cfg.region if cfg.region != "auto" else ("object" if masked else "scene")
+    masked = problem.train.alpha is not None
+    kind = fusion_kind(cfg, problem)
     roi = region_of_interest(cfg, problem)
     extra["region"] = fusion_region("object", roi=roi).to_dict()
     scene = scene_colored = None
