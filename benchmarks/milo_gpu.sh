@@ -53,9 +53,9 @@ for case in sorted(p for p in src.iterdir() if p.is_dir()):
         im.save(dst / case.name / (f.parent.name + "_" + f.stem + ".jpg"), quality=85)
 PY
   tar czf "$OUT/images.tgz" -C "$OUT" images && rm -rf "$OUT/images"
-  if [ -n "${MESHES:-}" ]; then  # MESHES=1: each case's asset and whole-scene mesh, decimated to 60k faces
-    python3 - "$outdir" "$OUT/meshes" <<'PY'
-import sys
+  if [ -n "${MESHES:-}" ]; then  # MESHES=1: each case's asset and whole-scene mesh, decimated to MESH_FACES (60k)
+    MESH_FACES=${MESH_FACES:-60000} python3 - "$outdir" "$OUT/meshes" <<'PY'
+import os, sys
 from pathlib import Path
 import fast_simplification, numpy as np, trimesh
 src, dst = Path(sys.argv[1]), Path(sys.argv[2])
@@ -64,8 +64,9 @@ for case in sorted(p for p in src.iterdir() if p.is_dir()):
         if not (case / name).is_file():
             continue
         m = trimesh.load(case / name, process=False)
-        if len(m.faces) > 60_000:
-            v, f = fast_simplification.simplify(np.asarray(m.vertices, np.float32), np.asarray(m.faces), 1 - 60_000 / len(m.faces))
+        keep = int(os.environ["MESH_FACES"])
+        if len(m.faces) > keep:
+            v, f = fast_simplification.simplify(np.asarray(m.vertices, np.float32), np.asarray(m.faces), 1 - keep / len(m.faces))
             m = trimesh.Trimesh(v, f, process=False)
         (dst / case.name).mkdir(parents=True, exist_ok=True)
         m.export(dst / case.name / name)
