@@ -45,7 +45,8 @@ from pathlib import Path
 from PIL import Image
 src, dst = Path(sys.argv[1]), Path(sys.argv[2])
 for case in sorted(p for p in src.iterdir() if p.is_dir()):
-    picks = sorted((case / "mesh_renders").glob("*.png"))[:2] + sorted((case / "images").glob("preview_*.png"))[-1:]
+    renders = sorted((case / "compare").glob("*.png")) or sorted((case / "mesh_renders").glob("*.png"))
+    picks = renders[:2] + sorted((case / "images").glob("preview_*.png"))[-1:]
     for f in picks:
         im = Image.open(f).convert("RGB")
         im.thumbnail((1600, 1600))

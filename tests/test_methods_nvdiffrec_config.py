@@ -150,3 +150,10 @@ def test_an_override_with_an_empty_field_name_says_so():
 def test_an_unknown_field_suggests_the_closest_names(typo, field):
     with pytest.raises(ConfigError, match=rf"unknown config field '{typo}' \(did you mean [^)]*\b{field}\b"):
         apply_dict(get_preset("spot"), parse_overrides([f"{typo}=1"]))
+
+
+def test_an_unknown_field_far_from_every_name_suggests_nothing():
+    """A fresh user's report (2026-12-04): ``maxx_zzz`` suggested every ``max_*`` field; only near spellings now."""
+    with pytest.raises(ConfigError) as err:
+        apply_dict(get_preset("spot"), parse_overrides(["gri_qqqqqq=1"]))
+    assert "did you mean" not in str(err.value) and "--help-config" in str(err.value)

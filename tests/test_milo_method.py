@@ -204,6 +204,13 @@ def test_micro_run_every_stage_then_resume(scene, tmp_path):
                  "metrics.json", "config.json", "checkpoint.pt", "loss_curve.png"):
         assert (out / name).is_file(), name
     assert list((out / "images").glob("preview_*.png")) and list((out / "mesh_renders").glob("*.png"))
+    panels = sorted((out / "compare").glob("*.png"))  # mesh | Gaussians | target, enlarged to be judged
+    assert [p.name for p in panels] == [p.name for p in sorted((out / "mesh_renders").glob("*.png"))]
+    from PIL import Image
+    mesh_w, mesh_h = Image.open(sorted((out / "mesh_renders").glob("*.png"))[0]).size
+    w, h = Image.open(panels[0]).size
+    k = h // mesh_h
+    assert h >= 270 and h == k * mesh_h and w == k * (3 * mesh_w + 4)
     ck = torch.load(out / "checkpoint.pt", weights_only=False)
     assert ck["method"] == "milo" and ck["regularizer"]["active"] and ck["step"] == 14
     n_mesh = ck["regularizer"]["idx"].numel()

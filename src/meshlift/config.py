@@ -123,8 +123,8 @@ def apply_dict(cfg: Any, values: dict[str, Any], *, source: str = "config",
     changes = {}
     for key, value in values.items():
         if key not in known:
-            close = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6) or sorted(
-                k for k in known if k.startswith(key[:3]))  # typos first, then fields of the same prefix
+            # only near spellings: a same-prefix fallback named unrelated fields (a fresh user's report, 2026-12-04)
+            close = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise ConfigError(f"{source}: unknown config field {key!r}{hint}" + (f"; {help_hint}" if help_hint else ""))
         with _named_source(source):

@@ -406,6 +406,13 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
                 for name, img in zip(problem.test.names, mesh_imgs):
                     _write_png_atomic(out / "mesh_renders" / f"{name}.png", img)
                 files["mesh_renders"] = out / "mesh_renders"
+                if ours is not None and targets is not None and len(ours) == len(mesh_imgs):
+                    from meshlift.methods.gaussians.outputs import comparison_panel
+
+                    (out / "compare").mkdir(parents=True, exist_ok=True)
+                    for name, m_img, g_img, t_img in zip(problem.test.names, mesh_imgs, ours, targets):
+                        _write_png_atomic(out / "compare" / f"{name}.png", comparison_panel([m_img, g_img, t_img]))
+                    files["compare"] = out / "compare"
             files.update(outputs.write_outputs(out, gaussians, metrics, state.history, cfg, ours=ours,
                                                targets=targets, names=problem.test.names))
             from meshlift.io.jsonfile import write_json
@@ -637,7 +644,7 @@ def summary_lines(result: MiloResult) -> list[str]:
             from meshlift.methods.spec import look_line
 
             look = look_line(Path(result.files["metrics"]).parent, [
-                ("mesh_renders/*.png", "the mesh PSNR's mesh at a test view"),
+                ("compare/*.png", "mesh | Gaussians | target at a test view"),
                 ("images/preview_*.png", "Gaussians | depth | target"), ("loss_curve.png", "the losses")])
             if look:
                 lines.append(look)
