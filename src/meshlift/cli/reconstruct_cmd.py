@@ -52,6 +52,7 @@ def make_monitor(console=None):
 
         def start_pass(self, name: str, total: int, start: int = 0) -> None:
             self.name, self.total, self.start, self.t0 = name, total, start, time.perf_counter()
+            self.last = (start, self.t0)  # the previous plain line's (iteration, time): its rate is the recent one
             if not console.is_terminal:  # logs / pipes: plain lines from update(), no live bar
                 console.print(f"{name}: {total} steps" + (", done in an earlier session" if 0 < total <= start
                                                             else f", resuming at {start}" if start else ""))
@@ -77,11 +78,13 @@ def make_monitor(console=None):
         def update(self, iteration: int, loss: float, psnr: float) -> None:
             if not console.is_terminal:
                 if iteration % max(1, self.total // 10) == 0 or iteration == self.total:  # a line every 10 %
-                    elapsed = time.perf_counter() - self.t0
-                    done = max(1, iteration - self.start)
-                    eta = elapsed / done * (self.total - iteration)
+                    now = time.perf_counter()
+                    recent = (iteration - self.last[0]) / max(now - self.last[1], 1e-9)  # since the last line
+                    mean = max(1, iteration - self.start) / max(now - self.t0, 1e-9)
+                    self.last = (iteration, now)
+                    eta = (self.total - iteration) / max(recent, 1e-9)
                     console.print(f"{self.name}: {iteration}/{self.total}  loss {loss:.4f}  {_psnr_text(psnr)}  "
-                                  f"{done / max(elapsed, 1e-9):.2f} it/s  ETA {eta:.0f} s")
+                                  f"{recent:.2f} it/s (mean {mean:.2f})  ETA {eta:.0f} s")
                 return
             if self.progress is None:
                 return
