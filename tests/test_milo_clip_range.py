@@ -86,3 +86,20 @@ def test_fuse_colors_view_power_favours_the_close_view():
     assert int(n[0]) == 2 and torch.allclose(mean[0], torch.tensor([0.5, 0.0, 0.5]))
     close, _ = fuse_colors(pt, views, depth, tol=0.01, view_power=2.0)  # weights 1 : 1/16
     assert torch.allclose(close[0], torch.tensor([16 / 17, 0.0, 1 / 17]), atol=1e-6)
+
+
+def test_fuse_colors_weighted_mean_keeps_the_colour_of_distant_views():
+    """Weights below 1 (distant views with ``view_power``) must not darken the mean (it once divided by max(1, sum))."""
+    from meshlift.methods.gaussians.views import SplatViews
+    from meshlift.methods.milo.extract import fuse_colors
+
+    H = W = 16
+    w2c = torch.eye(4)[None].repeat(2, 1, 1)
+    w2c[0, 2, 3], w2c[1, 2, 3] = 4.0, 5.0  # both views far: weights (1/4)^2 and (1/5)^2 of the unit-depth view
+    K = torch.tensor([[20.0, 0.0, 8.0], [0.0, 20.0, 8.0], [0.0, 0.0, 1.0]])[None].repeat(2, 1, 1)
+    img = torch.full((2, H, W, 3), 0.6)
+    views = SplatViews(w2c, K, img, torch.ones(2, H, W, 1), ["a", "b"])
+    depth = torch.tensor([4.0, 5.0])[:, None, None].expand(2, H, W).contiguous()
+    mean, n = fuse_colors(torch.zeros(1, 3), views, depth, tol=0.01, view_power=2.0)
+    assert int(n[0]) == 2 and n.dtype == torch.int64
+    assert torch.allclose(mean[0], torch.full((3,), 0.6), atol=1e-6)

@@ -157,7 +157,8 @@ def fuse_colors(points: torch.Tensor, views, mesh_depth: torch.Tensor, *, tol: f
     dev = points.device
     P = points.shape[0]
     acc = torch.zeros(P, 3, device=dev)
-    cnt = torch.zeros(P, device=dev)
+    wsum = torch.zeros(P, device=dev)  # sum of the view weights (the mean's denominator)
+    cnt = torch.zeros(P, device=dev, dtype=torch.long)  # number of views that see each point
     H, W = views.height, views.width
     per = max(1, chunk_pairs // max(P, 1))
     for s in range(0, len(views), per):
@@ -178,14 +179,17 @@ def fuse_colors(points: torch.Tensor, views, mesh_depth: torch.Tensor, *, tol: f
             dens = b.K[:, 0, 0, None].to(z) / (z.clamp(min=1e-6) * float(views.K[0, 0, 0]))
             w = w * dens.pow(view_power)
         acc += (rgb.clamp(0, 1) * w[..., None]).sum(0)
-        cnt += w.sum(0)
-    out = acc / cnt.clamp(min=1)[:, None]
-    seen_any = cnt > 0
+        wsum += w.sum(0)
+        cnt += vis.sum(0)
+    # divide by the weight sum itself: a clamp at 1 darkened every point whose weights summed below 1
+    # (view_power > 0 gives weights < 1 to distant views)
+    out = acc / wsum.clamp(min=1e-20)[:, None]
+    seen_any = (cnt > 0) & (wsum > 0)
     if bool(seen_any.any()) and not bool(seen_any.all()):
         out[~seen_any] = out[seen_any].mean(0)
     elif not bool(seen_any.any()):
         out[:] = 0.5
-    return out, cnt.long()
+    return out, cnt
 
 
 @torch.no_grad()
