@@ -58,11 +58,117 @@ def _far_vertex(simp: np.ndarray, t: np.ndarray, n: np.ndarray, k=None) -> np.nd
     return sn[np.arange(n.size), np.argmin(shared, axis=1)]
 
 
+#: A face key packs the three sorted vertex ids of a face into one int64 when every id is below
+#: ``2^FACE_KEY_BITS`` (``f0 << 42 | f1 << 21 | f2``: one ``argsort`` of int64, ~5x faster than a two-key
+#: ``lexsort``); bigger ids are first ranked among the ids the faces use (one pass over the points), and
+#: only when more than ``2^FACE_KEY_BITS`` distinct ids are used do the keys fall back to two int64 columns.
+FACE_KEY_BITS = 21
+#: Passes over the kept tets (marks, gathers, copies) are split into chunks of at least this many rows, run
+#: in ``workers`` threads (numpy releases the GIL); smaller arrays stay in the calling thread.
+PAR_MIN_ROWS = 1 << 18
+
+
+def _spans(m: int, workers: int) -> list:
+    """``[(a, b)]`` row ranges splitting ``m`` rows into at most ``workers`` chunks of at least
+    ``PAR_MIN_ROWS`` rows (one range when ``m`` is small or ``workers`` is 1)."""
+    k = max(1, min(int(workers), m // PAR_MIN_ROWS))
+    cut = np.linspace(0, m, k + 1).astype(np.int64)
+    return [(int(a), int(b)) for a, b in zip(cut[:-1], cut[1:])]
+
+
+def _pmap(fn, spans: list, workers: int | None = None) -> list:
+    """``[fn(a, b) for (a, b) in spans]``, in ``workers`` threads (default: one per span) when there are
+    several spans (numpy releases the GIL in the gathers, scatters and copies these run)."""
+    workers = len(spans) if workers is None else min(int(workers), len(spans))
+    if len(spans) <= 1 or workers <= 1:
+        return [fn(a, b) for a, b in spans]
+    with cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="meshlift-delaunay-rows") as pool:
+        return list(pool.map(lambda s: fn(*s), spans))
+
+
+def mark_used(n: int, tets: np.ndarray, workers: int = 1, out: np.ndarray | None = None) -> np.ndarray:
+    """``[n]`` bool: the ids used by ``tets`` ``[M, 4]`` (or-ed into ``out`` when given), in ``workers``
+    threads (each writes True only, so the chunks may overlap in ids)."""
+    used = np.zeros(n, dtype=bool) if out is None else out
+
+    def run(a, b):
+        used[tets[a:b].reshape(-1)] = True
+
+    _pmap(run, _spans(tets.shape[0], workers))
+    return used
+
+
+def rows_touching(mark: np.ndarray, tets: np.ndarray, workers: int = 1) -> np.ndarray:
+    """``[M]`` bool: the rows of ``tets`` ``[M, 4]`` with a vertex marked in ``mark`` ``[N]`` bool."""
+    out = np.empty(tets.shape[0], dtype=bool)
+
+    def run(a, b):
+        out[a:b] = mark[tets[a:b]].any(axis=1)
+
+    _pmap(run, _spans(tets.shape[0], workers))
+    return out
+
+
+def take_rows(a: np.ndarray, keep: np.ndarray, workers: int = 1) -> np.ndarray:
+    """``a[keep]`` (``a`` ``[M, ...]``, ``keep`` ``[M]`` bool), the copy split over ``workers`` threads."""
+    spans = _spans(a.shape[0], workers)
+    if len(spans) <= 1:
+        return a[keep]
+    cnt = _pmap(lambda i, j: int(np.count_nonzero(keep[i:j])), spans)
+    off = np.r_[0, np.cumsum(cnt)]
+    out = np.empty((int(off[-1]),) + a.shape[1:], dtype=a.dtype)
+
+    def run(i, j, o):
+        out[o : o + cnt[i]] = a[spans[i][0] : spans[i][1]][keep[spans[i][0] : spans[i][1]]]
+
+    _pmap(lambda i, j: run(i, j, int(off[i])), [(i, i + 1) for i in range(len(spans))])
+    return out
+
+
+def concat_rows(arrays: list, workers: int = 1) -> np.ndarray:
+    """``np.concatenate(arrays)`` (row-wise, one dtype), the copy split over ``workers`` threads."""
+    total = sum(x.shape[0] for x in arrays)
+    if len(arrays) == 1 or total < 2 * PAR_MIN_ROWS or workers <= 1:
+        return np.concatenate(arrays)
+    out = np.empty((total,) + arrays[0].shape[1:], dtype=np.result_type(*arrays))
+    jobs, o = [], 0
+    for x in arrays:
+        for a, b in _spans(x.shape[0], workers):
+            jobs.append((x, a, b, o + a))
+        o += x.shape[0]
+
+    def run(i, _):
+        x, a, b, o_ = jobs[i]
+        out[o_ : o_ + b - a] = x[a:b]
+
+    _pmap(run, [(i, i + 1) for i in range(len(jobs))], workers)
+    return out
+
+
+def _pack_faces(faces: np.ndarray) -> np.ndarray:
+    """``[F]`` int64 keys ``f0 << 42 | f1 << 21 | f2`` of sorted id triples ``[F, 3]`` (every id
+    ``< 2^FACE_KEY_BITS``, checked by the caller); equal faces have equal keys, and key order is the rows'
+    lexicographic order."""
+    f = faces.astype(np.int64)
+    return (f[:, 0] << (2 * FACE_KEY_BITS)) | (f[:, 1] << FACE_KEY_BITS) | f[:, 2]
+
+
+def _compact_ids(faces: np.ndarray, n: int):
+    """The ids of ``faces`` (``[F, 3]``, ids ``< n``) replaced by their rank among the distinct ids used
+    (order kept, so sorted triples stay sorted and lexicographic order is unchanged): ``(ranked faces,
+    distinct count)``. One bool mark over ``n`` and a cumulative sum: no sort."""
+    mark = np.zeros(n, dtype=bool)
+    mark[faces.reshape(-1)] = True
+    rank = np.cumsum(mark, dtype=np.int64) - 1
+    return rank[faces], int(rank[-1]) + 1 if n else 0
+
+
 def _face_keys(faces: np.ndarray, n: int) -> np.ndarray:
-    """Keys of sorted index triples (``faces < n``): int64 when ``n^3 < 2^63``, else (hi, lo) records."""
+    """Keys of sorted index triples (``faces < n``) for matching faces of one set against another (the same
+    ``n``): int64 (:func:`_pack_faces`) when ``n <= 2^FACE_KEY_BITS``, else (hi, lo) int64 records."""
+    if n <= (1 << FACE_KEY_BITS):
+        return _pack_faces(faces)
     faces = faces.astype(np.int64)
-    if n < (1 << 21):
-        return (faces[:, 0] * n + faces[:, 1]) * n + faces[:, 2]
     key = np.empty(faces.shape[0], dtype=[("h", "<i8"), ("l", "<i8")])
     key["h"] = faces[:, 0] * n + faces[:, 1]
     key["l"] = faces[:, 2]
@@ -71,16 +177,26 @@ def _face_keys(faces: np.ndarray, n: int) -> np.ndarray:
 
 def _sort_faces(faces: np.ndarray, n: int):
     """``(order, start)``: the rows of ``faces`` (sorted id triples, ids < n) in sorted order and the mask
-    of the first row of each run of equal faces (in that order). Two int64 sort keys when ``n^3`` does not
-    fit in one (lexsort: ~3x faster than sorting records)."""
-    f = faces.astype(np.int64)
-    if f.shape[0] == 0:
+    of the first row of each run of equal faces (in that order). One int64 key (:func:`_pack_faces`, ids
+    ranked first by :func:`_compact_ids` when ``n > 2^FACE_KEY_BITS``); two int64 sort keys (``lexsort``)
+    only when the faces use more than ``2^FACE_KEY_BITS`` distinct ids. Rows of equal faces keep their
+    input order (stable) in every path."""
+    if faces.shape[0] == 0:
         return np.zeros(0, np.int64), np.zeros(0, dtype=bool)
-    if n < (1 << 21):
-        key = (f[:, 0] * n + f[:, 1]) * n + f[:, 2]
-        order = np.argsort(key, kind="stable")
-        ks = key[order]
-        return order, np.r_[True, ks[1:] != ks[:-1]]
+    if n > (1 << FACE_KEY_BITS):
+        ranked, used = _compact_ids(faces, n)
+        if used <= (1 << FACE_KEY_BITS):
+            return _sort_faces(ranked, used)
+        return _sort_faces_lex(faces, n)
+    key = _pack_faces(faces)
+    order = np.argsort(key, kind="stable")
+    ks = key[order]
+    return order, np.r_[True, ks[1:] != ks[:-1]]
+
+
+def _sort_faces_lex(faces: np.ndarray, n: int):
+    """:func:`_sort_faces` by two int64 keys (``lexsort``; any ``n`` up to ``2^31``): the fallback."""
+    f = faces.astype(np.int64)
     h, lo = f[:, 0] * n + f[:, 1], f[:, 2]
     order = np.lexsort((lo, h))
     hs, ls = h[order], lo[order]
@@ -391,12 +507,13 @@ def salvage_tets(pts, s_ids, simp, nb, walls, wall_sign, bad, rings: int = SALVA
     return tets
 
 
-def promote(pts, kept, walls, wall_sign, tets):
+def promote(pts, kept, walls, wall_sign, tets, workers: int = 1):
     """Add salvaged fix-up tets (:func:`salvage_tets`, ``[P, 4]`` positively oriented) to the kept tets and
     update the open faces: a face of a new tet that is an open face closes it (the open face's kept side
     must be the other side), two new tets' shared face is interior, any other face is a new open face
     with the new tet on its kept side. Returns ``(kept, walls, wall_sign, added volume)``; raises
-    ``_Inconsistent`` when a face would lie in 3+ tets or a new tet lies on an open face's kept side."""
+    ``_Inconsistent`` when a face would lie in 3+ tets or a new tet lies on an open face's kept side. The
+    copy of ``kept`` runs in ``workers`` threads."""
     if tets.shape[0] == 0:
         return kept, walls, wall_sign, 0.0
     vol = _abs_volume(pts, tets)
@@ -410,7 +527,7 @@ def promote(pts, kept, walls, wall_sign, tets):
     if np.any(signs[first] == signs[second]) or np.any(signs[first] == 0) or np.any(signs[second] == 0):
         raise _Inconsistent("a salvaged fix-up tet lies on the kept side of an open face")
     single = order[count[run] == 1]
-    return np.concatenate([kept, tets.astype(kept.dtype)]), faces[single], signs[single], vol
+    return concat_rows([kept, tets.astype(kept.dtype)], workers), faces[single], signs[single], vol
 
 
 class GroupCache:
@@ -598,7 +715,21 @@ def _split_by_group(result, ids_k, glab_k, keys, into: dict) -> None:
         into[keys[g]] = (tets[rows], np.where(inside, new_row[np.maximum(nb_g, 0)], -1), keep[rows])
 
 
-def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, stats, cache=None, salvage=False):
+def convex_hull(pts, ids=None):
+    """``(scipy ConvexHull, its vertices as global ids)`` of ``pts[ids]`` (all of ``pts`` when ``ids`` is
+    None), or an :class:`_Inconsistent` *returned* (not raised: the engine runs this in a thread before
+    the fix-up needs it) when Qhull fails."""
+    from scipy.spatial import ConvexHull, QhullError
+
+    try:
+        hull = ConvexHull(pts if ids is None else pts[ids])
+    except QhullError as exc:
+        return _Inconsistent(f"the convex hull of the fix-up points failed: {str(exc).splitlines()[0]}")
+    return hull, (hull.vertices if ids is None else ids[hull.vertices])
+
+
+def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, stats, cache=None, salvage=False,
+                  hull=None):
     """The fix-up in parallel groups (:func:`groups`, :func:`fixup` in ``workers`` threads), checked by
     :func:`accept`; ``wall_sign``: :func:`wall_signs`. Returns ``(fix_tets, fix_neighbors, fix_keep)`` as
     :func:`fixup`, the calls concatenated (neighbours offset). Adds ``fix_groups``, ``fix_calls``,
@@ -612,20 +743,24 @@ def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, 
 
     ``salvage``: each failing call that names its points salvages its ``DT(S)`` away from them
     (:func:`salvage_tets`); the raised exception's ``salvage`` holds them all (``[P, 4]``), for the engine to
-    :func:`promote` before the next round."""
-    from scipy.spatial import ConvexHull, QhullError
+    :func:`promote` before the next round.
 
-    # every hull vertex is on an open face or in a missing tet, so the hull of S is the hull of all points
-    s_all = np.unique(np.concatenate([walls.reshape(-1), unused]))
-    try:
-        hull = ConvexHull(pts[s_all])
-    except QhullError as exc:
-        raise _Inconsistent(f"the convex hull of the fix-up points failed: {str(exc).splitlines()[0]}") from None
+    ``hull``: the convex hull of all points (:func:`convex_hull`, or a future of it), computed once by the
+    engine while the blocks run; None: the hull of the fix-up set, computed here (the same hull: every hull
+    vertex is on an open face or in a missing tet)."""
+    if hull is None:
+        s_all = np.unique(np.concatenate([walls.reshape(-1), unused]))
+        hull = convex_hull(pts, s_all)
+    elif isinstance(hull, cf.Future):
+        hull = hull.result()
+    if isinstance(hull, _Inconsistent):
+        raise hull
+    hull, hull_ids = hull
     if cache is not None:
         cache.hits = []
-        bins, ngroups = groups(pts, walls, wall_sign, unused, 2 * workers, s_all[hull.vertices], reuse=cache)
+        bins, ngroups = groups(pts, walls, wall_sign, unused, 2 * workers, hull_ids, reuse=cache)
     else:
-        bins, ngroups = groups(pts, walls, wall_sign, unused, 2 * workers, s_all[hull.vertices])
+        bins, ngroups = groups(pts, walls, wall_sign, unused, 2 * workers, hull_ids)
     reused = list(cache.hits) if cache is not None else []
     stats["fix_groups"] = int(ngroups)
     stats["fix_calls"] = len(bins)
@@ -669,21 +804,21 @@ def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, 
     return tets, np.concatenate(nbs), keep
 
 
-def demote(pts, kept, walls, wall_sign, bad, rings: int = 2):
+def demote(pts, kept, walls, wall_sign, bad, rings: int = 2, workers: int = 1):
     """Grow the missing region: drop the kept tets within ``rings`` vertex rings of ``bad`` (global ids;
     1: the tets with a vertex in ``bad``) and update the open
     faces. A dropped tet's faces join the open faces, a face now between two dropped tets (or a dropped tet
     and the old missing region) leaves them; a new open face's kept side is opposite the dropped tet's 4th
     vertex. Returns ``(kept, walls, wall_sign, dropped volume, dropped count)``; raises ``_Inconsistent`` on
-    a face in 3+ places."""
+    a face in 3+ places. The passes over ``kept`` run in ``workers`` threads."""
     mark = np.zeros(pts.shape[0], dtype=bool)
     mark[bad] = True
-    drop = mark[kept].any(axis=1)
+    drop = rows_touching(mark, kept, workers)
     for _ in range(rings - 1):  # and the tets around the dropped ones' vertices
         mark[kept[drop].reshape(-1)] = True
-        drop = mark[kept].any(axis=1)
+        drop = rows_touching(mark, kept, workers)
     r = kept[drop]
-    kept = kept[~drop]
+    kept = take_rows(kept, ~drop, workers)
     vol = _abs_volume(pts, r)
     rf = np.sort(r[:, _FACE].reshape(-1, 3), axis=1)
     rfar = r.reshape(-1)
