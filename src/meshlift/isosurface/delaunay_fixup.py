@@ -156,11 +156,16 @@ def _pack_faces(faces: np.ndarray) -> np.ndarray:
 def _compact_ids(faces: np.ndarray, n: int):
     """The ids of ``faces`` (``[F, 3]``, ids ``< n``) replaced by their rank among the distinct ids used
     (order kept, so sorted triples stay sorted and lexicographic order is unchanged): ``(ranked faces,
-    distinct count)``. One bool mark over ``n`` and a cumulative sum: no sort."""
+    distinct count)``. One bool mark over ``n`` and a cumulative sum (no sort) when ``n`` is at most
+    ``8 *`` the ids given, else ``np.unique`` (memory bounded by the faces, not by ``n``)."""
+    if n > 8 * faces.size:
+        u, inv = np.unique(faces, return_inverse=True)
+        return inv.reshape(faces.shape), int(u.size)
     mark = np.zeros(n, dtype=bool)
     mark[faces.reshape(-1)] = True
-    rank = np.cumsum(mark, dtype=np.int64) - 1
-    return rank[faces], int(rank[-1]) + 1 if n else 0
+    rank = np.cumsum(mark, dtype=np.int32 if n < 2**31 else np.int64)
+    rank -= 1
+    return rank[faces], int(rank[-1]) + 1
 
 
 def _face_keys(faces: np.ndarray, n: int) -> np.ndarray:
