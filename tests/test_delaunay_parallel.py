@@ -18,6 +18,7 @@ from meshlift.errors import MeshError, MeshliftWarning, OutOfMemoryError
 from meshlift.isosurface import delaunay as dl
 from meshlift.isosurface import delaunay_certify as dc
 from meshlift.isosurface import delaunay_fixup as df
+from meshlift.isosurface import delaunay_rows as dr
 from meshlift.isosurface import delaunay_parallel as dp
 from meshlift.isosurface.delaunay import DelaunayRunner, delaunay_tets, delaunay_tets_parallel
 
@@ -583,12 +584,12 @@ def test_int64_face_key_sorts_like_lexsort(n):
     two-key lexsort reference, for ids below 2^21 and above it (few distinct ids)."""
     rng = np.random.default_rng(n % 1000)
     faces = _random_faces(rng, 20000, n).astype(np.int32 if n < 2**31 else np.int64)
-    order, start = df._sort_faces(faces, n)
-    ref_order, ref_start = df._sort_faces_lex(faces, n)
+    order, start = dr._sort_faces(faces, n)
+    ref_order, ref_start = dr._sort_faces_lex(faces, n)
     assert np.array_equal(order, ref_order) and np.array_equal(start, ref_start)
     f = faces[order].astype(np.int64)
     assert (np.diff(f[:, 0]) >= 0).all()  # lexicographic
-    key = df._pack_faces(faces[faces.max(axis=1) < (1 << df.FACE_KEY_BITS)])
+    key = dr._pack_faces(faces[faces.max(axis=1) < (1 << dr.FACE_KEY_BITS)])
     assert key.dtype == np.int64 and (key >= 0).all()
 
 
@@ -598,29 +599,29 @@ def test_int64_face_key_falls_back_past_2_21_distinct_ids(monkeypatch):
     rng = np.random.default_rng(3)
     faces = _random_faces(rng, 3000, 100_000)
     calls = []
-    real = df._sort_faces_lex
-    monkeypatch.setattr(df, "_sort_faces_lex", lambda f, n: calls.append(n) or real(f, n))
-    order, start = df._sort_faces(faces, 100_000)
+    real = dr._sort_faces_lex
+    monkeypatch.setattr(dr, "_sort_faces_lex", lambda f, n: calls.append(n) or real(f, n))
+    order, start = dr._sort_faces(faces, 100_000)
     assert not calls  # the ranked ids fit in 21 bits
-    monkeypatch.setattr(df, "FACE_KEY_BITS", 6)
-    o2, s2 = df._sort_faces(faces, 100_000)
+    monkeypatch.setattr(dr, "FACE_KEY_BITS", 6)
+    o2, s2 = dr._sort_faces(faces, 100_000)
     assert calls == [100_000]
     assert np.array_equal(order, o2) and np.array_equal(start, s2)
     small = np.sort(rng.choice(60, size=(500, 3)), axis=1)
     small = small[(small[:, 0] < small[:, 1]) & (small[:, 1] < small[:, 2])]
-    o3, s3 = df._sort_faces(small, 1000)  # ranked: < 64 distinct ids, packed in 6 bits
+    o3, s3 = dr._sort_faces(small, 1000)  # ranked: < 64 distinct ids, packed in 6 bits
     r3, t3 = real(small, 1000)
     assert np.array_equal(o3, r3) and np.array_equal(s3, t3)
     pts = _pivots(4000, 2)
     ref = dl.delaunay_tets_parallel(pts, workers=2, blocks=6)
-    monkeypatch.setattr(df, "FACE_KEY_BITS", 5)
+    monkeypatch.setattr(dr, "FACE_KEY_BITS", 5)
     got = dl.delaunay_tets_parallel(pts, workers=2, blocks=6)
     assert np.array_equal(_as_set(ref.tets), _as_set(got.tets))
 
 
 def test_threaded_row_passes_equal_numpy(monkeypatch):
     """mark_used, rows_touching, take_rows and concat_rows split into chunks over threads equal numpy."""
-    monkeypatch.setattr(df, "PAR_MIN_ROWS", 100)
+    monkeypatch.setattr(dr, "PAR_MIN_ROWS", 100)
     rng = np.random.default_rng(0)
     tets = rng.integers(0, 5000, size=(2345, 4)).astype(np.int32)
     ref = np.zeros(5000, bool)

@@ -99,6 +99,10 @@ tree, ``workers`` blocks of ``N (1 + overhead) / blocks`` points at ~4 KB each i
 (~6.7 per point, 16 B each, three copies at the merge) and the fix-up; ``memory_gb`` is checked against it
 up front (:class:`~meshlift.errors.OutOfMemoryError` naming ``blocks`` and ``memory_gb``).
 
+**Serial work.** Passes over all kept tets run in ``workers`` threads (:mod:`delaunay_rows`); the hull of
+all points (= the hull of ``S``) is computed once, in a thread while the blocks run (:func:`start_hull`);
+faces match by one int64 key (``delaunay_fixup.FACE_KEY_BITS``). The output is unchanged.
+
 numpy/scipy only (no torch); the orientation of the fix-up tets is done by the caller.
 """
 
