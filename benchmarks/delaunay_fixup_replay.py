@@ -106,7 +106,7 @@ def main() -> None:
         tets = np.concatenate([kept, ft])
     if prof:
         prof.disable()
-    w2, c2, m2 = time.perf_counter(), time.process_time(), time.thread_time()
+    w2, m2 = time.perf_counter(), time.thread_time()
     row = {"points": int(pts.shape[0]), "replay_workers": workers, "kept_in": int(st["kept"].shape[0]),
            "open_faces": int(st["walls"].shape[0]), "hull_s": round(hull_s, 3), "fix_wall_s": round(w1 - w0, 3),
            "fix_cpu_s": round(c1 - c0, 3), "fix_main_cpu_s": round(m1 - m0, 3), "finish_wall_s": round(w2 - w1, 3),
