@@ -18,6 +18,7 @@ from meshlift.errors import MeshError, MeshliftWarning, OutOfMemoryError
 from meshlift.isosurface import delaunay as dl
 from meshlift.isosurface import delaunay_certify as dc
 from meshlift.isosurface import delaunay_fixup as df
+from meshlift.isosurface import delaunay_rows as dr
 from meshlift.isosurface import delaunay_parallel as dp
 from meshlift.isosurface.delaunay import DelaunayRunner, delaunay_tets, delaunay_tets_parallel
 
@@ -567,3 +568,84 @@ def test_salvage_and_promote_reference():
     u2, c2 = np.unique(f2, axis=0, return_counts=True)
     assert np.array_equal(np.unique(w2, axis=0), u2[c2 == 1])
     assert vol == pytest.approx(_volumes(pts, sal).sum())
+
+
+def _random_faces(rng, m, n):
+    """``[m, 3]`` sorted id triples below ``n`` (distinct ids per row), with repeated rows."""
+    f = np.sort(rng.choice(n, size=(m, 3)), axis=1)
+    f = f[(f[:, 0] < f[:, 1]) & (f[:, 1] < f[:, 2])]
+    return np.concatenate([f, f[rng.integers(0, f.shape[0], f.shape[0] // 3)]])[rng.permutation(
+        f.shape[0] + f.shape[0] // 3)]
+
+
+@pytest.mark.parametrize("n", [50, 1 << 21, 5_400_000, 2**31 - 1])
+def test_int64_face_key_sorts_like_lexsort(n):
+    """_sort_faces (one int64 key: packed ids, ranked first past 2^21) gives the same order and runs as the
+    two-key lexsort reference, for ids below 2^21 and above it (few distinct ids)."""
+    rng = np.random.default_rng(n % 1000)
+    faces = _random_faces(rng, 20000, n).astype(np.int32 if n < 2**31 else np.int64)
+    order, start = dr._sort_faces(faces, n)
+    ref_order, ref_start = dr._sort_faces_lex(faces, n)
+    assert np.array_equal(order, ref_order) and np.array_equal(start, ref_start)
+    f = faces[order].astype(np.int64)
+    assert (np.diff(f[:, 0]) >= 0).all()  # lexicographic
+    key = dr._pack_faces(faces[faces.max(axis=1) < (1 << dr.FACE_KEY_BITS)])
+    assert key.dtype == np.int64 and (key >= 0).all()
+
+
+def test_int64_face_key_falls_back_past_2_21_distinct_ids(monkeypatch):
+    """When the faces use more than 2^FACE_KEY_BITS distinct ids the two-key lexsort is used (shrunk to 6
+    bits here), with the same result; and the whole engine gives the same tets with the shrunk key."""
+    rng = np.random.default_rng(3)
+    faces = _random_faces(rng, 3000, 100_000)
+    calls = []
+    real = dr._sort_faces_lex
+    monkeypatch.setattr(dr, "_sort_faces_lex", lambda f, n: calls.append(n) or real(f, n))
+    order, start = dr._sort_faces(faces, 100_000)
+    assert not calls  # the ranked ids fit in 21 bits
+    monkeypatch.setattr(dr, "FACE_KEY_BITS", 6)
+    o2, s2 = dr._sort_faces(faces, 100_000)
+    assert calls == [100_000]
+    assert np.array_equal(order, o2) and np.array_equal(start, s2)
+    small = np.sort(rng.choice(60, size=(500, 3)), axis=1)
+    small = small[(small[:, 0] < small[:, 1]) & (small[:, 1] < small[:, 2])]
+    o3, s3 = dr._sort_faces(small, 1000)  # ranked: < 64 distinct ids, packed in 6 bits
+    r3, t3 = real(small, 1000)
+    assert np.array_equal(o3, r3) and np.array_equal(s3, t3)
+    pts = _pivots(4000, 2)
+    ref = dl.delaunay_tets_parallel(pts, workers=2, blocks=6)
+    monkeypatch.setattr(dr, "FACE_KEY_BITS", 5)
+    got = dl.delaunay_tets_parallel(pts, workers=2, blocks=6)
+    assert np.array_equal(_as_set(ref.tets), _as_set(got.tets))
+
+
+def test_threaded_row_passes_equal_numpy(monkeypatch):
+    """mark_used, rows_touching, take_rows and concat_rows split into chunks over threads equal numpy."""
+    monkeypatch.setattr(dr, "PAR_MIN_ROWS", 100)
+    rng = np.random.default_rng(0)
+    tets = rng.integers(0, 5000, size=(2345, 4)).astype(np.int32)
+    ref = np.zeros(5000, bool)
+    ref[tets.reshape(-1)] = True
+    mark = rng.random(5000) < 0.01
+    keep = rng.random(2345) < 0.7
+    other = rng.integers(0, 5000, size=(777, 4)).astype(np.int32)
+    for w in (1, 3, 16):
+        assert np.array_equal(df.mark_used(5000, tets, w), ref)
+        assert np.array_equal(df.rows_touching(mark, tets, w), mark[tets].any(axis=1))
+        assert np.array_equal(df.take_rows(tets, keep, w), tets[keep])
+        assert np.array_equal(df.concat_rows([tets, other, tets[:5]], w), np.concatenate([tets, other, tets[:5]]))
+    assert df.take_rows(tets, np.zeros(2345, bool), 3).shape == (0, 4)
+
+
+def test_hull_once_in_a_thread_same_tets(monkeypatch):
+    """The convex hull of all points computed once while the blocks run gives the same tets as each round's
+    hull of the fix-up set (start_hull -> None), and a failing hull is raised as an inconsistency."""
+    pts = _pivots(4000, 7)
+    ref = dp.partitioned_delaunay(pts, workers=2, blocks=6)
+    monkeypatch.setattr(dp, "start_hull", lambda p, pool=None: None)
+    got = dp.partitioned_delaunay(pts, workers=2, blocks=6)
+    assert np.array_equal(_as_set(ref.kept), _as_set(got.kept))
+    assert np.array_equal(_as_set(ref.fix_tets[ref.fix_keep]), _as_set(got.fix_tets[got.fix_keep]))
+    hull, ids = df.convex_hull(pts)
+    assert np.array_equal(np.sort(ids), np.sort(ConvexHull(pts).vertices))
+    assert isinstance(df.convex_hull(np.zeros((10, 3))), df._Inconsistent)

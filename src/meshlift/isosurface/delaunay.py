@@ -65,6 +65,7 @@ import numpy as np
 import torch
 
 from meshlift.errors import MeshError, MeshliftWarning
+from meshlift.isosurface import delaunay_fixup as _fix
 from meshlift.isosurface import delaunay_parallel as _par
 
 #: Relative volume ``|det| / L^3`` at or below which a tet counts as degenerate (flat).
@@ -297,6 +298,12 @@ def _parallel(pts, tol, drop, options, workers, blocks, margin, timeout_s, execu
     elif eng.fallback.startswith("one fix-up group"):
         warnings.warn(f"delaunay_tets_parallel: {eng.fallback}; re-triangulated the uncertified region in one "
                       "Qhull call instead", MeshliftWarning, stacklevel=3)
+    return _finish(pts, eng, tol, drop, t0, int(eng.stats.get("workers", 1)))
+
+
+def _finish(pts, eng, tol, drop, t0, workers: int = 1) -> DelaunayResult:
+    """The engine's result as a :class:`DelaunayResult`: the fix-up tets oriented and screened, joined to
+    the kept tets (the copy and the used-point marks over all tets in ``workers`` threads)."""
     kept = eng.kept  # well shaped (|det| / L^3 > max(tol, CERT_MIN_REL)), oriented by the blocks
     # fix-up: orient over the whole DT(S) (its neighbour graph), then take the missing region's tets
     ft = eng.fix_tets
@@ -309,9 +316,8 @@ def _parallel(pts, tol, drop, options, workers, blocks, margin, timeout_s, execu
     if drop and n_deg:
         n_drop = n_deg
         ft = ft[~deg_f]
-    tets = np.concatenate([kept, ft]) if ft.shape[0] else kept
-    used = np.zeros(pts.shape[0], dtype=bool)
-    used[tets.reshape(-1)] = True
+    tets = _fix.concat_rows([kept, ft.astype(kept.dtype, copy=False)], workers) if ft.shape[0] else kept
+    used = _fix.mark_used(pts.shape[0], tets, workers)
     return DelaunayResult(
         tets=torch.from_numpy(tets),
         num_points=int(pts.shape[0]),

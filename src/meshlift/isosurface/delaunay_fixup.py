@@ -13,6 +13,10 @@ import time
 
 import numpy as np
 
+from meshlift.isosurface.delaunay_rows import (  # noqa: F401
+    FACE_KEY_BITS, _face_keys, _pack_faces, _sort_faces, _sort_faces_lex, concat_rows, mark_used, rows_touching,
+    take_rows)
+
 #: A fix-up tet decides which side of an open face it is on when ``|det| / L^3`` of the face and its far
 #: vertex exceeds this (Qhull's flat ``Qt`` tets in ties do not; their neighbour across the face then decides).
 SIDE_MIN_REL = 1e-10
@@ -56,35 +60,6 @@ def _far_vertex(simp: np.ndarray, t: np.ndarray, n: np.ndarray, k=None) -> np.nd
     sn = simp[n]
     shared = (sn[:, :, None] == simp[t][:, None, :]).any(axis=2)
     return sn[np.arange(n.size), np.argmin(shared, axis=1)]
-
-
-def _face_keys(faces: np.ndarray, n: int) -> np.ndarray:
-    """Keys of sorted index triples (``faces < n``): int64 when ``n^3 < 2^63``, else (hi, lo) records."""
-    faces = faces.astype(np.int64)
-    if n < (1 << 21):
-        return (faces[:, 0] * n + faces[:, 1]) * n + faces[:, 2]
-    key = np.empty(faces.shape[0], dtype=[("h", "<i8"), ("l", "<i8")])
-    key["h"] = faces[:, 0] * n + faces[:, 1]
-    key["l"] = faces[:, 2]
-    return key
-
-
-def _sort_faces(faces: np.ndarray, n: int):
-    """``(order, start)``: the rows of ``faces`` (sorted id triples, ids < n) in sorted order and the mask
-    of the first row of each run of equal faces (in that order). Two int64 sort keys when ``n^3`` does not
-    fit in one (lexsort: ~3x faster than sorting records)."""
-    f = faces.astype(np.int64)
-    if f.shape[0] == 0:
-        return np.zeros(0, np.int64), np.zeros(0, dtype=bool)
-    if n < (1 << 21):
-        key = (f[:, 0] * n + f[:, 1]) * n + f[:, 2]
-        order = np.argsort(key, kind="stable")
-        ks = key[order]
-        return order, np.r_[True, ks[1:] != ks[:-1]]
-    h, lo = f[:, 0] * n + f[:, 1], f[:, 2]
-    order = np.lexsort((lo, h))
-    hs, ls = h[order], lo[order]
-    return order, np.r_[True, (hs[1:] != hs[:-1]) | (ls[1:] != ls[:-1])]
 
 
 def _face_runs(faces: np.ndarray, n: int, what: str):
@@ -391,12 +366,13 @@ def salvage_tets(pts, s_ids, simp, nb, walls, wall_sign, bad, rings: int = SALVA
     return tets
 
 
-def promote(pts, kept, walls, wall_sign, tets):
+def promote(pts, kept, walls, wall_sign, tets, workers: int = 1):
     """Add salvaged fix-up tets (:func:`salvage_tets`, ``[P, 4]`` positively oriented) to the kept tets and
     update the open faces: a face of a new tet that is an open face closes it (the open face's kept side
     must be the other side), two new tets' shared face is interior, any other face is a new open face
     with the new tet on its kept side. Returns ``(kept, walls, wall_sign, added volume)``; raises
-    ``_Inconsistent`` when a face would lie in 3+ tets or a new tet lies on an open face's kept side."""
+    ``_Inconsistent`` when a face would lie in 3+ tets or a new tet lies on an open face's kept side. The
+    copy of ``kept`` runs in ``workers`` threads."""
     if tets.shape[0] == 0:
         return kept, walls, wall_sign, 0.0
     vol = _abs_volume(pts, tets)
@@ -410,7 +386,7 @@ def promote(pts, kept, walls, wall_sign, tets):
     if np.any(signs[first] == signs[second]) or np.any(signs[first] == 0) or np.any(signs[second] == 0):
         raise _Inconsistent("a salvaged fix-up tet lies on the kept side of an open face")
     single = order[count[run] == 1]
-    return np.concatenate([kept, tets.astype(kept.dtype)]), faces[single], signs[single], vol
+    return concat_rows([kept, tets.astype(kept.dtype)], workers), faces[single], signs[single], vol
 
 
 class GroupCache:
@@ -598,7 +574,21 @@ def _split_by_group(result, ids_k, glab_k, keys, into: dict) -> None:
         into[keys[g]] = (tets[rows], np.where(inside, new_row[np.maximum(nb_g, 0)], -1), keep[rows])
 
 
-def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, stats, cache=None, salvage=False):
+def convex_hull(pts, ids=None):
+    """``(scipy ConvexHull, its vertices as global ids)`` of ``pts[ids]`` (all of ``pts`` when ``ids`` is
+    None), or an :class:`_Inconsistent` *returned* (not raised: the engine runs this in a thread before
+    the fix-up needs it) when Qhull fails."""
+    from scipy.spatial import ConvexHull, QhullError
+
+    try:
+        hull = ConvexHull(pts if ids is None else pts[ids])
+    except QhullError as exc:
+        return _Inconsistent(f"the convex hull of the fix-up points failed: {str(exc).splitlines()[0]}")
+    return hull, (hull.vertices if ids is None else ids[hull.vertices])
+
+
+def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, stats, cache=None, salvage=False,
+                  hull=None):
     """The fix-up in parallel groups (:func:`groups`, :func:`fixup` in ``workers`` threads), checked by
     :func:`accept`; ``wall_sign``: :func:`wall_signs`. Returns ``(fix_tets, fix_neighbors, fix_keep)`` as
     :func:`fixup`, the calls concatenated (neighbours offset). Adds ``fix_groups``, ``fix_calls``,
@@ -612,20 +602,24 @@ def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, 
 
     ``salvage``: each failing call that names its points salvages its ``DT(S)`` away from them
     (:func:`salvage_tets`); the raised exception's ``salvage`` holds them all (``[P, 4]``), for the engine to
-    :func:`promote` before the next round."""
-    from scipy.spatial import ConvexHull, QhullError
+    :func:`promote` before the next round.
 
-    # every hull vertex is on an open face or in a missing tet, so the hull of S is the hull of all points
-    s_all = np.unique(np.concatenate([walls.reshape(-1), unused]))
-    try:
-        hull = ConvexHull(pts[s_all])
-    except QhullError as exc:
-        raise _Inconsistent(f"the convex hull of the fix-up points failed: {str(exc).splitlines()[0]}") from None
+    ``hull``: the convex hull of all points (:func:`convex_hull`, or a future of it), computed once by the
+    engine while the blocks run; None: the hull of the fix-up set, computed here (the same hull: every hull
+    vertex is on an open face or in a missing tet)."""
+    if hull is None:
+        s_all = np.unique(np.concatenate([walls.reshape(-1), unused]))
+        hull = convex_hull(pts, s_all)
+    elif isinstance(hull, cf.Future):
+        hull = hull.result()
+    if isinstance(hull, _Inconsistent):
+        raise hull
+    hull, hull_ids = hull
     if cache is not None:
         cache.hits = []
-        bins, ngroups = groups(pts, walls, wall_sign, unused, 2 * workers, s_all[hull.vertices], reuse=cache)
+        bins, ngroups = groups(pts, walls, wall_sign, unused, 2 * workers, hull_ids, reuse=cache)
     else:
-        bins, ngroups = groups(pts, walls, wall_sign, unused, 2 * workers, s_all[hull.vertices])
+        bins, ngroups = groups(pts, walls, wall_sign, unused, 2 * workers, hull_ids)
     reused = list(cache.hits) if cache is not None else []
     stats["fix_groups"] = int(ngroups)
     stats["fix_calls"] = len(bins)
@@ -669,21 +663,21 @@ def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, 
     return tets, np.concatenate(nbs), keep
 
 
-def demote(pts, kept, walls, wall_sign, bad, rings: int = 2):
+def demote(pts, kept, walls, wall_sign, bad, rings: int = 2, workers: int = 1):
     """Grow the missing region: drop the kept tets within ``rings`` vertex rings of ``bad`` (global ids;
     1: the tets with a vertex in ``bad``) and update the open
     faces. A dropped tet's faces join the open faces, a face now between two dropped tets (or a dropped tet
     and the old missing region) leaves them; a new open face's kept side is opposite the dropped tet's 4th
     vertex. Returns ``(kept, walls, wall_sign, dropped volume, dropped count)``; raises ``_Inconsistent`` on
-    a face in 3+ places."""
+    a face in 3+ places. The passes over ``kept`` run in ``workers`` threads."""
     mark = np.zeros(pts.shape[0], dtype=bool)
     mark[bad] = True
-    drop = mark[kept].any(axis=1)
+    drop = rows_touching(mark, kept, workers)
     for _ in range(rings - 1):  # and the tets around the dropped ones' vertices
         mark[kept[drop].reshape(-1)] = True
-        drop = mark[kept].any(axis=1)
+        drop = rows_touching(mark, kept, workers)
     r = kept[drop]
-    kept = kept[~drop]
+    kept = take_rows(kept, ~drop, workers)
     vol = _abs_volume(pts, r)
     rf = np.sort(r[:, _FACE].reshape(-1, 3), axis=1)
     rfar = r.reshape(-1)

@@ -99,6 +99,10 @@ tree, ``workers`` blocks of ``N (1 + overhead) / blocks`` points at ~4 KB each i
 (~6.7 per point, 16 B each, three copies at the merge) and the fix-up; ``memory_gb`` is checked against it
 up front (:class:`~meshlift.errors.OutOfMemoryError` naming ``blocks`` and ``memory_gb``).
 
+**Serial work.** Passes over all kept tets run in ``workers`` threads (:mod:`delaunay_rows`); the hull of
+all points (= the hull of ``S``) is computed once, in a thread while the blocks run (:func:`start_hull`);
+faces match by one int64 key (``delaunay_fixup.FACE_KEY_BITS``). The output is unchanged.
+
 numpy/scipy only (no torch); the orientation of the fix-up tets is done by the caller.
 """
 
@@ -497,7 +501,15 @@ def _run_blocks(pts, parts, workers, options, min_rel, timeout_s, executor, tree
     return results
 
 
-def fix_loop(pts, kept, dups, walls, wall_far, kept_volume, workers, fast, options, grouped, stats):
+def start_hull(pts, pool=None):
+    """The convex hull of all points for the grouped fix-up (:func:`delaunay_fixup.convex_hull`), submitted
+    to ``pool`` (a future: the engine computes it in a thread while the blocks run) or computed now."""
+    if pool is None:
+        return _fix.convex_hull(pts)
+    return pool.submit(_fix.convex_hull, pts)
+
+
+def fix_loop(pts, kept, dups, walls, wall_far, kept_volume, workers, fast, options, grouped, stats, hull=None):
     """Step 3 of the module docstring with its repair rounds: the grouped fix-up (or one call), growing the
     missing region around the points where a call disagreed, promoting what a failing call salvaged.
 
@@ -505,7 +517,9 @@ def fix_loop(pts, kept, dups, walls, wall_far, kept_volume, workers, fast, optio
         pts: ``[N, 3]`` float64; kept: ``[MA, 4]`` certified tets; dups: ids of exact duplicates; walls,
             wall_far: the open faces ``[W, 3]`` and their kept tets' 4th vertices ``[W]``; kept_volume: the
             kept tets' volume; workers: threads; fast: Qhull options of the grouped calls; options: those of
-            the one-call fix-up (None: scipy's); grouped: use the grouped fix-up; stats: filled in.
+            the one-call fix-up (None: scipy's); grouped: use the grouped fix-up; stats: filled in; hull:
+            the convex hull of all points (:func:`start_hull`; None: each grouped round computes the fix-up
+            set's). The passes over the kept tets (used marks, demote, promote) run in ``workers`` threads.
 
     Returns:
         ``(kept, (fix_tets, fix_neighbors, fix_keep), fallback)``: the kept tets (fewer when grown, more when
@@ -523,8 +537,7 @@ def fix_loop(pts, kept, dups, walls, wall_far, kept_volume, workers, fast, optio
     # per grouped round: [calls run, calls failed, groups reused, largest call's points]
     stats["fix_round_calls"] = []
     for attempt in range(REPAIR_ROUNDS + 1):
-        used = np.zeros(n, dtype=bool)
-        used[kept.reshape(-1)] = True
+        used = _fix.mark_used(n, kept, workers)
         used[dups] = True
         unused = np.flatnonzero(~used).astype(kept.dtype)
         s_ids = np.unique(np.concatenate([walls.reshape(-1), unused]))
@@ -534,7 +547,7 @@ def fix_loop(pts, kept, dups, walls, wall_far, kept_volume, workers, fast, optio
             stats.update(fix_calls=0, fix_failed_calls=0, fix_reused_groups=0, fix_call_points=[])
             try:
                 fixed = _fix.grouped_fixup(pts, walls, wall_sign, unused, fast, workers, kept_volume, stats,
-                                           cache, salvage=SALVAGE and attempt < REPAIR_ROUNDS)
+                                           cache, salvage=SALVAGE and attempt < REPAIR_ROUNDS, hull=hull)
                 break
             except _Inconsistent as exc:
                 notes.append(f"grouped fix-up: {exc}")
@@ -563,14 +576,14 @@ def fix_loop(pts, kept, dups, walls, wall_far, kept_volume, workers, fast, optio
             raise _Inconsistent("; ".join(notes))
         # grow the missing region around the points where the fix-up disagreed, and try again
         kept, walls, wall_sign, vol, dropped = _fix.demote(pts, kept, walls, wall_sign, np.concatenate(bad),
-                                                           rings=DEMOTE_RINGS)
+                                                           rings=DEMOTE_RINGS, workers=workers)
         kept_volume -= vol
         grown += dropped
         if salvaged is not None and salvaged.shape[0]:
             # the failing calls' tets away from the disagreement become kept tets: the next round
             # re-triangulates only the region around it (a promotion that does not fit is skipped)
             try:
-                kept, walls, wall_sign, vol = _fix.promote(pts, kept, walls, wall_sign, salvaged)
+                kept, walls, wall_sign, vol = _fix.promote(pts, kept, walls, wall_sign, salvaged, workers)
                 kept_volume += vol
                 promoted += int(salvaged.shape[0])
             except _Inconsistent as exc:
@@ -641,9 +654,10 @@ def partitioned_delaunay(
     stats: dict = {"points": n, "workers": workers, "blocks": 0, "executor": executor, "memory_gb_estimate": need}
     if blocks == 1 or n < 64:
         return _global(pts, options, "one block", stats, t0)
-    tree_pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="meshlift-delaunay-tree")
+    tree_pool = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="meshlift-delaunay-tree")
     try:
         tree = tree_pool.submit(_cert.build_tree, pts) if certify else None
+        hull = start_hull(pts, tree_pool) if grouped and workers > 1 else None
         with cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="meshlift-delaunay-split") as pool:
             parts = partition(pts, blocks, margin, pool if workers > 1 else None, workers)
         stats["blocks"] = len(parts)
@@ -657,7 +671,7 @@ def partitioned_delaunay(
     del tree
     stats["blocks_s"] = time.perf_counter() - t0 - stats["partition_s"]
     t1 = time.perf_counter()
-    kept = np.concatenate([r[0] for r in results])
+    kept = _fix.concat_rows([r[0] for r in results], workers)
     dups = np.unique(np.concatenate([r[3] for r in results]))
     for key in ("qhull_error", "local_tets", "flipped", "kd_queries", "kd_kept"):
         stats[key] = int(sum(r[4][key] for r in results))
@@ -674,7 +688,7 @@ def partitioned_delaunay(
         stats["open_faces"] = int(walls.shape[0])
         stats["merge_s"] = time.perf_counter() - t1
         kept, fixed, fallback = fix_loop(pts, kept, dups, walls, wall_far, kept_volume, workers, fast, options,
-                                         grouped, stats)
+                                         grouped, stats, hull)
         fix_tets, fix_nb, fix_keep = fixed
     except _Inconsistent as exc:
         return _global(pts, options, f"blocks inconsistent ({exc})", stats, t0)
