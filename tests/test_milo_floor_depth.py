@@ -93,7 +93,7 @@ def test_the_floor_is_flattened_and_the_box_is_untouched():
     inside = ((p0 >= roi.box_min) & (p0 <= roi.box_max)).all(-1)
     floor = (hit == 1) & inside
     # every floor sample inside the region within the band (the bumps are ±0.03) now lies on the plane, but those
-    # in the cells at the box's foot (protected: the box's sides stand there; a cell is snap / 2 wide) ...
+    # in the cells at the box's foot (protected: the box's sides stand there, within about two protect cells of snap / 4) ...
     away = (p0[..., [0, 2]].abs() - 0.3).amax(-1) > snap
     assert float(h[floor & away].abs().max()) < 1e-5
     assert float((h[floor].abs() < 1e-5).double().mean()) > 0.95
@@ -119,6 +119,26 @@ def test_without_protection_the_bottom_of_the_box_would_move(monkeypatch):
     out2, _, rep2 = snap_floor_depths(depth, w2c, K, _roi(), snap=0.08)
     low = (hit == 2) & (_heights(depth, w2c, K)[..., 1] < 0.08)
     assert rep2.protected_cells == 0 and bool((out2 != depth)[low].all())
+
+
+def test_a_blotch_above_the_band_does_not_protect_itself():
+    """Floor bumps of ±0.12 poke out of a ±0.08 band (into the lower half of the protect band only): their parts
+    within the band are snapped all the same, their tops keep their depth."""
+    depth, hit, w2c, K = _scene(bumps=0.12)
+    snap = 0.08
+    out, plane, rep = snap_floor_depths(depth, w2c, K, _roi(), snap=snap)
+    assert plane is not None
+    p0 = _heights(depth, w2c, K)
+    roi = _roi()
+    inside = ((p0 >= roi.box_min) & (p0 <= roi.box_max)).all(-1)
+    away = (p0[..., [0, 2]].abs() - 0.3).amax(-1) > snap
+    h0 = p0 @ plane.normal - plane.offset
+    h = _heights(out, w2c, K) @ plane.normal - plane.offset
+    sel = (hit == 1) & inside & away
+    assert float(h[sel & (h0.abs() <= snap)].abs().max()) < 1e-5
+    assert int((sel & (h0 > snap)).sum()) > 0 and torch.equal(out[sel & (h0 > snap)], depth[sel & (h0 > snap)])
+    # the box above the plane is untouched (below it, by the plane's error, it is snapped: nothing stands under a floor)
+    assert not bool((out != depth)[(hit == 2) & (h0 > 0)].any()), (plane.offset, rep)
 
 
 def test_no_floor_means_no_change_and_a_note():

@@ -19,13 +19,17 @@ The steps (:func:`snap_floor_depths`):
    ``snap`` of it (all sampled points, not only the lowest) and its offset the median of those points' heights (the mode-seeking RANSAC band keeps the
    plane on the floor, not in the middle of its blotches). Not found (too few points, too few inliers, tilted)
    → the depth maps are returned unchanged with a note. The points within the RANSAC band must also cover at least
-   ``MIN_FLOOR_COVER`` of the region's footprint (cells of side ``snap / 2``): a floor is a sheet; the bottom rim
+   ``MIN_FLOOR_COVER`` of the region's footprint (cells of side ``COVER_CELL × snap``): a floor is a sheet; the bottom rim
    of an object with nothing under it (a masked-like view) is a thin ring and is not taken for one.
-3. **Protect the object's base**: a floor cell (a square of side ``snap / 2`` in the plane) where at least
-   ``MIN_PROTECT_SAMPLES`` samples from at least two views lie just above the band (heights in
-   ``(snap, PROTECT_BAND × snap]``) holds something standing on the floor (a leg, the object's base): samples in
-   the band there keep their depth, so the bottom of a leg is not moved onto the floor behind it (which would
-   carve the leg away). An overhang higher than the protect band (a belly) protects nothing.
+3. **Protect the object's base**: a floor cell (a square of side ``PROTECT_CELL × snap`` in the plane) where something rises
+   through the band and on above it (a leg, a wall of the object's base) keeps the depth of its samples in the
+   band, so the bottom of a leg is not moved onto the floor behind it (which would carve the leg away). "Rises
+   on": at least ``MIN_PROTECT_SAMPLES`` samples from at least two views in each half of the protect band (counted
+   over the cell's 3 × 3 neighbourhood: sparse pixels, walls that lean a little),
+   heights ``(snap, (1 + PROTECT_BAND) / 2 × snap]`` and ``((1 + PROTECT_BAND) / 2 × snap, PROTECT_BAND × snap]``.
+   A floor blotch or a skirt that pokes out of the band but not through the whole protect band protects
+   nothing (its band part is snapped), and neither does an overhang higher than it (a belly). A convex bottom
+   resting on the floor shows no sample in the band (its underside faces away from cameras above the floor).
 4. **Snap**: every other depth sample inside the region within ``snap`` of the plane (and every sample below
    it by at most ``snap``, protected or not: nothing of an object standing on the floor is below it) is moved
    along its pixel's ray onto the plane, ``z' = (offset − n · c) / (n · r)`` with ``c`` the camera centre and
@@ -46,11 +50,16 @@ import torch
 __all__ = ["FloorPlane", "FloorSnapReport", "fit_floor_plane", "snap_floor_depths", "MIN_PROTECT_SAMPLES",
            "PROTECT_BAND"]
 
-#: A floor cell is protected (step 3) when at least this many samples of at least two views lie above the band.
+#: A floor cell is protected (step 3) when at least this many samples of at least two views lie in each half of
+#: the protect band above the snap band.
 MIN_PROTECT_SAMPLES = 3
 
 #: ... at heights in ``(snap, PROTECT_BAND × snap]`` above the plane.
 PROTECT_BAND = 3.0
+
+#: Side of the protect cells (step 3) and of the cover cells (step 2), as fractions of the snap distance.
+PROTECT_CELL = 0.25
+COVER_CELL = 0.5
 
 #: The RANSAC inlier band as a fraction of the snap distance (narrow: it seeks the floor's mode).
 INLIER_FRACTION = 0.25
@@ -91,7 +100,7 @@ class FloorSnapReport:
     snapped_frac: float = 0.0
     """Share of the non-empty depth pixels moved onto the plane."""
     floor_cover: float = 0.0
-    """Share of the region's footprint cells (side ``snap / 2``) holding points within the RANSAC band."""
+    """Share of the region's footprint cells (side ``COVER_CELL × snap``) holding points within the RANSAC band."""
     protected_cells: int = 0
     """Floor cells where something stands (step 3: their band samples kept their depth)."""
     seconds: float = 0.0
@@ -270,22 +279,24 @@ def snap_floor_depths(depths: torch.Tensor, world_to_camera: torch.Tensor, K: to
     rep.inlier_frac = float(((cand_h.abs() <= snap) & low).sum()) / max(1, int(low.sum()))
     rep.notes.append(note)
 
-    # floor cells: squares of side snap / 2 in the plane over the region's footprint
+    # floor cells: squares in the plane over the region's footprint
     e1 = torch.linalg.svd(torch.eye(3, dtype=torch.float64) - torch.outer(plane.normal, plane.normal)).U[:, :2].to(dev)
-    cell = 0.5 * float(snap)
     corners = torch.stack(torch.meshgrid(*[torch.stack([box_min[i], box_max[i]]) for i in range(3)],
                                          indexing="ij"), -1).reshape(-1, 3)
     corners = corners if rot is None else corners @ rot  # box frame -> world (rows of rotation = box axes)
-    uv0 = (corners @ e1).min(0).values
-    nc = ((corners @ e1).max(0).values - uv0) / cell
-    nu, nv = int(nc[0]) + 1, int(nc[1]) + 1
+    uv0, uv1 = (corners @ e1).min(0).values, (corners @ e1).max(0).values
 
-    def cell_of(p):
-        ij = ((p @ e1 - uv0) / cell).floor().long()
-        return ij[..., 0].clamp(0, nu - 1) * nv + ij[..., 1].clamp(0, nv - 1)
+    def grid(cell: float):
+        nu, nv = (int(x) + 1 for x in (uv1 - uv0) / cell)
+
+        def cell_of(p):
+            ij = ((p @ e1 - uv0) / cell).floor().long()
+            return ij[..., 0].clamp(0, nu - 1) * nv + ij[..., 1].clamp(0, nv - 1)
+        return nu, nv, cell_of
 
     # a floor is a sheet, not a ring: the RANSAC band's points must cover part of the footprint (the bottom rim of
     # an object with no floor under it is a thin ring; a floor covers all the footprint but the object's shadow)
+    nu, nv, cell_of = grid(COVER_CELL * float(snap))
     flat = pts[(cand_h.abs() <= INLIER_FRACTION * snap)].to(dev)
     rep.floor_cover = float(torch.unique(cell_of(flat)).numel()) / (nu * nv)
     if rep.floor_cover < MIN_FLOOR_COVER:
@@ -295,18 +306,26 @@ def snap_floor_depths(depths: torch.Tensor, world_to_camera: torch.Tensor, K: to
         return depths, None, rep
     rep.found = True
 
-    # 3. floor cells where something stands: samples just above the band from at least two views
-    pairs = []
-    for s, e, z, c, r, p, m in chunks():
-        h = p @ n - plane.offset
-        up_band = m & (h > snap) & (h <= PROTECT_BAND * snap)
-        ids = cell_of(p[up_band])
-        view = torch.arange(s, e, device=dev)[:, None, None].expand_as(z)[up_band]
-        pairs.append(torch.stack([ids, view], -1).cpu())
-    pairs = torch.cat(pairs) if pairs else torch.zeros(0, 2, dtype=torch.long)
-    count = torch.bincount(pairs[:, 0], minlength=nu * nv)
-    views_per = torch.bincount(torch.unique(pairs, dim=0)[:, 0], minlength=nu * nv) if len(pairs) else count
-    protected = ((count >= MIN_PROTECT_SAMPLES) & (views_per >= 2)).to(dev)
+    # 3. floor cells where something rises through the protect band: samples of two views in each half of it,
+    # counted over the cell's 3 x 3 neighbourhood (sparse pixels, walls that lean)
+    nu, nv, cell_of = grid(PROTECT_CELL * float(snap))
+    protected = torch.ones(nu, nv, dtype=torch.bool)
+    for lo_k, hi_k in ((1.0, 0.5 * (1.0 + PROTECT_BAND)), (0.5 * (1.0 + PROTECT_BAND), PROTECT_BAND)):
+        count = torch.zeros(nu * nv, dtype=torch.float32)
+        seen = torch.zeros(V, nu * nv, dtype=torch.bool)
+        for s, e, z, c, r, p, m in chunks():
+            h = p @ n - plane.offset
+            sub = m & (h > lo_k * snap) & (h <= hi_k * snap)
+            ids = cell_of(p[sub]).cpu()
+            view = torch.arange(s, e)[:, None, None].expand(z.shape)[sub.cpu()]
+            count += torch.bincount(ids, minlength=nu * nv).float()
+            seen[view, ids] = True
+        pool = torch.nn.functional.max_pool2d(seen.float().reshape(V, 1, nu, nv), 3, stride=1, padding=1)
+        views_per = pool.sum(0).reshape(nu, nv)
+        near_count = 9 * torch.nn.functional.avg_pool2d(count.reshape(1, 1, nu, nv), 3, stride=1, padding=1,
+                                                        count_include_pad=True).reshape(nu, nv)
+        protected &= (near_count >= MIN_PROTECT_SAMPLES - 0.5) & (views_per >= 2)
+    protected = protected.reshape(-1).to(dev)
     rep.protected_cells = int(protected.sum())
 
     # 4. snap
