@@ -18,7 +18,7 @@ The steps (:func:`snap_floor_depths`):
    the points within ``inlier`` of them; the winner's normal refitted by least squares (SVD) on the points within
    ``snap`` of it (all sampled points, not only the lowest) and its offset the median of those points' heights (the mode-seeking RANSAC band keeps the
    plane on the floor, not in the middle of its blotches). Not found (too few points, too few inliers, tilted)
-   → the depth maps are returned unchanged with a note. The points within the RANSAC band must also cover at least
+   → the depth maps are returned unchanged with a note. The points within the snap band must also cover at least
    ``MIN_FLOOR_COVER`` of the region's footprint (cells of side ``COVER_CELL × snap``): a floor is a sheet; the bottom rim
    of an object with nothing under it (a masked-like view) is a thin ring and is not taken for one.
 3. **Protect the object's base**: a floor cell (a square of side ``PROTECT_CELL × snap`` in the plane) where something rises
@@ -33,7 +33,9 @@ The steps (:func:`snap_floor_depths`):
 4. **Snap**: every other depth sample inside the region within ``snap`` of the plane (and every sample below
    it by at most ``snap``, protected or not: nothing of an object standing on the floor is below it) is moved
    along its pixel's ray onto the plane, ``z' = (offset − n · c) / (n · r)`` with ``c`` the camera centre and
-   ``r`` the ray with unit camera z. The fused floor is then one flat sheet, which the asset's support cut
+   ``r`` the ray with unit camera z. In a cell that is neither protected nor next to a protected one the samples up
+   to ``SKIRT_BAND × snap`` above (or below) the plane are moved too (the tops of floor blotches and of the skirt around the object's foot: what pokes out of
+   the band there without rising through the protect band is not the object). The fused floor is then one flat sheet, which the asset's support cut
    (:func:`meshlift.methods.milo.tsdf_mesh.object_asset` with this plane) removes cleanly.
 
 Nothing here prints. Depth maps: camera z, 0 = empty (docs/conventions.md §4); world frame of the cameras.
@@ -48,7 +50,7 @@ from typing import Optional
 import torch
 
 __all__ = ["FloorPlane", "FloorSnapReport", "fit_floor_plane", "snap_floor_depths", "MIN_PROTECT_SAMPLES",
-           "PROTECT_BAND"]
+           "PROTECT_BAND", "SKIRT_BAND"]
 
 #: A floor cell is protected (step 3) when at least this many samples of at least two views lie in each half of
 #: the protect band above the snap band.
@@ -56,6 +58,10 @@ MIN_PROTECT_SAMPLES = 3
 
 #: ... at heights in ``(snap, PROTECT_BAND × snap]`` above the plane.
 PROTECT_BAND = 3.0
+
+#: In a cell neither protected (nothing rises through the protect band) nor next to a protected one, samples up to
+#: this × snap above the plane are snapped too: the tops of floor blotches and of the skirt the Gaussians leave around the object's foot.
+SKIRT_BAND = 2.0
 
 #: Side of the protect cells (step 3) and of the cover cells (step 2), as fractions of the snap distance.
 PROTECT_CELL = 0.25
@@ -65,13 +71,13 @@ COVER_CELL = 0.5
 INLIER_FRACTION = 0.25
 
 #: The plane is accepted when its ``snap``-band holds at least this share of the RANSAC candidates.
-MIN_INLIER_FRACTION = 0.2
+MIN_INLIER_FRACTION = 0.5
 
 #: ... and at least this many points.
 MIN_PLANE_POINTS = 50
 
-#: ... and its RANSAC band's points must fall in at least this share of the region's footprint cells (a sheet).
-MIN_FLOOR_COVER = 0.25
+#: ... and its snap band's points must fall in at least this share of the region's footprint cells (a sheet).
+MIN_FLOOR_COVER = 0.4
 
 
 @dataclasses.dataclass
@@ -294,10 +300,10 @@ def snap_floor_depths(depths: torch.Tensor, world_to_camera: torch.Tensor, K: to
             return ij[..., 0].clamp(0, nu - 1) * nv + ij[..., 1].clamp(0, nv - 1)
         return nu, nv, cell_of
 
-    # a floor is a sheet, not a ring: the RANSAC band's points must cover part of the footprint (the bottom rim of
+    # a floor is a sheet, not a ring: the snap band's points must cover part of the footprint (the bottom rim of
     # an object with no floor under it is a thin ring; a floor covers all the footprint but the object's shadow)
     nu, nv, cell_of = grid(COVER_CELL * float(snap))
-    flat = pts[(cand_h.abs() <= INLIER_FRACTION * snap)].to(dev)
+    flat = pts[(cand_h.abs() <= snap)].to(dev)
     rep.floor_cover = float(torch.unique(cell_of(flat)).numel()) / (nu * nv)
     if rep.floor_cover < MIN_FLOOR_COVER:
         rep.notes.append(f"the plane's points cover {100 * rep.floor_cover:.0f}% of the region's footprint (< "
@@ -325,7 +331,9 @@ def snap_floor_depths(depths: torch.Tensor, world_to_camera: torch.Tensor, K: to
         near_count = 9 * torch.nn.functional.avg_pool2d(count.reshape(1, 1, nu, nv), 3, stride=1, padding=1,
                                                         count_include_pad=True).reshape(nu, nv)
         protected &= (near_count >= MIN_PROTECT_SAMPLES - 0.5) & (views_per >= 2)
-    protected = protected.reshape(-1).to(dev)
+    # the skirt band (above the snap band) keeps one more cell around a protected one (a wall's sparse corners)
+    wide = torch.nn.functional.max_pool2d(protected.float()[None, None], 3, stride=1, padding=1)[0, 0] > 0
+    protected, wide = protected.reshape(-1).to(dev), wide.reshape(-1).to(dev)
     rep.protected_cells = int(protected.sum())
 
     # 4. snap
@@ -336,8 +344,9 @@ def snap_floor_depths(depths: torch.Tensor, world_to_camera: torch.Tensor, K: to
         nr = r @ n
         nc_ = (c @ n)[:, None, None]
         z_new = (plane.offset - nc_) / torch.where(nr.abs() > 1e-9, nr, torch.ones_like(nr))
-        band = m & (nr.abs() > 1e-9) & (z_new > 0) & (h.abs() <= snap)
-        band &= (h <= 0) | ~protected[cell_of(p)]
+        ids = cell_of(p)
+        band = ((h <= 0) & (h >= -snap)) | ((h.abs() <= snap) & ~protected[ids])
+        band = m & (nr.abs() > 1e-9) & (z_new > 0) & (band | ((h.abs() <= SKIRT_BAND * snap) & ~wide[ids]))
         moved += int(band.sum())
         out[s:e] = torch.where(band, z_new, z).to(out.dtype).to(out.device)
     rep.snapped_frac = moved / max(1, n_valid)
