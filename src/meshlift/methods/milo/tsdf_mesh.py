@@ -78,6 +78,10 @@ SCENE_MAX_RADIUS = 16.0
 #: voxel); the cut lies twice this above the plane (:func:`object_asset`).
 SUPPORT_INLIER_VOXELS = 2.0
 
+#: With a known floor (``floor_snap``: the plane the depth maps were flattened onto) the asset is cut this many voxels
+#: above it (the flattened floor fuses flat to about a voxel).
+FLOOR_CUT_VOXELS = 2.0
+
 #: The support plane must be within this many degrees of the region's up (from the cameras' right axes: bob's floor
 #: was found at 0.1°). The spot of the unmasked scene (an H200 run of 2026-12-03) took a 7.6° plane holding 5 % of
 #: the area from its blotchy floor; across the region such a tilt rises ~0.3 units, into the object (its recall fell
@@ -408,7 +412,7 @@ def object_asset(mesh, roi, *, monitor, support_voxel: float = 0.0, floor=None) 
     (:func:`meshlift.mesh.support_plane.remove_support_plane` along ``roi.up``: inliers within
     ``SUPPORT_INLIER_VOXELS`` voxels, cut ``2 ×`` that above the plane, closed), so that the asset is the
     object and not a square of the table under it. A ``floor`` (:class:`meshlift.methods.milo.floor_depth.FloorPlane`:
-    the plane the depth maps were flattened onto, ``floor_snap``) is cut at directly, ``SUPPORT_INLIER_VOXELS``
+    the plane the depth maps were flattened onto, ``floor_snap``) is cut at directly, ``FLOOR_CUT_VOXELS``
     voxels above it (the flattened floor is flat to about a voxel), instead of the mesh's own RANSAC plane.
 
     Raises:
@@ -431,7 +435,8 @@ def object_asset(mesh, roi, *, monitor, support_voxel: float = 0.0, floor=None) 
     if support_voxel > 0:
         dist = SUPPORT_INLIER_VOXELS * float(support_voxel)
         plane = None if floor is None else (floor.normal, floor.offset)
-        kept, srep = remove_support_plane(cut, roi.up, distance=dist, cut_offset=dist if plane else 2.0 * dist,
+        cut_offset = FLOOR_CUT_VOXELS * float(support_voxel) if plane else 2.0 * dist
+        kept, srep = remove_support_plane(cut, roi.up, distance=dist, cut_offset=cut_offset,
                                           max_tilt_deg=SUPPORT_MAX_TILT_DEG, plane=plane)
         out["support_plane"] = dataclasses.asdict(srep)
         if srep.found and kept.num_faces > 0:
