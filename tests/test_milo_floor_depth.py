@@ -201,3 +201,15 @@ def test_support_cut_at_a_known_plane():
     assert float(out.v_pos[:, 1].min()) >= 0.03 - 1e-5 and out.num_faces > 0
     with pytest.raises(MeshError, match="plane"):
         remove_support_plane(m, [0, 1, 0], plane=([0.0, 0.0, 0.0], 0.0))
+
+
+def test_config_field():
+    from meshlift.errors import ConfigError
+    from meshlift.methods.milo.config import apply_dict, field_docs
+    from meshlift.methods.milo.presets import get_preset
+
+    cfg = get_preset("verylowres")
+    assert cfg.floor_snap == 0.08 and "floor" in field_docs()["floor_snap"]
+    assert apply_dict(cfg, {"floor_snap": "0"}).floor_snap == 0.0
+    with pytest.raises(ConfigError, match="floor_snap"):
+        apply_dict(cfg, {"floor_snap": "-0.1"})
