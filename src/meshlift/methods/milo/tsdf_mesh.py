@@ -476,7 +476,9 @@ def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, cost
     ``scene_resolution``, the rest contracted around it; vertex colours, ``scene_mesh.ply``) is rendered for
     ``mesh_psnr``; the **asset** is a second fusion over the region of interest alone at ``tsdf_resolution``,
     cut to it and closed (:func:`object_asset`), decimated, coloured and textured, and it is what a known
-    truth is scored against (both cut to the object's box). ``region=object`` (what ``auto`` picks for a
+    truth is scored against (both cut to the object's box); before that fusion the floor in the depth maps is
+    flattened onto one plane and the asset is cut at it (``floor_snap``, :func:`floor_flattened`; without masks,
+    with ``remove_support``). ``region=object`` (what ``auto`` picks for a
     capture with masks): only the second, which is then also the mesh rendered for ``mesh_psnr``.
     ``object_asset=false``: the asset is not cut (the whole scene, or the whole region).
     """
