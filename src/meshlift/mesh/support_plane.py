@@ -48,7 +48,7 @@ class SupportPlaneReport:
 def remove_support_plane(mesh: Mesh, up, *, distance: Optional[float] = None, cut_offset: Optional[float] = None,
                          max_tilt_deg: float = 15.0, bottom_fraction: float = 0.35, min_area_frac: float = 0.05,
                          iterations: int = 256, seed: int = 0, cap: bool = True,
-                         keep_components: float = 0.01) -> tuple[Mesh, SupportPlaneReport]:
+                         keep_components: float = 0.01, plane=None) -> tuple[Mesh, SupportPlaneReport]:
     """Find the table the object stands on and cut it away (RANSAC plane fit, Fischler & Bolles 1981).
 
     Candidates are the faces whose normal is within ``max_tilt_deg`` of ``±up`` and whose centroid is in
@@ -60,12 +60,17 @@ def remove_support_plane(mesh: Mesh, up, *, distance: Optional[float] = None, cu
     ``cap``), and components smaller than ``keep_components`` × the largest (bits of table left above
     the cut) are dropped. Otherwise the mesh is returned unchanged with ``found=False``.
 
+    A known ``plane = (normal [3], offset)`` (e.g. the floor the depth maps were flattened onto,
+    :mod:`meshlift.methods.milo.floor_depth`) replaces the search: the mesh is cut at
+    ``normal · p = offset + cut_offset`` whatever its inlier area (which is still reported).
+
     Args:
         mesh: triangle mesh (ideally already cropped to the ROI); not modified.
         up: ``[3]`` world up direction (e.g. ``RegionOfInterest.up``); normalised here.
         distance: inlier distance (world units); default 0.5 % of the bbox diagonal.
         cut_offset: height of the cut above the plane; default 2 × ``distance``.
         max_tilt_deg, bottom_fraction, min_area_frac, iterations, seed, cap, keep_components: see above.
+        plane: optional known plane ``(normal, offset)`` (world; the normal is normalised and turned along ``up``).
 
     Returns:
         ``(mesh, SupportPlaneReport)``.
@@ -87,8 +92,16 @@ def remove_support_plane(mesh: Mesh, up, *, distance: Optional[float] = None, cu
     dist = 0.005 * diag if distance is None else float(distance)
     cut = 2.0 * dist if cut_offset is None else float(cut_offset)
     cen = P[F].mean(1)
-    fn = np.cross(P[F[:, 1]] - P[F[:, 0]], P[F[:, 2]] - P[F[:, 0]])
     area = face_areas(P, F)
+    if plane is not None:
+        raw = torch.as_tensor(plane[0], dtype=torch.float64).detach().cpu().reshape(-1).numpy()
+        if raw.shape != (3,) or not np.isfinite(raw).all() or np.linalg.norm(raw) < 1e-12:
+            raise MeshError(f"remove_support_plane(plane): the normal must be 3 finite numbers, not all zero; got {raw}")
+        scale = (1.0 if raw @ up >= 0 else -1.0) / float(np.linalg.norm(raw))
+        nn, off = raw * scale, float(plane[1]) * scale
+        rep.notes.append("known plane (not searched)")
+        return _cut_at(mesh, rep, nn, off, up, cen, area, dist, cut, cap, keep_components)
+    fn = np.cross(P[F[:, 1]] - P[F[:, 0]], P[F[:, 2]] - P[F[:, 0]])
     fnu = fn / np.maximum(np.linalg.norm(fn, axis=1, keepdims=True), 1e-30)
     h = cen @ up
     cos_t = math.cos(math.radians(max_tilt_deg))
@@ -126,15 +139,27 @@ def remove_support_plane(mesh: Mesh, up, *, distance: Optional[float] = None, cu
     n2 = vt[2] * (np.sign(vt[2] @ up) or 1.0)
     if n2 @ up >= cos_t:
         nn, off = n2, float(n2 @ mu)
-    inl = np.abs(cen @ nn - off) <= dist
-    rep.normal = [float(x) for x in nn]
-    rep.offset = off
-    rep.tilt_deg = float(np.degrees(np.arccos(np.clip(nn @ up, -1, 1))))
-    rep.inlier_area_frac = float(area[inl].sum() / max(area.sum(), 1e-30))
-    if rep.inlier_area_frac < min_area_frac:
-        rep.notes.append(f"the best plane holds {rep.inlier_area_frac:.1%} of the area (< {min_area_frac:.0%}): "
+    if float(area[np.abs(cen @ nn - off) <= dist].sum() / max(area.sum(), 1e-30)) < min_area_frac:
+        frac = float(area[np.abs(cen @ nn - off) <= dist].sum() / max(area.sum(), 1e-30))
+        _describe(rep, nn, off, up, frac)
+        rep.notes.append(f"the best plane holds {frac:.1%} of the area (< {min_area_frac:.0%}): "
                          "no support plane removed")
         return mesh, rep
+    return _cut_at(mesh, rep, nn, off, up, cen, area, dist, cut, cap, keep_components)
+
+
+def _describe(rep: SupportPlaneReport, nn, off: float, up, frac: float) -> None:
+    rep.normal = [float(x) for x in nn]
+    rep.offset = float(off)
+    rep.tilt_deg = float(np.degrees(np.arccos(np.clip(nn @ up, -1, 1))))
+    rep.inlier_area_frac = frac
+
+
+def _cut_at(mesh: Mesh, rep: SupportPlaneReport, nn, off: float, up, cen, area, dist: float, cut: float, cap: bool,
+            keep_components: float) -> tuple[Mesh, SupportPlaneReport]:
+    """Cut ``mesh`` at ``nn · p = off + cut`` keeping the side along ``nn`` (the plane found or given)."""
+    inl = np.abs(cen @ nn - off) <= dist
+    _describe(rep, nn, off, up, float(area[inl].sum() / max(area.sum(), 1e-30)))
     rep.found = True
     rep.cut_offset = cut
     out, crep = clip_mesh(mesh, -nn[None], np.array([-(off + cut)]), cap=cap)

@@ -43,7 +43,9 @@ surface itself, and a surface is only made where views agree. The steps:
    of view 0001 that no fused surface covers (0.6 % of its pixels, white on a dark wall: a third of its
    squared error); the other views are > 99.8 % covered.
 6. **The asset** (:func:`object_asset`): the whole-scene mesh cut to the region of interest, closed at the cut
-   (:func:`meshlift.mesh.crop.crop_mesh`), optionally without the support plane it stands on.
+   (:func:`meshlift.mesh.crop.crop_mesh`), optionally without the support plane it stands on. Before its fusion the
+   floor in the depth maps is flattened onto one plane (``floor_snap``, :mod:`meshlift.methods.milo.floor_depth`),
+   so the floor fuses as a flat sheet that the support cut removes whole (no bumpy skirt around the base).
 
 Nothing here prints; progress goes to the monitor.
 """
@@ -57,7 +59,7 @@ import torch
 from meshlift.render.rasterize import MAX_FLOAT32_IDS
 
 __all__ = ["FREE_SPACE_DEPTH", "SCENE_MAX_RADIUS", "FusionRegion", "check_bbox", "decimated", "extract_assets",
-           "carving", "fused_mesh", "fusion_kind", "fusion_region", "object_asset", "region_of_interest", "render_depths", "scene_resolution_from_pixels", "surface_depths",
+           "carving", "floor_flattened", "fused_mesh", "fusion_kind", "fusion_region", "object_asset", "region_of_interest", "render_depths", "scene_resolution_from_pixels", "surface_depths",
            "truncation_voxels", "vertex_colors"]
 
 
@@ -75,6 +77,10 @@ SCENE_MAX_RADIUS = 16.0
 #: The support plane's RANSAC inlier distance in voxels of the asset's grid (the fused floor is smooth to about a
 #: voxel); the cut lies twice this above the plane (:func:`object_asset`).
 SUPPORT_INLIER_VOXELS = 2.0
+
+#: With a known floor (``floor_snap``: the plane the depth maps were flattened onto) the asset is cut this many voxels
+#: above it (the flattened floor fuses flat to about a voxel).
+FLOOR_CUT_VOXELS = 2.0
 
 #: The support plane must be within this many degrees of the region's up (from the cameras' right axes: bob's floor
 #: was found at 0.1°). The spot of the unmasked scene (an H200 run of 2026-12-03) took a 7.6° plane holding 5 % of
@@ -378,13 +384,36 @@ def decimated(mesh, max_faces: int, monitor):
     return out, {k: v for k, v in info.items() if isinstance(v, (int, float, str))} | {"seconds": time.perf_counter() - t0}
 
 
-def object_asset(mesh, roi, *, monitor, support_voxel: float = 0.0) -> tuple:
+def floor_flattened(cfg, depths: torch.Tensor, problem, roi, device: torch.device, monitor) -> tuple:
+    """``(depths, FloorPlane or None, report dict)``: the depth maps with the floor under the object flattened
+    onto one plane for the asset's fusion (``floor_snap`` × the region's half-size;
+    :func:`meshlift.methods.milo.floor_depth.snap_floor_depths`, planes within :data:`SUPPORT_MAX_TILT_DEG` of the
+    region's up); unchanged, with a note, when no floor is found."""
+    from meshlift.methods.milo.floor_depth import snap_floor_depths
+
+    tr = problem.train
+    snap = float(cfg.floor_snap) * 0.5 * float((roi.box_max - roi.box_min).max())
+    out, plane, frep = snap_floor_depths(depths, tr.world_to_camera, tr.K, roi, snap=snap,
+                                         max_tilt_deg=SUPPORT_MAX_TILT_DEG, device=device,
+                                         chunk_views=max(1, cfg.mesh_chunk_views))
+    if plane is None:
+        monitor.log(f"asset: no floor plane in the depth maps ({'; '.join(frep.notes)})")
+    else:
+        monitor.log(f"asset: flattened {100 * frep.snapped_frac:.1f}% of the depth pixels onto the floor plane "
+                    f"(tilt {frep.tilt_deg:.1f}°, band ±{snap:.3g}, {frep.protected_cells} cells kept where something "
+                    f"stands) in {frep.seconds:.1f} s")
+    return out, plane, frep.to_dict()
+
+
+def object_asset(mesh, roi, *, monitor, support_voxel: float = 0.0, floor=None) -> tuple:
     """Step 6: ``(Mesh, report)`` — ``mesh`` cut to the region of interest ``roi`` (a
     :class:`meshlift.data.roi.RegionOfInterest`) and closed at the cut; with ``support_voxel > 0`` (world
     units: the fusion grid's voxel) also without the plane the object stands on
     (:func:`meshlift.mesh.support_plane.remove_support_plane` along ``roi.up``: inliers within
     ``SUPPORT_INLIER_VOXELS`` voxels, cut ``2 ×`` that above the plane, closed), so that the asset is the
-    object and not a square of the table under it.
+    object and not a square of the table under it. A ``floor`` (:class:`meshlift.methods.milo.floor_depth.FloorPlane`:
+    the plane the depth maps were flattened onto, ``floor_snap``) is cut at directly, ``FLOOR_CUT_VOXELS``
+    voxels above it (the flattened floor is flat to about a voxel), instead of the mesh's own RANSAC plane.
 
     Raises:
         MeshError: nothing of the mesh lies in the region of interest (the message names ``--bbox``).
@@ -405,8 +434,10 @@ def object_asset(mesh, roi, *, monitor, support_voxel: float = 0.0) -> tuple:
     out = rep.to_dict()
     if support_voxel > 0:
         dist = SUPPORT_INLIER_VOXELS * float(support_voxel)
-        kept, srep = remove_support_plane(cut, roi.up, distance=dist, cut_offset=2.0 * dist,
-                                          max_tilt_deg=SUPPORT_MAX_TILT_DEG)
+        plane = None if floor is None else (floor.normal, floor.offset)
+        cut_offset = FLOOR_CUT_VOXELS * float(support_voxel) if plane else 2.0 * dist
+        kept, srep = remove_support_plane(cut, roi.up, distance=dist, cut_offset=cut_offset,
+                                          max_tilt_deg=SUPPORT_MAX_TILT_DEG, plane=plane)
         out["support_plane"] = dataclasses.asdict(srep)
         if srep.found and kept.num_faces > 0:
             monitor.log(f"asset: removed the support plane under the object (tilt {srep.tilt_deg:.1f}°, "
@@ -445,7 +476,9 @@ def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, cost
     ``scene_resolution``, the rest contracted around it; vertex colours, ``scene_mesh.ply``) is rendered for
     ``mesh_psnr``; the **asset** is a second fusion over the region of interest alone at ``tsdf_resolution``,
     cut to it and closed (:func:`object_asset`), decimated, coloured and textured, and it is what a known
-    truth is scored against (both cut to the object's box). ``region=object`` (what ``auto`` picks for a
+    truth is scored against (both cut to the object's box); before that fusion the floor in the depth maps is
+    flattened onto one plane and the asset is cut at it (``floor_snap``, :func:`floor_flattened`; without masks,
+    with ``remove_support``). ``region=object`` (what ``auto`` picks for a
     capture with masks): only the second, which is then also the mesh rendered for ``mesh_psnr``.
     ``object_asset=false``: the asset is not cut (the whole scene, or the whole region).
     """
@@ -492,15 +525,20 @@ def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, cost
             scene, rep["scene_decimate"] = decimated(scene, MAX_FLOAT32_IDS, monitor)
         scene_colored, rep["scene_colors"] = vertex_colors(cfg, scene, problem, device)
     if cfg.object_asset or scene is None:
+        support = cfg.object_asset and cfg.remove_support and not masked
+        obj_depths, floor = depths, None
+        if support and cfg.floor_snap > 0:
+            obj_depths, floor, rep["floor"] = floor_flattened(cfg, depths, problem, roi, device, monitor)
         # a little beyond the box, so that the cut is clean
-        obj, rep["object"] = fused_mesh(cfg, depths, problem, fusion_region("object", roi=roi, pad=0.02),
+        obj, rep["object"] = fused_mesh(cfg, obj_depths, problem, fusion_region("object", roi=roi, pad=0.02),
                                         cfg.tsdf_resolution, **kw)
+        del obj_depths
         asset = obj
         if cfg.object_asset:
             voxel = float((roi.box_max - roi.box_min).max()) / cfg.tsdf_resolution
             t0 = time.perf_counter()
-            asset, rep["crop"] = object_asset(obj, roi, monitor=monitor,
-                                              support_voxel=voxel if cfg.remove_support and not masked else 0.0)
+            asset, rep["crop"] = object_asset(obj, roi, monitor=monitor, support_voxel=voxel if support else 0.0,
+                                              floor=floor)
             rep["crop"]["seconds"] = time.perf_counter() - t0  # host CPU: crop, caps, support plane (untimed before)
         geometry = asset  # what a known truth scores: the asset as exported, before decimation
     else:

@@ -1,0 +1,360 @@
+"""Flatten the floor in the depth maps before the asset's TSDF fusion (``floor_snap``).
+
+Why (measured, benchmarks/results/milo_tsdf_h200_2026-12-04.md, "Where the unmasked objects' precision goes"):
+in the unmasked synthetic scenes (an object on a textured floor, ``ref_scene=ground``) all of the asset's lost
+precision was floor. The Gaussians' median depth of a textured floor seen at grazing angles is blotchy
+(bob: from about −0.07 to +0.2 around the true plane y = 0, object height 2), so the fused floor is a bumpy
+sheet: the mesh RANSAC of :mod:`meshlift.mesh.support_plane` found a plane holding 1.7 % of the area (none cut,
+bob) or cut it and left a skirt of floor blobs around the object's base (spot). No width of the mesh cut
+reached the target (offline: spot 0.76 → 0.87 at the widest, its feet lost). The lever is the floor's geometry
+before fusion, which is what this module changes.
+
+The steps (:func:`snap_floor_depths`):
+
+1. **Sample points** of the depth maps (back-projected through the pixel centres, docs/conventions.md §4) that
+   lie inside the region of interest, at most ``max_samples`` in all.
+2. **Fit the floor** (:func:`fit_floor_plane`): RANSAC (Fischler & Bolles 1981) over the lowest
+   ``bottom_fraction`` of the sampled points along ``up``, planes within ``max_tilt_deg`` of ``up``, scored by
+   the points within ``INLIER_FRACTION × snap`` of them (a narrow band: it seeks the floor's mode, not the middle
+   of its blotches); the winner's normal refitted by least squares (SVD) on all the sampled points within ``snap``
+   of it and its offset the median of their heights. Not found (fewer than ``MIN_PLANE_POINTS`` points, less
+   than ``MIN_INLIER_FRACTION`` of the lowest points in the band, tilted) → the depth maps are returned unchanged
+   with a note. The points within the band must also cover at least ``MIN_FLOOR_COVER`` of the region's
+   footprint (cells of side ``COVER_CELL × snap``): a floor is a sheet; the bottom rim of an object with nothing
+   under it, or a tilted plane through a level floor, is a strip.
+3. **Protect the object's base**: a floor cell (a square of side ``PROTECT_CELL × snap`` in the plane) where
+   something rises through the band and on above it (a leg, a wall of the object's base) keeps the depth of its
+   samples in the band, so the bottom of a leg is not moved onto the floor behind it (which would carve the leg
+   away). "Rises on": at least ``MIN_PROTECT_SAMPLES`` samples from at least two views in each half of the
+   protect band, heights ``(snap, (1 + PROTECT_BAND) / 2 × snap]`` and ``((1 + PROTECT_BAND) / 2 × snap,
+   PROTECT_BAND × snap]``, counted over the cell's 3 × 3 neighbourhood (sparse pixels, walls that lean a
+   little). A floor blotch or a skirt that pokes out of the band but not through the whole protect band
+   protects nothing, and neither does an overhang higher than it (a belly). A convex bottom resting on the
+   floor shows no sample in the band (its underside faces away from cameras above the floor).
+4. **Snap**: every sample inside the region within ``snap`` of the plane, except above it in a protected cell
+   (below it, by at most ``snap``, always: nothing of an object standing on the floor is below it), is moved
+   along its pixel's ray onto the plane, ``z' = (offset − n · c) / (n · r)`` with ``c`` the camera centre and
+   ``r`` the ray with unit camera z. In a cell neither protected nor next to a protected one, samples up to
+   ``SKIRT_BAND × snap`` from the plane are moved too (the tops of floor blotches and of the skirt around the
+   object's foot: what pokes out of the band there without rising through the protect band is not the
+   object). The fused floor is then one flat sheet, which the asset's support cut
+   (:func:`meshlift.methods.milo.tsdf_mesh.object_asset` with this plane) removes cleanly.
+
+Measured on the CPU without training (``benchmarks/floor_snap_cpu.py``, the true depth of the synthetic scenes with
+a blotchy floor; docs/benchmarks.md, "the floor of the unmasked scenes"): bob with blotches to +0.2 and a skirt,
+F 0.811 → 0.888 (precision 0.749 → 0.870); spot with a milder floor 0.964 → 0.979.
+
+Nothing here prints. Depth maps: camera z, 0 = empty (docs/conventions.md §4); world frame of the cameras.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+import torch
+
+__all__ = ["FloorPlane", "FloorSnapReport", "fit_floor_plane", "snap_floor_depths", "MIN_PROTECT_SAMPLES",
+           "PROTECT_BAND", "SKIRT_BAND"]
+
+#: A floor cell is protected (step 3) when at least this many samples of at least two views lie in each half of
+#: the protect band above the snap band.
+MIN_PROTECT_SAMPLES = 3
+
+#: ... at heights in ``(snap, PROTECT_BAND × snap]`` above the plane.
+PROTECT_BAND = 3.0
+
+#: In a cell neither protected (nothing rises through the protect band) nor next to a protected one, samples up to
+#: this × snap from the plane are snapped too: the tops of floor blotches and of the skirt around the object's foot.
+SKIRT_BAND = 2.0
+
+#: Side of the protect cells (step 3) and of the cover cells (step 2), as fractions of the snap distance.
+PROTECT_CELL = 0.25
+COVER_CELL = 0.5
+
+#: The RANSAC inlier band as a fraction of the snap distance (narrow: it seeks the floor's mode).
+INLIER_FRACTION = 0.25
+
+#: The plane is accepted when its ``snap``-band holds at least this share of the RANSAC candidates.
+MIN_INLIER_FRACTION = 0.5
+
+#: ... and at least this many points.
+MIN_PLANE_POINTS = 50
+
+#: ... and its snap band's points must fall in at least this share of the region's footprint cells (a sheet).
+MIN_FLOOR_COVER = 0.4
+
+
+@dataclasses.dataclass
+class FloorPlane:
+    """A plane ``normal · p = offset`` (world units), ``normal`` a unit ``[3]`` float64 along ``up``."""
+
+    normal: torch.Tensor
+    offset: float
+
+
+@dataclasses.dataclass
+class FloorSnapReport:
+    """What :func:`snap_floor_depths` found and changed (``metrics.json`` ``mesh_report.floor``)."""
+
+    found: bool = False
+    normal: list = dataclasses.field(default_factory=list)
+    """Unit plane normal (world), along ``up``."""
+    offset: float = 0.0
+    """The plane is ``normal · p = offset`` (world units)."""
+    tilt_deg: float = 0.0
+    """Angle between the plane's normal and ``up``."""
+    snap: float = 0.0
+    """The snap distance (world units)."""
+    inlier_frac: float = 0.0
+    """Share of the RANSAC candidates (the lowest sampled points) within ``snap`` of the plane."""
+    snapped_frac: float = 0.0
+    """Share of the non-empty depth pixels moved onto the plane."""
+    floor_cover: float = 0.0
+    """Share of the region's footprint cells (side ``COVER_CELL × snap``) holding points within the RANSAC band."""
+    protected_cells: int = 0
+    """Floor cells where something stands (step 3: their band samples kept their depth)."""
+    seconds: float = 0.0
+    notes: list = dataclasses.field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _camera_rays(world_to_camera: torch.Tensor, K: torch.Tensor, H: int, W: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(centres [C, 3], rays [C, H, W, 3])``: camera centres and world rays with unit camera z through the pixel
+    centres (docs/conventions.md §2, §4), float64."""
+    w2c, K = world_to_camera.double(), K.double()
+    R, t = w2c[:, :3, :3], w2c[:, :3, 3]
+    centres = -(R.transpose(1, 2) @ t[..., None])[..., 0]
+    jj = torch.arange(W, dtype=torch.float64, device=w2c.device) + 0.5
+    ii = torch.arange(H, dtype=torch.float64, device=w2c.device) + 0.5
+    x = (jj[None, None, :] - K[:, 0, 2, None, None]) / K[:, 0, 0, None, None]
+    y = (ii[None, :, None] - K[:, 1, 2, None, None]) / K[:, 1, 1, None, None]
+    x, y = torch.broadcast_tensors(x, y)
+    d = torch.stack([x, y, torch.ones_like(x)], -1)  # [C, H, W, 3] camera frame
+    rays = torch.einsum("cji,chwj->chwi", R, d)  # R^T d
+    return centres, rays
+
+
+def _in_box(p: torch.Tensor, box_min: torch.Tensor, box_max: torch.Tensor, rotation: Optional[torch.Tensor]):
+    q = p if rotation is None else p @ rotation.T
+    return ((q >= box_min) & (q <= box_max)).all(-1)
+
+
+def fit_floor_plane(points: torch.Tensor, up, *, snap: float, max_tilt_deg: float = 5.0,
+                    bottom_fraction: float = 0.35, iterations: int = 256, seed: int = 0) -> tuple:
+    """The floor under an object from points of its surface: ``(FloorPlane or None, note)``.
+
+    Step 2 of the module docstring: RANSAC over the points in the lowest ``bottom_fraction`` of the height range
+    along ``up`` (planes within ``max_tilt_deg`` of ``up``, inliers within ``INLIER_FRACTION × snap``), then the
+    normal refitted by SVD on the (all) points within ``snap`` of the best plane and the offset their median height.
+    None (with the reason) when there are fewer than ``MIN_PLANE_POINTS`` candidates, when the band holds less
+    than ``MIN_INLIER_FRACTION`` of them, or when the refitted plane tilts more than ``max_tilt_deg``.
+
+    Args:
+        points: ``[N, 3]`` world points (any float dtype, any device).
+        up: ``[3]`` world up (normalised here).
+        snap: the band half-width (world units, > 0).
+        max_tilt_deg, bottom_fraction, iterations, seed: see above.
+
+    Raises:
+        MeshError: ``up`` not 3 finite numbers of non-zero length, or ``snap`` not a positive number.
+    """
+    from meshlift.errors import MeshError
+
+    up = torch.as_tensor(up, dtype=torch.float64).reshape(-1).cpu()
+    if up.shape != (3,) or not bool(torch.isfinite(up).all()) or float(up.norm()) < 1e-12:
+        raise MeshError(f"fit_floor_plane(up): expected 3 finite numbers, not all zero; got {up.tolist()}")
+    if not (math.isfinite(float(snap)) and float(snap) > 0):
+        raise MeshError(f"fit_floor_plane(snap): expected a positive distance, got {snap!r}")
+    up = up / up.norm()
+    P = points.detach().double().cpu().reshape(-1, 3)
+    if P.shape[0] < MIN_PLANE_POINTS:
+        return None, f"only {P.shape[0]} depth points in the region of interest (< {MIN_PLANE_POINTS})"
+    h = P @ up
+    lo, hi = float(h.min()), float(h.max())
+    cand = P[h <= lo + bottom_fraction * (hi - lo)]
+    if cand.shape[0] < MIN_PLANE_POINTS:
+        return None, f"only {cand.shape[0]} depth points near the bottom of the region (< {MIN_PLANE_POINTS})"
+    cos_t = math.cos(math.radians(max_tilt_deg))
+    band = INLIER_FRACTION * float(snap)
+    g = torch.Generator().manual_seed(int(seed))
+    idx = torch.randint(0, cand.shape[0], (iterations, 3), generator=g)
+    tri = cand[idx]  # [I, 3, 3]
+    nn = torch.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0], dim=-1)
+    norm = nn.norm(dim=-1, keepdim=True)
+    ok = norm[:, 0] > 1e-20
+    nn = nn / norm.clamp_min(1e-30)
+    nn = nn * torch.where(nn @ up < 0, -1.0, 1.0)[:, None]
+    ok &= (nn @ up) >= cos_t
+    if not bool(ok.any()):
+        return None, f"RANSAC found no plane within {max_tilt_deg:g}° of up among the lowest depth points"
+    nn, off = nn[ok], (nn[ok] * tri[ok, 0]).sum(-1)
+    best, best_score = 0, -1
+    for s in range(0, nn.shape[0], 64):  # [64, M] distances at a time
+        score = ((cand @ nn[s:s + 64].T - off[s:s + 64]).abs() <= band).sum(0)
+        i = int(score.argmax())
+        if int(score[i]) > best_score:
+            best, best_score = s + i, int(score[i])
+    n, o = nn[best], float(off[best])
+    for _ in range(2):  # refit on the snap band (all points: the candidates cut the band's top off): SVD, median
+        inl = P[(P @ n - o).abs() <= float(snap)]
+        if inl.shape[0] < 3:
+            break
+        mu = inl.mean(0)
+        n2 = torch.linalg.svd(inl - mu, full_matrices=False).Vh[2]
+        n2 = n2 * (1.0 if float(n2 @ up) >= 0 else -1.0)
+        if float(n2 @ up) >= cos_t:
+            n = n2
+        o = float((inl @ n).median())
+    inl = int(((cand @ n - o).abs() <= float(snap)).sum())
+    frac = inl / cand.shape[0]
+    tilt = math.degrees(math.acos(max(-1.0, min(1.0, float(n @ up)))))
+    if inl < MIN_PLANE_POINTS or frac < MIN_INLIER_FRACTION:
+        return None, (f"the best floor plane holds {100 * frac:.0f}% of the lowest depth points within the snap "
+                      f"band (< {100 * MIN_INLIER_FRACTION:.0f}%): no floor")
+    if tilt > max_tilt_deg:
+        return None, f"the floor plane tilts {tilt:.1f}° from up (> {max_tilt_deg:g}°): not snapped"
+    return FloorPlane(n, o), f"{100 * frac:.0f}% of the lowest depth points within the band"
+
+
+@torch.no_grad()
+def snap_floor_depths(depths: torch.Tensor, world_to_camera: torch.Tensor, K: torch.Tensor, roi, *, snap: float,
+                      max_tilt_deg: float = 5.0, max_samples: int = 200_000, chunk_views: int = 8,
+                      device: Optional[torch.device] = None, seed: int = 0) -> tuple:
+    """``(depths, FloorPlane or None, FloorSnapReport)``: the depth maps with the floor under the object flattened
+    onto one plane (module docstring); the input is not modified (a copy is returned when something moved).
+
+    Args:
+        depths: ``[V, H, W]`` float camera z, 0 = empty (any device; the result is on the same device).
+        world_to_camera: ``[V, 4, 4]`` OpenCV world-to-camera; ``K``: ``[V, 3, 3]`` pixels.
+        roi: a :class:`meshlift.data.roi.RegionOfInterest` (its box, ``rotation`` and ``up``): only samples
+            inside it are fitted and moved.
+        snap: band half-width in world units (> 0).
+        max_tilt_deg: the plane's largest angle from ``roi.up``.
+        max_samples: points sampled for the plane fit (spread over the views).
+        chunk_views: views back-projected at a time; ``device``: where (default: the depths' device).
+
+    Raises:
+        MeshError: shapes that do not match, or a bad ``snap`` / ``roi.up``.
+    """
+    import time
+
+    from meshlift.errors import MeshError
+
+    t0 = time.perf_counter()
+    rep = FloorSnapReport(snap=float(snap))
+    if depths.ndim != 3:
+        raise MeshError(f"snap_floor_depths(depths): expected [V, H, W], got {list(depths.shape)}")
+    V, H, W = depths.shape
+    if tuple(world_to_camera.shape) != (V, 4, 4) or tuple(K.shape) != (V, 3, 3):
+        raise MeshError(f"snap_floor_depths: world_to_camera {list(world_to_camera.shape)} and K {list(K.shape)} must "
+                        f"be [{V}, 4, 4] and [{V}, 3, 3] for {V} depth maps")
+    if not (math.isfinite(float(snap)) and float(snap) > 0):
+        raise MeshError(f"snap_floor_depths(snap): expected a positive distance, got {snap!r}")
+    dev = depths.device if device is None else torch.device(device)
+    box_min, box_max = roi.box_min.double().to(dev), roi.box_max.double().to(dev)
+    rot = None if roi.rotation is None else roi.rotation.double().to(dev)
+    up = torch.as_tensor(roi.up, dtype=torch.float64).reshape(-1)
+
+    def chunks():
+        for s in range(0, V, chunk_views):
+            e = min(V, s + chunk_views)
+            c, r = _camera_rays(world_to_camera[s:e].to(dev), K[s:e].to(dev), H, W)
+            z = depths[s:e].to(dev).double()
+            p = c[:, None, None, :] + z[..., None] * r
+            yield s, e, z, c, r, p, (z > 0) & _in_box(p, box_min, box_max, rot)
+
+    # 1. samples for the fit
+    n_valid = int((depths > 0).sum())
+    keep = max(1, int(max_samples))
+    g = torch.Generator().manual_seed(int(seed))
+    pts = []
+    for s, e, z, c, r, p, m in chunks():
+        q = p[m]
+        if q.shape[0] > keep * (e - s) // V + 1:
+            q = q[torch.randperm(q.shape[0], generator=g)[: keep * (e - s) // V + 1].to(q.device)]
+        pts.append(q.cpu())
+    pts = torch.cat(pts) if pts else torch.zeros(0, 3, dtype=torch.float64)
+    plane, note = fit_floor_plane(pts, up, snap=snap, max_tilt_deg=max_tilt_deg, seed=seed)
+    if plane is None:
+        rep.notes.append(note + "; the depth maps are unchanged")
+        rep.seconds = time.perf_counter() - t0
+        return depths, None, rep
+    n = plane.normal.to(dev)
+    rep.normal, rep.offset = [float(x) for x in plane.normal], float(plane.offset)
+    rep.tilt_deg = math.degrees(math.acos(max(-1.0, min(1.0, float(plane.normal @ (up / up.norm()))))))
+    cand_h = pts @ plane.normal - plane.offset
+    low = cand_h <= (float(cand_h.min()) + 0.35 * float(cand_h.max() - cand_h.min()))
+    rep.inlier_frac = float(((cand_h.abs() <= snap) & low).sum()) / max(1, int(low.sum()))
+    rep.notes.append(note)
+
+    # floor cells: squares in the plane over the region's footprint
+    e1 = torch.linalg.svd(torch.eye(3, dtype=torch.float64) - torch.outer(plane.normal, plane.normal)).U[:, :2].to(dev)
+    corners = torch.stack(torch.meshgrid(*[torch.stack([box_min[i], box_max[i]]) for i in range(3)],
+                                         indexing="ij"), -1).reshape(-1, 3)
+    corners = corners if rot is None else corners @ rot  # box frame -> world (rows of rotation = box axes)
+    uv0, uv1 = (corners @ e1).min(0).values, (corners @ e1).max(0).values
+
+    def grid(cell: float):
+        nu, nv = (int(x) + 1 for x in (uv1 - uv0) / cell)
+
+        def cell_of(p):
+            ij = ((p @ e1 - uv0) / cell).floor().long()
+            return ij[..., 0].clamp(0, nu - 1) * nv + ij[..., 1].clamp(0, nv - 1)
+        return nu, nv, cell_of
+
+    # a floor is a sheet, not a ring: the snap band's points must cover part of the footprint (the bottom rim of
+    # an object with no floor under it is a thin ring; a floor covers all the footprint but the object's shadow)
+    nu, nv, cell_of = grid(COVER_CELL * float(snap))
+    flat = pts[(cand_h.abs() <= snap)].to(dev)
+    rep.floor_cover = float(torch.unique(cell_of(flat)).numel()) / (nu * nv)
+    if rep.floor_cover < MIN_FLOOR_COVER:
+        rep.notes.append(f"the plane's points cover {100 * rep.floor_cover:.0f}% of the region's footprint (< "
+                         f"{100 * MIN_FLOOR_COVER:.0f}%): a rim, not a floor; the depth maps are unchanged")
+        rep.seconds = time.perf_counter() - t0
+        return depths, None, rep
+    rep.found = True
+
+    # 3. floor cells where something rises through the protect band: samples of two views in each half of it,
+    # counted over the cell's 3 x 3 neighbourhood (sparse pixels, walls that lean)
+    nu, nv, cell_of = grid(PROTECT_CELL * float(snap))
+    protected = torch.ones(nu, nv, dtype=torch.bool)
+    for lo_k, hi_k in ((1.0, 0.5 * (1.0 + PROTECT_BAND)), (0.5 * (1.0 + PROTECT_BAND), PROTECT_BAND)):
+        count = torch.zeros(nu * nv, dtype=torch.float32)
+        seen = torch.zeros(V, nu * nv, dtype=torch.bool)
+        for s, e, z, c, r, p, m in chunks():
+            h = p @ n - plane.offset
+            sub = m & (h > lo_k * snap) & (h <= hi_k * snap)
+            ids = cell_of(p[sub]).cpu()
+            view = torch.arange(s, e)[:, None, None].expand(z.shape)[sub.cpu()]
+            count += torch.bincount(ids, minlength=nu * nv).float()
+            seen[view, ids] = True
+        pool = torch.nn.functional.max_pool2d(seen.float().reshape(V, 1, nu, nv), 3, stride=1, padding=1)
+        views_per = pool.sum(0).reshape(nu, nv)
+        near_count = 9 * torch.nn.functional.avg_pool2d(count.reshape(1, 1, nu, nv), 3, stride=1, padding=1,
+                                                        count_include_pad=True).reshape(nu, nv)
+        protected &= (near_count >= MIN_PROTECT_SAMPLES - 0.5) & (views_per >= 2)
+    # the skirt band (above the snap band) keeps one more cell around a protected one (a wall's sparse corners)
+    wide = torch.nn.functional.max_pool2d(protected.float()[None, None], 3, stride=1, padding=1)[0, 0] > 0
+    protected, wide = protected.reshape(-1).to(dev), wide.reshape(-1).to(dev)
+    rep.protected_cells = int(protected.sum())
+
+    # 4. snap
+    out = depths.clone()
+    moved = 0
+    for s, e, z, c, r, p, m in chunks():
+        h = p @ n - plane.offset
+        nr = r @ n
+        nc_ = (c @ n)[:, None, None]
+        z_new = (plane.offset - nc_) / torch.where(nr.abs() > 1e-9, nr, torch.ones_like(nr))
+        ids = cell_of(p)
+        band = ((h <= 0) & (h >= -snap)) | ((h.abs() <= snap) & ~protected[ids])
+        band = m & (nr.abs() > 1e-9) & (z_new > 0) & (band | ((h.abs() <= SKIRT_BAND * snap) & ~wide[ids]))
+        moved += int(band.sum())
+        out[s:e] = torch.where(band, z_new, z).to(out.dtype).to(out.device)
+    rep.snapped_frac = moved / max(1, n_valid)
+    rep.seconds = time.perf_counter() - t0
+    return out, plane, rep

@@ -1,0 +1,215 @@
+"""``floor_snap``: the floor in the depth maps flattened onto one plane before the asset's fusion
+(:mod:`meshlift.methods.milo.floor_depth`), on analytic depth maps of a box standing on a bumpy floor."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from meshlift.data.roi import RegionOfInterest
+from meshlift.errors import MeshError
+from meshlift.methods.milo.floor_depth import fit_floor_plane, snap_floor_depths
+
+D = torch.float64
+BOX = (torch.tensor([-0.3, 0.0, -0.3], dtype=D), torch.tensor([0.3, 0.6, 0.3], dtype=D))
+
+
+def _cameras(n=12, size=48, radius=2.5):
+    """OpenCV cameras on two rings (elevations 25° and 45°) looking at (0, 0.3, 0)."""
+    w2c, Ks = [], []
+    target = torch.tensor([0.0, 0.3, 0.0], dtype=D)
+    for i in range(n):
+        el, az = math.radians(25 if i % 2 else 45), 2 * math.pi * i / n
+        eye = target + radius * torch.tensor([math.cos(el) * math.sin(az), math.sin(el), math.cos(el) * math.cos(az)], dtype=D)
+        f = torch.nn.functional.normalize(target - eye, dim=0)
+        r = torch.nn.functional.normalize(torch.linalg.cross(f, torch.tensor([0.0, 1.0, 0.0], dtype=D)), dim=0)
+        d = torch.linalg.cross(f, r)
+        R = torch.stack([r, d, f])
+        m = torch.eye(4, dtype=D)
+        m[:3, :3], m[:3, 3] = R, -R @ eye
+        w2c.append(m)
+        Ks.append(torch.tensor([[size, 0, size / 2], [0, size, size / 2], [0, 0, 1]], dtype=D))
+    return torch.stack(w2c), torch.stack(Ks)
+
+
+def _rays(w2c, K, size):
+    R, t = w2c[:, :3, :3], w2c[:, :3, 3]
+    c = -(R.transpose(1, 2) @ t[..., None])[..., 0]
+    jj = torch.arange(size, dtype=D) + 0.5
+    x = ((jj[None, None, :] - K[:, 0, 2, None, None]) / K[:, 0, 0, None, None]).expand(-1, size, -1)
+    y = ((jj[None, :, None] - K[:, 1, 2, None, None]) / K[:, 1, 1, None, None]).expand(-1, -1, size)
+    d = torch.stack([x, y, torch.ones_like(x)], -1)
+    return c, torch.einsum("cji,chwj->chwi", R, d)  # rays with unit camera z: depth = ray parameter
+
+
+def _scene(size=48, floor=True, bumps=0.03):
+    """``(depth [V, H, W] float32, hit [V, H, W] 0 none / 1 floor / 2 box, w2c, K)``: a box on a floor whose
+    depth samples are bumped off y = 0 by up to ``bumps`` (a blotchy fused floor)."""
+    w2c, K = _cameras(size=size)
+    c, r = _rays(w2c, K, size)
+    o = c[:, None, None, :].expand_as(r)
+    inv = 1.0 / torch.where(r.abs() < 1e-12, torch.full_like(r, 1e-12), r)
+    t0, t1 = (BOX[0] - o) * inv, (BOX[1] - o) * inv
+    tn, tf = torch.minimum(t0, t1).amax(-1), torch.maximum(t0, t1).amin(-1)
+    box_hit = (tn <= tf) & (tf > 0)
+    t_floor = -o[..., 1] / torch.where(r[..., 1] < 0, r[..., 1], -torch.ones_like(r[..., 1]))
+    floor_hit = (r[..., 1] < 0) & torch.full_like(box_hit, floor)
+    p = o + t_floor[..., None] * r
+    h = bumps * torch.sin(7 * p[..., 0]) * torch.cos(5 * p[..., 2])  # bumped floor sample heights
+    t_floor = (h - o[..., 1]) / torch.where(r[..., 1] < 0, r[..., 1], -torch.ones_like(r[..., 1]))
+    depth = torch.zeros_like(tn)
+    hit = torch.zeros(tn.shape, dtype=torch.long)
+    depth = torch.where(floor_hit, t_floor, depth)
+    hit[floor_hit] = 1
+    on_box = box_hit & (~floor_hit | (tn < t_floor))
+    depth = torch.where(on_box, tn, depth)
+    hit[on_box] = 2
+    return depth.float(), hit, w2c, K
+
+
+def _roi():
+    return RegionOfInterest(box_min=torch.tensor([-1.0, -0.2, -1.0], dtype=D), box_max=torch.tensor([1.0, 1.0, 1.0], dtype=D),
+                            center=torch.tensor([0.0, 0.3, 0.0], dtype=D), up=torch.tensor([0.0, 1.0, 0.0], dtype=D),
+                            source="explicit")
+
+
+def _heights(depth, w2c, K):
+    c, r = _rays(w2c, K, depth.shape[-1])
+    return (c[:, None, None, :] + depth.double()[..., None] * r)
+
+
+def test_the_floor_is_flattened_and_the_box_is_untouched():
+    depth, hit, w2c, K = _scene()
+    snap = 0.08
+    out, plane, rep = snap_floor_depths(depth, w2c, K, _roi(), snap=snap)
+    assert plane is not None and rep.found, rep
+    assert rep.tilt_deg < 1.0 and abs(plane.offset) < 0.01, rep
+    p = _heights(out, w2c, K)
+    h = p @ plane.normal - plane.offset
+    p0 = _heights(depth, w2c, K)
+    roi = _roi()
+    inside = ((p0 >= roi.box_min) & (p0 <= roi.box_max)).all(-1)
+    floor = (hit == 1) & inside
+    # every floor sample inside the region within the band (the bumps are ±0.03) now lies on the plane, but those
+    # in the cells at the box's foot (protected: the box's sides stand there, within about two protect cells of snap / 4) ...
+    away = (p0[..., [0, 2]].abs() - 0.3).amax(-1) > snap
+    assert float(h[floor & away].abs().max()) < 1e-5
+    assert float((h[floor].abs() < 1e-5).double().mean()) > 0.95
+    assert rep.snapped_frac > 0.2 and 0.5 < rep.floor_cover <= 1.0  # (of all non-empty pixels, also outside)
+    # ... outside the region nothing moved, and the box's samples (its sides down to the floor) kept their depth
+    assert torch.equal(out[hit == 2], depth[hit == 2])
+    low_side = (hit == 2) & (_heights(depth, w2c, K)[..., 1] < snap)
+    assert int(low_side.sum()) > 20 and rep.protected_cells > 0
+    assert torch.equal(out[~inside], depth[~inside])
+    assert torch.equal(out[hit == 0], depth[hit == 0])
+    assert depth.dtype == out.dtype and out.shape == depth.shape
+
+
+def test_without_protection_the_bottom_of_the_box_would_move(monkeypatch):
+    """The protection is what keeps the box's base: with no cell protected, the samples of the box's sides within
+    the band are moved onto the floor behind them (which the fusion would then carve away)."""
+    from meshlift.methods.milo import floor_depth
+
+    depth, hit, w2c, K = _scene()
+    out, plane, rep = snap_floor_depths(depth, w2c, K, _roi(), snap=0.08)
+    assert not bool((out != depth)[hit == 2].any())
+    monkeypatch.setattr(floor_depth, "MIN_PROTECT_SAMPLES", 10 ** 9)
+    out2, _, rep2 = snap_floor_depths(depth, w2c, K, _roi(), snap=0.08)
+    low = (hit == 2) & (_heights(depth, w2c, K)[..., 1] < 0.08)
+    assert rep2.protected_cells == 0 and bool((out2 != depth)[low].all())
+
+
+@pytest.mark.parametrize("bumps", [0.12, 0.2])
+def test_a_blotch_above_the_band_does_not_protect_itself(bumps):
+    """Floor bumps that poke out of a ±0.08 band: where nothing rises through the protect band, everything up to
+    SKIRT_BAND × the band is snapped (0.12: all of them); what is higher keeps its depth (0.2)."""
+    from meshlift.methods.milo.floor_depth import SKIRT_BAND
+
+    depth, hit, w2c, K = _scene(bumps=bumps)
+    snap = 0.08
+    out, plane, rep = snap_floor_depths(depth, w2c, K, _roi(), snap=snap)
+    assert plane is not None
+    p0 = _heights(depth, w2c, K)
+    roi = _roi()
+    inside = ((p0 >= roi.box_min) & (p0 <= roi.box_max)).all(-1)
+    away = (p0[..., [0, 2]].abs() - 0.3).amax(-1) > 2 * snap  # (protected cells and their neighbours)
+    h0 = p0 @ plane.normal - plane.offset
+    h = _heights(out, w2c, K) @ plane.normal - plane.offset
+    sel = (hit == 1) & inside & away
+    low = sel & (h0.abs() <= snap)
+    assert float((h[low].abs() < 1e-5).double().mean()) > 0.97
+    if bumps < SKIRT_BAND * snap:
+        assert float(h[sel].abs().max()) < 1e-5
+    else:
+        top = sel & (h0 > SKIRT_BAND * snap)
+        assert int(top.sum()) > 0 and torch.equal(out[top], depth[top])
+    # the box above the plane is untouched (below it, by the plane's error, it is snapped: nothing stands under a floor)
+    assert not bool((out != depth)[(hit == 2) & (h0 > 0)].any()), (plane.offset, rep)
+
+
+def test_no_floor_means_no_change_and_a_note():
+    depth, hit, w2c, K = _scene(floor=False)
+    out, plane, rep = snap_floor_depths(depth, w2c, K, _roi(), snap=0.08)
+    assert plane is None and not rep.found and out is depth
+    assert rep.notes and "unchanged" in rep.notes[-1]
+    # an empty view set: no points at all
+    out, plane, rep = snap_floor_depths(torch.zeros_like(depth), w2c, K, _roi(), snap=0.08)
+    assert plane is None and "depth points" in rep.notes[-1]
+
+
+def test_a_tilted_floor_is_not_snapped():
+    depth, hit, w2c, K = _scene(bumps=0.0)
+    roi = _roi()
+    tilt = math.radians(12.0)
+    roi.up = torch.tensor([math.sin(tilt), math.cos(tilt), 0.0], dtype=D)  # the region's up disagrees by 12°
+    out, plane, rep = snap_floor_depths(depth, w2c, K, roi, snap=0.08)
+    assert plane is None and out is depth
+
+
+def test_fit_floor_plane_and_bad_input():
+    g = torch.Generator().manual_seed(0)
+    xz = torch.rand(2000, 2, generator=g, dtype=D) * 2 - 1
+    pts = torch.stack([xz[:, 0], 0.5 + 0.01 * torch.randn(2000, generator=g, dtype=D), xz[:, 1]], -1)
+    plane, note = fit_floor_plane(pts, [0, 1, 0], snap=0.05)
+    assert plane is not None and abs(plane.offset - 0.5) < 0.005 and float(plane.normal[1]) > 0.999, note
+    with pytest.raises(MeshError, match="up"):
+        fit_floor_plane(pts, [0, 0, 0], snap=0.05)
+    with pytest.raises(MeshError, match="snap"):
+        fit_floor_plane(pts, [0, 1, 0], snap=0.0)
+    depth, _, w2c, K = _scene(size=16)
+    with pytest.raises(MeshError, match="depth maps"):
+        snap_floor_depths(depth, w2c[:3], K, _roi(), snap=0.1)
+    with pytest.raises(MeshError, match="snap"):
+        snap_floor_depths(depth, w2c, K, _roi(), snap=-1.0)
+
+
+def test_support_cut_at_a_known_plane():
+    import trimesh
+
+    from meshlift.mesh.support_plane import remove_support_plane
+    from meshlift.structures.mesh import Mesh
+
+    obj = trimesh.creation.box(extents=(0.6, 0.6, 0.6))
+    obj.apply_translation((0, 0.3, 0))
+    floor = trimesh.creation.box(extents=(2.0, 0.02, 2.0))
+    both = trimesh.util.concatenate([obj, floor]).subdivide().subdivide()
+    m = Mesh(v_pos=torch.tensor(both.vertices, dtype=torch.float32), t_pos_idx=torch.tensor(both.faces))
+    out, rep = remove_support_plane(m, [0, 1, 0], distance=0.02, cut_offset=0.02, plane=([0.0, -2.0, 0.0], -0.02))
+    assert rep.found and rep.normal[1] == pytest.approx(1.0) and rep.offset == pytest.approx(0.01)
+    assert float(out.v_pos[:, 1].min()) >= 0.03 - 1e-5 and out.num_faces > 0
+    with pytest.raises(MeshError, match="plane"):
+        remove_support_plane(m, [0, 1, 0], plane=([0.0, 0.0, 0.0], 0.0))
+
+
+def test_config_field():
+    from meshlift.errors import ConfigError
+    from meshlift.methods.milo.config import apply_dict, field_docs
+    from meshlift.methods.milo.presets import get_preset
+
+    cfg = get_preset("verylowres")
+    assert cfg.floor_snap == 0.08 and "floor" in field_docs()["floor_snap"]
+    assert apply_dict(cfg, {"floor_snap": "0"}).floor_snap == 0.0
+    with pytest.raises(ConfigError, match="floor_snap"):
+        apply_dict(cfg, {"floor_snap": "-0.1"})
