@@ -148,8 +148,8 @@ def test_random_background_colour_term_is_not_premultiplied():
     fixed_loss, _ = image_loss(render_batch(inside, views, light, None, cfg), views, cfg)
     bg = draw_background(views, "random", torch.Generator().manual_seed(4))
     random_loss, _ = image_loss(render_batch(inside, views, light, None, cfg, background=bg), views, cfg, bg)
-    assert float(fixed_loss) == 0.0
-    assert float(random_loss) > 0.01
+    assert float(fixed_loss.detach()) == 0.0
+    assert float(random_loss.detach()) > 0.01
 
 
 # ---- the occlusion regulariser -------------------------------------------------------------------------------
