@@ -165,7 +165,7 @@ def test_occlusion_regularizer_is_zero_when_open_and_positive_when_occluded():
     occ[..., 0] = 0.4 * cov[..., 0]
     occ.requires_grad_()
     val = occlusion_regularizer(occ, cov)
-    assert float(val) == pytest.approx(0.4)  # the mean over the covered pixels
+    assert float(val.detach()) == pytest.approx(0.4)  # the mean over the covered pixels
     val.backward()
     assert float(occ.grad[..., 0].min()) > 0 and float(occ.grad[..., 1:].abs().max()) == 0.0
     assert float(occlusion_regularizer(torch.zeros(1, 2, 2, 3), torch.zeros(1, 2, 2, 1))) == 0.0  # empty frame
