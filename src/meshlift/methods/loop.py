@@ -8,7 +8,8 @@ which MILo reuses). The loop is written once here; a family fills in its hooks:
   ``self.step`` (steps already done) and ``self.total``;
 - :meth:`TrainLoop.train_step`: one optimisation step ``it`` (0-based); returns its ``(loss, mse)`` as 0-dim
   device tensors (not read back);
-- :meth:`TrainLoop.after_train_step`: right after it, extra fields for the step's history row (or None);
+- :meth:`TrainLoop.after_train_step`: right after it, extra fields for the step's history row (or None; 0-dim
+  tensors among them are read back with the loss, as floats);
 - :meth:`TrainLoop.preview_step`: write a preview after ``step`` steps (under ``torch.no_grad``);
 - :meth:`TrainLoop.capture` / :meth:`TrainLoop.on_rollback`: the divergence guard's snapshot, and how to
   put one back and halve the learning rates;
@@ -116,6 +117,17 @@ class LossReadback:
 
     def clear(self) -> None:
         self.pending = []
+
+
+def _host_extras(extras: dict) -> None:
+    """Replace the tensors among the pending history fields ``{it: {name: value}}`` by Python floats, in one
+    device → host copy (made after the loss read-back: the values are ready, nothing more is waited for)."""
+    keys = [(i, k) for i, row in extras.items() for k, v in row.items() if torch.is_tensor(v)]
+    if not keys:
+        return
+    vals = torch.stack([extras[i][k].detach().reshape(()).to(torch.float64) for i, k in keys]).cpu().tolist()
+    for (i, k), v in zip(keys, vals):
+        extras[i][k] = float(v)
 
 
 class StageClock:
@@ -269,7 +281,8 @@ class TrainLoop:
         raise NotImplementedError
 
     def after_train_step(self, it: int) -> Optional[dict]:
-        """Right after :meth:`train_step`: extra fields for step ``it``'s history row (or None)."""
+        """Right after :meth:`train_step`: extra fields for step ``it``'s history row (or None). A 0-dim tensor
+        value stays on the device until the loss read-back, which turns it into a float (:func:`_host_extras`)."""
         return None
 
     def preview_step(self, step: int) -> None:
@@ -385,7 +398,9 @@ class TrainLoop:
         if not (readback.due(step) or preview_due or save or over or snapshot_due or step >= total
                 or interrupted):
             return False, False
-        for i, loss_value, mse_value in readback.drain():
+        drained = readback.drain()
+        _host_extras(extras)
+        for i, loss_value, mse_value in drained:
             if self._check(i + 1, loss_value):
                 readback.clear()
                 if interrupted:  # the rolled-back state is not step `step`'s: keep the last checkpoint

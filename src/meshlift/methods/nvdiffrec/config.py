@@ -47,6 +47,14 @@ class SurfaceConfig:
     """At most this many held-out views are evaluated (evenly spaced)."""
     background: str = "white"
     """Background that images are composited on where masks/alpha exist (and metrics use): ``white`` or ``black``."""
+    train_background: str = "fixed"
+    """Background behind the object in the training steps (views with masks only; evaluation, previews and
+    metrics keep ``background``): ``fixed`` = ``background``; ``random`` = a new uniform random linear colour per
+    pixel every step, ``random_view`` = one per view every step, behind both the render and the target
+    (re-composited with the mask, ``methods.nvdiffrec.backgrounds``), with the colour term on the whole
+    composite instead of premultiplied by the mask, so that coverage must be learnt and a floater cannot hide
+    against a known background (NeRF-synthetic practice: nvdiffrec, instant-ngp). Not with the CUDA-graph step
+    (``cuda_graph_pixels``), which such runs skip; without masks it stays ``fixed`` (logged)."""
     data_device: str = "auto"
     """Where the training images are kept: ``auto`` = on the compute device when it is a GPU and they take at
     most 1/8 of its memory (no host-to-device copy per step), else the CPU; ``cpu`` saves GPU memory
@@ -161,6 +169,12 @@ class SurfaceConfig:
     """Weight of the Laplacian regulariser on the pass-2 vertex offsets (relative to the pass-1 mesh)."""
     flexi_dev_weight: float = 0.5
     """Weight of FlexiCubes' dual-vertex deviation regulariser (L_dev)."""
+    occlusion_reg_weight: float = 0.03
+    """Weight of the occlusion regulariser: the mean learned occlusion amount ``ks[0]`` over the covered pixels
+    of each training render (both passes), pulling it towards 0 (unoccluded) so that albedo and occlusion do not
+    trade freely (nvdiffrec's visibility regulariser; ``methods.nvdiffrec.losses.occlusion_regularizer``). Acts
+    only when the occlusion is learnt (``ks_max[0] > ks_min[0]``; the presets fix it at 0); its value is in the
+    loss history (``occlusion_reg``). Also not with the CUDA-graph step, which such runs skip. 0 = off."""
 
     # ---- materials ----------------------------------------------------------------------------------------
     kd_min: tuple = (0.0, 0.0, 0.0)
@@ -273,6 +287,7 @@ _CHOICES = {
     "sdf_init": ("random", "sphere", "visual_hull"),
     "view_cull": ("off", "unseen", "floaters"),
     "background": ("white", "black"),
+    "train_background": ("fixed", "random", "random_view"),
     "raster_backend": ("auto", "torch", "triton"),
     "shading_backend": ("auto", "torch", "triton"),
 }
@@ -292,7 +307,8 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "lr_decay": (0, 1, True), "warmup": (0, 10_000_000, True), "mask_weight": (0, 1e6, True),
     "sdf_reg_weight": (0, 1e6, True), "sdf_reg_final": (0, 1e6, True), "kd_smooth_weight": (0, 1e6, True),
     "kd_smooth_jitter": (0, 1, True), "light_reg_weight": (0, 1e6, True), "laplace_weight": (0, 1e9, True),
-    "flexi_dev_weight": (0, 1e6, True), "hash_levels": (1, 32, True), "hash_log2_size": (8, 24, True),
+    "flexi_dev_weight": (0, 1e6, True), "occlusion_reg_weight": (0, 1e6, True),
+    "hash_levels": (1, 32, True), "hash_log2_size": (8, 24, True),
     "hash_max_res": (0, 1 << 16, True), "texture_res": (8, 16384, True), "env_res": (4, 2048, True),
     "env_init": (0, 1e4, True), "unwrap_max_faces": (100, 10_000_000, True), "max_fragments": (1, 1 << 34, True),
     "preview_every": (0, 10_000_000, True), "checkpoint_every": (0, 10_000_000, True),

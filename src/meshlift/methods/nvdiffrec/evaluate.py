@@ -22,8 +22,10 @@ from meshlift.structures.mesh import Mesh
 __all__ = ["geometry_metrics", "image_metrics", "render_batch", "render_views", "to_world"]
 
 
-def render_batch(mesh: Mesh, views: PosedViews, light, material, cfg: SurfaceConfig, jitter: float = 0.0) -> dict:
-    """``render_mesh`` of every view of ``views`` (a batch on the compute device) over its background."""
+def render_batch(mesh: Mesh, views: PosedViews, light, material, cfg: SurfaceConfig, jitter: float = 0.0,
+                 background: Optional[torch.Tensor] = None) -> dict:
+    """``render_mesh`` of every view of ``views`` (a batch on the compute device) over its background, or over
+    ``background [B, H, W, 3]`` (linear; a random training background) when given."""
     from meshlift.renderers.mesh_pbr import render_mesh
 
     return render_mesh(
@@ -33,7 +35,7 @@ def render_batch(mesh: Mesh, views: PosedViews, light, material, cfg: SurfaceCon
         views.resolution,
         light=light,
         material=material,
-        background=views.background_images(),
+        background=views.background_images() if background is None else background,
         spp=cfg.spp,
         max_fragments=cfg.max_fragments,
         field_jitter=jitter,

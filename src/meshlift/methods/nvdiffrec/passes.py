@@ -37,9 +37,9 @@ from meshlift.methods.engine import Checkpointer, ExponentialLR, Monitor, TrainS
 from meshlift.methods.loop import NO_STAGES, GuardSettings, StageClock, TrainLoop, readback_every
 from meshlift.methods.optim import Adam, LambdaLR
 from meshlift.methods.nvdiffrec.config import SurfaceConfig, config_to_dict
-from meshlift.methods.nvdiffrec.evaluate import render_batch
 from meshlift.methods.nvdiffrec.geometry import init_sdf, make_geometry
-from meshlift.methods.nvdiffrec.losses import RegularizerSchedules, image_loss, make_laplacian_loss
+from meshlift.methods.nvdiffrec.losses import (OCCLUSION_REG_KEY, RegularizerSchedules, make_laplacian_loss,
+                                               occlusion_reg_active, occlusion_regularizer, render_and_loss)
 from meshlift.methods.nvdiffrec.materials import BoundedMaterialField, make_light, resolve_hash_max_res
 from meshlift.methods.nvdiffrec.pixel_graphs import PixelGraphs
 from meshlift.structures.mesh import Material, Mesh
@@ -90,24 +90,6 @@ def _adam(params, device: torch.device, **kwargs) -> Adam:
     return Adam(params, fused=torch.device(device).type == "cuda", **kwargs)
 
 
-def _render_and_loss(graphs: Optional[PixelGraphs], stages, mesh: Mesh, views, light, light_trainable: bool,
-                     material, cfg: SurfaceConfig, jitter: float) -> tuple[dict, torch.Tensor, torch.Tensor]:
-    """A step's light mips, render and image loss: ``(out, loss, srgb_mse)``, by the CUDA graphs of
-    ``pixel_graphs`` (which build a learned light's mips themselves) or eagerly (``render_batch`` +
-    ``image_loss``; ``material`` None = the mesh's own)."""
-    if light_trainable and (graphs is None or not graphs.builds_light):
-        with stages("light"):
-            light.build_mips()
-    if graphs is not None:
-        with stages("render"):  # the image loss is timed here too: it is replayed with the render
-            return graphs.render(mesh, views)
-    with stages("render"):
-        out = render_batch(mesh, views, light, material, cfg, jitter)
-    with stages("loss"):
-        loss, mse = image_loss(out, views, cfg)
-    return out, loss, mse
-
-
 def _geometry_groups(geom: nn.Module, cfg: SurfaceConfig) -> list[dict]:
     """The pass-1 geometry's Adam parameter groups: one at ``lr_pos``, or with ``lr_deform > 0`` (and
     different from ``lr_pos``) the deformation in a second group at ``lr_deform`` (two groups only then, so that
@@ -126,6 +108,8 @@ class SurfacePass(TrainLoop):
     light clamped ≥ 0), the rollback (:meth:`restore` a snapshot, halve every learning rate), the divergence
     error, the read-back and checkpoint cadences from the config.
 
+    The occlusion regulariser (``occlusion_reg_weight``, when the occlusion is learnt) is added by
+    :meth:`occlusion_term`; its unweighted value goes into the step's history row (:meth:`after_train_step`).
     A pass sets, before :meth:`run`: ``optimizers`` (zeroed and stepped in this order), ``schedulers``
     (:meth:`_schedules`), ``sampler``, ``train_params`` (the gradients all-reduced), ``weight``
     (:meth:`DistContext.share_weight`), ``light``, ``light_trainable``, ``lr_fields`` (named in the error),
@@ -146,6 +130,8 @@ class SurfacePass(TrainLoop):
         self.checkpoint_every, self.checkpoint_every_s = cfg.checkpoint_every, cfg.checkpoint_every_s
         self.graphs: Optional[PixelGraphs] = None  # the per-pixel half replayed as CUDA graphs (pixel_graphs)
         self.probe: Optional[NonfiniteProbe] = None
+        self.occlusion_reg = occlusion_reg_active(cfg)
+        self.terms: dict = {}  # the step's named loss terms (0-dim device tensors) for its history row
 
     def _schedules(self) -> list:
         """The learning-rate schedules of ``self.optimizers`` (nvdiffrec's warm-up and decay)."""
@@ -173,7 +159,22 @@ class SurfacePass(TrainLoop):
         """Put a :meth:`capture` back."""
         raise NotImplementedError
 
+    def occlusion_term(self, out: dict):
+        """The step's weighted occlusion regulariser of the render ``out`` (``losses.occlusion_regularizer``),
+        0 when it does not act; the unweighted value is kept for the step's history row."""
+        if not self.occlusion_reg:
+            return 0.0
+        occ = occlusion_regularizer(out["ks"], out["alpha"])
+        self.terms[OCCLUSION_REG_KEY] = occ.detach()
+        return self.cfg.occlusion_reg_weight * occ
+
     # ---- TrainLoop hooks --------------------------------------------------------------------------------
+    def after_train_step(self, it: int) -> Optional[dict]:
+        terms, self.terms = self.terms, {}
+        if terms and self.dist.enabled:  # the global batch's value, as the loss
+            terms = dict(zip(terms, self.dist.weighted_sum(list(terms.values()), self.weight)))
+        return terms or None
+
     def train_step(self, it: int) -> tuple[torch.Tensor, torch.Tensor]:
         stages, dist = self.stages, self.dist
         with stages("views"):
@@ -303,10 +304,10 @@ class Pass1Trainer(SurfacePass):
         if self._observe is not None:
             self._observe(faces=mesh.num_faces)
         self._mesh = mesh
-        out, loss, mse = _render_and_loss(self.graphs, stages, mesh, views, light, self.light_trainable,
-                                          self.material, cfg, self.jitter)
+        out, loss, mse = render_and_loss(self.graphs, stages, mesh, views, light, self.light_trainable,
+                                         self.material, cfg, self.jitter)
         with stages("loss"):
-            reg = self.ramps.sdf_reg(it / max(1, self.total)) * self.geom.reg_loss()
+            reg = self.ramps.sdf_reg(it / max(1, self.total)) * self.geom.reg_loss() + self.occlusion_term(out)
             if cfg.isosurface == "flexicubes":
                 reg = reg + cfg.flexi_dev_weight * extra_reg
             if "kd_grad" in out and cfg.kd_smooth_weight > 0:
@@ -574,10 +575,10 @@ class Pass2Trainer(SurfacePass):
 
     def forward(self, it: int, views) -> tuple[torch.Tensor, torch.Tensor, dict]:
         cfg, stages, light = self.cfg, self.stages, self.light
-        out, loss, mse = _render_and_loss(self.graphs, stages, self.current_mesh(), views, light,
-                                          self.light_trainable, None, cfg, self.jitter)
+        out, loss, mse = render_and_loss(self.graphs, stages, self.current_mesh(), views, light,
+                                         self.light_trainable, None, cfg, self.jitter)
         with stages("loss"):
-            reg = loss.new_zeros(())
+            reg = loss.new_zeros(()) + self.occlusion_term(out)
             if cfg.optimize_vertices and cfg.laplace_weight > 0:
                 reg = reg + (cfg.laplace_weight * self.ramps.laplace(it / max(1, self.total))
                              * self.laplacian_loss(self.offset))

@@ -36,7 +36,9 @@ than the caches hold, and nothing in meshlift clears them).
 
 When: :meth:`PixelGraphs.wanted` — a CUDA device, ``B · Hs · Ws ≤ cfg.cuda_graph_pixels`` (the training views' size;
 the dense half costs work on the uncovered pixels, which pays where the step waits for the host, not for the
-device), one process, and no ``diagnose_nonfinite`` (its probe reads the per-pixel tensors the graph keeps inside).
+device), one process, no ``diagnose_nonfinite`` (its probe reads the per-pixel tensors the graph keeps inside), the
+fixed training background and no occlusion regulariser (``train_background``, ``occlusion_reg_weight``: the
+graphs composite over the views' own background and return no ``ks``).
 The graphs are captured at the pass's first step (three warm-up iterations, then the capture: a few steps' time); if
 the capture fails (an op that syncs or is not capturable on this torch), one line is logged and the pass captures
 again without the light's prefilter, then, failing that too, runs the eager covered-pixel path as before; a failed
@@ -54,7 +56,7 @@ import torch
 from meshlift.data.views import PosedViews
 from meshlift.errors import TrainingError
 from meshlift.methods.nvdiffrec.config import SurfaceConfig
-from meshlift.methods.nvdiffrec.losses import image_loss_terms
+from meshlift.methods.nvdiffrec.losses import image_loss_terms, occlusion_reg_active
 from meshlift.structures.mesh import Material, Mesh
 
 __all__ = ["PixelGraphs"]
@@ -130,7 +132,8 @@ class PixelGraphs:
         its per-pixel half (see the module doc)."""
         pixels = int(batch) * int(resolution[0]) * int(resolution[1]) * int(cfg.spp) ** 2
         return (torch.device(device).type == "cuda" and 0 < pixels <= int(cfg.cuda_graph_pixels)
-                and not distributed and not cfg.diagnose_nonfinite)
+                and not distributed and not cfg.diagnose_nonfinite and cfg.train_background == "fixed"
+                and not occlusion_reg_active(cfg))
 
     # ---- the two callables -------------------------------------------------------------------------------
     def _n_rows(self) -> int:

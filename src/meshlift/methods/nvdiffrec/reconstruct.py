@@ -295,6 +295,10 @@ def reconstruct(
             cfg = resolve_hash_max_res(cfg, data.train)
             monitor.log(f"material field: finest hash-grid resolution {cfg.hash_max_res} (auto: 2 cells per "
                         "training pixel at the object)")
+        if cfg.train_background != "fixed":
+            monitor.log(f"training background: {cfg.train_background} (evaluation on {cfg.background})"
+                        if data.train.masks is not None else f"train_background={cfg.train_background} needs "
+                        "masks, which this input has none of: training on the fixed background")
         h, w = data.train.resolution
         check_memory(estimate_training_bytes(cfg, len(data.train), h, w, device), device, "training", knobs)
         if out is not None and dist.is_main:  # only once the input has loaded: a bad input leaves no folder
@@ -352,6 +356,7 @@ def reconstruct(
         metrics["iterations"] = {"pass1": state.iterations.get("pass1", cfg.iter_pass1),
                                  "pass2": state.iterations.get("pass2", cfg.iter_pass2)}
         metrics["iterations_configured"] = {"pass1": cfg.iter_pass1, "pass2": cfg.iter_pass2}
+        metrics.update(loss_term_means(state.history))
         if cull_info is not None:
             metrics["view_cull"] = {"mode": cfg.view_cull, **cull_info}
         metrics["faces"] = mesh_world.num_faces
@@ -379,6 +384,22 @@ def reconstruct(
         if warmup is not None:
             warmup.close()
     return ReconstructionResult(mesh_world, dmtet_world, metrics, out, files, list(state.history))
+
+
+def loss_term_means(history, window: int = 100) -> dict:
+    """``{"loss_terms": {name: {"pass1": mean, "pass2": mean}}}``: the mean of each named loss term of the
+    history rows (beyond pass, iteration, loss and psnr; e.g. ``occlusion_reg``) over the last ``window`` rows of
+    each pass that has it, or ``{}`` when the rows hold none."""
+    import math
+
+    plain = {"pass", "iteration", "loss", "psnr"}
+    terms: dict = {}
+    for name in sorted({k for h in history for k in h} - plain):
+        for p in (1, 2):
+            vals = [h[name] for h in history if h.get("pass") == p and isinstance(h.get(name), float)][-window:]
+            if vals:
+                terms.setdefault(name, {})[f"pass{p}"] = math.fsum(vals) / len(vals)
+    return {"loss_terms": terms} if terms else {}
 
 
 def _cull_pass1(p1, data: ProblemData, cfg: SurfaceConfig, state: TrainState, monitor: Monitor,
