@@ -273,6 +273,7 @@ def fused_mesh(cfg, depths: torch.Tensor, problem, region: FusionRegion, resolut
                 f" (truncation {trunc_voxels:.1f} voxels)")
     v, f, rep = extract_tsdf_mesh(source, region.box_min.to(device), region.box_max.to(device), resolution,
                                   trunc_voxels=trunc_voxels, contract=region.contract,
+                                  contraction=cfg.scene_contraction if region.contract else "inverse",
                                   min_weight=cfg.tsdf_min_views, unseen=cfg.tsdf_unseen,
                                   chunk_elements=cfg.chunk_elements, **carving(cfg, problem))
     report: dict = {"region": region.to_dict(), "resolution": int(resolution), "trunc_voxels": trunc_voxels,
