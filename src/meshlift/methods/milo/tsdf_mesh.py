@@ -50,7 +50,8 @@ surface itself, and a surface is only made where views agree. The steps:
    (180×320, 275 steps: too short, its Gaussians score 13.07 dB, below the mesh's 13.96, so it says where the
    *mesh* loses, not the H200's gap) the means over the 5 test views were: mesh 13.96, oracle vertex colours
    15.48 (+1.5; +3.7 on view 0042), per-pixel training colour 13.94 (+0.0), the same with
-   ``scene_color_power=2`` 14.07 (+0.1); empty pixels 10 % (views 0001/0027/0073 15-26 %, where the Gaussians
+   ``scene_color_power=2`` 14.07 (+0.1), from the 3 training views nearest the test camera only 14.02 (+0.06;
+   per view −0.6 to +1.0); empty pixels 10 % (views 0001/0027/0073 15-26 %, where the Gaussians
    fail as badly: a border the training views barely see), edges 20 % of the pixels and 10 % of the error.
    So on this geometry the colour's *sampling* (per vertex vs per texel) costs nothing, while the training
    views' colours at the mesh's points disagree with the test view's by 1.5 dB: the surface is off by
