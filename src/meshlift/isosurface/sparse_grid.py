@@ -59,6 +59,9 @@ space maps into ``[-2, 2]^3``), the grid is uniform over ``[-2, 2]^3``, and each
 world space to read the depth maps. Its truncation is ``trunc_voxels`` x the local world voxel size, the
 grid voxel times the largest stretch of the uncontraction there
 (:func:`meshlift.isosurface.tsdf.uncontract_scale`). Corners on the outer boundary (at infinity) are unknown.
+``contraction="log"`` uses :func:`meshlift.isosurface.tsdf.contract_log` instead: the grid is uniform over
+``[-4, 4]^3`` (``N = 4 resolution``), out to ``e^3`` box half-sizes, and a voxel at ``r`` half-sizes spans ``r``
+(not ``r^2``) box voxels, as a camera pixel's footprint grows.
 Vertices are interpolated between world-space corners, so the output is in world units.
 """
 
@@ -93,7 +96,7 @@ DEFAULT_TRUNC_VOXELS = 3.0
 #: Default minimum fused weight of a corner to be "known" at the finest level (observed at all).
 DEFAULT_MIN_WEIGHT = 1e-6
 MIN_RESOLUTION = 4
-#: Largest finest-lattice size per axis (2 x resolution when contracting); keeps the int64 keys exact.
+#: Largest finest-lattice size per axis (2 x resolution when contracting, 4 x with the log contraction); keeps the int64 keys exact.
 MAX_CELLS_PER_AXIS = 1 << 16
 #: Level 0 is dense: at most this many cells (raise ``levels`` for a larger ``resolution``).
 MAX_LEVEL0_CELLS = 1 << 24
