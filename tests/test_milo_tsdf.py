@@ -40,11 +40,12 @@ def test_config_fields_and_validation():
     for field, bad in (("extract", "poisson"), ("surface_depth", "mean"), ("region", "room"),
                        ("tsdf_resolution", "300"), ("scene_resolution", "8"), ("tsdf_trunc_voxels", "0.5"),
                        ("ref_scene", "table"), ("bbox", "1,2,3"), ("bbox", "0,0,0,1,1,x"), ("tsdf_unseen", "outside"),
-                       ("fill_hole_edges", "-1")):
+                       ("fill_hole_edges", "-1"), ("scene_contraction", "square")):
         with pytest.raises(ConfigError, match=field if field != "bbox" else "--bbox|bbox"):
             apply_dict(cfg, {field: bad})
     ok = apply_dict(cfg, {"bbox": "-1,-1,0,1,1,2", "extract": "delaunay", "tsdf_resolution": "1024"})
     assert ok.bbox == "-1,-1,0,1,1,2" and ok.extract == "delaunay" and ok.tsdf_resolution == 1024
+    assert cfg.scene_contraction == "inverse" and apply_dict(cfg, {"scene_contraction": "log"}).scene_contraction == "log"
 
 
 def test_flatten_and_depth_normal_terms():

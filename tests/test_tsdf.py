@@ -11,7 +11,8 @@ import torch
 
 from meshlift.errors import MeshError
 from meshlift.isosurface.sparse_grid import extract_tsdf_mesh
-from meshlift.isosurface.tsdf import contract, empty_pixel_views, tsdf_at_points, uncontract, uncontract_scale
+from meshlift.isosurface.tsdf import (LOG_CONTRACTION_SPAN, contract, contract_log, empty_pixel_views, tsdf_at_points,
+                                      uncontract, uncontract_log, uncontract_log_scale, uncontract_scale)
 
 RADIUS = 0.5
 SIZE = 64  # image side, pixels
@@ -376,6 +377,47 @@ def test_contracted_grid_meshes_a_plane_far_outside_the_box():
     assert bool((n[:, 2] < 0).all())  # outward = towards the cameras (-z)
     v_box, f_box, rep_box = extract_tsdf_mesh(views, [-1, -1, -1], [1, 1, 1], 16)
     assert f_box.shape[0] == 0 and rep_box["empty"] and "no cell" in rep_box["empty_reason"]
+
+
+def test_log_contraction_roundtrip_continuity_and_stretch():
+    """contract_log is the identity in the box, inverts exactly, is continuous at |x| = 1, and its stretch is
+    |x| (a finite difference of uncontract_log along the ray): voxels grow like a pixel's footprint."""
+    g = torch.Generator().manual_seed(1)
+    scale = torch.logspace(-1, 1.2, 2000, dtype=torch.float64)[:, None]  # 0.1 .. 16 box sizes
+    x = torch.randn(2000, 3, generator=g, dtype=torch.float64) * scale
+    y = contract_log(x)
+    torch.testing.assert_close(uncontract_log(y), x, rtol=1e-9, atol=1e-12)
+    inner = torch.rand(100, 3, generator=g, dtype=torch.float64) * 2 - 1
+    assert torch.equal(contract_log(inner), inner) and torch.equal(uncontract_log(inner), inner)
+    edge = torch.tensor([[1.0, 0.4, -0.3]], dtype=torch.float64)
+    torch.testing.assert_close(contract_log(edge * (1 + 1e-9)), edge, atol=1e-8, rtol=0)
+    far = torch.tensor([[math.exp(LOG_CONTRACTION_SPAN), 0.0, 0.0]], dtype=torch.float64)
+    assert float(contract_log(far)[0, 0]) == pytest.approx(1 + LOG_CONTRACTION_SPAN)
+    for yy in ([1.5, 0.3, -0.2], [3.2, -1.0, 2.0]):
+        yt = torch.tensor([yy], dtype=torch.float64)
+        m, h = float(yt.abs().amax()), 1e-6
+        fd = (uncontract_log(yt * (1 + h)) - uncontract_log(yt * (1 - h))).abs().amax() / (2 * h * m)
+        assert float(uncontract_log_scale(yt)) == pytest.approx(float(fd), rel=1e-5)
+        assert float(uncontract_log_scale(yt)) == pytest.approx(float(uncontract_log(yt).abs().amax()), rel=1e-9)
+
+
+def test_log_contracted_grid_keeps_the_box_and_meshes_a_far_plane_finer():
+    """contraction="log": 4 x resolution cells per axis, the sphere inside the box meshed exactly as without
+    contraction, and a plane at 3.7 box half-sizes meshed with finer triangles than the mip-NeRF 360 grid
+    gives it (its voxel there spans 3.7 box voxels instead of 3.7^2)."""
+    v, f, report = extract_tsdf_mesh([sphere_depth(12)], [-1, -1, -1], [1, 1, 1], 32, contract=True,
+                                     contraction="log")
+    v0, f0, _ = extract_tsdf_mesh([sphere_depth(12)], [-1, -1, -1], [1, 1, 1], 32)
+    assert report["cells_per_axis"] == 128 and report["contraction"] == "log"
+    assert f.shape == f0.shape and closed_oriented_defects(f) == (0, 0)
+    torch.testing.assert_close(torch.unique(v, dim=0), torch.unique(v0, dim=0), atol=1e-6, rtol=0)
+    views = [plane_views(3.7, [(0.0, 0.0, -0.5), (0.2, 0.1, 0.0)], size=48, focal=20.0)]
+    vi, fi, _ = extract_tsdf_mesh(views, [-1, -1, -1], [1, 1, 1], 16, contract=True)
+    vl, fl, rl = extract_tsdf_mesh(views, [-1, -1, -1], [1, 1, 1], 16, contract=True, contraction="log")
+    assert not rl["empty"] and float((vl[:, 2] - 3.7).abs().max()) < 1e-3
+    assert fl.shape[0] > 2 * fi.shape[0]
+    with pytest.raises(MeshError, match="contraction"):
+        extract_tsdf_mesh(views, [-1, -1, -1], [1, 1, 1], 16, contract=True, contraction="square")
 
 
 # ---------------------------------------------------------------- bad input and empty scenes ----------------

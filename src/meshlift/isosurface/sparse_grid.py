@@ -59,6 +59,9 @@ space maps into ``[-2, 2]^3``), the grid is uniform over ``[-2, 2]^3``, and each
 world space to read the depth maps. Its truncation is ``trunc_voxels`` x the local world voxel size, the
 grid voxel times the largest stretch of the uncontraction there
 (:func:`meshlift.isosurface.tsdf.uncontract_scale`). Corners on the outer boundary (at infinity) are unknown.
+``contraction="log"`` uses :func:`meshlift.isosurface.tsdf.contract_log` instead: the grid is uniform over
+``[-4, 4]^3`` (``N = 4 resolution``), out to ``e^3`` box half-sizes, and a voxel at ``r`` half-sizes spans ``r``
+(not ``r^2``) box voxels, as a camera pixel's footprint grows.
 Vertices are interpolated between world-space corners, so the output is in world units.
 """
 
@@ -81,7 +84,10 @@ from meshlift.isosurface.tsdf import (
     empty_pixel_views,
     reiterable_depth_source,
     tsdf_at_points,
+    LOG_CONTRACTION_SPAN,
     uncontract,
+    uncontract_log,
+    uncontract_log_scale,
     uncontract_scale,
 )
 
@@ -90,7 +96,7 @@ DEFAULT_TRUNC_VOXELS = 3.0
 #: Default minimum fused weight of a corner to be "known" at the finest level (observed at all).
 DEFAULT_MIN_WEIGHT = 1e-6
 MIN_RESOLUTION = 4
-#: Largest finest-lattice size per axis (2 x resolution when contracting); keeps the int64 keys exact.
+#: Largest finest-lattice size per axis (2 x resolution when contracting, 4 x with the log contraction); keeps the int64 keys exact.
 MAX_CELLS_PER_AXIS = 1 << 16
 #: Level 0 is dense: at most this many cells (raise ``levels`` for a larger ``resolution``).
 MAX_LEVEL0_CELLS = 1 << 24
@@ -164,11 +170,13 @@ def _auto_levels(n: int) -> int:
 class _Grid:
     """Lattice -> world mapping and per-corner truncation of one extraction (no state beyond the knobs)."""
 
-    def __init__(self, lo: torch.Tensor, hi: torch.Tensor, n: int, contract: bool, dev: torch.device):
+    def __init__(self, lo: torch.Tensor, hi: torch.Tensor, n: int, contract: bool, dev: torch.device,
+                 contraction: str = "inverse"):
         self.n, self.n1, self.contract, self.dev = n, n + 1, contract, dev
         self.centre = ((lo + hi) / 2).to(dev)
         self.half = ((hi - lo) / 2).to(dev)
-        self.extent = 4.0 if contract else 2.0  # normalised size of the grid cube per axis
+        self.contraction = contraction
+        self.extent = 2.0 * _contracted_half(contraction) if contract else 2.0  # normalised size of the grid cube
 
     def voxel_world(self, cells_per_axis: int) -> float:
         """World size of a voxel of a level inside the box (the largest axis)."""
@@ -186,10 +194,21 @@ class _Grid:
             valid = torch.ones(keys.shape[0], dtype=torch.bool, device=keys.device)
             trunc = torch.full((keys.shape[0],), trunc_voxels * vox, dtype=torch.float64, device=keys.device)
             return self.centre + self.half * y, trunc, valid
-        valid = y.abs().amax(dim=1) < 2 - 1e-9
+        valid = y.abs().amax(dim=1) < self.extent / 2 - 1e-9
         y = torch.where(valid[:, None], y, 0)
+        if self.contraction == "log":
+            return self.centre + self.half * uncontract_log(y), trunc_voxels * vox * uncontract_log_scale(y), valid
         trunc = trunc_voxels * vox * uncontract_scale(y)
         return self.centre + self.half * uncontract(y), trunc, valid
+
+
+#: The contractions ``extract_tsdf_mesh`` offers (``contraction``).
+CONTRACTIONS = ("inverse", "log")
+
+
+def _contracted_half(contraction: str) -> float:
+    """Half the side of the contracted cube: 2 (mip-NeRF 360) or ``1 + LOG_CONTRACTION_SPAN`` (log)."""
+    return 1.0 + LOG_CONTRACTION_SPAN if contraction == "log" else 2.0
 
 
 def _sync(dev: torch.device) -> None:
@@ -249,6 +268,7 @@ def extract_tsdf_mesh(
     trunc_voxels: float = DEFAULT_TRUNC_VOXELS,
     levels: int | None = None,
     contract: bool = False,
+    contraction: str = "inverse",
     min_weight: float = DEFAULT_MIN_WEIGHT,
     unseen: str = "unknown",
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
@@ -279,7 +299,12 @@ def extract_tsdf_mesh(
         levels: number of grid levels, coarse to fine; ``resolution`` (twice it with ``contract``) must be
             divisible by ``2^(levels - 1)``. None picks the most levels with a coarse grid of >= 16 cells per
             axis; 1 evaluates every finest cell (dense; the reference path).
-        contract: mesh the unbounded scene with the mip-NeRF 360 contraction (L-inf form) around the box.
+        contract: mesh the unbounded scene with a contraction (L-inf form) around the box.
+        contraction: with ``contract``: ``"inverse"`` (mip-NeRF 360, the grid over ``[-2, 2]^3``, ``2 x resolution``
+            cells per axis; a voxel at ``r`` box half-sizes spans ``r^2`` box voxels) or ``"log"``
+            (:func:`meshlift.isosurface.tsdf.contract_log`, the grid over ``[-4, 4]^3``, ``4 x resolution``
+            cells per axis, out to ``e^3`` half-sizes; a voxel at ``r`` spans ``r`` box voxels, as a pixel's
+            footprint grows: finer walls and more faces in the shell).
         min_weight: corners with a fused weight below this are unknown and create no faces (> 0; the weight
             counts views, times the confidence maps when given; the default keeps every observed corner).
         unseen: what a finest-level corner **no view saw** (weight 0) is: ``"unknown"`` (creates no faces) or
@@ -322,8 +347,11 @@ def extract_tsdf_mesh(
     carve = {"free_depth": free_depth, "carve_fraction": carve_fraction}
     if not isinstance(contract, bool):
         raise MeshError(f"extract_tsdf_mesh: contract must be True or False, got {contract!r}")
+    if contraction not in CONTRACTIONS:
+        raise MeshError(f"extract_tsdf_mesh: contraction must be one of {CONTRACTIONS}, got {contraction!r} "
+                        "(log: shell voxels that grow like a pixel's footprint)")
     lo, hi = _check_bounds(bounds_min, bounds_max)
-    n = resolution * (2 if contract else 1)
+    n = int(resolution * _contracted_half(contraction)) if contract else resolution
     if n > MAX_CELLS_PER_AXIS:
         raise MeshError(
             f"extract_tsdf_mesh: resolution {resolution} gives {n} cells per axis, above {MAX_CELLS_PER_AXIS}; "
@@ -348,12 +376,13 @@ def extract_tsdf_mesh(
     if device is None:
         device = bounds_min.device if isinstance(bounds_min, torch.Tensor) else "cpu"
     dev = torch.device(device)
-    grid = _Grid(lo, hi, n, contract, dev)
+    grid = _Grid(lo, hi, n, contract, dev, contraction)
     stats: dict = {}
     report: dict = {
         "resolution": resolution,
         "cells_per_axis": n,
         "contract": contract,
+        "contraction": contraction if contract else None,
         "trunc_voxels": trunc_voxels,
         "unseen": unseen,
         "unseen_inside_corners": 0,

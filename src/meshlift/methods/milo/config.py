@@ -117,6 +117,12 @@ class MiloConfig(GaussiansConfig):
     voxel and lost 3 dB at 0.5), within [32, 1024]."""
     scene_voxel_pixels: float = 2.0
     """With ``scene_resolution=0``: the whole-scene voxel in training pixels at the region's centre."""
+    scene_contraction: str = "inverse"
+    """How the whole-scene grid covers the space around the region of interest: ``inverse`` (mip-NeRF 360's
+    contraction; a voxel at ``r`` box half-sizes spans ``r^2`` box voxels: a wall at 3 half-sizes gets 9x the
+    box's voxel, several training pixels) or ``log`` (``1 + ln r``, out to ``e^3`` half-sizes: a voxel spans ``r``
+    box voxels, about as many pixels as in the box, since a pixel's footprint grows with the distance too;
+    more faces in the shell). ``meshlift.methods.milo.tsdf_mesh``'s docstring has the fox's measurements."""
     max_asset_faces: int = 500_000
     """``tsdf`` path: decimate the exported asset to at most this many faces (quadrics; 0 = keep every face of
     the fusion, which makes ~4 faces per voxel of surface)."""
@@ -274,7 +280,8 @@ SHAPE_FIELDS = ("sh_degree", "data", "num_pivots", "mesh_res_scale", "ref_views"
 
 _CHOICES = {"imp_metric": ("indoor", "outdoor"), "extract": ("tsdf", "delaunay"), "surface_depth": ("median_plane", "plane", "median"),
             "region": ("auto", "scene", "object"), "ref_scene": ("object", "ground"),
-            "raster_backend": ("auto", "torch", "triton"), "tsdf_unseen": ("inside", "unknown")}
+            "raster_backend": ("auto", "torch", "triton"), "tsdf_unseen": ("inside", "unknown"),
+            "scene_contraction": ("inverse", "log")}
 _UNIT = ("sampling_factor", "prune_cdf", "sdf_reset_blend")
 _NONNEG = ("floor_snap", "scene_voxel_pixels", "depth_consistency_views", "depth_consistency_tol", "flatten_weight", "tsdf_trunc_pixels", "scene_trunc_pixels", "tsdf_trunc_voxels", "tsdf_min_views", "trunc_pixels", "depth_normal_weight", "mesh_depth_weight", "mesh_normal_weight", "occupied_centres_weight",
            "occupancy_label_weight", "keep_components", "min_component_faces", "color_depth_tol", "scene_color_power", "mesh_res_scale",

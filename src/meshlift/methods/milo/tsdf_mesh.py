@@ -42,6 +42,25 @@ surface itself, and a surface is only made where views agree. The steps:
    ([19.37, 20.45, 18.74, 18.90, 19.64]), 19.51 dB with the colours re-fused through the crack-free depth. The rest is colour on covered pixels, and the strip at the image border
    of view 0001 that no fused surface covers (0.6 % of its pixels, white on a dark wall: a third of its
    squared error); the other views are > 99.8 % covered.
+   **Decomposing the gap per test view** (``benchmarks/milo_fox_gap.py``, issue 33, 2026-12-05, branch
+   ``foxgap2``): (a) the mesh render, (b) the same geometry with ORACLE vertex colours fused from the test view
+   itself, (e) every covered test pixel coloured from the training views at the mesh's surface point there
+   (the bound of a per-texel bake), (c) empty pixels and their share of the squared error, (d) pixels within
+   2 px of a depth edge against flat ones, and pixels in the contracted shell. On a CPU fox checkpoint
+   (180×320, 275 steps: too short, its Gaussians score 13.07 dB, below the mesh's 13.96, so it says where the
+   *mesh* loses, not the H200's gap) the means over the 5 test views were: mesh 13.96, oracle vertex colours
+   15.48 (+1.5; +3.7 on view 0042), per-pixel training colour 13.94 (+0.0), the same with
+   ``scene_color_power=2`` 14.07 (+0.1), from the 3 training views nearest the test camera only 14.02 (+0.06;
+   per view −0.6 to +1.0); empty pixels 10 % (views 0001/0027/0073 15-26 %, where the Gaussians
+   fail as badly: a border the training views barely see), edges 20 % of the pixels and 10 % of the error.
+   So on this geometry the colour's *sampling* (per vertex vs per texel) costs nothing, while the training
+   views' colours at the mesh's points disagree with the test view's by 1.5 dB: the surface is off by
+   a pixel or more where the views meet it (or the views' exposure differs), which a finer texture
+   cannot fix. ``scene_contraction=log`` (shell voxels ∝ distance, as a pixel's footprint, instead of
+   mip-NeRF 360's ∝ distance², which gives the fox's wallpaper ~8 training pixels per voxel on the H200 at
+   256³) made 16 % more faces and 13.89 dB (−0.07; shell pixels 17.90 vs 17.82 dB): no gain on this proxy,
+   so it is off by default until the H200 measures it (the paired re-extraction of one checkpoint with both
+   contractions, docs/usage/milo.md).
 6. **The asset** (:func:`object_asset`): the whole-scene mesh cut to the region of interest, closed at the cut
    (:func:`meshlift.mesh.crop.crop_mesh`), optionally without the support plane it stands on. Before its fusion the
    floor in the depth maps is flattened onto one plane (``floor_snap``, :mod:`meshlift.methods.milo.floor_depth`),
@@ -279,6 +298,7 @@ def fused_mesh(cfg, depths: torch.Tensor, problem, region: FusionRegion, resolut
                 f" (truncation {trunc_voxels:.1f} voxels)")
     v, f, rep = extract_tsdf_mesh(source, region.box_min.to(device), region.box_max.to(device), resolution,
                                   trunc_voxels=trunc_voxels, contract=region.contract,
+                                  contraction=cfg.scene_contraction if region.contract else "inverse",
                                   min_weight=cfg.tsdf_min_views, unseen=cfg.tsdf_unseen,
                                   chunk_elements=cfg.chunk_elements, **carving(cfg, problem))
     report: dict = {"region": region.to_dict(), "resolution": int(resolution), "trunc_voxels": trunc_voxels,
