@@ -745,8 +745,17 @@ def main(argv=None) -> int:
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="CPU device: time stages by wall clock or by the main thread's CPU time (cpu: robust to "
                          "other processes on a shared machine; sets one torch thread)")
+    ap.add_argument("--splat-bwd", default=None, metavar="SPLIT:CULL",
+                    help="the Triton compositing backward's _SPLIT_BWD and _CULL_BWD for this run (A/B: 1:0 is the "
+                         "path before 2026-12-05, 4:2 the band split with compacted culling)")
     ap.add_argument("--out", type=Path, default=None, help="JSON report (a markdown twin .md beside it)")
     args = ap.parse_args(argv)
+    if args.splat_bwd:
+        from meshlift.kernels import splat_triton as kt
+
+        split, cull = (int(x) for x in args.splat_bwd.split(":"))
+        kt._SPLIT_BWD, kt._CULL_BWD = split, cull
+        print(f"splat backward: _SPLIT_BWD {split}, _CULL_BWD {cull}", flush=True)
     if args.clock == "cpu" and args.device == "cpu":
         args.threads = 1
     if args.threads:

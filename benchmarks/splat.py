@@ -167,13 +167,20 @@ def main(argv=None) -> int:
     ap.add_argument("--triton-warps", nargs="+", type=int, default=None,
                     help="sweep the warps per Triton tile program (default 8)")
     ap.add_argument("--triton-config", nargs=2, default=None, metavar=("FWD", "BWD"),
-                    help="compositing tile programs as B:warps for the forward and the backward, e.g. "
-                         "32:2 8:2 (benchmarks/splat_stages.py prints the fastest)")
+                    help="compositing tile programs as B:warps for the forward and B:warps[:split][b|c] for the "
+                         "backward (split: programs per tile; b / c: band culling by batches / compacted, "
+                         "_CULL_BWD 1 / 2), e.g. 8:2 4:1:4c "
+                         "(benchmarks/splat_stages.py prints the fastest)")
     args = ap.parse_args(argv)
     if args.triton_config:
-        (fb, fw), (bb, bw) = (c.split(":") for c in args.triton_config)
+        fb, fw = args.triton_config[0].split(":")
+        bspec = args.triton_config[1]
+        bb, bw, *bsplit = bspec.rstrip("bc").split(":")
         kt._BATCH, kt._WARPS = int(fb), int(fw)
         kt._BATCH_BWD, kt._WARPS_BWD = int(bb), int(bw)
+        kt._SPLIT_BWD = int(bsplit[0]) if bsplit else 1
+        if hasattr(kt, "_CULL_BWD"):
+            kt._CULL_BWD = 2 if bspec.endswith("c") else 1 if bspec.endswith("b") else 0
     if args.device == "cuda" and not torch.cuda.is_available():
         print("benchmarks/splat.py needs a CUDA device (or --device cpu for a smoke run)", file=sys.stderr)
         return 2

@@ -224,10 +224,20 @@ def main(argv=None) -> int:
     ap.add_argument("--no-gsplat", action="store_true")
     ap.add_argument("--fwd", nargs="+", default=["32:2", "32:1", "64:2", "16:2", "8:2"],
                     help="forward variants B:warps")
-    ap.add_argument("--bwd", nargs="+", default=["4:1", "4:1s", "8:1", "8:2", "4:1:2", "4:1:4", "4:1:4s", "8:1:4",
-                                                 "8:2:2", "4:2:2", "2:1:4", "4:1:8", "8:1:8"],
-                    help="backward variants B:warps[:split], split = programs per tile (bands of rows, default 1), "
-                         "suffix s = skip batches that reach no pixel of the tile")
+    ap.add_argument("--bwd", nargs="+", default=["4:1:1", "4:1:1c", "4:1:4", "4:1:4b", "4:1:4c", "4:1:2c", "4:1:8c",
+                                                 "2:1:4c", "8:1:4c", "8:2:4c", "4:2:2c", "2:1:8c", "4:1:4s",
+                                                 "8:1:1", "8:2:1"],
+                    help="backward variants B:warps[:split][s][b|c], split = programs per tile (bands of rows, "
+                         "default 1), suffix s = skip batches that reach no pixel of the band (from the [B, P] "
+                         "block), b = skip batches none of whose Gaussians can reach the band's pixel box "
+                         "(_CULL_BWD 1), c = process only the Gaussians that can reach it (_CULL_BWD 2, compacted); "
+                         "neither: _CULL_BWD 0")
+    ap.add_argument("--split", type=int, default=None,
+                    help="_SPLIT_BWD (backward programs per tile) for the 'default' rows and the end-to-end timing "
+                         "(default: the module's)")
+    ap.add_argument("--cull", type=int, choices=(0, 1, 2), default=None,
+                    help="_CULL_BWD for the 'default' rows and the end-to-end timing: 0 off, 1 batches, 2 "
+                         "compacted (default: the module's)")
     ap.add_argument("--best", default=None, help="write the fastest 'FWD BWD' configuration of the first case here")
     ap.add_argument("--out", default=None)
     ap.add_argument("--device", default="cuda", help="cpu: smoke run under TRITON_INTERPRET=1 (not a benchmark)")
@@ -240,6 +250,15 @@ def main(argv=None) -> int:
     log(f"device {name}, torch {torch.__version__}, triton {triton.__version__}, "
         f"module {kt.__file__}")
     has_impl = hasattr(kt, "_BATCH_BWD")
+    if args.split is not None:
+        kt._SPLIT_BWD = args.split
+    if args.cull is not None:
+        if not hasattr(kt, "_CULL_BWD"):
+            raise SystemExit("--cull: this tree's splat_triton has no _CULL_BWD")
+        kt._CULL_BWD = args.cull
+    log(f"backward defaults: B {getattr(kt, '_BATCH_BWD', '?')}, warps {getattr(kt, '_WARPS_BWD', '?')}, "
+        f"split {getattr(kt, '_SPLIT_BWD', 1)}, cull {getattr(kt, '_CULL_BWD', 'n/a')}, "
+        f"skip {getattr(kt, '_SKIP_EMPTY_BWD', 'n/a')}")
     for case in args.cases:
         n, W, H = parse_case(case)
         scene, w2c, K = make_scene(n, W, H, 0, device=dev)
@@ -278,15 +297,18 @@ def main(argv=None) -> int:
         kt._BATCH, kt._WARPS = defaults[:2]
         skip0 = getattr(kt, "_SKIP_EMPTY_BWD", None)
         split0 = getattr(kt, "_SPLIT_BWD", None)
+        cull0 = getattr(kt, "_CULL_BWD", None)
         for spec in args.bwd:
-            body = spec[:-1] if spec.endswith("s") else spec
+            body = spec.rstrip("sbc")
+            flags = spec[len(body):]
             B, w, *sp = body.split(":")
-            if spec.endswith("s"):
-                if skip0 is None:
-                    continue
-                kt._SKIP_EMPTY_BWD = True
-            elif skip0 is not None:
-                kt._SKIP_EMPTY_BWD = False
+            cull = 2 if "c" in flags else 1 if "b" in flags else 0
+            if ("s" in flags and skip0 is None) or (cull and cull0 is None):
+                continue
+            if skip0 is not None:
+                kt._SKIP_EMPTY_BWD = "s" in flags
+            if cull0 is not None:
+                kt._CULL_BWD = cull
             if sp and split0 is None:
                 continue
             if split0 is not None:
@@ -296,8 +318,8 @@ def main(argv=None) -> int:
                 _, t, _, gr = composite_times(mid, W, H, args.repeats)
                 d = ", ".join(f"{rel(a, b):.1e}" for a, b in zip(gr, g0))
                 log(f"  bwd {spec:<12} {t:8.3f} ms  grads rel max|d| vs default (m2, con, op, feat) {d}")
-                if t < best_b[1] and not spec.endswith("s"):
-                    best_b = ((int(B), int(w)) + ((int(sp[0]),) if sp else ()), t)
+                if t < best_b[1] and "s" not in flags:
+                    best_b = ((int(B), int(w), int(sp[0]) if sp else 1, cull), t)
             except Exception as e:  # noqa: BLE001
                 log(f"  bwd {spec}: failed {type(e).__name__}: {str(e)[:300]}")
         if skip0 is not None:
@@ -306,17 +328,22 @@ def main(argv=None) -> int:
             kt._BATCH, kt._WARPS = best_f[0]
             kt._BATCH_BWD, kt._WARPS_BWD = best_b[0][:2]
             if split0 is not None:
-                kt._SPLIT_BWD = best_b[0][2] if len(best_b[0]) > 2 else 1
+                kt._SPLIT_BWD = best_b[0][2]
+            if cull0 is not None:
+                kt._CULL_BWD = best_b[0][3]
             tf, tfb = e2e(scene, w2c, K, W, H, args.repeats)
             log(f"  best fwd {best_f[0]} bwd {best_b[0]}: rasterize_gaussians fwd {tf:.3f} ms, fwd+bwd {tfb:.3f} ms")
             if args.best and not os.path.exists(args.best):
                 with open(args.best, "w") as f:
-                    f.write(" ".join(":".join(map(str, c)) for c in (best_f[0], best_b[0])) + "\n")
+                    bspec = ":".join(map(str, best_b[0][:3])) + ("", "b", "c")[best_b[0][3]]
+                    f.write(f"{best_f[0][0]}:{best_f[0][1]} {bspec}\n")
         kt._BATCH, kt._WARPS, kt._BATCH_BWD, kt._WARPS_BWD = defaults
         if skip0 is not None:
             kt._SKIP_EMPTY_BWD = skip0
         if split0 is not None:
             kt._SPLIT_BWD = split0
+        if cull0 is not None:
+            kt._CULL_BWD = cull0
         del mid
         if dev == "cuda":
             torch.cuda.empty_cache()

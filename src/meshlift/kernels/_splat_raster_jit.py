@@ -179,14 +179,74 @@ def _bwd_batch(flat_ids, pk, feat, o_grec, o_gfeat, g, idx, bm, gx, gy, ca, cb, 
 
 
 @triton.jit
+def _reaches_box(gx, gy, ca, cb, cc, go, bm, x0, x1, y0, y1):
+    """``[B]`` bool: can a Gaussian pass the forward's cut (``sig >= 0`` and ``go * exp(-sig) >= 1/255``, the
+    test of every compositing kernel) at some point of the box ``[x0, x1] × [y0, y1]`` (pixel centres)?
+
+    The smallest ``sig = 0.5 (a dx² + c dy²) + b dx dy`` over the box (``dx = gx - x``, ``dy = gy - y``) is
+    0 when the centre lies inside it, else on one of its four edges, where it is a parabola in one variable
+    minimised at ``-b dx / c`` (or ``-b dy / a``) clamped to the edge. The cut passes somewhere only if that
+    minimum is at most ``ln(255 go)``. Conservative: a margin of 1 % + 0.02 covers float32 rounding of the
+    per-pixel test (the conic's terms can cancel for thin ellipses); a conic that is not positive definite,
+    whose minimum this does not bound, always reaches. False where ``bm`` is False."""
+    pd = (ca > 0) & (cc > 0) & (ca * cc - cb * cb > 0)
+    sa = tl.where(pd, ca, 1.0)
+    sc = tl.where(pd, cc, 1.0)
+    lox = gx - x1
+    hix = gx - x0
+    loy = gy - y1
+    hiy = gy - y0
+    dy = tl.minimum(tl.maximum(-cb * lox / sc, loy), hiy)
+    q = 0.5 * (ca * lox * lox + cc * dy * dy) + cb * lox * dy
+    dy = tl.minimum(tl.maximum(-cb * hix / sc, loy), hiy)
+    q = tl.minimum(q, 0.5 * (ca * hix * hix + cc * dy * dy) + cb * hix * dy)
+    dx = tl.minimum(tl.maximum(-cb * loy / sa, lox), hix)
+    q = tl.minimum(q, 0.5 * (ca * dx * dx + cc * loy * loy) + cb * dx * loy)
+    dx = tl.minimum(tl.maximum(-cb * hiy / sa, lox), hix)
+    q = tl.minimum(q, 0.5 * (ca * dx * dx + cc * hiy * hiy) + cb * dx * hiy)
+    inside = (lox <= 0) & (hix >= 0) & (loy <= 0) & (hiy >= 0)
+    q = tl.where(inside, 0.0, q)
+    lim = tl.log(tl.maximum(go, 1e-30) * 255.0)
+    return bm & (go * 255.0 >= 0.9999) & ((q * 0.99 - 0.02 <= lim) | ~pd)
+
+
+@triton.jit
+def _bwd_step(flat_ids, pk, feat, o_grec, o_gfeat, g, idx, bm, gx, gy, ca, cb, cc, go, pxf, pyf, last, T, S, tgT,
+              gi0, gi1, gi2, gi3, kB, k0, D, alpha_max, NC: tl.constexpr, SKIP: tl.constexpr):
+    """One back-to-front batch of a band: its ``[B, P]`` block, then :func:`_bwd_batch` (with ``SKIP`` only when
+    some Gaussian of the batch reaches some pixel). Returns the new ``T, S``."""
+    dx = gx[:, None] - pxf[None, :]
+    dy = gy[:, None] - pyf[None, :]
+    sig = 0.5 * (ca[:, None] * dx * dx + cc[:, None] * dy * dy) + cb[:, None] * dx * dy
+    vis = tl.exp(-sig)
+    raw = go[:, None] * vis
+    inc = bm[:, None] & (sig >= 0) & (raw >= 1.0 / 255.0) & (idx[:, None] <= last[None, :])
+    if SKIP:
+        if tl.max(tl.max(inc.to(tl.int32), axis=1), axis=0) > 0:
+            T, S = _bwd_batch(flat_ids, pk, feat, o_grec, o_gfeat, g, idx, bm, gx, gy, ca, cb, cc, go, dx, dy, raw,
+                              vis, inc, pxf, pyf, last, T, S, tgT, gi0, gi1, gi2, gi3, kB, k0, D, alpha_max, NC)
+    else:
+        T, S = _bwd_batch(flat_ids, pk, feat, o_grec, o_gfeat, g, idx, bm, gx, gy, ca, cb, cc, go, dx, dy, raw, vis,
+                          inc, pxf, pyf, last, T, S, tgT, gi0, gi1, gi2, gi3, kB, k0, D, alpha_max, NC)
+    return T, S
+
+
+@triton.jit
 def composite_bwd(offsets, flat_ids, pk, feat, T_final, last_ids, g_feat, g_alpha, o_grec, o_gfeat, width,
                   height, tiles_w, tiles_h, alpha_max, D, NC: tl.constexpr, TS: tl.constexpr,
-                  B: tl.constexpr, SKIP: tl.constexpr, SPLIT: tl.constexpr):
-    """``SKIP``: test first whether any Gaussian of a batch contributes to any pixel of the tile, and
-    skip the batch's reductions and atomics when none does (the result is the same: such a batch changes
-    neither the transmittance nor the colour sum). ``SPLIT``: programs per tile, each walking the tile's
-    list for a band of ``TS // SPLIT`` rows only as far back as its own pixels' last contributor (more
-    programs in flight on small images; one atomic per Gaussian per band instead of per tile)."""
+                  B: tl.constexpr, SKIP: tl.constexpr, SPLIT: tl.constexpr, CULL: tl.constexpr,
+                  CH: tl.constexpr):
+    """``SPLIT``: programs per tile, each walking the tile's list back to front for a band of ``TS // SPLIT``
+    rows only, from its own pixels' last contributor (more, shorter programs: the slowest tiles' long lists
+    are shared by ``SPLIT`` programs; one atomic per Gaussian per band instead of per tile). ``CULL``: leave
+    out Gaussians that cannot reach the band's pixel box (:func:`_reaches_box`, from the records alone: a
+    tile's list holds every Gaussian whose 3-sigma square overlaps the tile, most of which miss a given band):
+    0 off; 1 skip a batch of ``B`` consecutive list entries none of which reaches; 2 compact: test ``CH``
+    entries at a time and process only those that reach, ``B`` at a time in list order. ``SKIP``: test first
+    whether any Gaussian of a batch contributes to any pixel of the band (from the ``[B, P]`` block), and
+    skip the batch's reductions and atomics when none does. A Gaussian left out adds nothing to the
+    transmittance, the colour sum or any gradient, so every combination gives the same result (up to the
+    float32 order of the in-batch products when CULL is 2)."""
     tile, pix, inimg, pxf, pyf = _sub_tile_pixels(tl.program_id(0), tiles_w, tiles_h, width, height, TS, SPLIT)
     grp = tl.program_id(1)
     start = tl.load(offsets + tile).to(tl.int32)
@@ -210,31 +270,56 @@ def composite_bwd(offsets, flat_ids, pk, feat, T_final, last_ids, g_feat, g_alph
         gi2 = tl.load(g_feat + pix * D + k0 + 2, mask=inimg & (kP + 2 < D), other=0.0)
     if NC > 3:
         gi3 = tl.load(g_feat + pix * D + k0 + 3, mask=inimg & (kP + 3 < D), other=0.0)
+    # the band's box of pixel centres inside the image (used by CULL; a band wholly outside has lmax = -1)
+    bx0 = tl.min(pxf, axis=0)
+    by0 = tl.min(pyf, axis=0)
+    bx1 = tl.max(tl.where(inimg, pxf, bx0), axis=0)
+    by1 = tl.max(tl.where(inimg, pyf, by0), axis=0)
     lmax = tl.max(last, axis=0)
     T = Tf
     S = z
-    nb = (lmax - start + B) // B
-    nb = tl.where(lmax >= start, nb, 0)
-    for kb in range(0, nb):
-        b0 = start + (nb - 1 - kb) * B
-        idx = b0 + tl.arange(0, B)
-        bm = idx <= lmax
-        g = tl.load(flat_ids + idx, mask=bm, other=0)
-        gx, gy, ca, cb, cc, go = _load_rec(pk, g, bm)
-        dx = gx[:, None] - pxf[None, :]
-        dy = gy[:, None] - pyf[None, :]
-        sig = 0.5 * (ca[:, None] * dx * dx + cc[:, None] * dy * dy) + cb[:, None] * dx * dy
-        vis = tl.exp(-sig)
-        raw = go[:, None] * vis
-        inc = bm[:, None] & (sig >= 0) & (raw >= 1.0 / 255.0) & (idx[:, None] <= last[None, :])
-        if SKIP:
-            if tl.max(tl.max(inc.to(tl.int32), axis=1), axis=0) > 0:
-                T, S = _bwd_batch(flat_ids, pk, feat, o_grec, o_gfeat, g, idx, bm, gx, gy, ca, cb, cc, go, dx, dy,
-                                  raw, vis, inc, pxf, pyf, last, T, S, tgT, gi0, gi1, gi2, gi3, kB, k0, D, alpha_max,
-                                  NC)
-        else:
-            T, S = _bwd_batch(flat_ids, pk, feat, o_grec, o_gfeat, g, idx, bm, gx, gy, ca, cb, cc, go, dx, dy, raw,
-                              vis, inc, pxf, pyf, last, T, S, tgT, gi0, gi1, gi2, gi3, kB, k0, D, alpha_max, NC)
+    if CULL == 2:
+        # compacted: chunks of CH list entries back to front; the entries of a chunk that reach the band, in
+        # list order, are gathered B at a time (a [B, CH] one-hot select) and processed back to front
+        nch = (lmax - start + CH) // CH
+        nch = tl.where(lmax >= start, nch, 0)
+        cr = tl.arange(0, CH)
+        br = tl.arange(0, B)
+        for kc in range(0, nch):
+            cidx = start + (nch - 1 - kc) * CH + cr
+            cm = cidx <= lmax
+            cg = tl.load(flat_ids + cidx, mask=cm, other=0)
+            hx, hy, ha, hb, hc, ho = _load_rec(pk, cg, cm)
+            reach = _reaches_box(hx, hy, ha, hb, hc, ho, cm, bx0, bx1, by0, by1)
+            ri = reach.to(tl.int32)
+            pos = tl.cumsum(ri, axis=0) - 1  # compacted slot of a reaching entry
+            cnt = tl.sum(ri, axis=0)
+            for kb in range(0, (cnt + B - 1) // B):
+                slot = cnt - (kb + 1) * B + br
+                sel = reach[None, :] & (pos[None, :] == slot[:, None])
+                idx = tl.sum(tl.where(sel, cidx[None, :], 0), axis=1)
+                bm = slot >= 0
+                g = tl.load(flat_ids + idx, mask=bm, other=0)
+                gx, gy, ca, cb, cc, go = _load_rec(pk, g, bm)
+                T, S = _bwd_step(flat_ids, pk, feat, o_grec, o_gfeat, g, idx, bm, gx, gy, ca, cb, cc, go, pxf, pyf,
+                                 last, T, S, tgT, gi0, gi1, gi2, gi3, kB, k0, D, alpha_max, NC, SKIP)
+    else:
+        nb = (lmax - start + B) // B
+        nb = tl.where(lmax >= start, nb, 0)
+        for kb in range(0, nb):
+            b0 = start + (nb - 1 - kb) * B
+            idx = b0 + tl.arange(0, B)
+            bm = idx <= lmax
+            g = tl.load(flat_ids + idx, mask=bm, other=0)
+            gx, gy, ca, cb, cc, go = _load_rec(pk, g, bm)
+            if CULL == 1:
+                reach = _reaches_box(gx, gy, ca, cb, cc, go, bm, bx0, bx1, by0, by1)
+                if tl.max(reach.to(tl.int32), axis=0) > 0:
+                    T, S = _bwd_step(flat_ids, pk, feat, o_grec, o_gfeat, g, idx, bm, gx, gy, ca, cb, cc, go, pxf,
+                                     pyf, last, T, S, tgT, gi0, gi1, gi2, gi3, kB, k0, D, alpha_max, NC, SKIP)
+            else:
+                T, S = _bwd_step(flat_ids, pk, feat, o_grec, o_gfeat, g, idx, bm, gx, gy, ca, cb, cc, go, pxf, pyf,
+                                 last, T, S, tgT, gi0, gi1, gi2, gi3, kB, k0, D, alpha_max, NC, SKIP)
 
 # ------------------------------------------------------------------ statistics
 @triton.jit

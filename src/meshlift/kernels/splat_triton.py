@@ -16,10 +16,13 @@ outputs), and tests compare forward and backward against it (under ``TRITON_INTE
   feature channels), reading packed per-Gaussian screen records. Forward: the tile's depth-ordered list
   one Gaussian per step (``_BATCH`` unrolled), [256]-pixel vectors, the T < 1e-4 stop exactly as in the
   reference (a Gaussian that would cross it is not added and ends the pixel), early exit when every pixel
-  of the tile is done. Backward: ``_BATCH_BWD`` Gaussians at a time as a ``[B, 256]`` block, back to
-  front from the tile's last contributor, transmittance recovered by division, the colour "behind" each
-  Gaussian from a running sum plus an in-batch ``tl.cumsum``, reduced over the 256 pixels in the program,
-  then one ``atomic_add`` per Gaussian per tile per parameter.
+  of the tile is done. Backward: ``_SPLIT_BWD`` programs per tile, each for a band of rows; a band walks
+  the tile's list back to front from its own pixels' last contributor, tests ``_CULL_CHUNK`` entries at a
+  time against its pixel box (``_CULL_BWD``: the forward's opacity cut at the conic's minimum over the box)
+  and takes those that can reach it ``_BATCH_BWD`` at a time as a ``[B, P]`` block: transmittance
+  recovered by division, the colour "behind" each Gaussian from a running sum plus an in-batch
+  ``tl.cumsum``, reduced over the band's pixels, then one ``atomic_add`` per Gaussian per band per
+  parameter.
 - :func:`tile_statistics` — the no-grad statistics pass (Σ αT, pixels touched, largest contributor).
 
 Camera gradients (``world_to_camera``, ``K``) are not produced here; the torch backend has them.
@@ -55,8 +58,19 @@ _WARPS_BWD = 1  # warps per backward tile program
 # on a GPU (benchmarks/splat_stages.py sweeps "4:1s" = skip on against "4:1"): off until measured.
 _SKIP_EMPTY_BWD = False
 # Backward programs per 16-px tile (bands of 16 / _SPLIT_BWD rows): a 400² view has 625 tiles, under 5 one-warp
-# programs per SM of an H200 at 1 (latency-bound); more bands keep more in flight.
-_SPLIT_BWD = 1
+# programs per SM of an H200 at 1 (latency-bound); more bands keep more in flight, and with culling each band
+# processes only the Gaussians of the tile's list that can reach it (a third to a half of the list at 4 bands:
+# benchmarks/splat_bwd_bands_model.py), so the slowest (longest-list) tiles no longer bound the kernel.
+# Split alone (no culling) measured slower on random scenes (2026-12-04: 2.39 vs 1.7 ms at 150k@400²).
+_SPLIT_BWD = 4
+# Backward: leave out Gaussians that cannot reach the band's pixel box (the forward's opacity cut against the
+# conic's minimum over the box, from the screen records alone, before the [B, P] block; same result): 0 off,
+# 1 skip a batch of _BATCH_BWD consecutive entries none of which reaches, 2 test _CULL_CHUNK entries at a time and
+# process only those that reach (compacted batches). The previous path, for A/B: _SPLIT_BWD = 1, _CULL_BWD = 0
+# (benchmarks/splat_stages.py --split 1 --cull 0). Defaults 4 / 2 not yet timed on a GPU (docs/benchmarks.md,
+# 2026-12-05 prediction).
+_CULL_BWD = 2
+_CULL_CHUNK = 32
 _BATCH_STATS = 16  # the statistics pass ([B, 256] blocks)
 _WARPS_STATS = 4
 _TILE_KEY16 = True  # sort 16-bit tile ids when C * tiles < 32768
@@ -341,6 +355,7 @@ class _CompositeFn(torch.autograd.Function):
             _k().composite_bwd[(n_tiles * split, ng)](off, fid, pk, ft, T, last, g_out, g_alpha, grec, gft, width,
                                                       height, tiles_w, tiles_h, alpha_max, D, NC=nc, TS=ts,
                                                       B=_BATCH_BWD, SKIP=bool(_SKIP_EMPTY_BWD), SPLIT=split,
+                                                      CULL=int(_CULL_BWD), CH=int(_CULL_CHUNK),
                                                       num_warps=_WARPS_BWD)
         grec = grec.to(dt)
         return (grec[..., 0:2], grec[..., 2:5], grec[..., 5], gft.to(dt), None, None, None, None, None, None, None,
