@@ -158,19 +158,19 @@ def test_checkpoints_by_time_carry_timings(tmp_path, torus_obj):
 
 
 def _nan_loss_from(monkeypatch, first_bad: int, last_bad: int = 10**9):
-    import meshlift.methods.nvdiffrec.passes as passes
+    import meshlift.methods.nvdiffrec.losses as losses  # render_and_loss looks image_loss up there
 
-    real = passes.image_loss
+    real = losses.image_loss
     calls = {"n": 0}
 
-    def fake(out, views, cfg):
-        loss, mse = real(out, views, cfg)
+    def fake(out, views, cfg, *args, **kwargs):
+        loss, mse = real(out, views, cfg, *args, **kwargs)
         calls["n"] += 1
         if first_bad <= calls["n"] <= last_bad:
             loss = loss * float("nan")
         return loss, mse
 
-    monkeypatch.setattr(passes, "image_loss", fake)
+    monkeypatch.setattr(losses, "image_loss", fake)
     return calls
 
 
@@ -209,18 +209,18 @@ def test_divergence_stops_cleanly_and_keeps_the_good_checkpoint(tmp_path, torus_
 def test_diagnose_nonfinite_names_the_backward_op(tmp_path, torus_obj, monkeypatch, capsys):
     """A finite forward whose backward makes a NaN (sqrt'(0) · 0) at the 3rd loss: the probe stops at that
     step and names the gradient and PyTorch's backward function."""
-    import meshlift.methods.nvdiffrec.passes as passes
+    import meshlift.methods.nvdiffrec.losses as losses  # render_and_loss looks image_loss up there
 
-    real, calls = passes.image_loss, {"n": 0}
+    real, calls = losses.image_loss, {"n": 0}
 
-    def fake(out, views, cfg):
-        loss, mse = real(out, views, cfg)
+    def fake(out, views, cfg, *args, **kwargs):
+        loss, mse = real(out, views, cfg, *args, **kwargs)
         calls["n"] += 1
         if calls["n"] >= 3:
             loss = loss + 0.0 * torch.sqrt(out["shaded"] - out["shaded"].detach()).sum()
         return loss, mse
 
-    monkeypatch.setattr(passes, "image_loss", fake)
+    monkeypatch.setattr(losses, "image_loss", fake)
     out = tmp_path / "out"
     assert _run(torus_obj, out, "--set", "iter_pass1=6", "--set", "diagnose_nonfinite=true") == 2
     err = capsys.readouterr().err
@@ -247,17 +247,17 @@ def test_diagnose_nonfinite_leaves_a_finite_run_alone(tmp_path, torus_obj):
 def test_ctrl_c_saves_a_checkpoint_of_the_step_and_resume_finishes(tmp_path, torus_obj, monkeypatch, capsys):
     """The first Ctrl-C (GracefulInterrupt) stops after the step it came in, with a checkpoint of that step;
     exit 130; --resume continues from there to a finished run."""
-    import meshlift.methods.nvdiffrec.passes as passes
+    import meshlift.methods.nvdiffrec.losses as losses  # render_and_loss looks image_loss up there
 
-    real, calls = passes.image_loss, {"n": 0}
+    real, calls = losses.image_loss, {"n": 0}
 
-    def fake(out, views, cfg):
+    def fake(out, views, cfg, *args, **kwargs):
         calls["n"] += 1
         if calls["n"] == 3:
             loop.INTERRUPT.requested = True  # what the SIGINT handler does
-        return real(out, views, cfg)
+        return real(out, views, cfg, *args, **kwargs)
 
-    monkeypatch.setattr(passes, "image_loss", fake)
+    monkeypatch.setattr(losses, "image_loss", fake)
     out = tmp_path / "out"
     assert _run(torus_obj, out, "--set", "iter_pass1=6", "--set", "checkpoint_every=0",
                 "--set", "checkpoint_every_s=0") == 130
@@ -266,7 +266,7 @@ def test_ctrl_c_saves_a_checkpoint_of_the_step_and_resume_finishes(tmp_path, tor
     assert not loop.INTERRUPT.requested  # reset when the command ends
     ck = torch.load(out / "checkpoint.pt", weights_only=True)
     assert ck["pass1"]["iteration"] == 3 and not (out / "metrics.json").exists()
-    monkeypatch.setattr(passes, "image_loss", real)
+    monkeypatch.setattr(losses, "image_loss", real)
     assert main(["reconstruct", "--out", str(out), "--resume"]) == 0
     m = json.loads((out / "metrics.json").read_text())
     assert m["iterations"]["pass1"] == 6 and math.isfinite(m["psnr"])
