@@ -630,11 +630,11 @@ def test_threaded_row_passes_equal_numpy(monkeypatch):
     keep = rng.random(2345) < 0.7
     other = rng.integers(0, 5000, size=(777, 4)).astype(np.int32)
     for w in (1, 3, 16):
-        assert np.array_equal(df.mark_used(5000, tets, w), ref)
-        assert np.array_equal(df.rows_touching(mark, tets, w), mark[tets].any(axis=1))
-        assert np.array_equal(df.take_rows(tets, keep, w), tets[keep])
-        assert np.array_equal(df.concat_rows([tets, other, tets[:5]], w), np.concatenate([tets, other, tets[:5]]))
-    assert df.take_rows(tets, np.zeros(2345, bool), 3).shape == (0, 4)
+        assert np.array_equal(dr.mark_used(5000, tets, w), ref)
+        assert np.array_equal(dr.rows_touching(mark, tets, w), mark[tets].any(axis=1))
+        assert np.array_equal(dr.take_rows(tets, keep, w), tets[keep])
+        assert np.array_equal(dr.concat_rows([tets, other, tets[:5]], w), np.concatenate([tets, other, tets[:5]]))
+    assert dr.take_rows(tets, np.zeros(2345, bool), 3).shape == (0, 4)
 
 
 def test_hull_once_in_a_thread_same_tets(monkeypatch):

@@ -10,7 +10,7 @@ import torch
 
 from _surface_scenes import views_on_a_ring
 from meshlift.errors import ConfigError
-from meshlift.methods.nvdiffrec.backgrounds import TRAIN_BACKGROUNDS, composite, draw_background, targets_on
+from meshlift.methods.nvdiffrec.backgrounds import TRAIN_BACKGROUNDS, draw_background, targets_on
 from meshlift.methods.nvdiffrec.config import SurfaceConfig, apply_dict, validate
 from meshlift.methods.nvdiffrec.losses import (OCCLUSION_REG_KEY, image_loss, occlusion_reg_active,
                                                occlusion_regularizer)
@@ -42,12 +42,9 @@ def _sphere(radius: float, subdivisions: int = 2):
 # ---- compositing ---------------------------------------------------------------------------------------------
 
 
-def test_composite_of_opaque_is_the_colour_and_of_empty_the_background():
-    g = torch.Generator().manual_seed(1)
-    color, bg = torch.rand(2, 5, 7, 3, generator=g), torch.rand(2, 5, 7, 3, generator=g)
-    torch.testing.assert_close(composite(color, torch.ones(2, 5, 7, 1), bg), color, rtol=0, atol=0)
-    torch.testing.assert_close(composite(color, torch.zeros(2, 5, 7, 1), bg), bg, rtol=0, atol=0)
-    torch.testing.assert_close(composite(color, torch.full((2, 5, 7, 1), 0.25), bg), 0.25 * color + 0.75 * bg)
+def _over(color, alpha, background):
+    """Straight colour over a background (conventions §6): the reference of the re-composited targets."""
+    return color * alpha + background * (1.0 - alpha)
 
 
 def test_a_fully_opaque_render_ignores_the_background_and_an_empty_one_is_the_background():
@@ -89,7 +86,7 @@ def test_targets_are_recomposited_with_their_mask():
     torch.testing.assert_close(t[0], views.targets()[0])  # opaque: the object, whatever the background
     torch.testing.assert_close(t[1], bg[1])  # empty: the new background
     # straight views (synthetic renders): exactly the composite of the straight colour on the new background
-    torch.testing.assert_close(t, composite(views.images, views.masks, bg))
+    torch.testing.assert_close(t, _over(views.images, views.masks, bg))
     with pytest.raises(ConfigError, match="train_background=fixed"):
         targets_on(dataclasses.replace(views, masks=None), bg)
 

@@ -20,7 +20,7 @@ triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
 from meshlift.kernels import splat_triton as kt  # noqa: E402
-from meshlift.kernels._splat_raster_jit import _reaches_box  # noqa: E402
+from meshlift.kernels._splat_raster_jit import _load_rec, _reaches_box  # noqa: E402
 from meshlift.render import splat_reference as ref  # noqa: E402
 
 from _splat_scenes import camera, random_scene  # noqa: E402
@@ -34,12 +34,7 @@ pytestmark = pytest.mark.skipif(not kt.is_available(torch.device(DEV)),
 def _reach_kernel(rec, box, out, n, BLOCK: tl.constexpr):
     i = tl.arange(0, BLOCK)
     m = i < n
-    gx = tl.load(rec + i * 6, mask=m, other=0.0)
-    gy = tl.load(rec + i * 6 + 1, mask=m, other=0.0)
-    ca = tl.load(rec + i * 6 + 2, mask=m, other=0.0)
-    cb = tl.load(rec + i * 6 + 3, mask=m, other=0.0)
-    cc = tl.load(rec + i * 6 + 4, mask=m, other=0.0)
-    go = tl.load(rec + i * 6 + 5, mask=m, other=0.0)
+    gx, gy, ca, cb, cc, go = _load_rec(rec, i, m)  # the kernels' own record layout
     r = _reaches_box(gx, gy, ca, cb, cc, go, m, tl.load(box), tl.load(box + 1), tl.load(box + 2), tl.load(box + 3))
     tl.store(out + i, r.to(tl.int32), mask=m)
 

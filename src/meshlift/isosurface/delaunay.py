@@ -65,8 +65,8 @@ import numpy as np
 import torch
 
 from meshlift.errors import MeshError, MeshliftWarning
-from meshlift.isosurface import delaunay_fixup as _fix
 from meshlift.isosurface import delaunay_parallel as _par
+from meshlift.isosurface import delaunay_rows as _rows
 
 #: Relative volume ``|det| / L^3`` at or below which a tet counts as degenerate (flat).
 DEFAULT_DEGENERATE_TOL = 1e-10
@@ -316,8 +316,8 @@ def _finish(pts, eng, tol, drop, t0, workers: int = 1) -> DelaunayResult:
     if drop and n_deg:
         n_drop = n_deg
         ft = ft[~deg_f]
-    tets = _fix.concat_rows([kept, ft.astype(kept.dtype, copy=False)], workers) if ft.shape[0] else kept
-    used = _fix.mark_used(pts.shape[0], tets, workers)
+    tets = _rows.concat_rows([kept, ft.astype(kept.dtype, copy=False)], workers) if ft.shape[0] else kept
+    used = _rows.mark_used(pts.shape[0], tets, workers)
     return DelaunayResult(
         tets=torch.from_numpy(tets),
         num_points=int(pts.shape[0]),

@@ -13,9 +13,7 @@ import time
 
 import numpy as np
 
-from meshlift.isosurface.delaunay_rows import (  # noqa: F401
-    FACE_KEY_BITS, _face_keys, _pack_faces, _sort_faces, _sort_faces_lex, concat_rows, mark_used, rows_touching,
-    take_rows)
+from meshlift.isosurface.delaunay_rows import _face_keys, _sort_faces, concat_rows, rows_touching, take_rows
 
 #: A fix-up tet decides which side of an open face it is on when ``|det| / L^3`` of the face and its far
 #: vertex exceeds this (Qhull's flat ``Qt`` tets in ties do not; their neighbour across the face then decides).

@@ -101,7 +101,7 @@ up front (:class:`~meshlift.errors.OutOfMemoryError` naming ``blocks`` and ``mem
 
 **Serial work.** Passes over all kept tets run in ``workers`` threads (:mod:`delaunay_rows`); the hull of
 all points (= the hull of ``S``) is computed once, in a thread while the blocks run (:func:`start_hull`);
-faces match by one int64 key (``delaunay_fixup.FACE_KEY_BITS``). The output is unchanged.
+faces match by one int64 key (``delaunay_rows.FACE_KEY_BITS``). The output is unchanged.
 
 numpy/scipy only (no torch); the orientation of the fix-up tets is done by the caller.
 """
@@ -119,6 +119,7 @@ import numpy as np
 from meshlift.errors import MeshError, OutOfMemoryError
 from meshlift.isosurface import delaunay_certify as _cert
 from meshlift.isosurface import delaunay_fixup as _fix
+from meshlift.isosurface import delaunay_rows as _rows
 from meshlift.isosurface.delaunay_fixup import _FACE, _far_vertex, _idx_dtype, _Inconsistent
 
 #: Kept tets need ``|det| / L^3`` above this (near-flat tets have ill-conditioned circumspheres).
@@ -537,7 +538,7 @@ def fix_loop(pts, kept, dups, walls, wall_far, kept_volume, workers, fast, optio
     # per grouped round: [calls run, calls failed, groups reused, largest call's points]
     stats["fix_round_calls"] = []
     for attempt in range(REPAIR_ROUNDS + 1):
-        used = _fix.mark_used(n, kept, workers)
+        used = _rows.mark_used(n, kept, workers)
         used[dups] = True
         unused = np.flatnonzero(~used).astype(kept.dtype)
         s_ids = np.unique(np.concatenate([walls.reshape(-1), unused]))
@@ -671,7 +672,7 @@ def partitioned_delaunay(
     del tree
     stats["blocks_s"] = time.perf_counter() - t0 - stats["partition_s"]
     t1 = time.perf_counter()
-    kept = _fix.concat_rows([r[0] for r in results], workers)
+    kept = _rows.concat_rows([r[0] for r in results], workers)
     dups = np.unique(np.concatenate([r[3] for r in results]))
     for key in ("qhull_error", "local_tets", "flipped", "kd_queries", "kd_kept"):
         stats[key] = int(sum(r[4][key] for r in results))

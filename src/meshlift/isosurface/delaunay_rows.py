@@ -64,13 +64,14 @@ def take_rows(a: np.ndarray, keep: np.ndarray, workers: int = 1) -> np.ndarray:
     if len(spans) <= 1:
         return a[keep]
     cnt = _pmap(lambda i, j: int(np.count_nonzero(keep[i:j])), spans)
-    off = np.r_[0, np.cumsum(cnt)]
+    off = np.r_[0, np.cumsum(cnt)].astype(np.int64)
     out = np.empty((int(off[-1]),) + a.shape[1:], dtype=a.dtype)
 
-    def run(i, j, o):
-        out[o : o + cnt[i]] = a[spans[i][0] : spans[i][1]][keep[spans[i][0] : spans[i][1]]]
+    def run(k, _):
+        i, j = spans[k]
+        out[off[k] : off[k + 1]] = a[i:j][keep[i:j]]
 
-    _pmap(lambda i, j: run(i, j, int(off[i])), [(i, i + 1) for i in range(len(spans))])
+    _pmap(run, [(k, k + 1) for k in range(len(spans))])
     return out
 
 
@@ -99,6 +100,8 @@ def concat_rows(arrays: list, workers: int = 1) -> np.ndarray:
 #: ``lexsort``); bigger ids are first ranked among the ids the faces use (one pass over the points), and
 #: only when more than ``2^FACE_KEY_BITS`` distinct ids are used do the keys fall back to two int64 columns.
 FACE_KEY_BITS = 21
+
+
 def _pack_faces(faces: np.ndarray) -> np.ndarray:
     """``[F]`` int64 keys ``f0 << 42 | f1 << 21 | f2`` of sorted id triples ``[F, 3]`` (every id
     ``< 2^FACE_KEY_BITS``, checked by the caller); equal faces have equal keys, and key order is the rows'

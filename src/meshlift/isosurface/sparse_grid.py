@@ -78,13 +78,13 @@ from meshlift.isosurface.dmtet import marching_tets
 from meshlift.isosurface.tetgrid import _kuhn_offsets
 from meshlift.isosurface.tsdf import (
     DEFAULT_CHUNK_ELEMENTS,
+    LOG_CONTRACTION_SPAN,
     DepthSource,
     _check_carve,
     _check_chunk_elements,
     empty_pixel_views,
     reiterable_depth_source,
     tsdf_at_points,
-    LOG_CONTRACTION_SPAN,
     uncontract,
     uncontract_log,
     uncontract_log_scale,

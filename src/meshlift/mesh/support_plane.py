@@ -100,7 +100,8 @@ def remove_support_plane(mesh: Mesh, up, *, distance: Optional[float] = None, cu
         scale = (1.0 if raw @ up >= 0 else -1.0) / float(np.linalg.norm(raw))
         nn, off = raw * scale, float(plane[1]) * scale
         rep.notes.append("known plane (not searched)")
-        return _cut_at(mesh, rep, nn, off, up, cen, area, dist, cut, cap, keep_components)
+        _describe(rep, nn, off, up, _inlier_area_frac(cen, area, nn, off, dist))
+        return _cut_at(mesh, rep, nn, off, cut, cap, keep_components)
     fn = np.cross(P[F[:, 1]] - P[F[:, 0]], P[F[:, 2]] - P[F[:, 0]])
     fnu = fn / np.maximum(np.linalg.norm(fn, axis=1, keepdims=True), 1e-30)
     h = cen @ up
@@ -139,13 +140,17 @@ def remove_support_plane(mesh: Mesh, up, *, distance: Optional[float] = None, cu
     n2 = vt[2] * (np.sign(vt[2] @ up) or 1.0)
     if n2 @ up >= cos_t:
         nn, off = n2, float(n2 @ mu)
-    if float(area[np.abs(cen @ nn - off) <= dist].sum() / max(area.sum(), 1e-30)) < min_area_frac:
-        frac = float(area[np.abs(cen @ nn - off) <= dist].sum() / max(area.sum(), 1e-30))
-        _describe(rep, nn, off, up, frac)
-        rep.notes.append(f"the best plane holds {frac:.1%} of the area (< {min_area_frac:.0%}): "
+    _describe(rep, nn, off, up, _inlier_area_frac(cen, area, nn, off, dist))
+    if rep.inlier_area_frac < min_area_frac:
+        rep.notes.append(f"the best plane holds {rep.inlier_area_frac:.1%} of the area (< {min_area_frac:.0%}): "
                          "no support plane removed")
         return mesh, rep
-    return _cut_at(mesh, rep, nn, off, up, cen, area, dist, cut, cap, keep_components)
+    return _cut_at(mesh, rep, nn, off, cut, cap, keep_components)
+
+
+def _inlier_area_frac(cen, area, nn, off: float, dist: float) -> float:
+    """Share of the area in faces whose centroid lies within ``dist`` of the plane ``nn · p = off``."""
+    return float(area[np.abs(cen @ nn - off) <= dist].sum() / max(area.sum(), 1e-30))
 
 
 def _describe(rep: SupportPlaneReport, nn, off: float, up, frac: float) -> None:
@@ -155,11 +160,10 @@ def _describe(rep: SupportPlaneReport, nn, off: float, up, frac: float) -> None:
     rep.inlier_area_frac = frac
 
 
-def _cut_at(mesh: Mesh, rep: SupportPlaneReport, nn, off: float, up, cen, area, dist: float, cut: float, cap: bool,
+def _cut_at(mesh: Mesh, rep: SupportPlaneReport, nn, off: float, cut: float, cap: bool,
             keep_components: float) -> tuple[Mesh, SupportPlaneReport]:
-    """Cut ``mesh`` at ``nn · p = off + cut`` keeping the side along ``nn`` (the plane found or given)."""
-    inl = np.abs(cen @ nn - off) <= dist
-    _describe(rep, nn, off, up, float(area[inl].sum() / max(area.sum(), 1e-30)))
+    """Cut ``mesh`` at ``nn · p = off + cut`` keeping the side along ``nn`` (the plane found or given,
+    already described in ``rep``)."""
     rep.found = True
     rep.cut_offset = cut
     out, crep = clip_mesh(mesh, -nn[None], np.array([-(off + cut)]), cap=cap)

@@ -88,10 +88,15 @@ MIN_FLOOR_COVER = 0.4
 
 @dataclasses.dataclass
 class FloorPlane:
-    """A plane ``normal · p = offset`` (world units), ``normal`` a unit ``[3]`` float64 along ``up``."""
+    """A plane ``normal · p = offset`` (world units), ``normal`` a unit ``[3]`` float64 along ``up``, with what
+    the fit measured (:func:`fit_floor_plane`)."""
 
     normal: torch.Tensor
     offset: float
+    tilt_deg: float = 0.0
+    """Angle between ``normal`` and ``up``."""
+    inlier_frac: float = 0.0
+    """Share of the RANSAC candidates (the lowest points) within ``snap`` of the plane."""
 
 
 @dataclasses.dataclass
@@ -130,8 +135,8 @@ def _camera_rays(world_to_camera: torch.Tensor, K: torch.Tensor, H: int, W: int)
     centres = -(R.transpose(1, 2) @ t[..., None])[..., 0]
     jj = torch.arange(W, dtype=torch.float64, device=w2c.device) + 0.5
     ii = torch.arange(H, dtype=torch.float64, device=w2c.device) + 0.5
-    x = (jj[None, None, :] - K[:, 0, 2, None, None]) / K[:, 0, 0, None, None]
     y = (ii[None, :, None] - K[:, 1, 2, None, None]) / K[:, 1, 1, None, None]
+    x = (jj[None, None, :] - K[:, 0, 2, None, None] - K[:, 0, 1, None, None] * y) / K[:, 0, 0, None, None]  # skew
     x, y = torch.broadcast_tensors(x, y)
     d = torch.stack([x, y, torch.ones_like(x)], -1)  # [C, H, W, 3] camera frame
     rays = torch.einsum("cji,chwj->chwi", R, d)  # R^T d
@@ -217,7 +222,7 @@ def fit_floor_plane(points: torch.Tensor, up, *, snap: float, max_tilt_deg: floa
                       f"band (< {100 * MIN_INLIER_FRACTION:.0f}%): no floor")
     if tilt > max_tilt_deg:
         return None, f"the floor plane tilts {tilt:.1f}° from up (> {max_tilt_deg:g}°): not snapped"
-    return FloorPlane(n, o), f"{100 * frac:.0f}% of the lowest depth points within the band"
+    return FloorPlane(n, o, tilt, frac), f"{100 * frac:.0f}% of the lowest depth points within the band"
 
 
 @torch.no_grad()
@@ -285,10 +290,8 @@ def snap_floor_depths(depths: torch.Tensor, world_to_camera: torch.Tensor, K: to
         return depths, None, rep
     n = plane.normal.to(dev)
     rep.normal, rep.offset = [float(x) for x in plane.normal], float(plane.offset)
-    rep.tilt_deg = math.degrees(math.acos(max(-1.0, min(1.0, float(plane.normal @ (up / up.norm()))))))
+    rep.tilt_deg, rep.inlier_frac = plane.tilt_deg, plane.inlier_frac
     cand_h = pts @ plane.normal - plane.offset
-    low = cand_h <= (float(cand_h.min()) + 0.35 * float(cand_h.max() - cand_h.min()))
-    rep.inlier_frac = float(((cand_h.abs() <= snap) & low).sum()) / max(1, int(low.sum()))
     rep.notes.append(note)
 
     # floor cells: squares in the plane over the region's footprint
@@ -321,20 +324,22 @@ def snap_floor_depths(depths: torch.Tensor, world_to_camera: torch.Tensor, K: to
     # 3. floor cells where something rises through the protect band: samples of two views in each half of it,
     # counted over the cell's 3 x 3 neighbourhood (sparse pixels, walls that lean)
     nu, nv, cell_of = grid(PROTECT_CELL * float(snap))
-    protected = torch.ones(nu, nv, dtype=torch.bool)
-    for lo_k, hi_k in ((1.0, 0.5 * (1.0 + PROTECT_BAND)), (0.5 * (1.0 + PROTECT_BAND), PROTECT_BAND)):
-        count = torch.zeros(nu * nv, dtype=torch.float32)
-        seen = torch.zeros(V, nu * nv, dtype=torch.bool)
-        for s, e, z, c, r, p, m in chunks():
-            h = p @ n - plane.offset
+    halves = ((1.0, 0.5 * (1.0 + PROTECT_BAND)), (0.5 * (1.0 + PROTECT_BAND), PROTECT_BAND))
+    count = torch.zeros(len(halves), nu * nv, dtype=torch.float32)
+    seen = torch.zeros(len(halves), V, nu * nv, dtype=torch.bool)
+    for s, e, z, c, r, p, m in chunks():  # one pass over the views for both halves
+        h = p @ n - plane.offset
+        for k, (lo_k, hi_k) in enumerate(halves):
             sub = m & (h > lo_k * snap) & (h <= hi_k * snap)
             ids = cell_of(p[sub]).cpu()
             view = torch.arange(s, e)[:, None, None].expand(z.shape)[sub.cpu()]
-            count += torch.bincount(ids, minlength=nu * nv).float()
-            seen[view, ids] = True
-        pool = torch.nn.functional.max_pool2d(seen.float().reshape(V, 1, nu, nv), 3, stride=1, padding=1)
+            count[k] += torch.bincount(ids, minlength=nu * nv).float()
+            seen[k, view, ids] = True
+    protected = torch.ones(nu, nv, dtype=torch.bool)
+    for k in range(len(halves)):
+        pool = torch.nn.functional.max_pool2d(seen[k].float().reshape(V, 1, nu, nv), 3, stride=1, padding=1)
         views_per = pool.sum(0).reshape(nu, nv)
-        near_count = 9 * torch.nn.functional.avg_pool2d(count.reshape(1, 1, nu, nv), 3, stride=1, padding=1,
+        near_count = 9 * torch.nn.functional.avg_pool2d(count[k].reshape(1, 1, nu, nv), 3, stride=1, padding=1,
                                                         count_include_pad=True).reshape(nu, nv)
         protected &= (near_count >= MIN_PROTECT_SAMPLES - 0.5) & (views_per >= 2)
     # the skirt band (above the snap band) keeps one more cell around a protected one (a wall's sparse corners)

@@ -24,26 +24,9 @@ import torch
 
 from meshlift.data.views import PosedViews
 from meshlift.errors import ConfigError
+from meshlift.methods.nvdiffrec.config import TRAIN_BACKGROUNDS
 
-__all__ = ["TRAIN_BACKGROUNDS", "composite", "draw_background", "targets_on"]
-
-#: The choices of ``train_background``: the views' own colour, random per pixel, random per view.
-TRAIN_BACKGROUNDS = ("fixed", "random", "random_view")
-
-
-def composite(color: torch.Tensor, alpha: torch.Tensor, background: torch.Tensor) -> torch.Tensor:
-    """Straight colour over a background: ``color·alpha + background·(1 − alpha)`` (conventions §6).
-
-    Args:
-        color: ``[..., 3]`` linear colour (straight, not premultiplied).
-        alpha: ``[..., 1]`` coverage in [0, 1].
-        background: ``[..., 3]`` linear colour behind it (broadcast against ``color``).
-
-    Returns:
-        ``[..., 3]``: ``color`` where ``alpha`` is 1, ``background`` where it is 0. Differentiable in all three.
-    """
-    return color * alpha + background * (1.0 - alpha)
-
+__all__ = ["TRAIN_BACKGROUNDS", "draw_background", "targets_on"]
 
 def draw_background(views: PosedViews, mode: str, generator: Optional[torch.Generator] = None
                     ) -> Optional[torch.Tensor]:

@@ -281,13 +281,16 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     return _config.load_config_file(path, table="surface")
 
 
+#: The choices of ``train_background``: the views' own colour, random per pixel, random per view.
+TRAIN_BACKGROUNDS = ("fixed", "random", "random_view")
+
 _CHOICES = {
     "camera_convention": ("opengl", "opencv"),
     "isosurface": ("dmtet", "flexicubes"),
     "sdf_init": ("random", "sphere", "visual_hull"),
     "view_cull": ("off", "unseen", "floaters"),
     "background": ("white", "black"),
-    "train_background": ("fixed", "random", "random_view"),
+    "train_background": TRAIN_BACKGROUNDS,
     "raster_backend": ("auto", "torch", "triton"),
     "shading_backend": ("auto", "torch", "triton"),
 }
@@ -378,6 +381,7 @@ __all__ = [
     "RANGES",
     "RESUME_FIXED",
     "SurfaceConfig",
+    "TRAIN_BACKGROUNDS",
     "apply_dict",
     "config_to_dict",
     "field_docs",
