@@ -55,8 +55,8 @@ from typing import Optional
 
 import torch
 
-__all__ = ["FloorPlane", "FloorSnapReport", "fit_floor_plane", "snap_floor_depths", "MIN_PROTECT_SAMPLES",
-           "PROTECT_BAND", "SKIRT_BAND"]
+__all__ = ["FloorPlane", "FloorSnapReport", "FloorCover", "fit_floor_plane", "floor_cover", "snap_floor_depths",
+           "MIN_PROTECT_SAMPLES", "PROTECT_BAND", "SKIRT_BAND", "MIN_OPEN_COVER", "MAX_BELOW_FRAC", "COVER_RULES"]
 
 #: A floor cell is protected (step 3) when at least this many samples of at least two views lie in each half of
 #: the protect band above the snap band.
@@ -82,8 +82,29 @@ MIN_INLIER_FRACTION = 0.5
 #: ... and at least this many points.
 MIN_PLANE_POINTS = 50
 
-#: ... and its snap band's points must fall in at least this share of the region's footprint cells (a sheet).
+#: The ``"footprint"`` rule (before 2026-12-06, kept for comparison): the snap band's points must fall in at least
+#: this share of all the region's footprint cells (side ``COVER_CELL × snap``).
 MIN_FLOOR_COVER = 0.4
+
+#: The ``"open"`` rule (:func:`floor_cover`, the default): cover cells hold about this many floor points on average
+#: (their side from the density of the points within ``snap`` of the plane) ...
+COVER_POINTS_PER_CELL = 4.0
+
+#: ... their side clamped to these multiples of ``snap``.
+COVER_CELL_RANGE = (0.5, 2.0)
+
+#: A cell is *under the object* when it holds points higher than this × ``snap`` above the plane, none within
+#: ``snap`` of it, and is connected (8-neighbours) to the cells around the region's centre.
+UNDER_OBJECT_HEIGHT = 2.0
+
+#: The plane is accepted when its snap band's points fall in at least this share of the footprint cells that are
+#: not under the object ...
+MIN_OPEN_COVER = 0.7
+
+#: ... and at most this share of the region's points lie more than ``BELOW_DEPTH × snap`` below it (a floor has
+#: nothing under it).
+MAX_BELOW_FRAC = 0.05
+BELOW_DEPTH = 3.0
 
 
 @dataclasses.dataclass
@@ -117,7 +138,17 @@ class FloorSnapReport:
     snapped_frac: float = 0.0
     """Share of the non-empty depth pixels moved onto the plane."""
     floor_cover: float = 0.0
-    """Share of the region's footprint cells (side ``COVER_CELL × snap``) holding points within the RANSAC band."""
+    """The cover the rule judged (:class:`FloorCover`): with ``rule="open"`` the share of the footprint cells not
+    under the object that hold points within ``snap`` of the plane."""
+    footprint_cover: float = 0.0
+    """Share of all the region's footprint cells holding points within ``snap`` of the plane."""
+    cover_cell: float = 0.0
+    """Side of the cover cells (world units)."""
+    open_share: float = 0.0
+    """Share of the footprint cells not under the object (the denominator of ``floor_cover``)."""
+    below_frac: float = 0.0
+    """Share of the sampled points more than ``BELOW_DEPTH × snap`` below the plane."""
+    cover_rule: str = "open"
     protected_cells: int = 0
     """Floor cells where something stands (step 3: their band samples kept their depth)."""
     seconds: float = 0.0
@@ -225,10 +256,156 @@ def fit_floor_plane(points: torch.Tensor, up, *, snap: float, max_tilt_deg: floa
     return FloorPlane(n, o, tilt, frac), f"{100 * frac:.0f}% of the lowest depth points within the band"
 
 
+#: The cover rules of :func:`floor_cover`: ``"open"`` (the default) and ``"footprint"`` (the rule before
+#: 2026-12-06, kept for comparison: ``benchmarks/floor_snap_rerun.py``).
+COVER_RULES = ("open", "footprint")
+
+
+@dataclasses.dataclass
+class FloorCover:
+    """What :func:`floor_cover` measured for one plane, and its verdict."""
+
+    accepted: bool = False
+    floor_cover: float = 0.0
+    """The cover the rule judged: ``"open"``, the share of the open cells (not under the object) holding points
+    within ``snap`` of the plane; ``"footprint"``, the share of all the footprint cells."""
+    footprint_cover: float = 0.0
+    """Share of all the footprint cells holding points within ``snap`` of the plane."""
+    cover_cell: float = 0.0
+    """Side of the cells (world units)."""
+    open_share: float = 1.0
+    """Share of the footprint cells not under the object."""
+    below_frac: float = 0.0
+    """Share of the points more than ``BELOW_DEPTH × snap`` below the plane."""
+    under: Optional[torch.Tensor] = None
+    """``[nu, nv]`` bool: the cells under the object (``"open"`` rule; None otherwise)."""
+    note: str = ""
+
+
+def _connected(seed: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """The cells of ``allowed [nu, nv]`` bool reached from ``seed [nu, nv]`` bool through 8-neighbours in
+    ``allowed`` (iterated dilation)."""
+    grown = seed & allowed
+    for _ in range(allowed.numel()):
+        nxt = torch.nn.functional.max_pool2d(grown.float()[None, None], 3, stride=1, padding=1)[0, 0].bool() & allowed
+        if torch.equal(nxt, grown):
+            break
+        grown = nxt
+    return grown
+
+
+def floor_cover(points: torch.Tensor, normal, offset: float, corners: torch.Tensor, center, *, snap: float,
+                rule: str = "open") -> FloorCover:
+    """Is the plane ``normal · p = offset`` a floor (a sheet under the object) or a rim, a strip, a shelf?
+
+    Rule ``"open"`` (the default): the plane's footprint (the bounding rectangle, in the plane, of ``corners``
+    projected onto it) is cut into square cells whose side gives about ``COVER_POINTS_PER_CELL`` of the points
+    within ``snap`` of the plane per occupied cell (from their density; clamped to ``COVER_CELL_RANGE × snap``).
+    The cells *under the object* — holding points higher than ``UNDER_OBJECT_HEIGHT × snap`` above the plane,
+    none within ``snap`` of it, and 8-connected to such cells within one cell of ``center`` — are left out: a
+    floor seen around an object is hidden under its footprint. The plane is accepted when the points within
+    ``snap`` fall in at least ``MIN_OPEN_COVER`` of the remaining cells and at most ``MAX_BELOW_FRAC`` of all
+    the points lie more than ``BELOW_DEPTH × snap`` below it (nothing is under a floor).
+
+    Rule ``"footprint"`` (before 2026-12-06): cells of side ``COVER_CELL × snap``, accepted when the points within
+    ``snap`` fall in ``MIN_FLOOR_COVER`` of all the footprint cells; nothing below is checked.
+
+    Args:
+        points: ``[N, 3]`` world points (the depth samples inside the region), any float dtype.
+        normal: ``[3]`` unit plane normal (pointing up, away from the floor's underside); ``offset``: world units.
+        corners: ``[M, 3]`` world points whose projections bound the footprint (the region's box corners).
+        center: ``[3]`` world point near the object's middle (the region's centre).
+        snap: band half-width (world units, > 0).
+        rule: one of :data:`COVER_RULES`.
+
+    Returns:
+        A :class:`FloorCover` (computed on the CPU in float64).
+
+    Raises:
+        MeshError: ``rule`` unknown, ``snap`` not positive, or shapes that are not ``[N, 3]`` / ``[M, 3]`` / ``[3]``.
+    """
+    from meshlift.errors import MeshError
+
+    if rule not in COVER_RULES:
+        raise MeshError(f"floor_cover(rule): expected one of {COVER_RULES}, got {rule!r}")
+    if not (math.isfinite(float(snap)) and float(snap) > 0):
+        raise MeshError(f"floor_cover(snap): expected a positive distance, got {snap!r}")
+    P = torch.as_tensor(points).detach().double().cpu()
+    C = torch.as_tensor(corners).detach().double().cpu()
+    n = torch.as_tensor(normal, dtype=torch.float64).reshape(-1).cpu()
+    c0 = torch.as_tensor(center, dtype=torch.float64).reshape(-1).cpu()
+    if P.ndim != 2 or P.shape[-1] != 3 or C.ndim != 2 or C.shape[-1] != 3 or C.shape[0] < 1 or n.shape != (3,) \
+            or c0.shape != (3,):
+        raise MeshError(f"floor_cover: expected points [N, 3], corners [M, 3], normal [3], center [3]; got "
+                        f"{list(P.shape)}, {list(C.shape)}, {list(n.shape)}, {list(c0.shape)}")
+    snap = float(snap)
+    e = torch.linalg.svd(torch.eye(3, dtype=torch.float64) - torch.outer(n, n)).U[:, :2]  # in-plane axes
+    uv0, uv1 = (C @ e).min(0).values, (C @ e).max(0).values
+    h = P @ n - float(offset)
+    flat = h.abs() <= snap
+    n_flat = int(flat.sum())
+    out = FloorCover(below_frac=float((h < -BELOW_DEPTH * snap).double().mean()) if P.shape[0] else 0.0)
+
+    def cells(cell: float):
+        nu, nv = (int(x) + 1 for x in (uv1 - uv0) / cell)
+
+        def ij(q):
+            k = ((q @ e - uv0) / cell).floor().long()
+            return k[..., 0].clamp(0, nu - 1), k[..., 1].clamp(0, nv - 1)
+        return nu, nv, ij
+
+    def occupied(sel: torch.Tensor, nu: int, nv: int, ij) -> torch.Tensor:
+        i, j = ij(P[sel])
+        return torch.bincount(i * nv + j, minlength=nu * nv).reshape(nu, nv) > 0
+
+    if rule == "footprint":
+        out.cover_cell = COVER_CELL * snap
+        nu, nv, ij = cells(out.cover_cell)
+        out.footprint_cover = out.floor_cover = float(occupied(flat, nu, nv, ij).double().mean())
+        out.accepted = out.floor_cover >= MIN_FLOOR_COVER
+        if not out.accepted:
+            out.note = (f"the plane's points cover {100 * out.floor_cover:.0f}% of the region's footprint (< "
+                        f"{100 * MIN_FLOOR_COVER:.0f}%): a rim, not a floor")
+        return out
+    lo, hi = COVER_CELL_RANGE[0] * snap, COVER_CELL_RANGE[1] * snap
+    if n_flat == 0:
+        out.cover_cell = hi
+        out.note = "no point within the snap band: not a floor"
+        return out
+    area = float((uv1 - uv0).clamp_min(lo).prod())
+    cell = min(hi, max(lo, math.sqrt(COVER_POINTS_PER_CELL * area / n_flat)))
+    nu, nv, ij = cells(cell)  # refine once with the area the band's points occupy at that size
+    area = float(occupied(flat, nu, nv, ij).sum()) * cell * cell
+    cell = min(hi, max(lo, math.sqrt(COVER_POINTS_PER_CELL * area / n_flat)))
+    nu, nv, ij = cells(cell)
+    out.cover_cell = cell
+    has_flat = occupied(flat, nu, nv, ij)
+    high = occupied(h > UNDER_OBJECT_HEIGHT * snap, nu, nv, ij) & ~has_flat
+    ci, cj = ij(c0[None])
+    seed = torch.zeros(nu, nv, dtype=torch.bool)
+    seed[max(0, int(ci) - 1): int(ci) + 2, max(0, int(cj) - 1): int(cj) + 2] = True
+    under = _connected(seed, high)
+    open_ = ~under
+    out.under = under
+    out.footprint_cover = float(has_flat.double().mean())
+    out.open_share = float(open_.double().mean())
+    out.floor_cover = float((has_flat & open_).sum()) / max(1, int(open_.sum()))
+    if out.floor_cover < MIN_OPEN_COVER:
+        out.note = (f"the plane's points cover {100 * out.floor_cover:.0f}% of the region's footprint outside the "
+                    f"object's ({100 * out.open_share:.0f}% of it; < {100 * MIN_OPEN_COVER:.0f}%): a rim or a "
+                    "strip, not a floor")
+    elif out.below_frac > MAX_BELOW_FRAC:
+        out.note = (f"{100 * out.below_frac:.1f}% of the region's points lie more than {BELOW_DEPTH:g} × the snap "
+                    f"band below the plane (> {100 * MAX_BELOW_FRAC:.0f}%): something is under it, not a floor")
+    else:
+        out.accepted = True
+    return out
+
+
 @torch.no_grad()
 def snap_floor_depths(depths: torch.Tensor, world_to_camera: torch.Tensor, K: torch.Tensor, roi, *, snap: float,
                       max_tilt_deg: float = 5.0, max_samples: int = 200_000, chunk_views: int = 8,
-                      device: Optional[torch.device] = None, seed: int = 0) -> tuple:
+                      device: Optional[torch.device] = None, seed: int = 0, cover_rule: str = "open") -> tuple:
     """``(depths, FloorPlane or None, FloorSnapReport)``: the depth maps with the floor under the object flattened
     onto one plane (module docstring); the input is not modified (a copy is returned when something moved).
 
@@ -241,16 +418,17 @@ def snap_floor_depths(depths: torch.Tensor, world_to_camera: torch.Tensor, K: to
         max_tilt_deg: the plane's largest angle from ``roi.up``.
         max_samples: points sampled for the plane fit (spread over the views).
         chunk_views: views back-projected at a time; ``device``: where (default: the depths' device).
+        cover_rule: how the plane is judged a floor (:func:`floor_cover`, one of :data:`COVER_RULES`).
 
     Raises:
-        MeshError: shapes that do not match, or a bad ``snap`` / ``roi.up``.
+        MeshError: shapes that do not match, or a bad ``snap`` / ``roi.up`` / ``cover_rule``.
     """
     import time
 
     from meshlift.errors import MeshError
 
     t0 = time.perf_counter()
-    rep = FloorSnapReport(snap=float(snap))
+    rep = FloorSnapReport(snap=float(snap), cover_rule=cover_rule)
     if depths.ndim != 3:
         raise MeshError(f"snap_floor_depths(depths): expected [V, H, W], got {list(depths.shape)}")
     V, H, W = depths.shape
@@ -259,6 +437,8 @@ def snap_floor_depths(depths: torch.Tensor, world_to_camera: torch.Tensor, K: to
                         f"be [{V}, 4, 4] and [{V}, 3, 3] for {V} depth maps")
     if not (math.isfinite(float(snap)) and float(snap) > 0):
         raise MeshError(f"snap_floor_depths(snap): expected a positive distance, got {snap!r}")
+    if cover_rule not in COVER_RULES:
+        raise MeshError(f"snap_floor_depths(cover_rule): expected one of {COVER_RULES}, got {cover_rule!r}")
     dev = depths.device if device is None else torch.device(device)
     box_min, box_max = roi.box_min.double().to(dev), roi.box_max.double().to(dev)
     rot = None if roi.rotation is None else roi.rotation.double().to(dev)
@@ -291,7 +471,6 @@ def snap_floor_depths(depths: torch.Tensor, world_to_camera: torch.Tensor, K: to
     n = plane.normal.to(dev)
     rep.normal, rep.offset = [float(x) for x in plane.normal], float(plane.offset)
     rep.tilt_deg, rep.inlier_frac = plane.tilt_deg, plane.inlier_frac
-    cand_h = pts @ plane.normal - plane.offset
     rep.notes.append(note)
 
     # floor cells: squares in the plane over the region's footprint
@@ -309,14 +488,12 @@ def snap_floor_depths(depths: torch.Tensor, world_to_camera: torch.Tensor, K: to
             return ij[..., 0].clamp(0, nu - 1) * nv + ij[..., 1].clamp(0, nv - 1)
         return nu, nv, cell_of
 
-    # a floor is a sheet, not a ring: the snap band's points must cover part of the footprint (the bottom rim of
-    # an object with no floor under it is a thin ring; a floor covers all the footprint but the object's shadow)
-    nu, nv, cell_of = grid(COVER_CELL * float(snap))
-    flat = pts[(cand_h.abs() <= snap)].to(dev)
-    rep.floor_cover = float(torch.unique(cell_of(flat)).numel()) / (nu * nv)
-    if rep.floor_cover < MIN_FLOOR_COVER:
-        rep.notes.append(f"the plane's points cover {100 * rep.floor_cover:.0f}% of the region's footprint (< "
-                         f"{100 * MIN_FLOOR_COVER:.0f}%): a rim, not a floor; the depth maps are unchanged")
+    # a floor is a sheet around the object, not a rim, a strip or a shelf with something under it (floor_cover)
+    cov = floor_cover(pts, plane.normal, plane.offset, corners.cpu(), roi.center, snap=snap, rule=cover_rule)
+    rep.floor_cover, rep.footprint_cover, rep.cover_cell = cov.floor_cover, cov.footprint_cover, cov.cover_cell
+    rep.open_share, rep.below_frac = cov.open_share, cov.below_frac
+    if not cov.accepted:
+        rep.notes.append(cov.note + "; the depth maps are unchanged")
         rep.seconds = time.perf_counter() - t0
         return depths, None, rep
     rep.found = True

@@ -421,7 +421,10 @@ def floor_flattened(cfg, depths: torch.Tensor, problem, roi, device: torch.devic
     else:
         monitor.log(f"asset: flattened {100 * frep.snapped_frac:.1f}% of the depth pixels onto the floor plane "
                     f"(tilt {frep.tilt_deg:.1f}°, band ±{snap:.3g}, {frep.protected_cells} cells kept where something "
-                    f"stands) in {frep.seconds:.1f} s")
+                    f"stands) in {frep.seconds:.1f} s; floor cover {100 * frep.floor_cover:.0f}% of the "
+                    f"{100 * frep.open_share:.0f}% of the footprint outside the object (all of it: "
+                    f"{100 * frep.footprint_cover:.0f}%; cells {frep.cover_cell:.3g}), {100 * frep.below_frac:.1f}% "
+                    "of the points below it")
     return out, plane, frep.to_dict()
 
 
