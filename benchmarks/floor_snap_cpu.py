@@ -91,6 +91,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--floor-cut-voxels", type=float, nargs="+", default=[2.0],
                     help="tsdf_mesh.FLOOR_CUT_VOXELS values tried with each floor_snap > 0")
+    ap.add_argument("--cover-rules", nargs="+", default=["open"], choices=["open", "footprint"],
+                    help="floor_depth.floor_cover rules tried with each floor_snap > 0 (footprint: before 2026-12-06)")
     args = ap.parse_args()
 
     t0 = time.perf_counter()
@@ -129,27 +131,31 @@ def main() -> int:
     region = tsdf_mesh.fusion_region("object", roi=roi, pad=0.02)
     voxel = float((roi.box_max - roi.box_min).max()) / args.res
     rows = {}
-    runs = [(s, c) for s in args.snaps for c in (args.floor_cut_voxels if s > 0 else [None])]
-    for snap, cut_vox in runs:
+    runs = [(s, c, r) for s in args.snaps for c in (args.floor_cut_voxels if s > 0 else [None])
+            for r in (args.cover_rules if s > 0 else [None])]
+    for snap, cut_vox, rule in runs:
         t1 = time.perf_counter()
         d, plane, frep = bumped, None, None
         if snap > 0:
             half = 0.5 * float((roi.box_max - roi.box_min).max())
-            d, plane, frep = snap_floor_depths(bumped, tr.world_to_camera, tr.K, roi, snap=snap * half)
+            d, plane, frep = snap_floor_depths(bumped, tr.world_to_camera, tr.K, roi, snap=snap * half,
+                                               cover_rule=rule)
             tsdf_mesh.FLOOR_CUT_VOXELS = cut_vox
         mesh, _ = tsdf_mesh.fused_mesh(cfg, d, pb, region, args.res, near=0.01, device=torch.device("cpu"),
                                        monitor=Monitor())
         asset, crep = tsdf_mesh.object_asset(mesh, roi, monitor=Monitor(), support_voxel=voxel, floor=plane)
         m = mesh_metrics(asset, sc.gt_mesh, threshold_frac=0.01, n_samples=100_000, crop_box=sc.eval_box)
         bins = bad_by_height(asset, sc.gt_mesh, sc.eval_box, float(m.get("threshold", 0.0)) or None)
-        key = f"snap={snap:g}" + ("" if cut_vox is None else f",cut={cut_vox:g}vox")
+        key = f"snap={snap:g}" + ("" if cut_vox is None else f",cut={cut_vox:g}vox") + ("" if rule is None else f",{rule}")
         rows[key] = {k: m[k] for k in ("fscore", "precision", "recall", "chamfer_l1")}
         rows[key]["bad_by_height"] = bins
         rows[key]["support_plane_found"] = crep["support_plane"]["found"]
         rows[key]["support_offset"] = crep["support_plane"]["offset"]
         if frep is not None:
             rows[key]["floor"] = {k: getattr(frep, k) for k in ("found", "offset", "tilt_deg", "snapped_frac",
-                                                                 "floor_cover", "protected_cells", "seconds")}
+                                                                 "floor_cover", "footprint_cover", "cover_cell",
+                                                                 "open_share", "below_frac", "protected_cells",
+                                                                 "seconds")}
         print(f"{key}: F {m['fscore']:.4f} (P {m['precision']:.3f} / R {m['recall']:.3f}), "
               f"{time.perf_counter() - t1:.1f} s; far predicted samples by height: {bins}", flush=True)
     print(json.dumps(rows, indent=1, default=str))

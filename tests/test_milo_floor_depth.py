@@ -213,3 +213,106 @@ def test_config_field():
     assert apply_dict(cfg, {"floor_snap": "0"}).floor_snap == 0.0
     with pytest.raises(ConfigError, match="floor_snap"):
         apply_dict(cfg, {"floor_snap": "-0.1"})
+
+
+# floor_cover: is the fitted plane a floor? (points in a 2 x 2 region, y up, snap 0.1)
+CORNERS = torch.tensor([[x, y, z] for x in (-1.0, 1.0) for y in (-0.5, 1.5) for z in (-1.0, 1.0)], dtype=D)
+UP = torch.tensor([0.0, 1.0, 0.0], dtype=D)
+CENTRE = torch.tensor([0.0, 0.5, 0.0], dtype=D)
+
+
+def _floor_around_object(n=20_000, radius=0.92, seed=0):
+    """Floor points on y = 0 (±0.02) in [-1, 1]², none under a cylinder of ``radius`` around the centre (hidden
+    by it), and the cylinder's side (y 0 … 1) and top (y = 1): an object-on-ground capture, its footprint ~66 %."""
+    g = torch.Generator().manual_seed(seed)
+    xz = torch.rand(n, 2, generator=g, dtype=D) * 2 - 1
+    xz = xz[xz.norm(dim=-1) > radius]
+    floor = torch.stack([xz[:, 0], 0.02 * (2 * torch.rand(len(xz), generator=g, dtype=D) - 1), xz[:, 1]], -1)
+    a = 2 * math.pi * torch.rand(4000, generator=g, dtype=D)
+    side = torch.stack([radius * torch.cos(a), torch.rand(4000, generator=g, dtype=D), radius * torch.sin(a)], -1)
+    rr, b = radius * torch.rand(8000, generator=g, dtype=D).sqrt(), 2 * math.pi * torch.rand(8000, generator=g, dtype=D)
+    top = torch.stack([rr * torch.cos(b), torch.ones(8000, dtype=D), rr * torch.sin(b)], -1)
+    return torch.cat([floor, side, top])
+
+
+def test_floor_cover_accepts_a_floor_with_the_object_footprint_hidden():
+    from meshlift.methods.milo.floor_depth import MIN_FLOOR_COVER, MIN_OPEN_COVER, floor_cover
+
+    pts = _floor_around_object()
+    old = floor_cover(pts, UP, 0.0, CORNERS, CENTRE, snap=0.1, rule="footprint")
+    assert not old.accepted and old.floor_cover < MIN_FLOOR_COVER and "rim" in old.note  # the bob_ground failure
+    cov = floor_cover(pts, UP, 0.0, CORNERS, CENTRE, snap=0.1)
+    assert cov.accepted and cov.floor_cover >= MIN_OPEN_COVER and cov.below_frac == 0.0, cov
+    assert 0.05 - 1e-9 <= cov.cover_cell <= 0.2 + 1e-9
+    assert 0.3 < cov.open_share < 0.6 and cov.footprint_cover < cov.floor_cover
+
+
+def test_floor_cover_excludes_the_cells_under_the_object_only():
+    """Under the object: high points, no floor points, connected to the centre. A second block in a corner with no
+    floor under it is not connected to the centre: its cells stay in the denominator, uncovered."""
+    from meshlift.methods.milo.floor_depth import floor_cover
+
+    radius = 0.5
+    pts = _floor_around_object(radius=radius)
+    corner = (pts[:, 0] > 0.6) & (pts[:, 2] > 0.6)
+    g = torch.Generator().manual_seed(1)
+    block = torch.cat([0.6 + 0.4 * torch.rand(3000, 1, generator=g, dtype=D), 0.5 + torch.zeros(3000, 1, dtype=D),
+                       0.6 + 0.4 * torch.rand(3000, 1, generator=g, dtype=D)], 1)[:, [0, 1, 2]]
+    pts = torch.cat([pts[~corner], block])
+    cov = floor_cover(pts, UP, 0.0, CORNERS, CENTRE, snap=0.1)
+    c = cov.cover_cell
+    nu, nv = cov.under.shape
+    u = -1.0 + (torch.arange(nu, dtype=D) + 0.5) * c  # cell centres (the in-plane axes are x, z up to sign)
+    v = -1.0 + (torch.arange(nv, dtype=D) + 0.5) * c
+    r = (u[:, None] ** 2 + v[None, :] ** 2).sqrt()
+    assert bool(cov.under[r < radius - 1.5 * c].all())  # the footprint's inside, every cell
+    assert not bool(cov.under[r > radius + 1.5 * c].any())  # nothing beyond it (the corner block included)
+    far = (u[:, None].abs() > 0.6 + 1.5 * c) & (v[None, :].abs() > 0.6 + 1.5 * c)
+    assert not bool(cov.under[far].any())
+    assert cov.accepted and cov.floor_cover < 0.97  # the corner block's cells count as uncovered
+
+
+def test_floor_cover_rejects_a_wall_strip_and_a_blob():
+    from meshlift.methods.milo.floor_depth import floor_cover
+
+    g = torch.Generator().manual_seed(2)
+    y = torch.rand(20_000, generator=g, dtype=D)
+    wall = torch.stack([0.6 + 0.3 * y, y, 2 * torch.rand(20_000, generator=g, dtype=D) - 1], -1)  # leaning wall
+    cov = floor_cover(wall, UP, 0.0, CORNERS, CENTRE, snap=0.1)
+    assert not cov.accepted and cov.floor_cover < 0.2 and "strip" in cov.note, cov
+    blob = 0.3 * torch.randn(20_000, 3, generator=g, dtype=D) + CENTRE
+    blob = blob[blob[:, 1] >= 0]  # a cloud with its lowest points on the plane
+    cov = floor_cover(blob, UP, 0.0, CORNERS, CENTRE, snap=0.1)
+    assert not cov.accepted and cov.floor_cover < 0.5, cov
+    cov = floor_cover(wall[:0], UP, 0.0, CORNERS, CENTRE, snap=0.1)  # no points at all
+    assert not cov.accepted
+
+
+@pytest.mark.parametrize("share, accepted", [(0.02, True), (0.12, False)])
+def test_floor_cover_rejects_a_plane_with_points_below(share, accepted):
+    """A shelf or a table top with a floor under it: a floor has nothing below it."""
+    from meshlift.methods.milo.floor_depth import MAX_BELOW_FRAC, floor_cover
+
+    pts = _floor_around_object()
+    g = torch.Generator().manual_seed(3)
+    k = int(share * len(pts) / (1 - share))
+    low = torch.cat([2 * torch.rand(k, 1, generator=g, dtype=D) - 1, torch.full((k, 1), -0.5, dtype=D),
+                     2 * torch.rand(k, 1, generator=g, dtype=D) - 1], 1)
+    cov = floor_cover(torch.cat([pts, low]), UP, 0.0, CORNERS, CENTRE, snap=0.1)
+    assert cov.below_frac == pytest.approx(share, abs=0.005)
+    assert cov.accepted is accepted and (accepted or ("below" in cov.note and cov.below_frac > MAX_BELOW_FRAC))
+
+
+def test_floor_cover_bad_input():
+    from meshlift.methods.milo.floor_depth import floor_cover
+
+    pts = _floor_around_object(n=500)
+    with pytest.raises(MeshError, match="rule"):
+        floor_cover(pts, UP, 0.0, CORNERS, CENTRE, snap=0.1, rule="area")
+    with pytest.raises(MeshError, match="snap"):
+        floor_cover(pts, UP, 0.0, CORNERS, CENTRE, snap=0.0)
+    with pytest.raises(MeshError, match="points"):
+        floor_cover(pts[:, :2], UP, 0.0, CORNERS, CENTRE, snap=0.1)
+    depth, _, w2c, K = _scene(size=16)
+    with pytest.raises(MeshError, match="cover_rule"):
+        snap_floor_depths(depth, w2c, K, _roi(), snap=0.1, cover_rule="area")

@@ -347,7 +347,10 @@ def floor_cover(points: torch.Tensor, normal, offset: float, corners: torch.Tens
     out = FloorCover(below_frac=float((h < -BELOW_DEPTH * snap).double().mean()) if P.shape[0] else 0.0)
 
     def cells(cell: float):
-        nu, nv = (int(x) + 1 for x in (uv1 - uv0) / cell)
+        if rule == "footprint":  # (as before: one cell more than the footprint holds)
+            nu, nv = (int(x) + 1 for x in (uv1 - uv0) / cell)
+        else:
+            nu, nv = (max(1, math.ceil(float(x) - 1e-9)) for x in (uv1 - uv0) / cell)
 
         def ij(q):
             k = ((q @ e - uv0) / cell).floor().long()
