@@ -19,9 +19,15 @@ The steps (:func:`snap_floor_depths`):
    of its blotches); the winner's normal refitted by least squares (SVD) on all the sampled points within ``snap``
    of it and its offset the median of their heights. Not found (fewer than ``MIN_PLANE_POINTS`` points, less
    than ``MIN_INLIER_FRACTION`` of the lowest points in the band, tilted) → the depth maps are returned unchanged
-   with a note. The points within the band must also cover at least ``MIN_FLOOR_COVER`` of the region's
-   footprint (cells of side ``COVER_CELL × snap``): a floor is a sheet; the bottom rim of an object with nothing
-   under it, or a tilted plane through a level floor, is a strip.
+   with a note. The plane must also be a sheet around the object (:func:`floor_cover`): the points within the
+   band cover at least ``MIN_OPEN_COVER`` (70 %) of the region's footprint cells that are not under the object
+   (cells sized by the band's point density; a cell is under the object when it holds points more than
+   ``UNDER_OBJECT_HEIGHT × snap`` above the plane, none in the band, and is connected to the region's centre),
+   and at most ``MAX_BELOW_FRAC`` of the points lie more than ``BELOW_DEPTH × snap`` below it (nothing is under
+   a floor: not a shelf or a table top over a lower floor). The bottom rim of an object with nothing under it,
+   a wall's foot or a tilted plane through a level floor is a strip. Before 2026-12-06 the cover was judged on
+   all the footprint cells (``MIN_FLOOR_COVER`` 40 %, ``cover_rule="footprint"``): the object's own footprint
+   counted as missing floor, and the quick CPU bob_ground run's real floor was rejected at 36 %.
 3. **Protect the object's base**: a floor cell (a square of side ``PROTECT_CELL × snap`` in the plane) where
    something rises through the band and on above it (a leg, a wall of the object's base) keeps the depth of its
    samples in the band, so the bottom of a leg is not moved onto the floor behind it (which would carve the leg
