@@ -94,6 +94,7 @@ def test_unposed_photos_are_posed_by_meshlift_poses_then_reconstructed(tmp_path,
     assert not any(str(out) in line for line in done["summary"])
 
 
+@pytest.mark.slow  # 8-80 s on 2 CPU cores (CI budget): pytest -m slow
 def test_unposed_photos_through_the_real_pose_step(tmp_path):
     """The same with pycolmap (when installed): 16 rendered photos without cameras (the poses tests' scene)
     are posed by ``meshlift poses`` inside the job, then the Gaussians' tiny run trains on them (~15 s)."""

@@ -11,6 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # 8-80 s on 2 CPU cores (CI budget): pytest -m slow
 def test_stages_of_a_tiny_run(tmp_path):
     import trimesh
 

@@ -22,6 +22,7 @@ def test_help_config_lists_every_field(capsys):
     assert "grid_res" in text and "laplace_weight" in text and "presets:" in text
 
 
+@pytest.mark.slow  # 8-80 s on 2 CPU cores (CI budget): pytest -m slow
 def test_reconstruct_cli_with_file_and_overrides_then_resume(tmp_path, torus_obj):
     cfg_file = tmp_path / "c.toml"
     cfg_file.write_text('batch = 2\nlr_mat = 0.05\n')

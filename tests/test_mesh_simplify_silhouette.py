@@ -85,6 +85,7 @@ def test_decimation_keeps_the_silhouette(thin_parts):
     assert float(err.max()) <= VIEW_MAX, err
 
 
+@pytest.mark.slow  # 8-80 s on 2 CPU cores (CI budget): pytest -m slow
 def test_the_metric_sees_a_lost_thin_part(thin_parts):
     """The silhouette error is not blind: dropping one thin rod's faces moves it past the per-view bound."""
     v = thin_parts.v_pos

@@ -162,6 +162,7 @@ class _StopInPass2(_StopAt):
             raise KeyboardInterrupt
 
 
+@pytest.mark.slow  # 8-80 s on 2 CPU cores (CI budget): pytest -m slow
 def test_resume_in_pass2_keeps_the_pass1_mesh_without_redoing_hidden_faces(tmp_path, monkeypatch):
     import meshlift.mesh.visibility as visibility
     from meshlift.methods.nvdiffrec.reconstruct import reconstruct, synthetic_problem
@@ -199,6 +200,7 @@ def test_resume_without_checkpoint_is_a_config_error(tmp_path):
         reconstruct(small_config(data=str(tmp_path)), tmp_path / "none", resume=True)
 
 
+@pytest.mark.slow  # 8-80 s on 2 CPU cores (CI budget): pytest -m slow
 def test_flexicubes_pass_runs_and_keeps_the_shape(tmp_path):
     from meshlift.methods.nvdiffrec.reconstruct import reconstruct, synthetic_problem
 

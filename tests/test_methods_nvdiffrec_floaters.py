@@ -65,6 +65,7 @@ def test_sdf_regulariser_is_applied_every_pass1_step_with_the_annealed_weight(mo
     assert len(calls) == 8 and all(calls)  # differentiable: it reaches the SDF
 
 
+@pytest.mark.slow  # 8-80 s on 2 CPU cores (CI budget): pytest -m slow
 def test_view_cull_runs_after_pass1_and_is_recorded(monkeypatch):
     import meshlift.mesh.visibility as visibility
     from meshlift.methods.nvdiffrec.reconstruct import reconstruct, synthetic_problem

@@ -222,6 +222,7 @@ def test_micro_run_every_stage_then_resume(scene, tmp_path):
         reconstruct(_micro(steps=20, num_pivots=900), out, resume=True, problem=problem, gt_mesh=gt)
 
 
+@pytest.mark.slow  # 8-80 s on 2 CPU cores (CI budget): pytest -m slow
 def test_micro_run_under_a_time_budget(scene, tmp_path):
     """A budgeted run passes the budget's deadline objects into training and the occupancy refinement (a
     regression: the refinement compared the clock with a PassDeadline and crashed at its first step)."""
@@ -271,6 +272,7 @@ def test_default_strategy_hooks_unchanged_for_plain_gaussians():
     assert isinstance(s, DefaultStrategy) and s.initialize_state() == DefaultStrategy().initialize_state()
 
 
+@pytest.mark.slow  # 8-80 s on 2 CPU cores (CI budget): pytest -m slow
 def test_cli_milo_smoke(tmp_path):
     """`meshlift reconstruct DATA --method milo --preset milo_tiny` on a NeRF-synthetic folder, --help-config."""
     from meshlift.cli.main import main

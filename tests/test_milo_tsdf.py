@@ -72,6 +72,7 @@ def sphere():
     return sphere_problem(size=24, n_train=10, n_test=2)
 
 
+@pytest.mark.slow  # 8-80 s on 2 CPU cores (CI budget): pytest -m slow
 def test_object_run_writes_a_scored_textured_asset(sphere, tmp_path):
     problem, gt = sphere
     r = reconstruct(_tiny(), tmp_path / "run", problem=problem, gt_mesh=gt)
@@ -157,6 +158,7 @@ def test_capture_run_writes_the_scene_mesh_and_the_object_asset(tmp_path):
     assert m["fscore"] is not None and "crop" in m["mesh_report"]
 
 
+@pytest.mark.slow  # 8-80 s on 2 CPU cores (CI budget): pytest -m slow
 def test_an_empty_region_of_interest_is_a_clear_error(sphere, tmp_path):
     problem, gt = sphere
     pb = dataclasses.replace(problem, eval_box=torch.tensor([[-1.0] * 3, [1.0] * 3]))

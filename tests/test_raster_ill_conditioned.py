@@ -76,6 +76,7 @@ def test_sliver_pixels_get_valid_barycentrics_and_finite_gradients(backend, grad
     assert cov[-1].sum() > 200
 
 
+@pytest.mark.slow  # 8-80 s on 2 CPU cores (CI budget): pytest -m slow
 def test_triton_matches_torch_on_slivers():
     pytest.importorskip("triton")
     pos, tri, ranges = (t.to(DEV) for t in _scene())

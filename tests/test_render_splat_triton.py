@@ -461,7 +461,7 @@ def test_gpu_no_recompilation_as_gaussian_and_intersection_counts_change():
     assert counts[-1] == counts[0], dict(zip(names, zip(counts[0], counts[-1])))
 
 
-@pytest.mark.parametrize("skip", [False, True])
+@pytest.mark.parametrize("skip", [pytest.param(False, marks=pytest.mark.slow), True])  # -m slow: ~13 s each
 def test_composite_backward_with_and_without_skipping_empty_batches(monkeypatch, skip):
     """The backward's optional skip of batches that reach no pixel of the tile gives the reference's
     gradients (small faint Gaussians: many tile lists hold Gaussians whose ellipse misses the tile)."""
@@ -472,7 +472,8 @@ def test_composite_backward_with_and_without_skipping_empty_batches(monkeypatch,
     _assert_close(res)
 
 
-@pytest.mark.parametrize("split", [2, 4, 16])
+@pytest.mark.parametrize("split", [pytest.param(2, marks=pytest.mark.slow), 4,
+                                   pytest.param(16, marks=pytest.mark.slow)])  # -m slow: 18-33 s each
 def test_composite_backward_split_into_row_bands_matches_the_reference(monkeypatch, split):
     """``_SPLIT_BWD``: the backward's tile programs split into bands of rows (each walking the list only to its
     own pixels' last contributor) give the reference's gradients, on 16- and 8-px tiles (split > rows

@@ -132,6 +132,7 @@ def test_gaussians_report_a_test_psnr_far_below_training(splat_problem):
     assert f"({m['psnr']:.2f} vs {m['train_psnr']:.2f} dB at the end of training)" in m["warnings"][0]
 
 
+@pytest.mark.slow  # 8-80 s on 2 CPU cores (CI budget): pytest -m slow
 def test_surface_method_reports_blank_views_and_the_training_gap(tmp_path, monkeypatch):
     from test_methods_nvdiffrec_e2e import _torus_mesh, small_config
 

@@ -238,6 +238,7 @@ def test_diagnose_nonfinite_names_a_forward_tensor(tmp_path, torus_obj, monkeypa
     assert "non-finite in the forward" in err
 
 
+@pytest.mark.slow  # 8-80 s on 2 CPU cores (CI budget): pytest -m slow
 def test_diagnose_nonfinite_leaves_a_finite_run_alone(tmp_path, torus_obj):
     out = tmp_path / "out"
     assert _run(torus_obj, out, "--set", "iter_pass1=3", "--set", "diagnose_nonfinite=true") == 0
@@ -306,6 +307,7 @@ def test_graceful_interrupt_leaves_torchrun_ranks_alone(monkeypatch):
         signal.signal(signal.SIGINT, previous)
 
 
+@pytest.mark.slow  # 8-80 s on 2 CPU cores (CI budget): pytest -m slow
 def test_resume_from_another_working_directory(tmp_path, torus_obj, monkeypatch):
     """DATA given relative is stored absolute, so --resume works from anywhere; a run saved with a relative
     path (before that) resumes when DATA names the same file again."""
@@ -389,6 +391,7 @@ def test_flipped_cameras_stop_at_the_visual_hull(dataset, tmp_path, capsys):
     assert "visual hull" in err and "camera-convention opencv" in err
 
 
+@pytest.mark.slow  # 8-80 s on 2 CPU cores (CI budget): pytest -m slow
 def test_reconstruct_up_axis_rotates_exports_only(finished_run, torus_obj, tmp_path):
     """--up z: the GLB/OBJ are turned so world +z becomes glTF's +Y (recorded); metrics stay world-frame."""
     from meshlift.io.mesh import load_mesh

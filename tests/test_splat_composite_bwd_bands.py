@@ -145,7 +145,12 @@ _CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(_CASES))
+# the interpreter compiles every (split, cull) variant: 55-110 s a case on 2 cores, so two cases run with -m slow
+_SLOW_CASES = ("long_list", "tile8_two_cameras")
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in _SLOW_CASES else c
+                                  for c in sorted(_CASES)])
 def test_band_split_and_culling_match_the_reference(monkeypatch, case):
     """Every ``_SPLIT_BWD`` in {1, 2, 4} with culling off, by batches and compacted (``_CULL_BWD`` 0, 1, 2) gives
     the reference's image, alpha, median and gradients; culling by batches changes no bit of the gradients (it
