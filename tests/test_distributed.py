@@ -368,6 +368,7 @@ def test_cli_gpus_2_runs_two_cpu_ranks_under_torchrun(tmp_path, torus_obj):
     assert m["psnr"] > 0 and (out / "checkpoint.pt").is_file() and (out / "mesh.glb").is_file()
 
 
+@pytest.mark.slow  # 8-80 s on 2 CPU cores (CI budget): pytest -m slow
 def test_gaussians_two_ranks_match_one_process_then_resume_on_one(tmp_path):
     """The Gaussian quick preset (tiny): 2 ranks of a global batch of 2 views with densification at steps 3, 7
     and 11 (statistics all-reduced, decisions on rank 0, broadcast) against one process."""

@@ -26,6 +26,7 @@ TINY = ["--set", "iter_pass1=3", "--set", "iter_pass2=2", "--set", "ref_views=4"
         "--set", "hidden_res=64", "--set", "hidden_views=8", "--set", "texture_res=64", "--set", "eval_samples=2000"]
 
 
+@pytest.mark.slow  # 8-80 s on 2 CPU cores (CI budget): pytest -m slow
 def test_a_demo_writes_no_checkpoint_and_a_rerun_clears_the_earlier_one(tmp_path, capsys):
     from meshlift.cli.main import main
     from meshlift.cli.demo_cmd import clear_demo_outputs

@@ -101,6 +101,7 @@ def splat_problem():
     return tiny_problem(size=16, n_train=8, n_test=2)
 
 
+@pytest.mark.slow  # 8-80 s on 2 CPU cores (CI budget): pytest -m slow
 def test_gaussians_report_blank_test_views_in_summary_and_metrics_json(splat_problem, tmp_path):
     from meshlift.methods.gaussians.reconstruct import reconstruct, summary_lines
 
@@ -160,6 +161,7 @@ def test_surface_method_reports_blank_views_and_the_training_gap(tmp_path, monke
     assert ok["blank_views"] == [] and ok["warnings"] == []
 
 
+@pytest.mark.slow  # 8-80 s on 2 CPU cores (CI budget): pytest -m slow
 def test_milo_reports_blank_mesh_and_gaussian_views():
     from _milo_scene import sphere_problem
     from test_milo_tsdf import _tiny

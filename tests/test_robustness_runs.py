@@ -185,6 +185,7 @@ def test_one_nan_step_rolls_back_and_finishes(tmp_path, torus_obj, monkeypatch, 
     assert not engine.nonfinite_tensors(ck)
 
 
+@pytest.mark.slow  # 8-80 s on 2 CPU cores (CI budget): pytest -m slow
 def test_divergence_stops_cleanly_and_keeps_the_good_checkpoint(tmp_path, torus_obj, monkeypatch, capsys):
     out = tmp_path / "out"
     assert _run(torus_obj, out, "--set", "iter_pass1=4", "--set", "checkpoint_every=2") == 0
