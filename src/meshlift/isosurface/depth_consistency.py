@@ -33,7 +33,7 @@ x pixels x neighbours). :func:`consistent_depth_reference` is the per-pixel loop
 
 **Disagreement** (:func:`depth_disagreement`, twin :func:`depth_disagreement_reference`): per sampled pixel of
 each view, how far its depth lies from the nearest-pixel depth its neighbouring views saw at its back-projection
-(the best-agreeing neighbour) — the spread of the views' depths that a TSDF band must cover
+(the lower median over the neighbours) — the spread of the views' depths that a TSDF band must cover
 (``tsdf_trunc_spread``, :func:`meshlift.methods.milo.tsdf_mesh.truncation_voxels`).
 """
 
@@ -273,10 +273,13 @@ def depth_disagreement(depth: torch.Tensor, world_to_camera: torch.Tensor, K: to
     the 4 nearest camera centres, :func:`view_neighbours`) ``X`` is projected (camera z ``z_j``) and the depth
     ``D_j`` of the **nearest pixel** is read (as the TSDF fusion reads it, :mod:`meshlift.isosurface.tsdf`);
     ``j`` judges when ``z_j > 0``, the projection is inside the image and ``D_j`` is a depth in
-    ``(0, max_depth)``. The pixel's disagreement is ``min_j |D_j - z_j|`` over the judging neighbours (the
-    best agreement: a neighbour that does not see ``X`` because something hides it must not count; NaN when
-    none judges). Where the views agree on a surface this is the depths' noise across views plus the change of
-    depth within a pixel; the TSDF band must be wider than it, or views carve each other's surface.
+    ``(0, max_depth)``. The pixel's disagreement is the **lower median** over the judging neighbours of
+    ``|D_j - z_j|`` (element ``(n - 1) // 2`` of the sorted values, n judging; NaN when none judges): robust to one
+    neighbour that does not see ``X`` because something hides it. Where the views agree on a surface this is the
+    depths' spread across views plus the change of depth within a pixel; the TSDF band must be wider than it, or
+    views carve each other's surface. Measured on a quick bunny checkpoint (64 px, 16 views; median over the
+    pixels): the Gaussians' median depth 0.025, the true depth 0.0082 (the smallest over the neighbours instead:
+    0.0090 and 0.0027, too small to tell the band anything at 8x).
 
     Args:
         depth: ``[V, H, W]`` float camera-z depth maps (world units); ``<= 0``, non-finite or ``>= max_depth``
@@ -324,8 +327,10 @@ def depth_disagreement(depth: torch.Tensor, world_to_camera: torch.Tensor, K: to
             row = torch.floor(Kd[nb, 1, 1, None] * pc[..., 1] / zs + Kd[nb, 1, 2, None])
             inside = (z > 0) & (col >= 0) & (col < W) & (row >= 0) & (row < H)
             D = torch.gather(dn, 1, (row.clamp(0, H - 1) * W + col.clamp(0, W - 1)).long())
-            err = torch.where(inside & (D > 0), (D - z).abs(), torch.full_like(z, float("inf"))).amin(0)
-            out[i, s:s + f.numel()] = torch.where(torch.isfinite(err), err, torch.full_like(err, float("nan"))).cpu()
+            err = torch.where(inside & (D > 0), (D - z).abs(), torch.full_like(z, float("inf")))
+            n = (err < float("inf")).sum(0)  # judging neighbours; the unjudged sort last
+            med = torch.gather(err.sort(0).values, 0, ((n - 1).clamp(min=0) // 2)[None]).squeeze(0)
+            out[i, s:s + f.numel()] = torch.where(n > 0, med, torch.full_like(med, float("nan"))).cpu()
     return out, samples
 
 
@@ -351,7 +356,7 @@ def depth_disagreement_reference(depth, world_to_camera, K, neighbours, *, max_s
             pc = torch.tensor([(c + 0.5 - Kd[i, 0, 2]) / Kd[i, 0, 0] * d,
                                (r + 0.5 - Kd[i, 1, 2]) / Kd[i, 1, 1] * d, d], dtype=torch.float64)
             X = w2c[i, :3, :3].T @ (pc - w2c[i, :3, 3])
-            best = math.inf
+            errs = []
             for j in neighbours[i].tolist():
                 if j < 0:
                     continue
@@ -365,7 +370,7 @@ def depth_disagreement_reference(depth, world_to_camera, K, neighbours, *, max_s
                     continue
                 D = float(dd[j, rr, cc])
                 if ok(D):
-                    best = min(best, abs(D - z))
-            if math.isfinite(best):
-                out[i, s] = best
+                    errs.append(abs(D - z))
+            if errs:
+                out[i, s] = sorted(errs)[(len(errs) - 1) // 2]
     return out, samples

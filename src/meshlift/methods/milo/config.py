@@ -143,8 +143,8 @@ class MiloConfig(GaussiansConfig):
     mesh gets holes)."""
     tsdf_trunc_spread: float = 8.0
     """With masks (an object capture, or rendered views of a mesh): the band is also at least this many times
-    the views' depth disagreement (world units: the median over the training views of each sampled pixel's
-    distance to the depth its nearest-agreeing neighbour view saw there, 4 nearest cameras,
+    the views' depth disagreement (world units: the median over the training views and their sampled pixels of
+    the median distance to the depth the 4 nearest cameras saw there,
     :func:`meshlift.isosurface.depth_consistency.depth_disagreement`; ``tsdf_mesh.truncation_voxels``), still at
     most an eighth of the grid. Where the Gaussians' depths spread more than the pixel-based band, views carve
     each other's surface (holes, a thinned object). 0 = off (the fusion as before); unmasked scenes ignore it."""

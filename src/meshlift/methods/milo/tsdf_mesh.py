@@ -391,7 +391,7 @@ def truncation_voxels(cfg, problem, region: FusionRegion, resolution: int, *,
 
 def depth_spread(cfg, depths: torch.Tensor, problem, device: torch.device) -> tuple[float, dict]:
     """``(disagreement, report)``: how far the training views' depths lie from each other's, world units — the
-    median over the views of the median over each view's sampled pixels of
+    median over the sampled pixels of all views of
     :func:`meshlift.isosurface.depth_consistency.depth_disagreement` (4 nearest cameras, at most
     :data:`~meshlift.isosurface.depth_consistency.DISAGREEMENT_SAMPLES` pixels a view; the free-space depth
     outside masks is no depth). 0 when ``tsdf_trunc_spread`` is 0, the views have no masks (unmasked scenes
@@ -406,11 +406,10 @@ def depth_spread(cfg, depths: torch.Tensor, problem, device: torch.device) -> tu
     nb = view_neighbours(tr.world_to_camera, 4)
     dis, _ = depth_disagreement(depths, tr.world_to_camera, tr.K, nb, device=device,
                                 max_depth=0.5 * FREE_SPACE_DEPTH * float(problem.scene_scale))
-    per_view = dis.nanmedian(dim=1).values
-    per_view = per_view[torch.isfinite(per_view)]
-    value = float(per_view.median()) if per_view.numel() else 0.0
-    return value, {"disagreement": value, "judged_frac": float(torch.isfinite(dis).float().mean()),
-                   "views": int(per_view.numel()), "seconds": time.perf_counter() - t0}
+    judged = dis[torch.isfinite(dis)]
+    value = float(judged.median()) if judged.numel() else 0.0
+    return value, {"disagreement": value, "judged_pixels": int(judged.numel()),
+                   "views": int(torch.isfinite(dis).any(1).sum()), "seconds": time.perf_counter() - t0}
 
 
 def scene_resolution_from_pixels(cfg, problem, region: FusionRegion) -> int:
