@@ -36,6 +36,8 @@ def main() -> int:
     ap.add_argument("--noise", type=float, nargs="*", default=[0.0])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--depth-of", choices=("given", "closed"), default="given",
+                    help="render the depth of the truth as given (what the views show) or with its holes closed")
     args = ap.parse_args()
     from meshlift.metrics.geometry import mesh_metrics
     from meshlift.methods.engine import Monitor
@@ -54,14 +56,14 @@ def main() -> int:
     open_gt = None  # the truth as given: the fill faces are appended after the original ones
     if holes.get("closed"):
         open_gt = Mesh(gt.v_pos, gt.t_pos_idx[:gt.num_faces - holes["faces_added"]])
-    shown = open_gt if open_gt is not None else gt  # the views (and masks) show the truth as given
+    shown = open_gt if open_gt is not None and args.depth_of == "given" else gt  # the views show the truth as given
     with torch.no_grad():
         d_true = render_mesh_depth(shown.v_pos.to(dev), shown.t_pos_idx.to(dev), tr.world_to_camera.to(dev), tr.K.to(dev),
                                    (tr.height, tr.width)).cpu()
     region = tsdf_mesh.fusion_region("object", bounds=problem.bounds, pad=0.05)
     foot = tsdf_mesh._footprint_and_side(problem, region)[0]
     out: dict = {"mesh": args.mesh, "views": len(tr), "resolution": [tr.width, tr.height],
-                 "tsdf_resolution": cfg.tsdf_resolution, "pixel_footprint": foot, "truth_holes": holes,
+                 "tsdf_resolution": cfg.tsdf_resolution, "pixel_footprint": foot, "truth_holes": holes, "depth_of": args.depth_of,
                  "setup_s": round(time.perf_counter() - t0, 1), "rows": []}
     free = tr.alpha[..., 0].float().cpu() < 0.5
     for noise in args.noise:
