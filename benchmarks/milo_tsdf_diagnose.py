@@ -8,9 +8,15 @@ input, object views) and prints against the input mesh (normalised frame; F-scor
   coverage, in pixel footprints too;
 - the TSDF mesh (same region, resolution, truncation and cleaning as the run) fused from the **true** depth
   (the ceiling of the fusion), from the plane depth and from the median depth, each raw and cleaned;
-- optionally other truncations (``--trunc``) and resolutions (``--res``).
+- optionally other truncations (``--trunc``), resolutions (``--res``) and depth-disagreement spreads
+  (``--spread``: ``tsdf_trunc_spread`` values, 0 = the band without it, issue 33).
 
-    python benchmarks/milo_tsdf_diagnose.py runs/spot [--device cuda] [--trunc 2 6] [--res 256]
+The fusion is the run's: a mesh input fuses without majority carving (``tsdf_carve_fraction=0``, as
+:func:`meshlift.methods.milo.tsdf_mesh.extract_assets` does for it; before 2026-12-06 this script carved, so
+its rows differed from the run's). The truth is the scored one (a scan's holes closed,
+:func:`meshlift.data.synthetic.close_scan_holes`).
+
+    python benchmarks/milo_tsdf_diagnose.py runs/spot [--device cuda] [--trunc 2 6] [--res 256] [--spread 0 4 8]
 Not collected by pytest.
 """
 
@@ -39,6 +45,7 @@ def main() -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--trunc", type=float, nargs="*", default=[])
     ap.add_argument("--res", type=int, nargs="*", default=[])
+    ap.add_argument("--spread", type=float, nargs="*", default=[])
     args = ap.parse_args()
     from meshlift.methods.engine import Monitor
     from meshlift.methods.milo import tsdf_mesh
@@ -49,6 +56,8 @@ def main() -> int:
 
     dev = torch.device(args.device)
     cfg, problem, gt, _, params, settings = load_run(args.run, dev)
+    if problem.eval_box is None:  # a mesh input: the run fuses its object box without majority carving
+        cfg = dataclasses.replace(cfg, tsdf_carve_fraction=0.0)
     near = cfg.near_frac * problem.scene_scale
     views = problem.train
     w2c, K = views.world_to_camera.to(dev), views.K.to(dev)
@@ -56,7 +65,7 @@ def main() -> int:
         d_true = render_mesh_depth(gt.v_pos.to(dev), gt.t_pos_idx.to(dev), w2c, K, (views.height, views.width)).cpu()
     foot = float(2 * problem.scene_scale / 1.1 * 0.4142 / views.height)
     out: dict = {"run": str(args.run), "gaussians": int(params["means"].shape[0]), "pixel_footprint": foot,
-                 "threshold_1pct": None}
+                 "threshold_1pct": None, "truth_holes": gt.extras.get("truth_holes")}
     depths = {"true": d_true}
     for kind in ("median_plane", "plane", "median"):
         d = tsdf_mesh.render_depths(params, views, near=near, device=dev, settings=settings, backend=cfg.splat_backend,
@@ -81,7 +90,8 @@ def main() -> int:
         except Exception as exc:  # noqa: BLE001 - a failed stage is a row, not a crash
             return {"error": str(exc)[:200]}
         raw = Mesh(m.v_pos, m.t_pos_idx)
-        return _f(raw, gt) | {"raw_faces": rep["raw_faces"]}
+        return _f(raw, gt) | {"raw_faces": rep["raw_faces"], "trunc_voxels": round(rep["trunc_voxels"], 2),
+                              "disagreement": rep["depth_spread"].get("disagreement")}
 
     for kind, d in depths.items():
         out[f"tsdf_{kind}"] = mesh_from(d, cfg)
@@ -91,6 +101,9 @@ def main() -> int:
     for r in args.res:
         for kind in ("true", cfg.surface_depth):
             out[f"tsdf_{kind}_res{r}"] = mesh_from(depths[kind], dataclasses.replace(cfg, tsdf_resolution=r))
+    for sp in args.spread:
+        for kind in ("true", cfg.surface_depth):
+            out[f"tsdf_{kind}_spread{sp:g}"] = mesh_from(depths[kind], dataclasses.replace(cfg, tsdf_trunc_spread=sp))
     print(json.dumps(out, indent=1, default=float))
     return 0
 

@@ -141,6 +141,13 @@ class MiloConfig(GaussiansConfig):
     tsdf_trunc_voxels: float = 3.0
     """... and at least this many voxels of the finest level (at that point in contracted space; below ~2 the
     mesh gets holes)."""
+    tsdf_trunc_spread: float = 8.0
+    """With masks (an object capture, or rendered views of a mesh): the band is also at least this many times
+    the views' depth disagreement (world units: the median over the training views and their sampled pixels of
+    the median distance to the depth the 4 nearest cameras saw there,
+    :func:`meshlift.isosurface.depth_consistency.depth_disagreement`; ``tsdf_mesh.truncation_voxels``), still at
+    most an eighth of the grid. Where the Gaussians' depths spread more than the pixel-based band, views carve
+    each other's surface (holes, a thinned object). 0 = off (the fusion as before); unmasked scenes ignore it."""
     tsdf_min_views: float = 1.0
     """A grid corner seen by fewer training views than this is unknown (no surface is made through it)."""
     tsdf_carve_fraction: float = 0.5
@@ -283,7 +290,7 @@ _CHOICES = {"imp_metric": ("indoor", "outdoor"), "extract": ("tsdf", "delaunay")
             "raster_backend": ("auto", "torch", "triton"), "tsdf_unseen": ("inside", "unknown"),
             "scene_contraction": ("inverse", "log")}
 _UNIT = ("sampling_factor", "prune_cdf", "sdf_reset_blend")
-_NONNEG = ("floor_snap", "scene_voxel_pixels", "depth_consistency_views", "depth_consistency_tol", "flatten_weight", "tsdf_trunc_pixels", "scene_trunc_pixels", "tsdf_trunc_voxels", "tsdf_min_views", "trunc_pixels", "depth_normal_weight", "mesh_depth_weight", "mesh_normal_weight", "occupied_centres_weight",
+_NONNEG = ("floor_snap", "scene_voxel_pixels", "depth_consistency_views", "depth_consistency_tol", "flatten_weight", "tsdf_trunc_pixels", "scene_trunc_pixels", "tsdf_trunc_voxels", "tsdf_trunc_spread", "tsdf_min_views", "trunc_pixels", "depth_normal_weight", "mesh_depth_weight", "mesh_normal_weight", "occupied_centres_weight",
            "occupancy_label_weight", "keep_components", "min_component_faces", "color_depth_tol", "scene_color_power", "mesh_res_scale",
            "delaunay_memory_gb")
 _GE1 = ("unwrap_max_faces", "num_pivots", "delaunay_every", "sdf_reset_every", "labels_every", "extract_labels_every",

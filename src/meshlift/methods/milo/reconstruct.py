@@ -139,7 +139,19 @@ def _mesh_problem(cfg: MiloConfig):
 
     pb = SplatProblem(train=views("train"), test=views("test"), bounds=torch.tensor([[-1.0] * 3, [1.0] * 3]),
                       name=Path(cfg.data).name, world_to_normalized=ds.world_to_normalized)
-    return pb, ds.mesh_normalized.to("cpu")
+    return pb, _closed_truth(ds.mesh_normalized.to("cpu"))
+
+
+def _closed_truth(gt):
+    """The known truth as scored: a scan's holes closed (:func:`meshlift.data.synthetic.close_scan_holes`; the
+    views are still rendered from the mesh as given), what was done in ``gt.extras["truth_holes"]``
+    (``metrics.json`` ``truth_holes``)."""
+    import dataclasses as _dc
+
+    from meshlift.data.synthetic import close_scan_holes
+
+    closed, rep = close_scan_holes(gt)
+    return _dc.replace(closed, extras={**gt.extras, "truth_holes": rep})
 
 
 def _ground_scene_problem(cfg: MiloConfig, mesh):
@@ -159,7 +171,7 @@ def _ground_scene_problem(cfg: MiloConfig, mesh):
     box = torch.stack([sc.eval_box_min.float(), sc.eval_box_max.float()])
     pb = SplatProblem(train=views("train"), test=views("test"), bounds=sc.scene_bounds.float(), name=Path(cfg.data).name,
                       world_to_normalized=sc.world_to_normalized, eval_box=box)
-    return pb, sc.gt_mesh.to("cpu")
+    return pb, _closed_truth(sc.gt_mesh.to("cpu"))
 
 
 def oom_error(cfg: MiloConfig, where: str, n: int) -> OutOfMemoryError:
@@ -499,7 +511,8 @@ def _evaluate(cfg: MiloConfig, trainer, problem, device, strategy, product, gt_m
                          crop_box=None if box is None else (box[0], box[1]))
         metrics.update({"chamfer_l1": g["chamfer_l1"], "fscore": g["fscore"], "precision": g["precision"],
                         "recall": g["recall"], "normal_consistency": g["normal_consistency"],
-                        "fscore_threshold": g["threshold"]})
+                        "fscore_threshold": g["threshold"],
+                        "truth_holes": gt_mesh.extras.get("truth_holes")})
     return metrics, ours, targets, mesh_imgs
 
 

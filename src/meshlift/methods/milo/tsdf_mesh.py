@@ -78,7 +78,7 @@ import torch
 from meshlift.render.rasterize import MAX_FLOAT32_IDS
 
 __all__ = ["FREE_SPACE_DEPTH", "SCENE_MAX_RADIUS", "FusionRegion", "check_bbox", "decimated", "extract_assets",
-           "carving", "floor_flattened", "fused_mesh", "fusion_kind", "fusion_region", "object_asset", "region_of_interest", "render_depths", "scene_resolution_from_pixels", "surface_depths",
+           "carving", "depth_spread", "floor_flattened", "fused_mesh", "fusion_kind", "fusion_region", "object_asset", "region_of_interest", "render_depths", "scene_resolution_from_pixels", "surface_depths",
            "truncation_voxels", "vertex_colors"]
 
 
@@ -292,7 +292,10 @@ def fused_mesh(cfg, depths: torch.Tensor, problem, region: FusionRegion, resolut
             idx = torch.arange(s, min(s + chunk, len(tr)))
             yield (depths[s:s + len(idx)].to(device), tr.world_to_camera[idx].to(device), tr.K[idx].to(device), None)
 
-    trunc_voxels, footprint = truncation_voxels(cfg, problem, region, resolution)
+    spread, srep = (0.0, {}) if region.contract else depth_spread(cfg, depths, problem, device)
+    trunc_voxels, footprint = truncation_voxels(cfg, problem, region, resolution, disagreement=spread)
+    if srep:
+        monitor.log(f"tsdf: the views' depths disagree by {spread:.3g} (median; band >= {cfg.tsdf_trunc_spread:g} x that)")
     monitor.log(f"tsdf: fusing into a sparse grid of {resolution}³ over the "
                 f"{'region of interest, the rest of the scene contracted around it' if region.contract else 'region'}"
                 f" (truncation {trunc_voxels:.1f} voxels)")
@@ -302,7 +305,7 @@ def fused_mesh(cfg, depths: torch.Tensor, problem, region: FusionRegion, resolut
                                   min_weight=cfg.tsdf_min_views, unseen=cfg.tsdf_unseen,
                                   chunk_elements=cfg.chunk_elements, **carving(cfg, problem))
     report: dict = {"region": region.to_dict(), "resolution": int(resolution), "trunc_voxels": trunc_voxels,
-                    "pixel_footprint": footprint,
+                    "pixel_footprint": footprint, "depth_spread": srep,
                     "fusion": {k: val for k, val in rep.items() if isinstance(val, (int, float, str, list, dict))},
                     "fusion_s": time.perf_counter() - t0, "raw_vertices": int(v.shape[0]), "raw_faces": int(f.shape[0])}
     if f.shape[0] == 0:
@@ -365,10 +368,14 @@ def _footprint_and_side(problem, region: FusionRegion) -> tuple[float, float]:
             float((region.box_max - region.box_min).max()))
 
 
-def truncation_voxels(cfg, problem, region: FusionRegion, resolution: int) -> tuple[float, float]:
-    """``(truncation in voxels, pixel footprint)``: ``max(tsdf_trunc_voxels, P × footprint / voxel)`` with
+def truncation_voxels(cfg, problem, region: FusionRegion, resolution: int, *,
+                      disagreement: float = 0.0) -> tuple[float, float]:
+    """``(truncation in voxels, pixel footprint)``: ``max(tsdf_trunc_voxels, P × footprint / voxel,
+    tsdf_trunc_spread × disagreement / voxel)`` with
     ``P = scene_trunc_pixels`` for the contracted whole scene and ``tsdf_trunc_pixels`` otherwise, the footprint being the median size of one training pixel at the region's centre
-    (:func:`meshlift.methods.milo.depth_fusion.pixel_footprint`) and the voxel the region's finest one.
+    (:func:`meshlift.methods.milo.depth_fusion.pixel_footprint`) and the voxel the region's finest one; the two
+    bands at most ``resolution / MAX_TRUNC_FRACTION`` voxels. ``disagreement`` (world units, >= 0; 0 = none):
+    the views' depth disagreement (:func:`depth_spread`), which :func:`fused_mesh` measures for views with masks.
 
     Why pixels: the Gaussians' depth error is about a pixel or two (measured on spot: median |error| 1.5
     footprints at 64-128 px), so the band must be a few pixels wide whatever the grid. On the quick spot run
@@ -377,8 +384,32 @@ def truncation_voxels(cfg, problem, region: FusionRegion, resolution: int) -> tu
     foot, side = _footprint_and_side(problem, region)
     voxel = side / float(resolution)
     px = cfg.scene_trunc_pixels if region.contract else cfg.tsdf_trunc_pixels
-    band = min(float(px) * foot / max(voxel, 1e-12), resolution / MAX_TRUNC_FRACTION)
+    band = max(float(px) * foot, float(cfg.tsdf_trunc_spread) * float(disagreement)) / max(voxel, 1e-12)
+    band = min(band, resolution / MAX_TRUNC_FRACTION)
     return max(float(cfg.tsdf_trunc_voxels), band), foot
+
+
+def depth_spread(cfg, depths: torch.Tensor, problem, device: torch.device) -> tuple[float, dict]:
+    """``(disagreement, report)``: how far the training views' depths lie from each other's, world units — the
+    median over the sampled pixels of all views of
+    :func:`meshlift.isosurface.depth_consistency.depth_disagreement` (4 nearest cameras, at most
+    :data:`~meshlift.isosurface.depth_consistency.DISAGREEMENT_SAMPLES` pixels a view; the free-space depth
+    outside masks is no depth). 0 when ``tsdf_trunc_spread`` is 0, the views have no masks (unmasked scenes
+    keep their band) or no pixel could be judged.
+    """
+    if cfg.tsdf_trunc_spread <= 0 or problem.train.alpha is None:
+        return 0.0, {}
+    from meshlift.isosurface.depth_consistency import depth_disagreement, view_neighbours
+
+    t0 = time.perf_counter()
+    tr = problem.train
+    nb = view_neighbours(tr.world_to_camera, 4)
+    dis, _ = depth_disagreement(depths, tr.world_to_camera, tr.K, nb, device=device,
+                                max_depth=0.5 * FREE_SPACE_DEPTH * float(problem.scene_scale))
+    judged = dis[torch.isfinite(dis)]
+    value = float(judged.median()) if judged.numel() else 0.0
+    return value, {"disagreement": value, "judged_pixels": int(judged.numel()),
+                   "views": int(torch.isfinite(dis).any(1).sum()), "seconds": time.perf_counter() - t0}
 
 
 def scene_resolution_from_pixels(cfg, problem, region: FusionRegion) -> int:
