@@ -118,6 +118,7 @@ import numpy as np
 
 from meshlift.errors import MeshError, OutOfMemoryError
 from meshlift.isosurface import delaunay_certify as _cert
+from meshlift.isosurface import delaunay_demote as _dem
 from meshlift.isosurface import delaunay_fixup as _fix
 from meshlift.isosurface import delaunay_rows as _rows
 from meshlift.isosurface.delaunay_fixup import _FACE, _far_vertex, _idx_dtype, _Inconsistent
@@ -533,6 +534,11 @@ def fix_loop(pts, kept, dups, walls, wall_far, kept_volume, workers, fast, optio
     t2 = time.perf_counter()
     fallback = ""
     wall_sign = _fix.wall_signs(pts, walls, wall_far)
+    # slivers along the seams go to the fix-up first (delaunay_demote: where the skins' Qhull disagreed)
+    kept, walls, wall_sign, vol, slivers, stats["sliver_passes"] = _dem.demote_slivers(
+        pts, kept, walls, wall_sign, workers, _dem.SLIVER_PASSES)
+    kept_volume -= vol
+    stats["demoted_slivers"] = slivers
     fixed, notes, grown, promoted = None, [], 0, 0
     cache = _fix.GroupCache() if REUSE_GROUPS else None
     # per grouped round: [calls run, calls failed, groups reused, largest call's points]
@@ -562,7 +568,7 @@ def fix_loop(pts, kept, dups, walls, wall_far, kept_volume, workers, fast, optio
         # calls say where they disagreed (growing the region there is cheaper than a call over all of S)
         if not (bad and bad[0] is not None and attempt < REPAIR_ROUNDS):
             try:
-                if attempt == 0:
+                if attempt == 0 and not slivers:  # (a demoted sliver's open faces have no far vertex)
                     s_far = np.unique(np.concatenate([s_ids, wall_far]))
                     stats["fix_points"] = int(s_far.size)
                     fixed = _fix.fixup(pts, s_far, walls, wall_far, options, with_far=True)
@@ -576,7 +582,7 @@ def fix_loop(pts, kept, dups, walls, wall_far, kept_volume, workers, fast, optio
         if not bad or attempt == REPAIR_ROUNDS:
             raise _Inconsistent("; ".join(notes))
         # grow the missing region around the points where the fix-up disagreed, and try again
-        kept, walls, wall_sign, vol, dropped = _fix.demote(pts, kept, walls, wall_sign, np.concatenate(bad),
+        kept, walls, wall_sign, vol, dropped = _dem.demote(pts, kept, walls, wall_sign, np.concatenate(bad),
                                                            rings=DEMOTE_RINGS, workers=workers)
         kept_volume -= vol
         grown += dropped
