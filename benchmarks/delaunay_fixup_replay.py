@@ -112,7 +112,9 @@ def main() -> None:
            "fix_cpu_s": round(c1 - c0, 3), "fix_main_cpu_s": round(m1 - m0, 3), "finish_wall_s": round(w2 - w1, 3),
            "finish_main_cpu_s": round(m2 - m1, 3), "fix_rounds": stats.get("fix_rounds"),
            "fix_round_calls": stats.get("fix_round_calls"), "promoted_tets": stats.get("promoted_tets"),
-           "grown_tets": stats.get("grown_tets"), "fallback": fallback[:200]}
+           "grown_tets": stats.get("grown_tets"), "demoted_slivers": stats.get("demoted_slivers"),
+           "sliver_passes": stats.get("sliver_passes"), "fix_points": stats.get("fix_points"),
+           "fix_call_points": stats.get("fix_call_points"), "fallback": fallback[:200]}
     h = _tet_hash(np.sort(tets.astype(np.int64), axis=1))
     row["tets"] = int(tets.shape[0])
     row["tets_hash"] = hex(int(h.sum(dtype=np.uint64)) if h.size else 0)
