@@ -135,3 +135,27 @@ def test_passes_limit_respected(monkeypatch):
     whole = [_as_set(np.concatenate([e.kept, e.fix_tets[e.fix_keep]])) for e in (eng, one, ref)]
     assert whole[0] == whole[1] == whole[2]
     assert eng.kept.shape[0] == ref.kept.shape[0] - st["demoted_slivers"]
+
+
+def test_demote_slivers_equals_pass_by_pass_reference():
+    """demote_slivers (one copy of the kept tets at the end) against the plain loop: find the slivers with
+    the numpy twin, demote them, repeat."""
+    pts = _lattice(9, 1e-4, seed=4)
+    d = Delaunay(pts)
+    kept = d.simplices[: d.simplices.shape[0] * 3 // 4].astype(np.int32)
+    kept[dd._rel(pts, kept) < 0, 2:] = kept[dd._rel(pts, kept) < 0][:, [3, 2]]
+    walls, far = _open(kept)
+    walls = np.sort(walls, axis=1)
+    sign = df.wall_signs(pts, walls, far)
+    for passes in (1, 2, dd.SLIVER_PASSES):
+        k, w, s, vol, cnt, done = dd.demote_slivers(pts, kept, walls, sign, workers=2, passes=passes)
+        rk, rw, rs, rvol = kept, walls, sign, 0.0
+        for _ in range(passes):
+            drop = dd.sliver_rows_reference(pts, rk, rw)
+            if not drop.any():
+                break
+            rk, rw, rs, v, _ = dd.demote(pts, rk, rw, rs, drop=drop)
+            rvol += v
+        assert cnt > 0 and done <= passes and cnt == kept.shape[0] - rk.shape[0]
+        assert np.array_equal(k, rk) and vol == pytest.approx(rvol)
+        assert {tuple(f): x for f, x in zip(w.tolist(), s)} == {tuple(f): x for f, x in zip(rw.tolist(), rs)}

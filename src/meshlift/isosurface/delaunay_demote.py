@@ -107,15 +107,20 @@ def demote(pts, kept, walls, wall_sign, bad=None, rings: int = 2, workers: int =
             mark[kept[drop].reshape(-1)] = True
             drop = rows_touching(mark, kept, workers)
     r = kept[drop]
-    kept = take_rows(kept, ~drop, workers)
-    vol = _abs_volume(pts, r)
+    walls, wall_sign = _open_after(pts, r, walls, wall_sign)
+    return take_rows(kept, ~drop, workers), walls, wall_sign, _abs_volume(pts, r), int(r.shape[0])
+
+
+def _open_after(pts, r, walls, wall_sign):
+    """The open faces ``(walls, wall_sign)`` once the kept tets ``r`` ``[D, 4]`` are dropped (face parity;
+    a new open face's kept side is opposite its dropped tet's 4th vertex)."""
     rf = np.sort(r[:, _FACE].reshape(-1, 3), axis=1)
     rs = -np.sign(_side(pts[rf], pts[r.reshape(-1)]))
     faces = np.concatenate([walls, rf.astype(walls.dtype)])
     signs = np.concatenate([wall_sign, rs])
     order, start, run, count = _face_runs(faces, pts.shape[0], "tets while growing the fix-up region")
     single = order[count[run] == 1]
-    return kept, faces[single], signs[single], vol, int(r.shape[0])
+    return faces[single], signs[single]
 
 
 def demote_slivers(pts, kept, walls, wall_sign, workers: int = 1, passes: int = SLIVER_PASSES):
@@ -131,13 +136,17 @@ def demote_slivers(pts, kept, walls, wall_sign, workers: int = 1, passes: int = 
     Raises:
         delaunay_fixup._Inconsistent: as :func:`demote`.
     """
-    vol, count, done = 0.0, 0, 0
+    gone = np.zeros(kept.shape[0], dtype=bool)  # demoted so far (one copy of the kept tets, at the end)
+    vol, done = 0.0, 0
     for _ in range(passes):
         done += 1
         drop = sliver_rows(pts, kept, walls, workers)
+        drop &= ~gone
         if not drop.any():
             break
-        kept, walls, wall_sign, v, c = demote(pts, kept, walls, wall_sign, workers=workers, drop=drop)
-        vol += v
-        count += c
-    return kept, walls, wall_sign, vol, count, done
+        r = kept[drop]
+        walls, wall_sign = _open_after(pts, r, walls, wall_sign)
+        vol += _abs_volume(pts, r)
+        gone |= drop
+    count = int(np.count_nonzero(gone))
+    return (take_rows(kept, ~gone, workers) if count else kept), walls, wall_sign, vol, count, done
