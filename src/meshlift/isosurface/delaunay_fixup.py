@@ -612,13 +612,15 @@ def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, 
     """The fix-up in parallel groups (:func:`groups`, :func:`fixup` in ``workers`` threads), checked by
     :func:`accept`; ``wall_sign``: :func:`wall_signs`. Returns ``(fix_tets, fix_neighbors, fix_keep)`` as
     :func:`fixup`, the calls concatenated (neighbours offset). Adds ``fix_groups``, ``fix_calls``,
-    ``fix_call_points``, ``fix_reused_groups``, ``accept_s`` to ``stats``. Raises ``_Inconsistent`` as
+    ``fix_call_points``, ``fix_call_s`` (the 4 biggest calls' points, wall and thread CPU seconds),
+    ``fix_reused_groups``, ``accept_s`` to ``stats``. Raises ``_Inconsistent`` as
     :func:`fixup` (the ``bad`` points of every failing call) and :func:`accept`.
 
     ``cache`` (a :class:`GroupCache`, kept by the caller across repair rounds): groups unchanged since a
     round whose call on them succeeded are not re-run; their stored tets join the new calls' tets, and
     :func:`accept` checks the union. The groups of the calls that succeed are stored when another call
-    fails (only then: a round whose calls all pass never needs the store); the store is emptied when the union fails :func:`accept` (the next round re-runs all).
+    fails (only then: a round whose calls all pass never needs the store); the store is emptied when the
+    union fails :func:`accept` (the next round re-runs all).
 
     ``salvage``: each failing call that names its points salvages its ``DT(S)`` away from them
     (:func:`salvage_tets`); the raised exception's ``salvage`` holds them all (``[P, 4]``), for the engine to
@@ -646,8 +648,16 @@ def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, 
     stats["fix_reused_groups"] = len(reused)
     stats["fix_call_points"] = sorted((int(b[0].size) for b in bins), reverse=True)[:8]
     with cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="meshlift-delaunay-fix") as pool:
-        futs = [pool.submit(fixup, pts, b[0], walls[b[1]], None, options, wall_sign=wall_sign[b[1]],
-                            salvage=salvage) for b in bins]
+        secs = []  # (points, wall s, thread CPU s) per call
+
+        def timed(b):
+            t, c = time.perf_counter(), time.thread_time()
+            try:
+                return fixup(pts, b[0], walls[b[1]], None, options, wall_sign=wall_sign[b[1]], salvage=salvage)
+            finally:
+                secs.append((int(b[0].size), round(time.perf_counter() - t, 2), round(time.thread_time() - c, 2)))
+
+        futs = [pool.submit(timed, b) for b in bins]
         res, errors, ok_bins = [], [], []
         for b, f_ in zip(bins, futs):
             try:
@@ -656,6 +666,7 @@ def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, 
             except _Inconsistent as exc:
                 errors.append(exc)
     stats["fix_failed_calls"] = len(errors)
+    stats["fix_call_s"] = sorted(secs, reverse=True)[:4]
     if errors:
         # the group store is built only now: a round whose calls all pass never needs it
         for b, r in zip(ok_bins, res):
