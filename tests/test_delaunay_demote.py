@@ -159,3 +159,16 @@ def test_demote_slivers_equals_pass_by_pass_reference():
         assert cnt > 0 and done <= passes and cnt == kept.shape[0] - rk.shape[0]
         assert np.array_equal(k, rk) and vol == pytest.approx(rvol)
         assert {tuple(f): x for f, x in zip(w.tolist(), s)} == {tuple(f): x for f, x in zip(rw.tolist(), rs)}
+
+
+@pytest.mark.parametrize("n", [50, 100_000])
+def test_unique_ids_equals_np_unique(n):
+    """delaunay_rows.unique_ids (a bool mark, or np.unique when the ids are sparse) against np.unique."""
+    from meshlift.isosurface import delaunay_rows as dr
+
+    rng = np.random.default_rng(n)
+    a = rng.integers(0, n, size=(300, 3)).astype(np.int32)
+    b = rng.integers(0, n, size=40).astype(np.int32)
+    got = dr.unique_ids([a, b], n)
+    assert got.dtype == np.int32 and np.array_equal(got, np.unique(np.concatenate([a.reshape(-1), b])))
+    assert dr.unique_ids([a[:0], b[:0]], n).size == 0

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from meshlift.isosurface.delaunay_rows import _face_keys, _sort_faces, concat_rows
+from meshlift.isosurface.delaunay_rows import _face_keys, _sort_faces, concat_rows, unique_ids
 
 #: A fix-up tet decides which side of an open face it is on when ``|det| / L^3`` of the face and its far
 #: vertex exceeds this (Qhull's flat ``Qt`` tets in ties do not; their neighbour across the face then decides).
@@ -457,7 +457,7 @@ def groups(pts, walls, wall_far, unused, max_bins: int, hull_ids=None, reuse: Gr
     from scipy.sparse.csgraph import connected_components
     from scipy.spatial import cKDTree
 
-    s_ids = np.unique(np.concatenate([walls.reshape(-1), unused]))
+    s_ids = unique_ids([walls, unused], pts.shape[0])
     ns = s_ids.size
     loc = np.searchsorted(s_ids, walls)
     a = [loc[:, 0], loc[:, 1]]
@@ -547,11 +547,13 @@ def accept(pts, hull, walls, fix_tets, fix_keep, kept_volume):
     """
     f = np.sort(fix_tets[fix_keep].astype(np.int64), axis=1)
     # compact ids (the vertices of the fix-up tets and the open faces), so that face keys fit in int64
-    ids = np.unique(np.concatenate([f.reshape(-1), walls.reshape(-1)]))
+    ids = unique_ids([f, walls], pts.shape[0])
+    rank = np.zeros(pts.shape[0], dtype=np.int64)
+    rank[ids] = np.arange(ids.size)
     n = ids.size
     pts = pts[ids]
-    f = np.searchsorted(ids, f)
-    walls = np.searchsorted(ids, walls)
+    f = rank[f]
+    walls = rank[walls]
     faces = f[:, _FACE].reshape(-1, 3)  # sorted rows stay sorted; row 4 i + k is tet i's face opposite k
     order, start, _, count = _face_runs(faces, n, "fix-up tets")
     first = np.flatnonzero(start)

@@ -543,7 +543,7 @@ def fix_loop(pts, kept, dups, walls, wall_far, kept_volume, workers, fast, optio
         used = _rows.mark_used(n, kept, workers)
         used[dups] = True
         unused = np.flatnonzero(~used).astype(kept.dtype)
-        s_ids = np.unique(np.concatenate([walls.reshape(-1), unused]))
+        s_ids = _rows.unique_ids([walls, unused], n)
         stats["fix_points"], stats["unused_points"] = int(s_ids.size), int(unused.size)
         bad, salvaged = [], None
         if grouped and walls.shape[0] and workers > 1:
