@@ -14,7 +14,8 @@ orientation and concatenation (``delaunay._finish``) run with ``--replay-workers
 ``--workers``; the fix-up's bins and thread pools are sized by it), timed as wall, process CPU and the main
 thread's own CPU (``time.thread_time``: the serial part). ``--profile N`` prints the main thread's top N
 functions by cumulative time (cProfile sees only the main thread). The line ``result`` gives the tet count
-and an order-free hash of the tets, to check that a change keeps the output identical. Not collected by pytest.
+and an order-free hash of the tets, to check that a change keeps the output identical (``--save``: the tets
+themselves, for ``benchmarks/delaunay_diff.py``). Not collected by pytest.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def main() -> None:
     ap.add_argument("--state", required=True, help="npz of the merged block state (made when missing)")
     ap.add_argument("--profile", type=int, default=0, help="print the main thread's top N functions")
     ap.add_argument("--out", default=None, help="write the timings as JSON here")
+    ap.add_argument("--save", default=None, help="save the tets (rows sorted, [M, 4] .npy) here, to diff two runs")
     args = ap.parse_args()
 
     from meshlift.isosurface import delaunay as dl
@@ -112,8 +114,14 @@ def main() -> None:
            "fix_cpu_s": round(c1 - c0, 3), "fix_main_cpu_s": round(m1 - m0, 3), "finish_wall_s": round(w2 - w1, 3),
            "finish_main_cpu_s": round(m2 - m1, 3), "fix_rounds": stats.get("fix_rounds"),
            "fix_round_calls": stats.get("fix_round_calls"), "promoted_tets": stats.get("promoted_tets"),
-           "grown_tets": stats.get("grown_tets"), "fallback": fallback[:200]}
-    h = _tet_hash(np.sort(tets.astype(np.int64), axis=1))
+           "grown_tets": stats.get("grown_tets"), "demoted_slivers": stats.get("demoted_slivers"),
+           "sliver_passes": stats.get("sliver_passes"), "fix_points": stats.get("fix_points"),
+           "fix_call_points": stats.get("fix_call_points"), "fix_call_s": stats.get("fix_call_s"),
+           "fallback": fallback[:200]}
+    srt = np.sort(tets, axis=1)
+    if args.save:
+        np.save(args.save, srt)
+    h = _tet_hash(srt.astype(np.int64))
     row["tets"] = int(tets.shape[0])
     row["tets_hash"] = hex(int(h.sum(dtype=np.uint64)) if h.size else 0)
     print(json.dumps(row, indent=1))

@@ -79,7 +79,8 @@ def _one(args) -> dict:
         for k in ("blocks", "halo_points", "fix_points", "partition_s", "blocks_s", "merge_s", "fix_s",
                   "qhull_error", "executor", "fallback", "kd_queries", "kd_kept", "unused_points", "fix_groups",
                   "fix_calls", "fix_call_points", "accept_s", "memory_gb_estimate", "fix_rounds",
-                  "grown_tets", "fix_round_calls", "fix_reused_groups", "promoted_tets"):
+                  "grown_tets", "fix_round_calls", "fix_reused_groups", "promoted_tets", "demoted_slivers",
+                  "fix_call_s", "sliver_passes"):
             if k in stats:
                 v = stats[k]
                 row[k] = round(v, 3) if isinstance(v, float) else v
@@ -158,7 +159,8 @@ def main() -> None:
                          f"sum {row.get('block_s_sum')}), merge {row.get('merge_s')} s, fix {row.get('fix_s')} s "
                          f"({row.get('fix_calls')} calls {row.get('fix_call_points')}, "
                          f"checks {row.get('accept_s')} s), kd {row.get('kd_kept')}/{row.get('kd_queries')}, "
-                         f"est. {row.get('memory_gb_estimate', 0):.1f} GB"
+                         f"est. {row.get('memory_gb_estimate', 0):.1f} GB, rounds {row.get('fix_rounds')}, "
+                         f"slivers {row.get('demoted_slivers')} ({row.get('sliver_passes')} passes)"
                          + (f"; FALLBACK {row['fallback']}" if row.get("fallback") else ""))
             print(f"{method:9} {row['points']:>10,} {row['tets']:>11,} {row['seconds']:>8.2f} "
                   f"{row['points_per_s']:>9,} {row['workers']:>7} {row['peak_rss_gb']:>7.2f}  {notes}", flush=True)

@@ -47,8 +47,9 @@ giving the same tets as one global Qhull (up to ties among co-spherical points).
 H200 device machine's 16 cores with the earlier design (a 3-spacing halo, one serial fix-up; 2026-12-03,
 MILo-like pivots, docs/benchmarks.md "Delaunay"): 270k pivots 11.4 s → 3.8 s, 1M 45.5 s → 11.6-16.1 s;
 5.4M took over 90 s there. The current design (1-spacing halo with the k-d tree, grouped fix-up, a
-fix-up region that grows where Qhull disagrees) is 25-35% faster on 2 cores; for 5.4M pivots on 16 cores
-it is predicted at ~130 s (the shell's two skins need several fix-up rounds; not yet measured there).
+fix-up region that grows where Qhull disagrees) measured 93.1 s (H200 host) and 100.4 s (H100 host) for
+5.4M pivots on 16 cores, 57 s of it in 5 fix-up rounds; with the slivers along the seams demoted first
+(:mod:`~meshlift.isosurface.delaunay_demote`) the fix-up is one round (CPU replay), predicted ~60 s in all.
 :func:`delaunay_tets` and :class:`DelaunayRunner` take that path from ``parallel_min_points`` points on
 (default 200k) when more than one core is available.
 """

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from meshlift.isosurface.delaunay_rows import _face_keys, _sort_faces, concat_rows, rows_touching, take_rows
+from meshlift.isosurface.delaunay_rows import _face_keys, _sort_faces, concat_rows, unique_ids
 
 #: A fix-up tet decides which side of an open face it is on when ``|det| / L^3`` of the face and its far
 #: vertex exceeds this (Qhull's flat ``Qt`` tets in ties do not; their neighbour across the face then decides).
@@ -411,6 +411,32 @@ def group_key(ids, walls, wall_far) -> bytes:
     return h.digest()
 
 
+class _GroupKeys:
+    """The :func:`group_key` of every group of one :func:`groups` split, made on first use (a list)."""
+
+    def __init__(self, s_ids, label, walls, wall_far, wl, ng):
+        self._args, self._keys = (s_ids, label, walls, wall_far, wl, ng), None
+
+    def _make(self) -> list:
+        if self._keys is None:
+            s_ids, label, walls, wall_far, wl, ng = self._args
+            p_ord, w_ord = np.argsort(label, kind="stable"), np.argsort(wl, kind="stable")
+            p_cut = np.r_[0, np.cumsum(np.bincount(label, minlength=ng))]
+            w_cut = np.r_[0, np.cumsum(np.bincount(wl, minlength=ng))]
+            self._keys = [group_key(s_ids[p_ord[p_cut[g] : p_cut[g + 1]]], walls[w_ord[w_cut[g] : w_cut[g + 1]]],
+                                    wall_far[w_ord[w_cut[g] : w_cut[g + 1]]]) for g in range(ng)]
+        return self._keys
+
+    def __len__(self) -> int:
+        return self._args[5]
+
+    def __getitem__(self, g):
+        return self._make()[g]
+
+    def __iter__(self):
+        return iter(self._make())
+
+
 def groups(pts, walls, wall_far, unused, max_bins: int, hull_ids=None, reuse: GroupCache | None = None):
     """Split the fix-up into Qhull calls: ``([(s_ids, wall_rows)], number of groups)`` with at most
     ``max_bins`` calls (``s_ids`` sorted global ids, ``wall_rows`` rows of ``walls``). ``pts`` ``[N, 3]``,
@@ -418,7 +444,8 @@ def groups(pts, walls, wall_far, unused, max_bins: int, hull_ids=None, reuse: Gr
 
     With ``reuse`` (a :class:`GroupCache`), the groups whose :func:`group_key` is in ``reuse.done`` are
     left out of the calls (their keys go to ``reuse.hits``), and each call is ``(s_ids, wall_rows,
-    group_of_point [len(s_ids)] int, keys)``: the group (index into ``keys``) of each of its points.
+    group_of_point [len(s_ids)] int, keys)``: the group (index into ``keys``, a list-like :class:`_GroupKeys`
+    whose digests are made on first use) of each of its points.
 
     Groups: the open faces connected through shared vertices, with their far vertices; each unused point
     linked to its ``UNUSED_LINKS`` nearest fix-up points (its Delaunay neighbours are vertices of the same
@@ -430,7 +457,7 @@ def groups(pts, walls, wall_far, unused, max_bins: int, hull_ids=None, reuse: Gr
     from scipy.sparse.csgraph import connected_components
     from scipy.spatial import cKDTree
 
-    s_ids = np.unique(np.concatenate([walls.reshape(-1), unused]))
+    s_ids = unique_ids([walls, unused], pts.shape[0])
     ns = s_ids.size
     loc = np.searchsorted(s_ids, walls)
     a = [loc[:, 0], loc[:, 1]]
@@ -468,17 +495,12 @@ def groups(pts, walls, wall_far, unused, max_bins: int, hull_ids=None, reuse: Gr
     todo = np.ones(ng, dtype=bool)
     keys = None
     if reuse is not None:
-        # per group: its points and open faces (label order), its key; the groups seen before are skipped
-        p_ord = np.argsort(label, kind="stable")
-        p_cut = np.r_[0, np.cumsum(np.bincount(label, minlength=ng))]
-        w_ord = np.argsort(wl, kind="stable")
-        w_cut = np.r_[0, np.cumsum(np.bincount(wl, minlength=ng))]
-        keys = []
-        for g_ in range(ng):
-            rows = w_ord[w_cut[g_] : w_cut[g_ + 1]]
-            keys.append(group_key(s_ids[p_ord[p_cut[g_] : p_cut[g_ + 1]]], walls[rows], wall_far[rows]))
-        reuse.hits = [k_ for k_ in keys if k_ in reuse.done]
-        todo = np.array([k_ not in reuse.done for k_ in keys], dtype=bool)
+        # per group its key (points, open faces, sides): the groups seen before are skipped; with nothing
+        # stored yet (the first round) the keys are only made if a call fails (:class:`_GroupKeys`)
+        keys = _GroupKeys(s_ids, label, walls, wall_far, wl, ng)
+        if reuse.done:
+            reuse.hits = [k_ for k_ in keys if k_ in reuse.done]
+            todo = np.array([k_ not in reuse.done for k_ in keys], dtype=bool)
     nbins = max(1, min(int(todo.sum()), max_bins))
     load = np.zeros(nbins)
     bin_of = np.full(ng, -1, dtype=np.int64)
@@ -525,11 +547,13 @@ def accept(pts, hull, walls, fix_tets, fix_keep, kept_volume):
     """
     f = np.sort(fix_tets[fix_keep].astype(np.int64), axis=1)
     # compact ids (the vertices of the fix-up tets and the open faces), so that face keys fit in int64
-    ids = np.unique(np.concatenate([f.reshape(-1), walls.reshape(-1)]))
+    ids = unique_ids([f, walls], pts.shape[0])
+    rank = np.zeros(pts.shape[0], dtype=np.int64)
+    rank[ids] = np.arange(ids.size)
     n = ids.size
     pts = pts[ids]
-    f = np.searchsorted(ids, f)
-    walls = np.searchsorted(ids, walls)
+    f = rank[f]
+    walls = rank[walls]
     faces = f[:, _FACE].reshape(-1, 3)  # sorted rows stay sorted; row 4 i + k is tet i's face opposite k
     order, start, _, count = _face_runs(faces, n, "fix-up tets")
     first = np.flatnonzero(start)
@@ -590,13 +614,15 @@ def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, 
     """The fix-up in parallel groups (:func:`groups`, :func:`fixup` in ``workers`` threads), checked by
     :func:`accept`; ``wall_sign``: :func:`wall_signs`. Returns ``(fix_tets, fix_neighbors, fix_keep)`` as
     :func:`fixup`, the calls concatenated (neighbours offset). Adds ``fix_groups``, ``fix_calls``,
-    ``fix_call_points``, ``fix_reused_groups``, ``accept_s`` to ``stats``. Raises ``_Inconsistent`` as
+    ``fix_call_points``, ``fix_call_s`` (the 4 biggest calls' points, wall and thread CPU seconds),
+    ``fix_reused_groups``, ``accept_s`` to ``stats``. Raises ``_Inconsistent`` as
     :func:`fixup` (the ``bad`` points of every failing call) and :func:`accept`.
 
     ``cache`` (a :class:`GroupCache`, kept by the caller across repair rounds): groups unchanged since a
     round whose call on them succeeded are not re-run; their stored tets join the new calls' tets, and
-    :func:`accept` checks the union. The groups of the calls that succeed are stored even when another
-    call fails; the store is emptied when the union fails :func:`accept` (the next round re-runs all).
+    :func:`accept` checks the union. The groups of the calls that succeed are stored when another call
+    fails (only then: a round whose calls all pass never needs the store); the store is emptied when the
+    union fails :func:`accept` (the next round re-runs all).
 
     ``salvage``: each failing call that names its points salvages its ``DT(S)`` away from them
     (:func:`salvage_tets`); the raised exception's ``salvage`` holds them all (``[P, 4]``), for the engine to
@@ -624,19 +650,30 @@ def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, 
     stats["fix_reused_groups"] = len(reused)
     stats["fix_call_points"] = sorted((int(b[0].size) for b in bins), reverse=True)[:8]
     with cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="meshlift-delaunay-fix") as pool:
-        futs = [pool.submit(fixup, pts, b[0], walls[b[1]], None, options, wall_sign=wall_sign[b[1]],
-                            salvage=salvage) for b in bins]
-        res, errors = [], []
+        secs = []  # (points, wall s, thread CPU s) per call
+
+        def timed(b):
+            t, c = time.perf_counter(), time.thread_time()
+            try:
+                return fixup(pts, b[0], walls[b[1]], None, options, wall_sign=wall_sign[b[1]], salvage=salvage)
+            finally:
+                secs.append((int(b[0].size), round(time.perf_counter() - t, 2), round(time.thread_time() - c, 2)))
+
+        futs = [pool.submit(timed, b) for b in bins]
+        res, errors, ok_bins = [], [], []
         for b, f_ in zip(bins, futs):
             try:
                 res.append(f_.result())
+                ok_bins.append(b)
             except _Inconsistent as exc:
                 errors.append(exc)
-                continue
-            if cache is not None and len(b) == 4:  # (a grouping without group labels is not stored)
-                _split_by_group(res[-1], b[0], b[2], b[3], cache.done)
     stats["fix_failed_calls"] = len(errors)
+    stats["fix_call_s"] = sorted(secs, reverse=True)[:4]
     if errors:
+        # the group store is built only now: a round whose calls all pass never needs it
+        for b, r in zip(ok_bins, res):
+            if cache is not None and len(b) == 4:  # (a grouping without group labels is not stored)
+                _split_by_group(r, b[0], b[2], b[3], cache.done)
         bad = [e.bad for e in errors if e.bad is not None]
         exc = _Inconsistent(f"{len(errors)} of {len(bins)} fix-up calls: {errors[0]}",
                             np.concatenate(bad) if bad else None)
@@ -660,28 +697,3 @@ def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, 
         stats["accept_s"] = time.perf_counter() - t1
     return tets, np.concatenate(nbs), keep
 
-
-def demote(pts, kept, walls, wall_sign, bad, rings: int = 2, workers: int = 1):
-    """Grow the missing region: drop the kept tets within ``rings`` vertex rings of ``bad`` (global ids;
-    1: the tets with a vertex in ``bad``) and update the open
-    faces. A dropped tet's faces join the open faces, a face now between two dropped tets (or a dropped tet
-    and the old missing region) leaves them; a new open face's kept side is opposite the dropped tet's 4th
-    vertex. Returns ``(kept, walls, wall_sign, dropped volume, dropped count)``; raises ``_Inconsistent`` on
-    a face in 3+ places. The passes over ``kept`` run in ``workers`` threads."""
-    mark = np.zeros(pts.shape[0], dtype=bool)
-    mark[bad] = True
-    drop = rows_touching(mark, kept, workers)
-    for _ in range(rings - 1):  # and the tets around the dropped ones' vertices
-        mark[kept[drop].reshape(-1)] = True
-        drop = rows_touching(mark, kept, workers)
-    r = kept[drop]
-    kept = take_rows(kept, ~drop, workers)
-    vol = _abs_volume(pts, r)
-    rf = np.sort(r[:, _FACE].reshape(-1, 3), axis=1)
-    rfar = r.reshape(-1)
-    rs = -np.sign(_side(pts[rf], pts[rfar]))
-    faces = np.concatenate([walls, rf.astype(walls.dtype)])
-    signs = np.concatenate([wall_sign, rs])
-    order, start, run, count = _face_runs(faces, pts.shape[0], "tets while growing the fix-up region")
-    single = order[count[run] == 1]
-    return kept, faces[single], signs[single], vol, int(drop.sum())

@@ -44,7 +44,11 @@ face-connected. So Qhull on ``S`` contains every missing tet (its ball is empty 
 tet's far vertex (not in ``S``) lies on the kept side, so the ``DT(S)`` tet across the face whose far
 vertex lies on the other side (``|det| / L^3 > SIDE_MIN_REL``; if it is a flat tie tet, its well-shaped
 neighbour across the face decides) marks its component "missing", the other one "kept". The result is
-``A`` plus the missing components.
+``A`` plus the missing components. First, the *slivers* along the seams are demoted
+(:mod:`delaunay_demote`): kept tets with ``|det| / L^3 < 1e-3`` and 3+ vertices on open faces go back to
+the fix-up, up to ``SLIVER_PASSES`` passes (``A`` minus some of its tets is still a set of Delaunay tets, so
+the proof holds; the new open faces' sides are by orientation). They were where the skins' Qhull merged
+ties and disagreed with the blocks (5.4M pivots: 4 repair rounds before).
 
 The same holds for any union of whole *holes* (connected pieces of the missing region): its tets are in
 Qhull of the open faces around it and the unused points inside it. So ``S`` is split into *groups*: the
@@ -74,11 +78,11 @@ updated by face parity, each new open face's kept side is its promoted tet's), s
 re-triangulates only the region around the disagreement, not the failing group (on a hollow shell: a few
 thousand points instead of a ~310k-point skin). The last round's checks (a)-(c) cover the promoted tets
 (they count in the kept volume and bound the open faces); a promotion that does not fit (a face in 3+
-tets, a promoted tet on an open face's kept side) is skipped and the round grows as before. Only when that fails too (a face kept 3 times, no
-points named) does it fall back to one global Qhull; either fallback is named in
-``fallback`` and warned about by the caller (:class:`~meshlift.errors.MeshliftWarning`): the result is
-never silently wrong. A block whose Qhull call fails (a flat piece) keeps nothing, so its region goes to
-``S``. If no tet is certified at all (a lattice: every cell is a tie) the fix-up is one global call.
+tets, a promoted tet on an open face's kept side) is skipped and the round grows as before. Only when that
+fails too (a face kept 3 times, no points named) does it fall back to one global Qhull; either fallback is
+named in ``fallback`` and warned about by the caller (:class:`~meshlift.errors.MeshliftWarning`): the
+result is never silently wrong. A block whose Qhull call fails (a flat piece) keeps nothing, so its region
+goes to ``S``. If no tet is certified at all (a lattice: every cell is a tie) the fix-up is one global call.
 
 **Ties.** Where 5+ points are co-spherical (float32 box corners: the 4 corners of a box face are
 concyclic, so with any 5th point they are co-spherical) the fix-up's Qhull may split a cell differently
@@ -118,6 +122,7 @@ import numpy as np
 
 from meshlift.errors import MeshError, OutOfMemoryError
 from meshlift.isosurface import delaunay_certify as _cert
+from meshlift.isosurface import delaunay_demote as _dem
 from meshlift.isosurface import delaunay_fixup as _fix
 from meshlift.isosurface import delaunay_rows as _rows
 from meshlift.isosurface.delaunay_fixup import _FACE, _far_vertex, _idx_dtype, _Inconsistent
@@ -511,37 +516,34 @@ def start_hull(pts, pool=None):
 
 
 def fix_loop(pts, kept, dups, walls, wall_far, kept_volume, workers, fast, options, grouped, stats, hull=None):
-    """Step 3 of the module docstring with its repair rounds: the grouped fix-up (or one call), growing the
-    missing region around the points where a call disagreed, promoting what a failing call salvaged.
+    """Step 3 of the module docstring with its repair rounds: the slivers along the seams demoted
+    (:mod:`delaunay_demote`), the grouped fix-up (or one call), the missing region grown around the points
+    where a call disagreed, what a failing call salvaged promoted.
 
-    Args:
-        pts: ``[N, 3]`` float64; kept: ``[MA, 4]`` certified tets; dups: ids of exact duplicates; walls,
-            wall_far: the open faces ``[W, 3]`` and their kept tets' 4th vertices ``[W]``; kept_volume: the
-            kept tets' volume; workers: threads; fast: Qhull options of the grouped calls; options: those of
-            the one-call fix-up (None: scipy's); grouped: use the grouped fix-up; stats: filled in; hull:
-            the convex hull of all points (:func:`start_hull`; None: each grouped round computes the fix-up
-            set's). The passes over the kept tets (used marks, demote, promote) run in ``workers`` threads.
+    Args: ``pts`` ``[N, 3]`` float64; ``kept`` ``[MA, 4]`` certified tets; ``dups`` ids of exact duplicates;
+    ``walls``, ``wall_far``: the open faces ``[W, 3]`` and their kept tets' 4th vertices ``[W]``;
+    ``kept_volume``; ``workers``: threads (also for the passes over the kept tets); ``fast``, ``options``:
+    the Qhull options of the grouped calls and of the one call (None: scipy's); ``grouped``; ``stats``
+    (filled in); ``hull``: :func:`start_hull`'s (None: each grouped round computes the fix-up set's).
 
-    Returns:
-        ``(kept, (fix_tets, fix_neighbors, fix_keep), fallback)``: the kept tets (fewer when grown, more when
-        promoted) and the fix-up as :func:`delaunay_fixup.fixup`.
-
-    Raises:
-        _Inconsistent: every round failed (the caller falls back to one global Qhull).
+    Returns ``(kept, (fix_tets, fix_neighbors, fix_keep), fallback)`` (kept: fewer when demoted or grown, more
+    when promoted; the fix-up as :func:`delaunay_fixup.fixup`). Raises ``_Inconsistent`` when every round
+    failed (the caller falls back to one global Qhull).
     """
-    n = pts.shape[0]
-    t2 = time.perf_counter()
-    fallback = ""
+    n, t2 = pts.shape[0], time.perf_counter()
     wall_sign = _fix.wall_signs(pts, walls, wall_far)
-    fixed, notes, grown, promoted = None, [], 0, 0
+    # slivers along the seams go to the fix-up first (delaunay_demote: where the skins' Qhull disagreed)
+    kept, walls, wall_sign, vol, stats["demoted_slivers"], stats["sliver_passes"] = _dem.demote_slivers(
+        pts, kept, walls, wall_sign, workers, _dem.SLIVER_PASSES)
+    kept_volume -= vol
+    fixed, notes, grown, promoted, fallback = None, [], 0, 0, ""
     cache = _fix.GroupCache() if REUSE_GROUPS else None
-    # per grouped round: [calls run, calls failed, groups reused, largest call's points]
-    stats["fix_round_calls"] = []
+    stats["fix_round_calls"] = []  # per grouped round: [calls run, failed, groups reused, largest call's points]
     for attempt in range(REPAIR_ROUNDS + 1):
         used = _rows.mark_used(n, kept, workers)
         used[dups] = True
         unused = np.flatnonzero(~used).astype(kept.dtype)
-        s_ids = np.unique(np.concatenate([walls.reshape(-1), unused]))
+        s_ids = _rows.unique_ids([walls, unused], n)
         stats["fix_points"], stats["unused_points"] = int(s_ids.size), int(unused.size)
         bad, salvaged = [], None
         if grouped and walls.shape[0] and workers > 1:
@@ -555,14 +557,13 @@ def fix_loop(pts, kept, dups, walls, wall_far, kept_volume, workers, fast, optio
                 bad.append(exc.bad)
                 salvaged = getattr(exc, "salvage", None)
             finally:
-                stats["fix_round_calls"].append([stats.get("fix_calls", 0), stats.get("fix_failed_calls", 0),
-                                                 stats.get("fix_reused_groups", 0),
-                                                 max(stats.get("fix_call_points") or [0])])
+                stats["fix_round_calls"].append([stats.get(k, 0) for k in ("fix_calls", "fix_failed_calls",
+                                                 "fix_reused_groups")] + [max(stats.get("fix_call_points") or [0])])
         # one call over all of S (with the far vertices while they are known); skipped while the grouped
         # calls say where they disagreed (growing the region there is cheaper than a call over all of S)
         if not (bad and bad[0] is not None and attempt < REPAIR_ROUNDS):
             try:
-                if attempt == 0:
+                if attempt == 0 and not stats["demoted_slivers"]:  # (a demoted sliver's faces: no far vertex)
                     s_far = np.unique(np.concatenate([s_ids, wall_far]))
                     stats["fix_points"] = int(s_far.size)
                     fixed = _fix.fixup(pts, s_far, walls, wall_far, options, with_far=True)
@@ -576,7 +577,7 @@ def fix_loop(pts, kept, dups, walls, wall_far, kept_volume, workers, fast, optio
         if not bad or attempt == REPAIR_ROUNDS:
             raise _Inconsistent("; ".join(notes))
         # grow the missing region around the points where the fix-up disagreed, and try again
-        kept, walls, wall_sign, vol, dropped = _fix.demote(pts, kept, walls, wall_sign, np.concatenate(bad),
+        kept, walls, wall_sign, vol, dropped = _dem.demote(pts, kept, walls, wall_sign, np.concatenate(bad),
                                                            rings=DEMOTE_RINGS, workers=workers)
         kept_volume -= vol
         grown += dropped

@@ -95,6 +95,18 @@ def concat_rows(arrays: list, workers: int = 1) -> np.ndarray:
     return out
 
 
+def unique_ids(arrays: list, n: int) -> np.ndarray:
+    """``np.unique`` of the ids in ``arrays`` (integer arrays, ids ``< n``; the first array's dtype): one
+    bool mark over ``n`` (no sort) when ``n`` is at most ``8 *`` the ids given, else ``np.unique``."""
+    dtype = arrays[0].dtype
+    if n > 8 * sum(a.size for a in arrays):
+        return np.unique(np.concatenate([a.reshape(-1) for a in arrays])).astype(dtype, copy=False)
+    mark = np.zeros(n, dtype=bool)
+    for a in arrays:
+        mark[a.reshape(-1)] = True
+    return np.flatnonzero(mark).astype(dtype, copy=False)
+
+
 #: A face key packs the three sorted vertex ids of a face into one int64 when every id is below
 #: ``2^FACE_KEY_BITS`` (``f0 << 42 | f1 << 21 | f2``: one ``argsort`` of int64, ~5x faster than a two-key
 #: ``lexsort``); bigger ids are first ranked among the ids the faces use (one pass over the points), and
