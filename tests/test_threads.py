@@ -15,9 +15,17 @@ from meshlift.errors import ConfigError
 
 def test_choose_num_threads_rules(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
-    monkeypatch.setattr(os, "getloadavg", lambda: (2.6, 0.0, 0.0))
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.6, 0.0, 0.0))
     assert _threads.free_cores() == 1
-    assert _threads.choose_num_threads({}) == (1, "free cores (cores - load average)")
+    assert _threads.choose_num_threads({}) == (1, "free cores: cores - whole load average")
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.6, 0.0, 0.0))
+    assert _threads.free_cores() == 2  # the whole part: 2 cores busy, 2 free
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.9, 0.0, 0.0))
+    assert _threads.free_cores() == 2  # the decaying average of one's own finished run frees both cores
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.05, 0.0, 0.0))
+    assert _threads.free_cores() == 1  # a job keeping one core busy
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.1, 0.0, 0.0))
     assert _threads.choose_num_threads({})[0] == 4
     monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 0.0, 0.0))
@@ -26,6 +34,16 @@ def test_choose_num_threads_rules(monkeypatch):
     assert _threads.choose_num_threads({"MESHLIFT_NUM_THREADS": "2", "OMP_NUM_THREADS": "3"})[0] == 2
     with pytest.raises(ConfigError, match="MESHLIFT_NUM_THREADS"):
         _threads.choose_num_threads({"MESHLIFT_NUM_THREADS": "-1"})
+
+
+def test_thread_note_names_the_choice(monkeypatch):
+    monkeypatch.setattr(_threads, "_CHOSEN", None)
+    assert _threads.thread_note() is None
+    monkeypatch.setattr(_threads, "_CHOSEN", (None, "OMP_NUM_THREADS"))
+    assert _threads.thread_note() is None
+    monkeypatch.setattr(_threads, "_CHOSEN", (2, "free cores: cores - whole load average"))
+    assert _threads.thread_note() == ("CPU threads: 2 (free cores: cores - whole load average; "
+                                      "MESHLIFT_NUM_THREADS=N sets it)")
 
 
 @pytest.mark.slow

@@ -7,8 +7,13 @@ where halving the threads costs about 2× at most. So the CLI sets the pool size
 
 1. ``MESHLIFT_NUM_THREADS`` (a positive integer) when set — the user's knob;
 2. else ``OMP_NUM_THREADS`` when set (torch honours it; nothing is changed);
-3. else the cores this process may use (``os.sched_getaffinity``) minus the 1-minute load average,
-   rounded, at least 1 (``os.getloadavg``; where unavailable, all cores).
+3. else the cores this process may use (``os.sched_getaffinity``) minus the whole part of the 1-minute load
+   average, at least 1 (``os.getloadavg``; where unavailable, all cores). The whole part, not the rounded
+   value: the average decays slowly, and right after a run of one's own on an idle 2-core machine it reads
+   0.75-1.0, which rounding turned into one free core (a fresh user's `--quick` runs then took 1.27× longer on
+   1 thread, 2026-12-06); a job that really keeps a core busy holds the average at or above 1.
+
+The choice is printed at the start of ``meshlift reconstruct`` and ``meshlift demo`` (:func:`thread_note`).
 
 Stdlib only at import; torch is touched only if it is already imported.
 """
@@ -20,11 +25,14 @@ import sys
 
 from meshlift import _env
 
-__all__ = ["free_cores", "choose_num_threads", "configure_cpu_threads"]
+__all__ = ["free_cores", "choose_num_threads", "configure_cpu_threads", "thread_note"]
+
+#: ``(threads, reason)`` of the last :func:`configure_cpu_threads` (None before it ran).
+_CHOSEN: tuple[int | None, str] | None = None
 
 
 def free_cores() -> int:
-    """Cores this process may run on, minus the 1-minute load average (rounded), at least 1."""
+    """Cores this process may run on, minus the whole part of the 1-minute load average, at least 1."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -33,7 +41,7 @@ def free_cores() -> int:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
         load = 0.0
-    return max(1, min(cores, int(round(cores - load))))
+    return max(1, min(cores, cores - int(load)))
 
 
 def choose_num_threads(environ=None) -> tuple[int | None, str]:
@@ -52,13 +60,15 @@ def choose_num_threads(environ=None) -> tuple[int | None, str]:
         return n, "MESHLIFT_NUM_THREADS"
     if env.get("OMP_NUM_THREADS"):
         return None, "OMP_NUM_THREADS"
-    return free_cores(), "free cores (cores - load average)"
+    return free_cores(), "free cores: cores - whole load average"
 
 
 def configure_cpu_threads() -> tuple[int | None, str]:
     """Apply :func:`choose_num_threads`: set ``OMP_NUM_THREADS`` before torch is imported, or call
     ``torch.set_num_threads`` when it already is. Returns what was chosen."""
+    global _CHOSEN
     n, why = choose_num_threads()
+    _CHOSEN = (n, why)
     if n is None:
         return n, why
     if "torch" in sys.modules:
@@ -66,3 +76,12 @@ def configure_cpu_threads() -> tuple[int | None, str]:
     else:
         os.environ["OMP_NUM_THREADS"] = str(n)
     return n, why
+
+
+def thread_note() -> str | None:
+    """One line naming the CPU thread count :func:`configure_cpu_threads` chose and why (None when it did not
+    run, e.g. inside a test, or left torch's own choice under ``OMP_NUM_THREADS``)."""
+    if _CHOSEN is None or _CHOSEN[0] is None:
+        return None
+    n, why = _CHOSEN
+    return f"CPU threads: {n} ({why}; MESHLIFT_NUM_THREADS=N sets it)"

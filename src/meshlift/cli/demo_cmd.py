@@ -47,6 +47,7 @@ def register(app: typer.Typer) -> None:
             prime_in_background()  # Triton's install hash on a thread while the rest loads (kernels/precompile.py)
         from rich.console import Console
 
+        from meshlift._threads import thread_note
         from meshlift.cli.reconstruct_cmd import make_monitor, print_summary
         from meshlift.data.demo_object import make_demo_object
         from meshlift.kernels import precompile
@@ -67,6 +68,8 @@ def register(app: typer.Typer) -> None:
         cfg = apply_dict(get_preset("demo"), {"device": device, **parse_overrides(list(set_ or []))})
         dev = resolve_device(cfg.device)
         monitor = make_monitor()
+        if (note := thread_note()) is not None:
+            monitor.log(note)
         # on an empty Triton cache the GPU kernels compile in background processes from here on
         warmup = precompile.start("nvdiffrec", dev, log=monitor.log)  # on CUDA: imports Triton and the kernels
         process.imports_done()  # the import-time heap leaves the collector's traversals (cli/process.py)

@@ -16,6 +16,7 @@ from typing import List, Optional
 
 import typer
 
+from meshlift._threads import thread_note
 from meshlift.cli.clock import process_seconds
 
 
@@ -293,6 +294,8 @@ def register(app: typer.Typer) -> None:
         if bbox is not None:
             items.append(f"bbox={bbox}")
         cfg = spec.build_config(data or "", preset, quick, config, items, out=out, resume=resume)
+        if main_rank and (note := thread_note()) is not None:
+            console.print(f"[dim]{note}[/dim]")
         try:
             with INTERRUPT:  # Ctrl-C: a checkpoint of the current step, then exit 130
                 result = spec.reconstruct(cfg, out, resume=resume, overwrite=overwrite,

@@ -1,0 +1,31 @@
+"""The command's wall time: the process age, unless a shell exec'd meshlift after other work (cli/clock.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from meshlift.cli import clock
+
+
+def test_process_age_is_used_for_a_young_process(monkeypatch):
+    monkeypatch.setattr(clock, "_AGE_AT_IMPORT", 0.4)
+    monkeypatch.setattr(clock, "_proc_age", lambda: 5.0)
+    assert clock.process_seconds() == 5.0
+
+
+def test_an_old_process_at_import_counts_from_the_import(monkeypatch):
+    """`sh -c "pip install ... && meshlift demo"`: the shell's start time must not count."""
+    monkeypatch.setattr(clock, "_AGE_AT_IMPORT", clock.EXEC_GUARD_S + 50.0)
+    monkeypatch.setattr(clock, "_proc_age", lambda: 1e6)
+    monkeypatch.setattr(clock, "_T_IMPORT", 100.0)
+    monkeypatch.setattr(clock.time, "perf_counter", lambda: 103.5)
+    assert clock.process_seconds() == 3.5
+    monkeypatch.setattr(clock, "_AGE_AT_IMPORT", None)  # no /proc
+    assert clock.process_seconds() == 3.5
+
+
+def test_a_fresh_interpreter_reports_its_own_age():
+    out = subprocess.run([sys.executable, "-c", "from meshlift.cli.clock import process_seconds as p; print(p())"],
+                         capture_output=True, text=True, check=True).stdout
+    assert 0.0 <= float(out) < 60.0
