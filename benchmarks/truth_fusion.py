@@ -36,8 +36,9 @@ def main() -> int:
     ap.add_argument("--noise", type=float, nargs="*", default=[0.0])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--depth-of", choices=("given", "closed"), default="given",
-                    help="render the depth of the truth as given (what the views show) or with its holes closed")
+    ap.add_argument("--depth-of", choices=("given", "closed"), default="closed",
+                    help="render the depth of the truth with its holes closed (what the run's views show since "
+                         "2026-12-06) or as given (the open scan, what they showed before)")
     args = ap.parse_args()
     from meshlift.metrics.geometry import mesh_metrics
     from meshlift.methods.engine import Monitor
@@ -56,7 +57,7 @@ def main() -> int:
     open_gt = None  # the truth as given: the fill faces are appended after the original ones
     if holes.get("closed"):
         open_gt = Mesh(gt.v_pos, gt.t_pos_idx[:gt.num_faces - holes["faces_added"]])
-    shown = open_gt if open_gt is not None and args.depth_of == "given" else gt  # the views show the truth as given
+    shown = open_gt if open_gt is not None and args.depth_of == "given" else gt  # the run's views show the closed truth
     with torch.no_grad():
         d_true = render_mesh_depth(shown.v_pos.to(dev), shown.t_pos_idx.to(dev), tr.world_to_camera.to(dev), tr.K.to(dev),
                                    (tr.height, tr.width)).cpu()
