@@ -39,6 +39,8 @@ class SplatBatch:
     """``[B, H, W, 3]`` premultiplied sRGB in [0, 1]."""
     alpha: Optional[torch.Tensor]
     """``[B, H, W, 1]`` coverage, or None (opaque photos)."""
+    indices: Optional[torch.Tensor] = None
+    """``[B]`` int64 CPU indices of these views in their :class:`SplatViews` (None when not known)."""
 
     def targets(self, background: torch.Tensor) -> torch.Tensor:
         """``[B, H, W, 3]`` the images composited on ``background`` (``[3]`` or ``[B, 3]``, sRGB)."""
@@ -91,6 +93,7 @@ class SplatViews:
             K=K[ci],
             images=to_device(self.images[di], device).float(),
             alpha=None if self.alpha is None else to_device(self.alpha[di], device).float(),
+            indices=idx.cpu(),
         )
 
     def nbytes(self) -> int:

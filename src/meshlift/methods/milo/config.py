@@ -99,6 +99,24 @@ class MiloConfig(GaussiansConfig):
     into a disc whose normal is its shortest axis (0 = off)."""
     flatten_start: int = 0
     """First step of the flattening loss."""
+    multiview_weight: float = 0.0
+    """``tsdf`` path: weight of PGSR's multi-view geometric consistency (Chen et al. 2024, Sec. 3.3, eq. 9-11,
+    depth form; :func:`meshlift.geometry.reprojection.multiview_geometric_loss`): the surface depth of a
+    neighbouring training view is rendered too and each pixel's forward-backward reprojection error through the
+    two depth maps (pixels) is penalised, so the views agree on where the surface is (issue #33: the fox's mesh
+    colours lose 5 dB to the surface's position error). 0 = off (the default until a GPU run measures it);
+    PGSR uses 0.03."""
+    multiview_start: int = 3000
+    """First step of the multi-view term (scaled with the schedule; ``--quick``: 160)."""
+    multiview_every: int = 1
+    """Add the multi-view term every this many steps from ``multiview_start`` (>= 1; each use costs one extra
+    render of the batch's size, depth only)."""
+    multiview_neighbours: int = 4
+    """Neighbours per training view for the multi-view term (nearest camera centres within 60 degrees of viewing
+    direction, computed once); the steps cycle through them (>= 1)."""
+    multiview_max_error: float = 1.0
+    """Pixels whose reprojection error reaches this many pixels (occlusions, disagreeing surfaces) are left out
+    of the multi-view term (PGSR: 1); the rest are weighted ``exp(-error)``."""
     depth_consistency_views: int = 0
     """``tsdf`` path: before fusion, drop a depth pixel that one of this many neighbouring training views sees
     through and none confirms (a floater, a noisy depth in front of the surface that would carve it away;
@@ -290,12 +308,12 @@ _CHOICES = {"imp_metric": ("indoor", "outdoor"), "extract": ("tsdf", "delaunay")
             "raster_backend": ("auto", "torch", "triton"), "tsdf_unseen": ("inside", "unknown"),
             "scene_contraction": ("inverse", "log")}
 _UNIT = ("sampling_factor", "prune_cdf", "sdf_reset_blend")
-_NONNEG = ("floor_snap", "scene_voxel_pixels", "depth_consistency_views", "depth_consistency_tol", "flatten_weight", "tsdf_trunc_pixels", "scene_trunc_pixels", "tsdf_trunc_voxels", "tsdf_trunc_spread", "tsdf_min_views", "trunc_pixels", "depth_normal_weight", "mesh_depth_weight", "mesh_normal_weight", "occupied_centres_weight",
+_NONNEG = ("floor_snap", "scene_voxel_pixels", "depth_consistency_views", "depth_consistency_tol", "flatten_weight", "tsdf_trunc_pixels", "scene_trunc_pixels", "tsdf_trunc_voxels", "tsdf_trunc_spread", "tsdf_min_views", "trunc_pixels", "depth_normal_weight", "multiview_weight", "mesh_depth_weight", "mesh_normal_weight", "occupied_centres_weight",
            "occupancy_label_weight", "keep_components", "min_component_faces", "color_depth_tol", "scene_color_power", "mesh_res_scale",
            "delaunay_memory_gb")
-_GE1 = ("unwrap_max_faces", "num_pivots", "delaunay_every", "sdf_reset_every", "labels_every", "extract_labels_every",
+_GE1 = ("multiview_every", "multiview_neighbours", "unwrap_max_faces", "num_pivots", "delaunay_every", "sdf_reset_every", "labels_every", "extract_labels_every",
         "mesh_chunk_views", "tet_chunk", "texture_res", "ref_views", "ref_test_views", "eval_samples")
-_GE0 = ("max_asset_faces", "fill_hole_edges", "flatten_start", "reinit_step", "reinit_points", "sampling_step", "prune_step", "depth_normal_start", "mesh_start", "sdf_reset_stop", "extract_steps",
+_GE0 = ("max_asset_faces", "fill_hole_edges", "flatten_start", "reinit_step", "reinit_points", "sampling_step", "prune_step", "depth_normal_start", "multiview_start", "mesh_start", "sdf_reset_stop", "extract_steps",
         "simplify", "max_fragments")
 
 
@@ -320,6 +338,8 @@ def validate(cfg: MiloConfig) -> MiloConfig:
                           f"any other), got {cfg.tsdf_carve_fraction!r}")
     if not (math.isfinite(cfg.pivot_min_opacity) and 0 <= cfg.pivot_min_opacity < 1):
         raise ConfigError(f"config field 'pivot_min_opacity' must be in [0, 1), got {cfg.pivot_min_opacity!r}")
+    if not (math.isfinite(cfg.multiview_max_error) and cfg.multiview_max_error > 0):
+        raise ConfigError(f"config field 'multiview_max_error' must be > 0 pixels, got {cfg.multiview_max_error!r}")
     if not cfg.mesh_res_scale > 0:
         raise ConfigError(f"config field 'mesh_res_scale' must be > 0, got {cfg.mesh_res_scale!r}")
     if not cfg.lr_occupancy > 0:

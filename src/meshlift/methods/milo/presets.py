@@ -79,6 +79,7 @@ QUICK_CHANGES = dict(
     sampling_step=160,
     prune_step=200,
     depth_normal_start=160,
+    multiview_start=160,
     mesh_start=201,
     num_pivots=9000,
     delaunay_every=50,
@@ -104,7 +105,7 @@ PRESETS["milo_tiny"] = dataclasses.replace(
     max_test_views=2, sh_degree=0, sh_degree_interval=1000, init_opacity=0.3, lr_means=4e-3, lr_means_final=4e-4,
     lr_sh0=2e-2, lr_opacity=0.05, lr_scales=1e-2, densify_refine_start=10, densify_refine_stop=30,
     densify_refine_every=10, densify_reset_every=0, densify_max_gaussians=2000, reinit_step=20, sampling_step=30,
-    sampling_factor=0.8, prune_step=45, depth_normal_start=30, mesh_start=46, num_pivots=4500, delaunay_every=20,
+    sampling_factor=0.8, prune_step=45, depth_normal_start=30, multiview_start=30, mesh_start=46, num_pivots=4500, delaunay_every=20,
     sdf_reset_every=20, sdf_reset_stop=80, labels_every=10, extract_steps=20, extract_labels_every=10,
     texture_res=64, tsdf_resolution=64, scene_resolution=32, max_asset_faces=20_000, background="random", eval_samples=20_000, checkpoint_every=50, checkpoint_every_s=0.0, preview_every=50, lpips=False, device="cpu",
     chunk_elements=1 << 18)
@@ -112,7 +113,7 @@ PRESETS["milo_tiny"] = dataclasses.replace(
 
 #: Config fields that are step numbers or step counts of the schedule (scaled together by :func:`scale_schedule`).
 STEP_FIELDS = ("steps", "densify_refine_start", "densify_refine_stop", "densify_refine_every", "densify_reset_every",
-               "reinit_step", "sampling_step", "prune_step", "depth_normal_start", "mesh_start",
+               "reinit_step", "sampling_step", "prune_step", "depth_normal_start", "multiview_start", "mesh_start",
                "delaunay_every", "sdf_reset_every", "sdf_reset_stop", "labels_every", "extract_steps",
                "extract_labels_every", "sh_degree_interval", "checkpoint_every", "preview_every")
 

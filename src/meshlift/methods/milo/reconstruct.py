@@ -366,7 +366,10 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
         if tsdf:  # surface-aligned Gaussians; the mesh is fused from their depth after training
             reg = SurfaceRegularizer(problem.scene_scale, flatten_weight=cfg.flatten_weight,
                                      flatten_start=cfg.flatten_start, depth_normal_weight=cfg.depth_normal_weight,
-                                     depth_normal_start=cfg.depth_normal_start, depth=cfg.surface_depth)
+                                     depth_normal_start=cfg.depth_normal_start, depth=cfg.surface_depth,
+                                     multiview_weight=cfg.multiview_weight, multiview_start=cfg.multiview_start,
+                                     multiview_every=cfg.multiview_every, multiview_neighbours=cfg.multiview_neighbours,
+                                     multiview_max_error=cfg.multiview_max_error)
         else:
             reg = MeshInTheLoop(cfg, problem, device, monitor=monitor, settings=trainer.settings, near=trainer.near)
         trainer.regularizer = reg
@@ -390,6 +393,10 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
         t_eval = time.perf_counter()
         metrics, ours, targets, mesh_imgs = _evaluate(cfg, trainer, problem, device, strategy, product, gt_mesh)
         state.timings["eval_s"] = time.perf_counter() - t_eval
+        if tsdf and reg.multiview_summary():  # PGSR's multi-view term ran: its mean error and coverage
+            metrics["multiview"] = reg.multiview_summary()
+            monitor.log("multi-view term: {calls} uses, mean loss {mean_loss_px:.4f} px, mean used fraction "
+                        "{mean_used_fraction:.3f}".format(**metrics["multiview"]))
         state.timings["total_s"] = time.perf_counter() - budget.t_start
         metrics["timings"] = dict(state.timings)
         metrics["wall_time_s"] = state.timings["total_s"]
