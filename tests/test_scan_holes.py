@@ -67,3 +67,25 @@ def test_milo_renders_and_scores_the_closed_truth(tmp_path, monkeypatch):
     problem, gt = load_problem(cfg)
     assert gt.extras["truth_holes"]["closed"] and gt.extras["truth_holes"]["holes_closed"] == 1
     assert _border_edges(gt) == 0 and len(problem.train) == 4
+
+
+def test_the_surface_method_renders_and_scores_the_closed_truth(tmp_path, monkeypatch):
+    """The same for ``--method nvdiffrec``: a mesh input's hole is closed before its views are rendered; the truth it
+    scores against is the closed mesh and says so (``truth_holes``)."""
+    import functools
+
+    from meshlift.data import synthetic
+    from meshlift.io.mesh import save_mesh
+    from meshlift.methods.nvdiffrec.config import apply_dict
+    from meshlift.methods.nvdiffrec.presets import get_preset
+    from meshlift.methods.nvdiffrec.reconstruct import load_problem
+
+    monkeypatch.setattr(synthetic, "make_synthetic_light",
+                        functools.partial(synthetic.make_synthetic_light, env_res=16))
+    s = _sphere()
+    path = tmp_path / "holed.ply"
+    save_mesh(path, Mesh(s.v_pos, s.t_pos_idx[1:]))
+    cfg = apply_dict(get_preset("spot", quick=True), {"data": str(path), "ref_views": 3, "ref_test_views": 1,
+                                                       "train_res": 16, "env_res": 16})
+    data = load_problem(cfg, torch.device("cpu"))
+    assert data.gt_mesh.extras["truth_holes"]["holes_closed"] == 1 and _border_edges(data.gt_mesh) == 0

@@ -142,6 +142,12 @@ def load_problem(cfg: SurfaceConfig, device: torch.device) -> ProblemData:
 
         # a 3DGS point_cloud.ply or a point cloud is refused naming what it holds
         mesh = load_surface_mesh(cfg.data, "reconstruct renders views of a mesh input's surface")
+        # a scan's holes closed before its views are rendered and for scoring, as MILo does
+        # (:func:`meshlift.data.synthetic.close_scan_holes`: views of the open bunny show its inside)
+        from meshlift.data.synthetic import close_scan_holes
+
+        closed, holes = close_scan_holes(mesh)
+        mesh = dataclasses.replace(closed, extras={**closed.extras, "truth_holes": holes})
         return synthetic_problem(mesh, cfg, device, name=Path(cfg.data).name)
     data = scene_problem(cfg.data, background="black" if cfg.background == "black" else "white",
                          train_split=cfg.train_split, test_split=cfg.test_split, max_test_views=cfg.max_test_views,
@@ -350,6 +356,8 @@ def reconstruct(
         dmtet_world = to_world(p1.mesh, data.world_to_normalized)
         if data.gt_mesh is not None:
             metrics.update(geometry_metrics(mesh_world, data.gt_mesh, cfg))
+            if (holes := data.gt_mesh.extras.get("truth_holes")) is not None:
+                metrics["truth_holes"] = holes
             g1 = geometry_metrics(dmtet_world, data.gt_mesh, cfg)
             metrics["pass1_chamfer_l1"] = g1.get("chamfer_l1")
             metrics["pass1_fscore"] = g1.get("fscore")
