@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.spatial import ConvexHull, Delaunay, cKDTree
+from scipy.spatial import ConvexHull, Delaunay
 
 from meshlift.isosurface import delaunay_demote as dd
 from meshlift.isosurface import delaunay_fixup as df
 from meshlift.isosurface import delaunay_parallel as dp
 from meshlift.isosurface.delaunay import delaunay_tets_parallel
+
+from _delaunay_checks import ties as _ties
 
 _FACES = np.array([[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]])
 
@@ -57,7 +59,7 @@ def test_a_sliver_on_open_faces_is_demoted():
     rows = dd.sliver_rows(pts, kept, walls)
     assert rows.tolist() == [True, False, False]
     assert np.array_equal(rows, dd.sliver_rows_reference(pts, kept, walls))
-    k2, w2, s2, vol, cnt = dd.demote(pts, kept, np.sort(walls, axis=1), sign, drop=rows)
+    k2, w2, s2, vol, cnt = dd.demote_rows(pts, kept, np.sort(walls, axis=1), sign, rows)
     assert cnt == 1 and _as_set(k2) == _as_set(kept[1:])
     assert vol == pytest.approx(abs(np.linalg.det(pts[[1, 2, 3]] - pts[0])) / 6)
     # the open faces after the demotion are the faces of the tets left, and their kept sides are theirs
@@ -93,14 +95,6 @@ def test_threaded_sliver_rows_equal_the_reference(monkeypatch):
     walls, _ = _open(kept)
     fast = dd.sliver_rows(pts, kept, walls, workers=4)
     assert fast.any() and np.array_equal(fast, dd.sliver_rows_reference(pts, kept, walls))
-
-
-def _ties(pts, tets, tol=1e-9):
-    centre, r2, rel = dp._circumspheres(pts, tets)
-    dist, idx = cKDTree(pts).query(np.nan_to_num(centre, nan=1e30, posinf=1e30, neginf=-1e30), k=5)
-    is_vertex = (idx[:, :, None] == tets[:, None, :]).any(axis=2)
-    d2 = np.where(is_vertex, np.inf, dist**2).min(axis=1)
-    return (np.abs(rel) <= 1e-8) | (d2 <= r2 * (1 + tol))
 
 
 @pytest.mark.parametrize("jitter", [1e-3, 1e-5])
@@ -154,7 +148,7 @@ def test_demote_slivers_equals_pass_by_pass_reference():
             drop = dd.sliver_rows_reference(pts, rk, rw)
             if not drop.any():
                 break
-            rk, rw, rs, v, _ = dd.demote(pts, rk, rw, rs, drop=drop)
+            rk, rw, rs, v, _ = dd.demote_rows(pts, rk, rw, rs, drop)
             rvol += v
         assert cnt > 0 and done <= passes and cnt == kept.shape[0] - rk.shape[0]
         assert np.array_equal(k, rk) and vol == pytest.approx(rvol)

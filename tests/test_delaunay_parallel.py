@@ -22,6 +22,8 @@ from meshlift.isosurface import delaunay_rows as dr
 from meshlift.isosurface import delaunay_parallel as dp
 from meshlift.isosurface.delaunay import DelaunayRunner, delaunay_tets, delaunay_tets_parallel
 
+from _delaunay_checks import ties as _ties
+
 _FACES = np.array([[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]])
 
 
@@ -85,15 +87,6 @@ def _check_valid(pts, res, *, insphere_tol=1e-9, flat=1e-5):
     is_vertex = (idx[:, :, None] == tets[ok][:, None, :]).any(axis=2)
     d2 = np.where(is_vertex, np.inf, dist**2).min(axis=1)
     assert (d2 >= r2[ok] * (1 - insphere_tol)).all(), "a point inside a circumsphere"
-
-
-def _ties(pts, tets, tol=1e-9):
-    """Tets that are flat or have a 5th point on their circumsphere (within ``tol``)."""
-    centre, r2, rel = dp._circumspheres(pts, tets)
-    dist, idx = cKDTree(pts).query(np.nan_to_num(centre, nan=1e30, posinf=1e30, neginf=-1e30), k=5)
-    is_vertex = (idx[:, :, None] == tets[:, None, :]).any(axis=2)
-    d2 = np.where(is_vertex, np.inf, dist**2).min(axis=1)
-    return (np.abs(rel) <= 1e-8) | (d2 <= r2 * (1 + tol))
 
 
 @pytest.mark.parametrize("make, n", [(_uniform, 6000), (_clustered, 6000)])

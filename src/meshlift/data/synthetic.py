@@ -135,6 +135,7 @@ def close_scan_holes(mesh: Mesh, *, max_border_frac: float = SCAN_HOLE_MAX_BORDE
     import numpy as np
 
     from meshlift.mesh.fill import fill_holes
+    from meshlift.mesh.rows import unique_rows
 
     if mesh.num_faces == 0:
         raise MeshError("close_scan_holes: the mesh has no faces")
@@ -142,7 +143,7 @@ def close_scan_holes(mesh: Mesh, *, max_border_frac: float = SCAN_HOLE_MAX_BORDE
         raise MeshError(f"close_scan_holes: max_border_frac must be >= 0, got {max_border_frac!r}")
     F = mesh.t_pos_idx.detach().cpu().numpy().astype(np.int64)
     e = np.sort(np.concatenate([F[:, [0, 1]], F[:, [1, 2]], F[:, [2, 0]]]), axis=1)
-    _, counts = np.unique(e, axis=0, return_counts=True)
+    _, counts = unique_rows(e, return_counts=True)
     border, edges = int((counts == 1).sum()), int(counts.shape[0])
     rep = {"border_edges": border, "edges": edges, "border_frac": border / max(edges, 1), "holes": 0,
            "closed": False, "holes_closed": 0, "faces_added": 0}

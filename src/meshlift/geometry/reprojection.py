@@ -131,6 +131,17 @@ def reprojection_error_reference(depth_r, depth_n, K_r, world_to_camera_r, K_n, 
     Hn, Wn = depth_n.shape[1:]
     phi = torch.zeros(B, H, W, dtype=torch.float64)
     valid = torch.zeros(B, H, W, dtype=torch.bool)
+
+    def to_world(x, y, d, K, R, t):  # pixel position and depth -> world point
+        pc = torch.tensor([(x - K[0, 2]) / K[0, 0] * d, (y - K[1, 2]) / K[1, 1] * d, d], dtype=torch.float64)
+        return R.T @ (pc - t)
+
+    def to_pixel(X, K, R, t):  # world point -> (u, v), None behind the camera
+        q = R @ X + t
+        if not q[2] > 0:
+            return None
+        return float(K[0, 0] * q[0] / q[2] + K[0, 2]), float(K[1, 1] * q[1] / q[2] + K[1, 2])
+
     for b in range(B):
         Kr, Kn = K_r[b].double().cpu(), K_n[b].double().cpu()
         Rr, tr = world_to_camera_r[b, :3, :3].double().cpu(), world_to_camera_r[b, :3, 3].double().cpu()
@@ -142,13 +153,10 @@ def reprojection_error_reference(depth_r, depth_n, K_r, world_to_camera_r, K_n, 
                 if not d > 0:
                     continue
                 x, y = j + 0.5, i + 0.5
-                pc = torch.tensor([(x - Kr[0, 2]) / Kr[0, 0] * d, (y - Kr[1, 2]) / Kr[1, 1] * d, d], dtype=torch.float64)
-                X = Rr.T @ (pc - tr)
-                q = Rn @ X + tn
-                if not q[2] > 0:
+                pn = to_pixel(to_world(x, y, d, Kr, Rr, tr), Kn, Rn, tn)
+                if pn is None:
                     continue
-                un = float(Kn[0, 0] * q[0] / q[2] + Kn[0, 2])
-                vn = float(Kn[1, 1] * q[1] / q[2] + Kn[1, 2])
+                un, vn = pn
                 # bilinear over the 2 x 2 centres around (un, vn)
                 fx, fy = un - 0.5, vn - 0.5
                 j0, i0 = math.floor(fx), math.floor(fy)
@@ -163,14 +171,10 @@ def reprojection_error_reference(depth_r, depth_n, K_r, world_to_camera_r, K_n, 
                             cover += wx * wy * (1.0 if z > 0 else 0.0)
                 if cover < _FULL:
                     continue
-                pn = torch.tensor([(un - Kn[0, 2]) / Kn[0, 0] * val, (vn - Kn[1, 2]) / Kn[1, 1] * val, val],
-                                  dtype=torch.float64)
-                X2 = Rn.T @ (pn - tn)
-                q2 = Rr @ X2 + tr
-                if not q2[2] > 0:
+                pr = to_pixel(to_world(un, vn, val, Kn, Rn, tn), Kr, Rr, tr)
+                if pr is None:
                     continue
-                ur = float(Kr[0, 0] * q2[0] / q2[2] + Kr[0, 2])
-                vr = float(Kr[1, 1] * q2[1] / q2[2] + Kr[1, 2])
+                ur, vr = pr
                 phi[b, i, j] = math.hypot(ur - x, vr - y)
                 valid[b, i, j] = True
     return phi, valid

@@ -89,16 +89,29 @@ def sliver_rows_reference(pts: np.ndarray, kept: np.ndarray, walls: np.ndarray) 
     return on & (np.abs(_rel(pts, kept)) < SLIVER_REL) if kept.shape[0] else on
 
 
-def demote(pts, kept, walls, wall_sign, bad=None, rings: int = 2, workers: int = 1, drop=None):
-    """Drop kept tets and update the open faces (grow the missing region).
+def demote(pts, kept, walls, wall_sign, bad, rings: int = 2, workers: int = 1):
+    """Grow the missing region: drop the kept tets within ``rings`` vertex rings of ``bad`` (global ids; 1: the
+    tets with a vertex in ``bad``; the repair rounds, around the points where a fix-up call disagreed) with
+    :func:`demote_rows`.
 
     Args:
         pts: ``[N, 3]`` float64; kept: ``[M, 4]`` kept tets; walls: ``[W, 3]`` sorted id triples (the open
-            faces) and wall_sign ``[W]`` their kept sides (:func:`delaunay_fixup.wall_signs`).
-        bad: global ids; the kept tets within ``rings`` vertex rings of them are dropped (1: the tets with a
-            vertex in ``bad``; the repair rounds, around the points where a fix-up call disagreed).
-        drop: ``[M]`` bool, the kept tets to drop instead of ``bad`` (:func:`demote_slivers`).
-        workers: threads for the passes over ``kept``.
+            faces) and wall_sign ``[W]`` their kept sides (:func:`delaunay_fixup.wall_signs`); bad: global ids;
+            rings: vertex rings; workers: threads for the passes over ``kept``.
+
+    Returns and raises: as :func:`demote_rows`.
+    """
+    mark = np.zeros(pts.shape[0], dtype=bool)
+    mark[bad] = True
+    drop = rows_touching(mark, kept, workers)
+    for _ in range(rings - 1):  # and the tets around the dropped ones' vertices
+        mark[kept[drop].reshape(-1)] = True
+        drop = rows_touching(mark, kept, workers)
+    return demote_rows(pts, kept, walls, wall_sign, drop, workers)
+
+
+def demote_rows(pts, kept, walls, wall_sign, drop, workers: int = 1):
+    """Drop the kept tets ``drop`` (``[M]`` bool) and update the open faces.
 
     Returns:
         ``(kept, walls, wall_sign, dropped volume, dropped count)``. A dropped tet's faces join the open
@@ -108,13 +121,6 @@ def demote(pts, kept, walls, wall_sign, bad=None, rings: int = 2, workers: int =
     Raises:
         delaunay_fixup._Inconsistent: a face in 3+ places.
     """
-    if drop is None:
-        mark = np.zeros(pts.shape[0], dtype=bool)
-        mark[bad] = True
-        drop = rows_touching(mark, kept, workers)
-        for _ in range(rings - 1):  # and the tets around the dropped ones' vertices
-            mark[kept[drop].reshape(-1)] = True
-            drop = rows_touching(mark, kept, workers)
     r = kept[drop]
     walls, wall_sign = _open_after(pts, r, walls, wall_sign)
     return take_rows(kept, ~drop, workers), walls, wall_sign, _abs_volume(pts, r), int(r.shape[0])
@@ -136,14 +142,15 @@ def demote_slivers(pts, kept, walls, wall_sign, workers: int = 1, passes: int = 
     """Demote the slivers along the open faces (module docstring), at most ``passes`` passes.
 
     Args:
-        pts, kept, walls, wall_sign, workers: as :func:`demote`; passes: the most passes (0: none).
+        pts, kept, walls, wall_sign, workers: as :func:`demote`; passes: the most passes (0: none). Each pass
+        is :func:`demote_rows` of :func:`sliver_rows`, with the kept tets copied once, at the end.
 
     Returns:
         ``(kept, walls, wall_sign, demoted volume, demoted count, passes run)``; a pass that finds no sliver
         ends the loop (and counts as run).
 
     Raises:
-        delaunay_fixup._Inconsistent: as :func:`demote`.
+        delaunay_fixup._Inconsistent: as :func:`demote_rows`.
     """
     gone = np.zeros(kept.shape[0], dtype=bool)  # demoted so far (one copy of the kept tets, at the end)
     seen = np.zeros(kept.shape[0], dtype=bool)  # tested so far: demoted, or well shaped for good

@@ -102,6 +102,32 @@ def _backproject(d: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, w2c: t
     return (pc - t) @ R  # R^T (pc - t)
 
 
+def _to_neighbours(X: torch.Tensor, w2c: torch.Tensor, K: torch.Tensor, nb: list) -> tuple:
+    """``(u, v, z)`` ``[n, P]``: world points ``X [P, 3]`` in the views ``nb`` (pixel coordinates, camera z;
+    ``u, v`` are meaningless where ``z <= 0``)."""
+    pc = torch.einsum("nij,pj->npi", w2c[nb, :3, :3], X) + w2c[nb, :3, 3][:, None, :]  # [n, P, 3]
+    z = pc[..., 2]
+    zs = z.clamp(min=1e-12)
+    u = K[nb, 0, 0, None] * pc[..., 0] / zs + K[nb, 0, 2, None]
+    return u, K[nb, 1, 1, None] * pc[..., 1] / zs + K[nb, 1, 2, None], z
+
+
+def _pixel_to_world_ref(w2c, Kd, i: int, r: int, c: int, d: float) -> torch.Tensor:
+    """Reference twins: the world point (float64 ``[3]``) of depth ``d`` at pixel ``(r, c)`` of view ``i``."""
+    pc = torch.tensor([(c + 0.5 - Kd[i, 0, 2]) / Kd[i, 0, 0] * d, (r + 0.5 - Kd[i, 1, 2]) / Kd[i, 1, 1] * d, d],
+                      dtype=torch.float64)
+    return w2c[i, :3, :3].T @ (pc - w2c[i, :3, 3])
+
+
+def _world_to_pixel_ref(w2c, Kd, j: int, X: torch.Tensor):
+    """Reference twins: ``(u, v, z)`` floats of the world point ``X`` in view ``j``, or None behind it."""
+    q = w2c[j, :3, :3] @ X + w2c[j, :3, 3]
+    z = float(q[2])
+    if z <= 0:
+        return None
+    return float(Kd[j, 0, 0] * q[0] / z + Kd[j, 0, 2]), float(Kd[j, 1, 1] * q[1] / z + Kd[j, 1, 2]), z
+
+
 @torch.no_grad()
 def consistent_depth(depth: torch.Tensor, world_to_camera: torch.Tensor, K: torch.Tensor, neighbours: torch.Tensor,
                      *, tol: float = 0.02, min_confirm: int = 1, device=None,
@@ -147,12 +173,7 @@ def consistent_depth(depth: torch.Tensor, world_to_camera: torch.Tensor, K: torc
             f = flat[s:s + step]
             rows, cols = f // W, f % W
             X = _backproject(di.reshape(-1)[f], rows, cols, w2c[i], Kd[i])  # [P, 3]
-            R, t = w2c[nb, :3, :3], w2c[nb, :3, 3]
-            pc = torch.einsum("nij,pj->npi", R, X) + t[:, None, :]  # [n, P, 3]
-            z = pc[..., 2]
-            zs = z.clamp(min=1e-12)
-            u = Kd[nb, 0, 0, None] * pc[..., 0] / zs + Kd[nb, 0, 2, None]
-            v = Kd[nb, 1, 1, None] * pc[..., 1] / zs + Kd[nb, 1, 2, None]
+            u, v, z = _to_neighbours(X, w2c, Kd, nb)
             c0, r0 = torch.floor(u - 0.5), torch.floor(v - 0.5)  # the 2 x 2 pixel centres around (u, v)
             lo = torch.full_like(z, float("inf"))
             hi = torch.full_like(z, -float("inf"))
@@ -189,25 +210,18 @@ def consistent_depth_reference(depth, world_to_camera, K, neighbours, *, tol: fl
     out = depth.clone()
     w2c, Kd, dd = world_to_camera.double(), K.double(), depth.double()
     for i in range(V):
-        Rinv = w2c[i, :3, :3].T
         for r in range(H):
             for c in range(W):
                 d = float(dd[i, r, c])
                 if not (math.isfinite(d) and d > 0):
                     continue
-                pc = torch.tensor([(c + 0.5 - Kd[i, 0, 2]) / Kd[i, 0, 0] * d,
-                                   (r + 0.5 - Kd[i, 1, 2]) / Kd[i, 1, 1] * d, d], dtype=torch.float64)
-                X = Rinv @ (pc - w2c[i, :3, 3])
+                X = _pixel_to_world_ref(w2c, Kd, i, r, c, d)
                 confirm = contra = 0
                 for j in neighbours[i].tolist():
-                    if j < 0:
+                    proj = None if j < 0 else _world_to_pixel_ref(w2c, Kd, j, X)
+                    if proj is None:
                         continue
-                    q = w2c[j, :3, :3] @ X + w2c[j, :3, 3]
-                    z = float(q[2])
-                    if z <= 0:
-                        continue
-                    u = float(Kd[j, 0, 0] * q[0] / z + Kd[j, 0, 2])
-                    v = float(Kd[j, 1, 1] * q[1] / z + Kd[j, 1, 2])
+                    u, v, z = proj
                     c0, r0 = math.floor(u - 0.5), math.floor(v - 0.5)
                     if not (0 <= c0 and c0 + 1 < W and 0 <= r0 and r0 + 1 < H):
                         continue
@@ -316,15 +330,10 @@ def depth_disagreement(depth: torch.Tensor, world_to_camera: torch.Tensor, K: to
         di = depth[i].to(dev, torch.float32).reshape(-1)
         dn = depth[nb].to(dev, torch.float32).reshape(len(nb), H * W)
         dn = torch.where(_valid_depth(dn, max_depth), dn, torch.zeros_like(dn))
-        R, t = w2c[nb, :3, :3], w2c[nb, :3, 3]
         for s in range(0, flat.numel(), max(1, chunk_pixels)):
             f = flat[s:s + max(1, chunk_pixels)]
-            X = _backproject(di[f], f // W, f % W, w2c[i], Kd[i])
-            pc = torch.einsum("nij,pj->npi", R, X) + t[:, None, :]  # [n, P, 3]
-            z = pc[..., 2]
-            zs = z.clamp(min=1e-12)
-            col = torch.floor(Kd[nb, 0, 0, None] * pc[..., 0] / zs + Kd[nb, 0, 2, None])
-            row = torch.floor(Kd[nb, 1, 1, None] * pc[..., 1] / zs + Kd[nb, 1, 2, None])
+            u, v, z = _to_neighbours(_backproject(di[f], f // W, f % W, w2c[i], Kd[i]), w2c, Kd, nb)
+            col, row = torch.floor(u), torch.floor(v)
             inside = (z > 0) & (col >= 0) & (col < W) & (row >= 0) & (row < H)
             D = torch.gather(dn, 1, (row.clamp(0, H - 1) * W + col.clamp(0, W - 1)).long())
             err = torch.where(inside & (D > 0), (D - z).abs(), torch.full_like(z, float("inf")))
@@ -352,20 +361,13 @@ def depth_disagreement_reference(depth, world_to_camera, K, neighbours, *, max_s
             if f < 0:
                 continue
             r, c = divmod(f, W)
-            d = float(dd[i, r, c])
-            pc = torch.tensor([(c + 0.5 - Kd[i, 0, 2]) / Kd[i, 0, 0] * d,
-                               (r + 0.5 - Kd[i, 1, 2]) / Kd[i, 1, 1] * d, d], dtype=torch.float64)
-            X = w2c[i, :3, :3].T @ (pc - w2c[i, :3, 3])
+            X = _pixel_to_world_ref(w2c, Kd, i, r, c, float(dd[i, r, c]))
             errs = []
             for j in neighbours[i].tolist():
-                if j < 0:
+                proj = None if j < 0 else _world_to_pixel_ref(w2c, Kd, j, X)
+                if proj is None:
                     continue
-                q = w2c[j, :3, :3] @ X + w2c[j, :3, 3]
-                z = float(q[2])
-                if z <= 0:
-                    continue
-                cc = math.floor(float(Kd[j, 0, 0] * q[0] / z + Kd[j, 0, 2]))
-                rr = math.floor(float(Kd[j, 1, 1] * q[1] / z + Kd[j, 1, 2]))
+                cc, rr, z = math.floor(proj[0]), math.floor(proj[1]), proj[2]
                 if not (0 <= cc < W and 0 <= rr < H):
                     continue
                 D = float(dd[j, rr, cc])

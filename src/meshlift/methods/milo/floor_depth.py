@@ -288,6 +288,30 @@ class FloorCover:
     note: str = ""
 
 
+def _plane_grid(normal: torch.Tensor, corners: torch.Tensor):
+    """``(axes [3, 2], uv0 [2], uv1 [2])``: two in-plane axes of the plane with unit ``normal`` (float64) and
+    the bounding rectangle, in those axes, of ``corners`` ``[M, 3]`` (the footprint; same device)."""
+    n = normal.double()
+    e = torch.linalg.svd(torch.eye(3, dtype=torch.float64) - torch.outer(n.cpu(), n.cpu())).U[:, :2].to(corners.device)
+    uv = corners.double() @ e
+    return e, uv.min(0).values, uv.max(0).values
+
+
+def _cells(e, uv0, uv1, cell: float, tight: bool = False):
+    """``(nu, nv, ij)``: square cells of side ``cell`` over the footprint ``uv0..uv1`` (``tight``: as many as it
+    needs; else one more per axis, the grid of before 2026-12-06) and ``ij(points [..., 3])`` → the clamped
+    ``(i, j)`` cell indices."""
+    if tight:
+        nu, nv = (max(1, math.ceil(float(x) - 1e-9)) for x in (uv1 - uv0) / cell)
+    else:
+        nu, nv = (int(x) + 1 for x in (uv1 - uv0) / cell)
+
+    def ij(q):
+        k = ((q @ e - uv0) / cell).floor().long()
+        return k[..., 0].clamp(0, nu - 1), k[..., 1].clamp(0, nv - 1)
+    return nu, nv, ij
+
+
 def _connected(seed: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     """The cells of ``allowed [nu, nv]`` bool reached from ``seed [nu, nv]`` bool through 8-neighbours in
     ``allowed`` (iterated dilation)."""
@@ -345,23 +369,14 @@ def floor_cover(points: torch.Tensor, normal, offset: float, corners: torch.Tens
         raise MeshError(f"floor_cover: expected points [N, 3], corners [M, 3], normal [3], center [3]; got "
                         f"{list(P.shape)}, {list(C.shape)}, {list(n.shape)}, {list(c0.shape)}")
     snap = float(snap)
-    e = torch.linalg.svd(torch.eye(3, dtype=torch.float64) - torch.outer(n, n)).U[:, :2]  # in-plane axes
-    uv0, uv1 = (C @ e).min(0).values, (C @ e).max(0).values
+    e, uv0, uv1 = _plane_grid(n, C)
     h = P @ n - float(offset)
     flat = h.abs() <= snap
     n_flat = int(flat.sum())
     out = FloorCover(below_frac=float((h < -BELOW_DEPTH * snap).double().mean()) if P.shape[0] else 0.0)
 
-    def cells(cell: float):
-        if rule == "footprint":  # (as before: one cell more than the footprint holds)
-            nu, nv = (int(x) + 1 for x in (uv1 - uv0) / cell)
-        else:
-            nu, nv = (max(1, math.ceil(float(x) - 1e-9)) for x in (uv1 - uv0) / cell)
-
-        def ij(q):
-            k = ((q @ e - uv0) / cell).floor().long()
-            return k[..., 0].clamp(0, nu - 1), k[..., 1].clamp(0, nv - 1)
-        return nu, nv, ij
+    def cells(cell: float):  # the "footprint" rule as before: one cell more than the footprint holds
+        return _cells(e, uv0, uv1, cell, tight=rule != "footprint")
 
     def occupied(sel: torch.Tensor, nu: int, nv: int, ij) -> torch.Tensor:
         i, j = ij(P[sel])
@@ -483,18 +498,17 @@ def snap_floor_depths(depths: torch.Tensor, world_to_camera: torch.Tensor, K: to
     rep.notes.append(note)
 
     # floor cells: squares in the plane over the region's footprint
-    e1 = torch.linalg.svd(torch.eye(3, dtype=torch.float64) - torch.outer(plane.normal, plane.normal)).U[:, :2].to(dev)
     corners = torch.stack(torch.meshgrid(*[torch.stack([box_min[i], box_max[i]]) for i in range(3)],
                                          indexing="ij"), -1).reshape(-1, 3)
     corners = corners if rot is None else corners @ rot  # box frame -> world (rows of rotation = box axes)
-    uv0, uv1 = (corners @ e1).min(0).values, (corners @ e1).max(0).values
+    e1, uv0, uv1 = _plane_grid(plane.normal, corners)
 
     def grid(cell: float):
-        nu, nv = (int(x) + 1 for x in (uv1 - uv0) / cell)
+        nu, nv, ij = _cells(e1, uv0, uv1, cell)
 
         def cell_of(p):
-            ij = ((p @ e1 - uv0) / cell).floor().long()
-            return ij[..., 0].clamp(0, nu - 1) * nv + ij[..., 1].clamp(0, nv - 1)
+            i, j = ij(p)
+            return i * nv + j
         return nu, nv, cell_of
 
     # a floor is a sheet around the object, not a rim, a strip or a shelf with something under it (floor_cover)

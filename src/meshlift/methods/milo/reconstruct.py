@@ -393,8 +393,8 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
         t_eval = time.perf_counter()
         metrics, ours, targets, mesh_imgs = _evaluate(cfg, trainer, problem, device, strategy, product, gt_mesh)
         state.timings["eval_s"] = time.perf_counter() - t_eval
-        if tsdf and reg.multiview_summary():  # PGSR's multi-view term ran: its mean error and coverage
-            metrics["multiview"] = reg.multiview_summary()
+        if tsdf and (mv := reg.multiview_summary()):  # PGSR's multi-view term ran: its mean error and coverage
+            metrics["multiview"] = mv
             monitor.log("multi-view term: {calls} uses, mean loss {mean_loss_px:.4f} px, mean used fraction "
                         "{mean_used_fraction:.3f}".format(**metrics["multiview"]))
         state.timings["total_s"] = time.perf_counter() - budget.t_start
