@@ -127,7 +127,9 @@ def main() -> int:
             s = json.loads((args.surface_results / name / "metrics.json").read_text())
             surf = f"{_fmt(s.get('fscore'), '.4f')} / {_fmt(s.get('chamfer_l1'), '.5f')}"
         print(f"| {name} | {_fmt(m.get('fscore'), '.4f')} | {_fmt(m.get('chamfer_l1'), '.5f')} | {surf} | "
-              f"{_fmt(m.get('mesh_psnr'), '.2f')} | {_fmt(m.get('gaussian_psnr'), '.2f')} | {m['vertices']:,} | "
+              f"{_fmt(m.get('mesh_psnr'), '.2f')}" + (f" ({_fmt(m.get('mesh_psnr_unrefined'), '.2f')} unrefined)"
+                                                       if m.get("mesh_psnr_unrefined") is not None else "")
+              + f" | {_fmt(m.get('gaussian_psnr'), '.2f')} | {m['vertices']:,} | "
               f"{m['faces']:,} | {m['wall_time_s']:.0f} | {_fmt(m.get('peak_gpu_memory_gb'), '.1f')} |")
     print("\n| case | mesh SSIM | mesh LPIPS | Gaussian SSIM | Gaussians | pivots | tets | Delaunay runs | steps | extract |")
     print("|---|---|---|---|---|---|---|---|---|---|")

@@ -289,17 +289,22 @@ def test_tsdf_extraction_joins_the_reserve():
 
     tr = TsdfRates(fusion_s_per_cell2=1e-6, post_s_per_face=1e-6, crop_s_per_face=1e-7, decimate_s_per_face=1e-6)
     cfg = dataclasses.replace(MiloConfig(), texture_res=1000, time_budget_s=420.0, max_asset_faces=500_000)
-    kw = dict(train_pixels=10_000_000, test_pixels=1_000_000, rates=RATES, tsdf_rates=tr)
+    kw = dict(train_pixels=10_000_000, test_pixels=1_000_000, rates=RATES, tsdf_rates=tr, train_views=20)
     scene, obj = 512 ** 2, 512 ** 2
+    refine = 300 * 2 * 500_000 * tr.refine_s_per_pixel  # steps x views a step x pixels a view x rate
     c = MiloStageCosts(cfg, "cuda", tsdf_grids=(scene, obj), **kw)
     plain = MiloStageCosts(cfg, "cuda", faces_fn=lambda: 500_000, **kw)
     asset = TSDF_FACES_PER_CELL2 * obj
-    want = (1.0 + 2 * (1e-6 + 1e-6 * TSDF_FACES_PER_CELL2) * scene + 1e-7 * asset + 1.0 + 1e-6 * asset)
+    want = (1.0 + 2 * (1e-6 + 1e-6 * TSDF_FACES_PER_CELL2) * scene + 1e-7 * asset + 1.0 + 1e-6 * asset
+            + 2 * refine)  # the photometric refinement of the whole-scene mesh and of the asset
     assert c.tsdf_extract_s() == pytest.approx(want)
+    off = MiloStageCosts(dataclasses.replace(cfg, photo_refine_steps=0), "cuda", tsdf_grids=(scene, obj), **kw)
+    assert off.tsdf_extract_s() == pytest.approx(want - 2 * refine)
     assert c.faces() == 500_000  # the asset, decimated to max_asset_faces
     assert c.final_s() == pytest.approx(plain.final_s() + SAFETY * want)
     one = MiloStageCosts(cfg, "cuda", tsdf_grids=(obj,), **kw)  # a mesh input: one fusion, no crop
-    assert one.tsdf_extract_s() == pytest.approx(1.0 + (1e-6 + 1e-6 * TSDF_FACES_PER_CELL2) * obj + 1e-6 * asset)
+    assert one.tsdf_extract_s() == pytest.approx(1.0 + (1e-6 + 1e-6 * TSDF_FACES_PER_CELL2) * obj + 1e-6 * asset
+                                                 + refine)
     assert MiloStageCosts(cfg, "cuda", **kw).tsdf_extract_s() == 0.0
 
 

@@ -105,12 +105,15 @@ class TsdfRates:
         crop_s_per_face: the asset cut to the region of interest and capped, with the support plane
             (:func:`meshlift.methods.milo.tsdf_mesh.object_asset`, host CPU), per face of the fused asset.
         decimate_s_per_face: the asset's decimation to ``max_asset_faces`` (host CPU), per face it gets.
+        refine_s_per_pixel: one step of the photometric refinement (:mod:`meshlift.methods.milo.photo_refine`:
+            render, backward, Adam), per pixel of the views it renders.
     """
 
     fusion_s_per_cell2: float
     post_s_per_face: float
     crop_s_per_face: float
     decimate_s_per_face: float
+    refine_s_per_pixel: float = 1.0e-7
 
 
 #: Sources: the H200 fox run of 2026-12-04 (main 7657254: fusion 0.77 s at 512² cells a side, 0.54 s at
@@ -125,11 +128,14 @@ class TsdfRates:
 #: The CUDA rates re-measured on the H200 fox of 2026-12-04 18:00 UTC (d370813, host shared with 3 runs): scene
 #: mesh 26.7 s for 6.47M raw faces and asset mesh 47.7 s for 11.66M (post-processing 4.1e-6 s/face), crop 23.0 s
 #: for 10.8M faces (2.1e-6), decimation 17.8 s for 8.77M (2.0e-6); extraction 127.5 s in all.
+#: The refinement's rates are predictions until a device run measures them (CPU: the synthetic sphere of
+#: photo_refine's tests, 2 views of 96² and 20k faces a step, ~25 ms a step on the 2-core machine = 1.4e-6 s/px;
+#: CUDA: a 518k-pixel fox view of a 7M-face mesh rendered and back-propagated in ~50 ms).
 TSDF_RATES = {
     "cpu": TsdfRates(fusion_s_per_cell2=4.0e-4, post_s_per_face=1.0e-5, crop_s_per_face=5.0e-6,
-                     decimate_s_per_face=5.0e-6),
+                     decimate_s_per_face=5.0e-6, refine_s_per_pixel=3.0e-6),
     "cuda": TsdfRates(fusion_s_per_cell2=3.0e-6, post_s_per_face=4.0e-6, crop_s_per_face=2.0e-6,
-                      decimate_s_per_face=2.0e-6),
+                      decimate_s_per_face=2.0e-6, refine_s_per_pixel=1.0e-7),
 }
 
 
@@ -169,19 +175,21 @@ class MiloStageCosts:
         tsdf_grids: ``extract=tsdf``: the (cells per axis)² of the fusions to come (:func:`tsdf_grids`; the last
             is the asset's); their cost joins :meth:`final_s` (:meth:`tsdf_extract_s`). None: MILo's Delaunay.
         tsdf_rates: override :data:`TSDF_RATES` (tests).
+        train_views: number of training views (the photometric refinement's pixels per view); 0 = one view.
     """
 
     def __init__(self, cfg, device_type: str, train_pixels: int, test_pixels: int, *, known_truth: bool = False,
                  faces_fn: Optional[Callable[[], int]] = None, pivots_fn: Optional[Callable[[], int]] = None,
                  max_unwrap_faces: Optional[int] = None,
                  rates: Optional[MiloRates] = None, tsdf_grids: Optional[tuple] = None,
-                 tsdf_rates: Optional[TsdfRates] = None) -> None:
+                 tsdf_rates: Optional[TsdfRates] = None, train_views: int = 0) -> None:
         from meshlift.mesh.uv import DEFAULT_MAX_FACES_FOR_XATLAS
         from meshlift.methods.milo.config import num_mesh_gaussians
 
         self.cfg = cfg
         self.rates = rates if rates is not None else RATES["cpu" if device_type == "cpu" else "cuda"]
         self.train_pixels, self.test_pixels = int(train_pixels), int(test_pixels)
+        self.view_pixels = self.train_pixels // max(1, int(train_views))
         self.known_truth = bool(known_truth)
         self.faces_fn, self.pivots_fn = faces_fn, pivots_fn
         self.max_unwrap_faces = int(DEFAULT_MAX_FACES_FOR_XATLAS if max_unwrap_faces is None else max_unwrap_faces)
@@ -226,6 +234,11 @@ class MiloStageCosts:
                                                           if self.known_truth else 0.0)
         return color + ev + r.export_s_per_face * faces + r.fixed_s
 
+    def after_refine_s(self, faces: int) -> float:
+        """Estimated seconds, with :data:`SAFETY`, of what follows a photometric refinement: colours, unwrap,
+        bake, evaluation and export of a ``faces``-face asset."""
+        return SAFETY * (self.unwrap_s(faces) + self.rest_s(faces))
+
     def tsdf_extract_s(self) -> float:
         """Estimated seconds of the ``extract=tsdf`` stages before colouring (no safety; 0 without
         ``tsdf_grids``): the depth renders, each fusion with its post-processing, and for the asset of a
@@ -242,7 +255,19 @@ class MiloStageCosts:
         cap = int(getattr(self.cfg, "max_asset_faces", 0) or 0)
         if cap > 0 and asset > cap:
             s += t.decimate_s_per_face * asset
-        return s
+        return s + self.photo_refine_s() * self.refined_meshes()
+
+    def refined_meshes(self) -> int:
+        """How many meshes the photometric refinement will run on: the whole-scene mesh of a two-fusion run,
+        and the asset with ``photo_refine_asset``."""
+        n = 1 if len(self.tsdf_grids) > 1 else 0
+        return n + (1 if getattr(self.cfg, "photo_refine_asset", False) else 0)
+
+    def photo_refine_s(self) -> float:
+        """Estimated seconds of one photometric refinement (no safety; 0 when it is off)."""
+        steps = int(getattr(self.cfg, "photo_refine_steps", 0) or 0)
+        per_step = int(getattr(self.cfg, "photo_refine_views", 1)) * self.view_pixels
+        return steps * per_step * self.tsdf_rates.refine_s_per_pixel
 
     def final_s(self) -> float:
         """Estimated seconds of the extraction (``extract=tsdf``: :meth:`tsdf_extract_s`), colouring, unwrap,

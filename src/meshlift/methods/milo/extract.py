@@ -336,6 +336,8 @@ class MeshProduct:
     """Path-specific metrics (pivots, tets, refinement, region, ...)."""
     scene_colored: object = None
     """The whole-scene mesh with vertex colours (``scene_mesh.ply``), or None."""
+    eval_unrefined: object = None
+    """``eval_mesh`` before the photometric refinement (rendered for ``mesh_psnr_unrefined``), or None."""
 
 
 def color_and_texture(cfg, mesh, problem, device, monitor, costs, budget) -> tuple:

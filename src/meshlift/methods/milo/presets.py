@@ -87,6 +87,7 @@ QUICK_CHANGES = dict(
     sdf_reset_stop=300,
     labels_every=20,
     extract_steps=40,
+    photo_refine_steps=100,
     extract_labels_every=20,
     texture_res=512,  # 256 gave ~1 texel a face at 60k faces: speckled atlas (spot 21.97 dB; 512: 23.07 dB)
     tsdf_resolution=128,

@@ -58,7 +58,7 @@ def budget_costs(cfg: MiloConfig, problem, device: torch.device, reg=None, *, kn
         grids = tsdf_grids(cfg, problem, mesh_input=known_truth)
     return MiloStageCosts(cfg, device.type, len(tr) * tr.height * tr.width, len(te) * te.height * te.width,
                           known_truth=known_truth, faces_fn=faces_fn, pivots_fn=pivots_fn, tsdf_grids=grids,
-                          max_unwrap_faces=cfg.unwrap_max_faces)
+                          max_unwrap_faces=cfg.unwrap_max_faces, train_views=len(tr))
 
 
 @dataclass
@@ -206,21 +206,11 @@ def _load_checkpoint(checkpointer: Checkpointer, cfg: MiloConfig) -> dict:
     return ck
 
 
-def _world_to_clip(w2c: torch.Tensor, K: torch.Tensor, W: int, H: int, v_pos: torch.Tensor) -> torch.Tensor:
-    """``[C, 4, 4]`` world-to-clip matrices with the near/far range of
-    :func:`meshlift.methods.milo.occupancy_labels.clip_range` (near from the vertices in the view: a
-    whole-scene mesh around the camera put it at ``1e-3 far`` and the float32 depth cracked; see there)."""
-    from meshlift.cameras import projection_from_K
-    from meshlift.methods.milo.occupancy_labels import clip_range
-
-    near, far = clip_range(v_pos, w2c, K, (H, W), far_scale=1.05)
-    return projection_from_K(K, W, H, near, far.clamp(min=1e-3)) @ w2c
-
-
 @torch.no_grad()
 def render_mesh_views(mesh, views, device: torch.device, background: torch.Tensor,
                       indices: Optional[list[int]] = None) -> torch.Tensor:
     """``[V, H, W, 3]`` unlit sRGB renders of ``mesh`` (texture, else vertex colours, else grey headlight)."""
+    from meshlift.methods.milo.photo_refine import mesh_world_to_clip
     from meshlift.renderers.mesh_pbr import render_unlit
 
     m = mesh.to(device) if hasattr(mesh, "to") else mesh
@@ -230,7 +220,7 @@ def render_mesh_views(mesh, views, device: torch.device, background: torch.Tenso
         if m.num_faces == 0:
             out.append(background.reshape(1, 1, 1, 3).expand(1, views.height, views.width, 3).cpu())
             continue
-        clip = _world_to_clip(b.world_to_camera, b.K, views.width, views.height, m.v_pos.to(device).float())
+        clip = mesh_world_to_clip(b.world_to_camera, b.K, views.width, views.height, m.v_pos.to(device).float())
         fwd = b.world_to_camera[:, 2, :3]
         out.append(render_unlit(m, clip, fwd, (views.height, views.width), background.to(device)).cpu())
     return torch.cat(out) if out else torch.zeros(0, views.height, views.width, 3)
@@ -505,6 +495,12 @@ def _evaluate(cfg: MiloConfig, trainer, problem, device, strategy, product, gt_m
     }
     metrics["warnings"] += product.extra.get("warnings", [])
     metrics.update({k: v for k, v in product.extra.items() if k != "warnings"})
+    if product.eval_unrefined is not None:  # the same views, the mesh before the photometric refinement
+        before = image_metrics(render_mesh_views(product.eval_unrefined, problem.test, device, bg), targets,
+                               with_lpips=False)
+        metrics["mesh_psnr_unrefined"] = before["psnr"]
+        metrics["mesh_ssim_unrefined"] = before["ssim"]
+        metrics["mesh_psnr_unrefined_per_view"] = before["psnr_per_view"]
     if product.scene_colored is not None:
         metrics["scene_vertices"] = int(product.scene_colored.v_pos.shape[0])
         metrics["scene_faces"] = int(product.scene_colored.num_faces)

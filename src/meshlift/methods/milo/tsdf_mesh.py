@@ -61,7 +61,13 @@ surface itself, and a surface is only made where views agree. The steps:
    256³) made 16 % more faces and 13.89 dB (−0.07; shell pixels 17.90 vs 17.82 dB): no gain on this proxy,
    so it is off by default until the H200 measures it (the paired re-extraction of one checkpoint with both
    contractions, docs/usage/milo.md).
-6. **The asset** (:func:`object_asset`): the whole-scene mesh cut to the region of interest, closed at the cut
+6. **Photometric refinement** (:mod:`meshlift.methods.milo.photo_refine`, ``photo_refine_steps``): the
+   whole-scene mesh's vertices move along their normals and its vertex colours are re-fitted to the training
+   photographs by differentiable rasterization (the surface is off along the *other* views' rays, step 5's
+   decomposition); the unrefined mesh is still rendered for ``mesh_psnr_unrefined``. With
+   ``photo_refine_asset`` the asset's geometry is refined the same way before its colours are fused and baked
+   (:func:`refined_geometry`), and that refined asset is what a known truth scores.
+7. **The asset** (:func:`object_asset`): the whole-scene mesh cut to the region of interest, closed at the cut
    (:func:`meshlift.mesh.crop.crop_mesh`), optionally without the support plane it stands on. Before its fusion the
    floor in the depth maps is flattened onto one plane (``floor_snap``, :mod:`meshlift.methods.milo.floor_depth`),
    so the floor fuses as a flat sheet that the support cut removes whole (no bumpy skirt around the base).
@@ -520,6 +526,41 @@ def vertex_colors(cfg, mesh, problem, device) -> tuple:
     return colored, {"vertices_seen_frac": float((n > 0).float().mean()), "color_s": time.perf_counter() - t0}
 
 
+def _refine_deadline(cfg, costs, budget, faces: int):
+    """The clock value at which a photometric refinement must stop so that what follows it (colours, unwrap,
+    bake, evaluation, export of a ``faces``-face asset, with the budget's safety) still fits; None without a
+    time budget."""
+    if cfg.time_budget_s <= 0 or costs is None or budget is None:
+        return None
+    return budget.t_start + cfg.time_budget_s - costs.after_refine_s(faces)
+
+
+def refined(cfg, colored, problem, device, monitor, costs, budget, *, label: str) -> tuple:
+    """``(mesh, report)``: :func:`meshlift.methods.milo.photo_refine.photometric_refine` of a mesh against the
+    training views with the ``photo_refine_*`` settings, stopped by the time budget; a vertex-coloured mesh whose
+    colours the refinement did not fit gets them fused again from the refined surface (:func:`vertex_colors`)."""
+    from meshlift.methods.milo.photo_refine import PhotoRefineSettings, photometric_refine
+
+    deadline = _refine_deadline(cfg, costs, budget, min(colored.num_faces, cfg.max_asset_faces or colored.num_faces))
+    mesh, rep = photometric_refine(colored, problem.train, device, PhotoRefineSettings.from_config(cfg),
+                                   monitor=monitor, deadline=deadline, label=label)
+    if not rep["colors_fitted"] and colored.v_color is not None:  # the colours fused again on the moved surface
+        mesh, crep = vertex_colors(cfg, mesh, problem, device)
+        rep["color_s"] = crep["color_s"]
+    monitor.log(f"photometric refinement ({label}): {rep['steps']} steps in {rep['seconds']:.1f} s, L1 "
+                f"{rep['loss_first']:.4f} -> {rep['loss_last']:.4f}, mean offset {rep['offset_mean']:.3f} px")
+    return mesh, rep
+
+
+def refined_geometry(cfg, mesh, problem, device, monitor, costs, budget) -> tuple:
+    """``(mesh without colours, report)``: the asset's geometry after :func:`refined` (its colours are then fused
+    and baked from the refined surface by :func:`meshlift.methods.milo.extract.color_and_texture`)."""
+    if cfg.photo_refine_color_weight > 0:  # the colour term starts from the fused colours
+        mesh, _ = vertex_colors(cfg, mesh, problem, device)
+    out, rep = refined(cfg, mesh, problem, device, monitor, costs, budget, label="asset")
+    return dataclasses.replace(out, v_color=None), rep
+
+
 def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, costs, budget, mesh_input: bool):
     """The ``extract=tsdf`` path end to end: ``MeshProduct`` for the evaluation and the export.
 
@@ -563,13 +604,16 @@ def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, cost
                                          cfg.tsdf_resolution, **kw)
         extra["region"] = region.to_dict()
         asset, rep["decimate"] = decimated(mesh, cfg.max_asset_faces, monitor)
+        if cfg.photo_refine_steps > 0 and cfg.photo_refine_asset:
+            asset, rep["asset_refine"] = refined_geometry(cfg, asset, problem, device, monitor, costs, budget)
+            mesh = asset  # the refined asset is what is exported, so it is what the known truth scores
         colored, textured, crep = color_and_texture(cfg, asset, problem, device, monitor, costs, budget)
         return MeshProduct(colored, textured, textured, mesh, {**rep, **crep}, extra)
     masked = problem.train.alpha is not None
     kind = fusion_kind(cfg, problem)
     roi = region_of_interest(cfg, problem)
     extra["region"] = fusion_region("object", roi=roi).to_dict()
-    scene = scene_colored = None
+    scene = scene_colored = scene_unrefined = None
     if kind == "scene":
         scene_region = fusion_region("scene", roi=roi)
         res = cfg.scene_resolution or scene_resolution_from_pixels(cfg, problem, scene_region)
@@ -578,6 +622,10 @@ def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, cost
         if scene.num_faces > MAX_FLOAT32_IDS:  # the rasterizer's float32 triangle ids (colouring, evaluation)
             scene, rep["scene_decimate"] = decimated(scene, MAX_FLOAT32_IDS, monitor)
         scene_colored, rep["scene_colors"] = vertex_colors(cfg, scene, problem, device)
+        if cfg.photo_refine_steps > 0:
+            scene_unrefined = scene_colored
+            scene_colored, rep["scene_refine"] = refined(cfg, scene_colored, problem, device, monitor, costs, budget,
+                                                         label="whole-scene mesh")
     if cfg.object_asset or scene is None:
         support = cfg.object_asset and cfg.remove_support and not masked
         obj_depths, floor = depths, None
@@ -598,6 +646,10 @@ def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, cost
     else:
         asset = geometry = scene
     asset, rep["decimate"] = decimated(asset, cfg.max_asset_faces, monitor)
+    if cfg.photo_refine_steps > 0 and cfg.photo_refine_asset:
+        asset, rep["asset_refine"] = refined_geometry(cfg, asset, problem, device, monitor, costs, budget)
+        geometry = asset  # the refined asset is what is exported, so it is what a known truth scores
     colored, textured, crep = color_and_texture(cfg, asset, problem, device, monitor, costs, budget)
     eval_mesh = scene_colored if scene_colored is not None else textured
-    return MeshProduct(colored, textured, eval_mesh, geometry, {**rep, **crep}, extra, scene_colored=scene_colored)
+    return MeshProduct(colored, textured, eval_mesh, geometry, {**rep, **crep}, extra, scene_colored=scene_colored,
+                       eval_unrefined=scene_unrefined)

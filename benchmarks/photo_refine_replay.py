@@ -1,0 +1,85 @@
+"""Variants of the photometric refinement on one finished capture run's whole-scene mesh (issue 33).
+
+Reads OUT/checkpoint.pt and OUT/config.json of ``meshlift reconstruct CAPTURE --method milo --out OUT`` (a capture
+without masks: the fox), re-extracts the *unrefined* whole-scene mesh exactly as the run does
+(``milo_fox_gap.scene_mesh``, cached in OUT/gap_scene_<key>.pt), then for each variant runs
+:func:`meshlift.methods.milo.photo_refine.photometric_refine` with the run's ``photo_refine_*`` settings changed by
+the variant, colours the result as the run does (re-fused from the refined surface unless the colour term fitted
+them) and renders the test views. Prints mesh PSNR per test view and the mean, beside the Gaussians'; ``--json``
+writes them.
+
+    PYTHONPATH=src python benchmarks/photo_refine_replay.py /tmp/cpu/fox --device cpu \\
+        --variant base:photo_refine_steps=0 --variant default: --variant smooth300:photo_refine_smooth=300
+
+A variant is ``LABEL:key=value,key=value`` (config fields; an empty list = the run's settings). Not collected by
+pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("run", type=Path)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--variant", action="append", default=[], help="LABEL:key=value,... (config fields)")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    from meshlift.methods.gaussians.evaluate import eval_background, image_metrics, render_views
+    from meshlift.methods.milo.config import apply_dict
+    from meshlift.methods.milo.photo_refine import PhotoRefineSettings, photometric_refine
+    from meshlift.methods.milo.reconstruct import render_mesh_views
+    from meshlift.methods.milo.tsdf_mesh import vertex_colors
+    from milo_diagnose import load_run
+    from milo_fox_gap import scene_mesh
+
+    dev = torch.device(args.device)
+    cfg, problem, _, ck, params, settings = load_run(args.run, dev)
+    near = cfg.near_frac * problem.scene_scale
+    mesh, rep = scene_mesh(args.run, cfg, problem, params, settings, dev, {})
+    test = problem.test
+    sh = int(ck["state"].get("eval_sh_degree", cfg.sh_degree)) if isinstance(ck.get("state"), dict) else cfg.sh_degree
+    gauss, targets = render_views(params, test, sh_degree=sh, background=cfg.background, near=near, device=dev,
+                                  settings=settings, backend=cfg.splat_backend)
+    g = image_metrics(gauss, targets, with_lpips=False)
+    bg = torch.ones(3) if eval_background(cfg.background) == "white" else torch.zeros(3)
+    print(f"whole-scene mesh: {mesh.num_faces:,} faces; Gaussians {g['psnr']:.2f} dB "
+          f"({', '.join(f'{p:.2f}' for p in g['psnr_per_view'])})", flush=True)
+    rows = {"gaussians": {"psnr": g["psnr"], "psnr_per_view": g["psnr_per_view"]}, "faces": int(mesh.num_faces)}
+    for spec in args.variant or ["base:photo_refine_steps=0", "default:"]:
+        label, _, kvs = spec.partition(":")
+        over = dict(kv.split("=", 1) for kv in kvs.split(",") if kv)
+        c = apply_dict(cfg, over) if over else cfg
+        t0 = time.perf_counter()
+        out, r = mesh, {"steps": 0}
+        if c.photo_refine_steps > 0:
+            out, r = photometric_refine(mesh, problem.train, dev, PhotoRefineSettings.from_config(c), label=label)
+            if not r["colors_fitted"]:
+                out, _ = vertex_colors(c, out, problem, dev)
+        m = image_metrics(render_mesh_views(out, test, dev, bg), targets, with_lpips=False)
+        rows[label] = {"settings": over, "psnr": m["psnr"], "ssim": m["ssim"], "psnr_per_view": m["psnr_per_view"],
+                       "refine": {k: v for k, v in r.items() if isinstance(v, (int, float, str, bool))},
+                       "seconds": time.perf_counter() - t0}
+        print(f"{label:>14}: mesh {m['psnr']:.2f} dB (gap {g['psnr'] - m['psnr']:.2f}), per view "
+              f"{', '.join(f'{p:.2f}' for p in m['psnr_per_view'])}; {r.get('steps', 0)} steps, "
+              f"L1 {r.get('loss_first', float('nan')):.4f} -> {r.get('loss_last', float('nan')):.4f}, offset "
+              f"{r.get('offset_mean', 0):.3f} edges, valid {r.get('consistency_valid', float('nan')):.2f}, "
+              f"{time.perf_counter() - t0:.1f} s", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
