@@ -296,15 +296,16 @@ def test_tsdf_extraction_joins_the_reserve():
     plain = MiloStageCosts(cfg, "cuda", faces_fn=lambda: 500_000, **kw)
     asset = TSDF_FACES_PER_CELL2 * obj
     want = (1.0 + 2 * (1e-6 + 1e-6 * TSDF_FACES_PER_CELL2) * scene + 1e-7 * asset + 1.0 + 1e-6 * asset
-            + 2 * refine)  # the photometric refinement of the whole-scene mesh and of the asset
+            + refine)  # the photometric refinement of the whole-scene mesh (the asset's is off by default)
     assert c.tsdf_extract_s() == pytest.approx(want)
     off = MiloStageCosts(dataclasses.replace(cfg, photo_refine_steps=0), "cuda", tsdf_grids=(scene, obj), **kw)
-    assert off.tsdf_extract_s() == pytest.approx(want - 2 * refine)
+    assert off.tsdf_extract_s() == pytest.approx(want - refine)
+    both = MiloStageCosts(dataclasses.replace(cfg, photo_refine_asset=True), "cuda", tsdf_grids=(scene, obj), **kw)
+    assert both.tsdf_extract_s() == pytest.approx(want + refine)
     assert c.faces() == 500_000  # the asset, decimated to max_asset_faces
     assert c.final_s() == pytest.approx(plain.final_s() + SAFETY * want)
     one = MiloStageCosts(cfg, "cuda", tsdf_grids=(obj,), **kw)  # a mesh input: one fusion, no crop
-    assert one.tsdf_extract_s() == pytest.approx(1.0 + (1e-6 + 1e-6 * TSDF_FACES_PER_CELL2) * obj + 1e-6 * asset
-                                                 + refine)
+    assert one.tsdf_extract_s() == pytest.approx(1.0 + (1e-6 + 1e-6 * TSDF_FACES_PER_CELL2) * obj + 1e-6 * asset)
     assert MiloStageCosts(cfg, "cuda", **kw).tsdf_extract_s() == 0.0
 
 

@@ -87,12 +87,12 @@ def test_render_is_the_evaluation_render(truth):
 
 
 def test_refinement_moves_the_surface_onto_the_truth(truth):
-    """Unmasked photos, the cross-view photo-consistency alone (the default): the surface 1-4 % off the truth comes
+    """Unmasked photos, the cross-view photo-consistency alone: the surface 1-4 % off the truth comes
     closer, the held-out views' PSNR (colours fused again) rises, and the input mesh is not modified."""
     train, test = _views(truth, 8, 40, 1, masked=False), _views(truth, 3, 40, 2, masked=False)
     init = _bumpy(train)
     before = init.v_pos.clone()
-    out, rep = photometric_refine(init, train, CPU, PhotoRefineSettings(steps=50))
+    out, rep = photometric_refine(init, train, CPU, PhotoRefineSettings(steps=50, color_weight=0.0))
     assert torch.equal(init.v_pos, before)
     assert rep["steps"] == 50 and rep["stopped"] == "steps" and rep["nonfinite_vertices"] == 0
     assert rep["loss_last"] < 0.7 * rep["loss_first"]
@@ -132,9 +132,10 @@ def test_silhouettes_pull_a_uniform_surface_in():
     train = _views(grey, 8, 40, 1, masked=True)
     fat = _sphere(3, lambda d: torch.full((d.shape[0],), 1.04 * R0))
     fat = dataclasses.replace(fat, v_color=torch.full((fat.v_pos.shape[0], 3), 0.4))
-    out, rep = photometric_refine(fat, train, CPU, PhotoRefineSettings(steps=60, lr_offset=0.05))
+    out, rep = photometric_refine(fat, train, CPU, PhotoRefineSettings(steps=60, lr_offset=0.05, color_weight=0.0))
     assert _radius_error(out) < 0.8 * _radius_error(fat)  # 0.032 -> 0.023 (smooth_weight 1: 0.012)
-    off, _ = photometric_refine(fat, train, CPU, PhotoRefineSettings(steps=60, lr_offset=0.05, mask_weight=0.0))
+    off, _ = photometric_refine(fat, train, CPU, PhotoRefineSettings(steps=60, lr_offset=0.05, mask_weight=0.0,
+                                                                    color_weight=0.0))
     assert _radius_error(off) > _radius_error(out)  # without the silhouette term nothing pulls it in
 
 
@@ -143,7 +144,9 @@ def test_deadline_zero_steps_and_bad_input(truth):
     init = dataclasses.replace(truth, v_color=None)
     out, rep = photometric_refine(init, train, CPU, PhotoRefineSettings(steps=5), deadline=0.0)
     assert rep["steps"] == 0 and rep["stopped"] == "time budget" and math.isnan(rep["loss_first"])
-    assert torch.equal(out.v_pos, init.v_pos) and out.v_color is None  # no colours in, none out
+    assert torch.equal(out.v_pos, init.v_pos) and torch.allclose(out.v_color, torch.full_like(out.v_color, 0.5))
+    out, _ = photometric_refine(init, train, CPU, PhotoRefineSettings(steps=0, color_weight=0.0))
+    assert out.v_color is None  # no colour term, no colours in: none out
     same, rep = photometric_refine(truth, train, CPU, PhotoRefineSettings(steps=0))
     assert rep["steps"] == 0 and torch.equal(same.v_pos, truth.v_pos)
     with pytest.raises(MeshError, match="empty"):

@@ -128,12 +128,13 @@ class TsdfRates:
 #: The CUDA rates re-measured on the H200 fox of 2026-12-04 18:00 UTC (d370813, host shared with 3 runs): scene
 #: mesh 26.7 s for 6.47M raw faces and asset mesh 47.7 s for 11.66M (post-processing 4.1e-6 s/face), crop 23.0 s
 #: for 10.8M faces (2.1e-6), decimation 17.8 s for 8.77M (2.0e-6); extraction 127.5 s in all.
-#: The refinement's rates are predictions until a device run measures them (CPU: the synthetic sphere of
-#: photo_refine's tests, 2 views of 96² and 20k faces a step, ~25 ms a step on the 2-core machine = 1.4e-6 s/px;
-#: CUDA: a 518k-pixel fox view of a 7M-face mesh rendered and back-propagated in ~50 ms).
+#: The refinement's CUDA rate: the H200 fox of 2026-12-06 (whole-scene mesh of 9.2M faces, 2 views of 540×960 a
+#: step) ran 300 steps in 28.9 s = 9.3e-8 s/px (predicted 1e-7); CPU: the 2-core machine's quick fox, 300k faces,
+#: 2 views of 36×64 a step, 100 steps in 17 s = 3.7e-5 s/px (the rate rounds the per-pixel share; the faces dominate
+#: at that size, and --quick skips the refinement).
 TSDF_RATES = {
     "cpu": TsdfRates(fusion_s_per_cell2=4.0e-4, post_s_per_face=1.0e-5, crop_s_per_face=5.0e-6,
-                     decimate_s_per_face=5.0e-6, refine_s_per_pixel=3.0e-6),
+                     decimate_s_per_face=5.0e-6, refine_s_per_pixel=4.0e-5),
     "cuda": TsdfRates(fusion_s_per_cell2=3.0e-6, post_s_per_face=4.0e-6, crop_s_per_face=2.0e-6,
                       decimate_s_per_face=2.0e-6, refine_s_per_pixel=1.0e-7),
 }

@@ -303,8 +303,10 @@ class MiloConfig(GaussiansConfig):
     vertex offsets along the normals and its vertex colours to the training photographs by differentiable
     rasterization (nerf2mesh's stage 2); 0 = off. Runs on the whole-scene mesh (``extract=tsdf``, the mesh
     rendered for ``mesh_psnr``) and, with ``photo_refine_asset``, on the asset before its texture bake."""
-    photo_refine_asset: bool = True
-    """Also refine the asset's geometry (before its colours are fused and baked), not only the whole-scene mesh."""
+    photo_refine_asset: bool = False
+    """Also refine the asset's geometry (before its colours are fused and baked), not only the whole-scene mesh.
+    Off: on the H200 bunny (× 0.5 schedule, shared GPU, 2026-12-06) it cost F 0.9890 -> 0.9869 and the asset's
+    render 31.79 -> 30.80 dB."""
     photo_refine_views: int = 2
     """Training views rendered per refinement step."""
     photo_refine_lr_offset: float = 0.02
@@ -321,12 +323,13 @@ class MiloConfig(GaussiansConfig):
     in the unmoved base mesh, only the offset is smoothed."""
     photo_refine_mask_weight: float = 1.0
     """Weight of the silhouette term for views with masks (alpha); unused without masks."""
-    photo_refine_color_weight: float = 0.0
-    """Weight of a colour term in the refinement (the vertex-coloured render against the photo, colours fitted
-    with the geometry); 0 = off: the geometry follows the cross-view photo-consistency alone and the colours are
-    fused again from the refined surface. On the CPU quick fox (2026-12-06, whole-scene mesh of 300k faces at
-    64 px) the colour term took its render from 20.42 to 19.89 dB: the per-vertex colours chase the last views
-    that saw them when vertices are denser than pixels."""
+    photo_refine_color_weight: float = 1.0
+    """Weight of the colour term of the refinement (the vertex-coloured render against the photo, the vertex colours
+    fitted with the geometry); 0 = the geometry follows the cross-view photo-consistency alone and the colours are
+    fused again from the refined surface. Measured on one H200 fox checkpoint (whole 18k schedule, alone,
+    2026-12-06; `benchmarks/photo_refine_replay.py`, 5 test views): unrefined 19.65 dB, consistency alone 19.66,
+    colour weight 1 / 3: 19.97 / 19.99 (Gaussians 22.12). On the CPU `--quick` fox (300k faces for 64-px views,
+    ~6 vertices a pixel) the colour term lost 0.5 dB, so `--quick` skips the refinement."""
 
 
 #: Fields that cannot change on ``--resume``.

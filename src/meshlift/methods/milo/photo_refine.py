@@ -70,7 +70,7 @@ class PhotoRefineSettings:
     """Weight of the silhouette term for views with alpha (ignored without alpha)."""
     consistency_weight: float = 1.0
     """Weight of the cross-view photo-consistency term (0 = off)."""
-    color_weight: float = 0.0
+    color_weight: float = 1.0
     """Weight of the colour term (the render against the photo, vertex colours fitted too); 0 = off: the colours
     are kept as given (the caller re-fuses them from the refined surface)."""
     neighbours: int = 4
