@@ -11,8 +11,9 @@ writes them.
     PYTHONPATH=src python benchmarks/photo_refine_replay.py /tmp/cpu/fox --device cpu \\
         --variant base:photo_refine_steps=0 --variant default: --variant smooth300:photo_refine_smooth=300
 
-A variant is ``LABEL:key=value,key=value`` (config fields; an empty list = the run's settings). Not collected by
-pytest.
+A variant is ``LABEL:key=value,key=value`` (config fields; an empty list = the run's settings); ``--set key=value``
+changes the re-extraction itself (e.g. ``fill_hole_edges=1024``; its own cache). Each row also gives the share of the
+test pixels the mesh leaves empty. Not collected by pytest.
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ def main() -> int:
     ap.add_argument("run", type=Path)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--variant", action="append", default=[], help="LABEL:key=value,... (config fields)")
+    ap.add_argument("--set", action="append", default=[],
+                    help="config override of the re-extraction (key=value; e.g. fill_hole_edges=1024), as milo_fox_gap")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--images", type=Path, default=None, help="write each variant's mesh render of test view 0 here")
     args = ap.parse_args()
     from meshlift.methods.gaussians.evaluate import eval_background, image_metrics, render_views
     from meshlift.methods.milo.config import apply_dict
@@ -46,15 +50,17 @@ def main() -> int:
 
     dev = torch.device(args.device)
     cfg, problem, _, ck, params, settings = load_run(args.run, dev)
+    extract_over = dict(kv.split("=", 1) for kv in args.set)
+    cfg = apply_dict(cfg, extract_over) if extract_over else cfg
     near = cfg.near_frac * problem.scene_scale
-    mesh, rep = scene_mesh(args.run, cfg, problem, params, settings, dev, {})
+    mesh, rep = scene_mesh(args.run, cfg, problem, params, settings, dev, extract_over)
     test = problem.test
     sh = int(ck["state"].get("eval_sh_degree", cfg.sh_degree)) if isinstance(ck.get("state"), dict) else cfg.sh_degree
     gauss, targets = render_views(params, test, sh_degree=sh, background=cfg.background, near=near, device=dev,
                                   settings=settings, backend=cfg.splat_backend)
     g = image_metrics(gauss, targets, with_lpips=False)
     bg = torch.ones(3) if eval_background(cfg.background) == "white" else torch.zeros(3)
-    print(f"whole-scene mesh: {mesh.num_faces:,} faces; Gaussians {g['psnr']:.2f} dB "
+    print(f"whole-scene mesh ({extract_over or 'as the run'}): {mesh.num_faces:,} faces; Gaussians {g['psnr']:.2f} dB "
           f"({', '.join(f'{p:.2f}' for p in g['psnr_per_view'])})", flush=True)
     rows = {"gaussians": {"psnr": g["psnr"], "psnr_per_view": g["psnr_per_view"]}, "faces": int(mesh.num_faces)}
     for spec in args.variant or ["base:photo_refine_steps=0", "default:"]:
@@ -67,15 +73,24 @@ def main() -> int:
             out, r = photometric_refine(mesh, problem.train, dev, PhotoRefineSettings.from_config(c), label=label)
             if not r["colors_fitted"]:
                 out, _ = vertex_colors(c, out, problem, dev)
-        m = image_metrics(render_mesh_views(out, test, dev, bg), targets, with_lpips=False)
-        rows[label] = {"settings": over, "psnr": m["psnr"], "ssim": m["ssim"], "psnr_per_view": m["psnr_per_view"],
+        img = render_mesh_views(out, test, dev, bg)
+        m = image_metrics(img, targets, with_lpips=False)
+        if args.images is not None:
+            from meshlift.io.images import write_image
+
+            args.images.mkdir(parents=True, exist_ok=True)
+            write_image(args.images / f"{label}_{test.names[0]}.png", img[0])
+            if not (args.images / f"target_{test.names[0]}.png").exists():
+                write_image(args.images / f"target_{test.names[0]}.png", targets[0])
+        empty = float(((img - render_mesh_views(out, test, dev, 1.0 - bg)).abs().amax(-1) > 0.5).float().mean())
+        rows[label] = {"settings": over, "empty_pixels": empty, "psnr": m["psnr"], "ssim": m["ssim"], "psnr_per_view": m["psnr_per_view"],
                        "refine": {k: v for k, v in r.items() if isinstance(v, (int, float, str, bool))},
                        "seconds": time.perf_counter() - t0}
         print(f"{label:>14}: mesh {m['psnr']:.2f} dB (gap {g['psnr'] - m['psnr']:.2f}), per view "
               f"{', '.join(f'{p:.2f}' for p in m['psnr_per_view'])}; {r.get('steps', 0)} steps, "
               f"L1 {r.get('loss_first', float('nan')):.4f} -> {r.get('loss_last', float('nan')):.4f}, offset "
-              f"{r.get('offset_mean', 0):.3f} edges, valid {r.get('consistency_valid', float('nan')):.2f}, "
-              f"{time.perf_counter() - t0:.1f} s", flush=True)
+              f"{r.get('offset_mean', 0):.3f} px, valid {r.get('consistency_valid', float('nan')):.2f}, "
+              f"empty px {100 * empty:.2f} %, {time.perf_counter() - t0:.1f} s", flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, default=str))
     return 0
