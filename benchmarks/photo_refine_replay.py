@@ -39,6 +39,9 @@ def main() -> int:
                     help="config override of the re-extraction (key=value; e.g. fill_hole_edges=1024), as milo_fox_gap")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--images", type=Path, default=None, help="write each variant's mesh render of test view 0 here")
+    ap.add_argument("--raster-compare", action="store_true",
+                    help="first render the unrefined mesh at the test views with each raster backend (torch, and triton "
+                         "on CUDA) and print the empty pixels of each, isolated ones apart (a watertightness check)")
     args = ap.parse_args()
     from meshlift.methods.gaussians.evaluate import eval_background, image_metrics, render_views
     from meshlift.methods.milo.config import apply_dict
@@ -63,6 +66,19 @@ def main() -> int:
     print(f"whole-scene mesh ({extract_over or 'as the run'}): {mesh.num_faces:,} faces; Gaussians {g['psnr']:.2f} dB "
           f"({', '.join(f'{p:.2f}' for p in g['psnr_per_view'])})", flush=True)
     rows = {"gaussians": {"psnr": g["psnr"], "psnr_per_view": g["psnr_per_view"]}, "faces": int(mesh.num_faces)}
+    if args.raster_compare:
+        from meshlift.kernels.choice import use_kernels
+
+        rows["raster_compare"] = {}
+        for be in ["torch"] + (["triton"] if dev.type == "cuda" else []):
+            with use_kernels(raster=be):
+                w, k = render_mesh_views(mesh, test, dev, torch.ones(3)), render_mesh_views(mesh, test, dev, torch.zeros(3))
+            e = ((w - k).abs().amax(-1) > 0.5).float()[:, None]
+            iso = (e > 0) & (torch.nn.functional.avg_pool2d(e, 3, 1, 1) * 9 <= 1.01)
+            m = image_metrics(w if bg[0] > 0 else k, targets, with_lpips=False)
+            rows["raster_compare"][be] = {"empty": float(e.mean()), "isolated": int(iso.sum()), "psnr": m["psnr"]}
+            print(f"raster {be}: empty {100 * float(e.mean()):.3f} % of the test pixels, {int(iso.sum())} isolated, "
+                  f"mesh {m['psnr']:.2f} dB", flush=True)
     for spec in args.variant or ["base:photo_refine_steps=0", "default:"]:
         label, _, kvs = spec.partition(":")
         over = dict(kv.split("=", 1) for kv in kvs.split(",") if kv)
