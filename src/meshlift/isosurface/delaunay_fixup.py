@@ -20,8 +20,14 @@ from meshlift.isosurface.delaunay_rows import _face_keys, _sort_faces, concat_ro
 SIDE_MIN_REL = 1e-10
 #: Each point used by no kept tet links its group to the groups of this many nearest fix-up points.
 UNUSED_LINKS = 8
-#: Groups of fewer fix-up points are linked to the groups of their points' nearest fix-up points.
+#: Groups of fewer fix-up points are linked to the groups of their points' nearest fix-up points (only when
+#: :func:`groups` is asked to join them: ``join_tiny``).
 MIN_GROUP_POINTS = 64
+#: The grouped fix-up's first try keeps the tiny groups as groups of their own (False), so that the many
+#: small holes along the seams run in ``2 * workers`` calls side by side instead of joining the one or two big
+#: groups (a hollow shell's skins: 2 calls of ~320k points at 5.4M pivots, 2 of 16 cores busy). If that
+#: grouping fails a check, the engine redoes the round with the tiny groups joined (True: the reference).
+JOIN_TINY_GROUPS = False
 #: A repair round salvages a failing call's ``DT(S)`` tets outside this many vertex rings of the points where
 #: it disagreed (:func:`salvage_tets`); the region inside is re-triangulated as a small group of its own.
 SALVAGE_RINGS = 2
@@ -437,7 +443,8 @@ class _GroupKeys:
         return iter(self._make())
 
 
-def groups(pts, walls, wall_far, unused, max_bins: int, hull_ids=None, reuse: GroupCache | None = None):
+def groups(pts, walls, wall_far, unused, max_bins: int, hull_ids=None, reuse: GroupCache | None = None,
+           join_tiny: bool = True):
     """Split the fix-up into Qhull calls: ``([(s_ids, wall_rows)], number of groups)`` with at most
     ``max_bins`` calls (``s_ids`` sorted global ids, ``wall_rows`` rows of ``walls``). ``pts`` ``[N, 3]``,
     ``walls`` ``[W, 3]``, ``unused`` ``[U]`` ids of points in no kept tet.
@@ -450,7 +457,9 @@ def groups(pts, walls, wall_far, unused, max_bins: int, hull_ids=None, reuse: Gr
     Groups: the open faces connected through shared vertices, with their far vertices; each unused point
     linked to its ``UNUSED_LINKS`` nearest fix-up points (its Delaunay neighbours are vertices of the same
     hole); the groups with a vertex on the convex hull (``hull_ids``, global ids) joined into one (a hole
-    along the hull can have an open-face boundary in several pieces joined only by hull faces). Groups are
+    along the hull can have an open-face boundary in several pieces joined only by hull faces); with
+    ``join_tiny``, each group of fewer than ``MIN_GROUP_POINTS`` points joined to the big group nearest to it
+    (without: the small holes stay groups of their own, and are packed beside the big ones). Groups are
     packed into bins by size (largest first, into the lightest bin).
     """
     from scipy.sparse import coo_matrix
@@ -477,7 +486,7 @@ def groups(pts, walls, wall_far, unused, max_bins: int, hull_ids=None, reuse: Gr
     ng, label = connected_components(g, directed=False)
     size = np.bincount(label, minlength=ng)
     small = size[label] < MIN_GROUP_POINTS
-    if small.any() and not small.all():
+    if join_tiny and small.any() and not small.all():
         # a tiny group (a face at the edge of a hole whose boundary continues through hull faces) joins
         # the one big group nearest to it (one, so that tiny groups never bridge two big ones)
         sm, big = np.flatnonzero(small), np.flatnonzero(~small)
@@ -597,20 +606,21 @@ def _split_by_group(result, ids_k, glab_k, keys, into: dict) -> None:
 
 
 def convex_hull(pts, ids=None):
-    """``(scipy ConvexHull, its vertices as global ids)`` of ``pts[ids]`` (all of ``pts`` when ``ids`` is
-    None), or an :class:`_Inconsistent` *returned* (not raised: the engine runs this in a thread before
+    """``(scipy ConvexHull, its vertices and the points Qhull finds coplanar with its facets (``Qc``) as sorted
+    global ids)`` of ``pts[ids]`` (all of ``pts`` when ``ids`` is None), or an :class:`_Inconsistent` *returned* (not raised: the engine runs this in a thread before
     the fix-up needs it) when Qhull fails."""
     from scipy.spatial import ConvexHull, QhullError
 
     try:
-        hull = ConvexHull(pts if ids is None else pts[ids])
+        hull = ConvexHull(pts if ids is None else pts[ids], qhull_options="Qc")
     except QhullError as exc:
         return _Inconsistent(f"the convex hull of the fix-up points failed: {str(exc).splitlines()[0]}")
-    return hull, (hull.vertices if ids is None else ids[hull.vertices])
+    on = np.union1d(hull.vertices, hull.coplanar[:, 0]) if hull.coplanar.size else hull.vertices
+    return hull, (on if ids is None else ids[on])
 
 
 def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, stats, cache=None, salvage=False,
-                  hull=None):
+                  hull=None, join_tiny: bool = True):
     """The fix-up in parallel groups (:func:`groups`, :func:`fixup` in ``workers`` threads), checked by
     :func:`accept`; ``wall_sign``: :func:`wall_signs`. Returns ``(fix_tets, fix_neighbors, fix_keep)`` as
     :func:`fixup`, the calls concatenated (neighbours offset). Adds ``fix_groups``, ``fix_calls``,
@@ -641,9 +651,9 @@ def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, 
     hull, hull_ids = hull
     if cache is not None:
         cache.hits = []
-        bins, ngroups = groups(pts, walls, wall_sign, unused, 2 * workers, hull_ids, reuse=cache)
+        bins, ngroups = groups(pts, walls, wall_sign, unused, 2 * workers, hull_ids, reuse=cache, join_tiny=join_tiny)
     else:
-        bins, ngroups = groups(pts, walls, wall_sign, unused, 2 * workers, hull_ids)
+        bins, ngroups = groups(pts, walls, wall_sign, unused, 2 * workers, hull_ids, join_tiny=join_tiny)
     reused = list(cache.hits) if cache is not None else []
     stats["fix_groups"] = int(ngroups)
     stats["fix_calls"] = len(bins)

@@ -515,6 +515,18 @@ def start_hull(pts, pool=None):
     return pool.submit(_fix.convex_hull, pts)
 
 
+def _grouped_round(pts, walls, wall_sign, unused, fast, workers, kept_volume, stats, cache, salvage, hull, join_tiny):
+    """One grouped fix-up round (:func:`delaunay_fixup.grouped_fixup`), its calls recorded in
+    ``stats["fix_round_calls"]`` (calls run, failed, groups reused, the largest call's points)."""
+    stats.update(fix_calls=0, fix_failed_calls=0, fix_reused_groups=0, fix_call_points=[])
+    try:
+        return _fix.grouped_fixup(pts, walls, wall_sign, unused, fast, workers, kept_volume, stats, cache,
+                                  salvage=salvage, hull=hull, join_tiny=join_tiny)
+    finally:
+        stats["fix_round_calls"].append([stats.get(k, 0) for k in ("fix_calls", "fix_failed_calls",
+                                         "fix_reused_groups")] + [max(stats.get("fix_call_points") or [0])])
+
+
 def fix_loop(pts, kept, dups, walls, wall_far, kept_volume, workers, fast, options, grouped, stats, hull=None):
     """Step 3 of the module docstring with its repair rounds: the slivers along the seams demoted
     (:mod:`delaunay_demote`), the grouped fix-up (or one call), the missing region grown around the points
@@ -538,6 +550,7 @@ def fix_loop(pts, kept, dups, walls, wall_far, kept_volume, workers, fast, optio
     kept_volume -= vol
     fixed, notes, grown, promoted, fallback = None, [], 0, 0, ""
     cache = _fix.GroupCache() if REUSE_GROUPS else None
+    join_tiny = _fix.JOIN_TINY_GROUPS  # True after the split grouping failed once (the reference grouping)
     stats["fix_round_calls"] = []  # per grouped round: [calls run, failed, groups reused, largest call's points]
     for attempt in range(REPAIR_ROUNDS + 1):
         used = _rows.mark_used(n, kept, workers)
@@ -547,18 +560,27 @@ def fix_loop(pts, kept, dups, walls, wall_far, kept_volume, workers, fast, optio
         stats["fix_points"], stats["unused_points"] = int(s_ids.size), int(unused.size)
         bad, salvaged = [], None
         if grouped and walls.shape[0] and workers > 1:
-            stats.update(fix_calls=0, fix_failed_calls=0, fix_reused_groups=0, fix_call_points=[])
             try:
-                fixed = _fix.grouped_fixup(pts, walls, wall_sign, unused, fast, workers, kept_volume, stats,
-                                           cache, salvage=SALVAGE and attempt < REPAIR_ROUNDS, hull=hull)
+                fixed = _grouped_round(pts, walls, wall_sign, unused, fast, workers, kept_volume, stats, cache,
+                                       SALVAGE and attempt < REPAIR_ROUNDS, hull, join_tiny)
                 break
             except _Inconsistent as exc:
+                if not join_tiny:
+                    # the small holes in calls of their own failed a check: redo the round as the reference
+                    # grouping (tiny groups joined to the big ones); the result is exact either way (no warning)
+                    stats["fix_regrouped"] = str(exc)[:300]
+                    join_tiny = True
+                    if cache is not None:
+                        cache.done.clear()
+                    try:
+                        fixed = _grouped_round(pts, walls, wall_sign, unused, fast, workers, kept_volume, stats,
+                                               cache, SALVAGE and attempt < REPAIR_ROUNDS, hull, join_tiny)
+                        break
+                    except _Inconsistent as exc2:
+                        exc = exc2
                 notes.append(f"grouped fix-up: {exc}")
                 bad.append(exc.bad)
                 salvaged = getattr(exc, "salvage", None)
-            finally:
-                stats["fix_round_calls"].append([stats.get(k, 0) for k in ("fix_calls", "fix_failed_calls",
-                                                 "fix_reused_groups")] + [max(stats.get("fix_call_points") or [0])])
         # one call over all of S (with the far vertices while they are known); skipped while the grouped
         # calls say where they disagreed (growing the region there is cheaper than a call over all of S)
         if not (bad and bad[0] is not None and attempt < REPAIR_ROUNDS):
