@@ -53,16 +53,19 @@ ties and disagreed with the blocks (5.4M pivots: 4 repair rounds before).
 The same holds for any union of whole *holes* (connected pieces of the missing region): its tets are in
 Qhull of the open faces around it and the unused points inside it. So ``S`` is split into *groups*: the
 open faces connected through shared vertices (a hole's boundary); each unused point linked to its
-``UNUSED_LINKS`` nearest fix-up points; every group with a vertex on the convex hull joined into one (a
-hole along the hull may have an open-face boundary in pieces joined only by hull faces); a tiny group
-(``< MIN_GROUP_POINTS``) joined to the one big group nearest to it. Groups are packed into at most
-``2 * workers`` Qhull calls run in threads (a hollow shell: its inside and its hull layer, two calls).
-Grouping can still be wrong where a hole's boundary is disconnected otherwise (a kept island inside a
-hole), so the grouped result is *accepted* only if (a) no face lies in 3+ fix-up tets and no fix-up tet
-is repeated, (b) the faces lying in one fix-up tet are exactly the open faces, except faces on the convex
-hull of the points, and (c) the fix-up tets' volume plus the kept tets' volume is the hull's volume
-(relative ``ACCEPT_VOLUME_REL``: no overlap). If a check fails the engine redoes the fix-up as one Qhull
-call on ``S`` (the proof above). Where a fix-up call disagrees with the kept tets at known points (an open
+``UNUSED_LINKS`` nearest fix-up points; every group with a point on the convex hull (a Qhull vertex or
+coplanar point) joined into one (a hole along the hull may have an open-face boundary in pieces joined only
+by hull faces). The small holes stay groups of their own (``delaunay_fixup.JOIN_TINY_GROUPS = False``: a
+hollow shell of 5.4M pivots has ~100k groups, ~124k tiny holes along its two skins and one big hole per
+skin), packed into at most ``2 * workers`` Qhull calls run in threads. Grouping can still be wrong where
+a hole's boundary is disconnected otherwise (a kept island inside a hole), so the grouped result is
+*accepted* only if (a) no face lies in 3+ fix-up tets and no fix-up tet is repeated, (b) the faces lying in
+one fix-up tet are exactly the open faces, except faces on the convex hull of the points, and (c) the
+fix-up tets' volume plus the kept tets' volume is the hull's volume (relative ``ACCEPT_VOLUME_REL``: no
+overlap). If a check fails (or a call fails without naming points), the round is redone with the
+reference grouping, each tiny group (``< MIN_GROUP_POINTS``) joined to the one big group nearest to it (a
+shell: two calls, its inside and its hull layer); if that fails a check too, the engine redoes the fix-up
+as one Qhull call on ``S`` (the proof above). Where a fix-up call disagrees with the kept tets at known points (an open
 face missing from ``DT(S)``: Qhull merges near-co-spherical facets of a big, nearly spherical ``S``, as at
 5.4M pivots on a shell) the engine *grows* the missing region instead: it drops the kept tets within 2
 vertex rings of those points (their faces become open faces, the kept side opposite their 4th vertex) and
