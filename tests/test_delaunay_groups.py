@@ -51,7 +51,8 @@ def test_tiny_groups_stay_apart_or_join_the_big_one():
     m = dg.MIN_GROUP_POINTS + 10
     ang = np.linspace(0, 2 * np.pi, m, endpoint=False)
     fan = np.c_[np.cos(ang), np.sin(ang), np.zeros(m)]
-    pts = np.concatenate([[[0.0, 0.0, 0.0]], fan, [[5, 0, 0], [5, 1, 0], [5, 0, 1], [-5, 0, 0], [-5, 1, 0], [-5, 0, 1]]])
+    far = [[5, 0, 0], [5, 1, 0], [5, 0, 1], [-5, 0, 0], [-5, 1, 0], [-5, 0, 1]]
+    pts = np.concatenate([[[0.0, 0.0, 0.0]], fan, far])
     walls = np.array([[0, 1 + i, 1 + (i + 1) % m] for i in range(m)] + [[m + 1, m + 2, m + 3], [m + 4, m + 5, m + 6]])
     walls = np.sort(walls, axis=1).astype(np.int32)
     unused = np.zeros(0, np.int32)

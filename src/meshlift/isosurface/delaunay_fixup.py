@@ -444,8 +444,8 @@ def accept(pts, hull, walls, fix_tets, fix_keep, kept_volume):
 
 def convex_hull(pts, ids=None):
     """``(scipy ConvexHull, its vertices and the points Qhull finds coplanar with its facets (``Qc``) as sorted
-    global ids)`` of ``pts[ids]`` (all of ``pts`` when ``ids`` is None), or an :class:`_Inconsistent` *returned* (not raised: the engine runs this in a thread before
-    the fix-up needs it) when Qhull fails."""
+    global ids)`` of ``pts[ids]`` (all of ``pts`` when ``ids`` is None), or an :class:`_Inconsistent`
+    *returned* (not raised: the engine runs this in a thread before the fix-up needs it) when Qhull fails."""
     from scipy.spatial import ConvexHull, QhullError
 
     try:
