@@ -15,6 +15,7 @@ from meshlift.errors import MeshliftWarning
 from meshlift.isosurface import delaunay_fixup as df
 from meshlift.isosurface import delaunay_groups as dg
 from meshlift.isosurface import delaunay_parallel as dp
+from meshlift.isosurface import delaunay_rows as dr
 
 from _delaunay_checks import ties as _ties
 
@@ -127,3 +128,21 @@ def test_hull_ids_include_coplanar_points():
     hull, ids = df.convex_hull(pts)
     assert set(ids.tolist()) == set(range(10))
     assert np.isclose(hull.volume, 1.0)
+
+
+@pytest.mark.parametrize("case", ["distinct", "repeat in a", "repeat in b", "empty"])
+def test_unmatched_keys_equal_isin(case):
+    """The one-sort match of the acceptance check equals its ``np.isin`` twin (with its fallback for keys
+    repeated within one array)."""
+    rng = np.random.default_rng(7)
+    a = rng.choice(1 << 40, 3000, replace=False).astype(np.int64)
+    b = np.concatenate([a[:1800], rng.choice(1 << 40, 50, replace=False).astype(np.int64)])
+    rng.shuffle(b)
+    if case == "repeat in a":
+        a = np.concatenate([a, a[:5]])
+    elif case == "repeat in b":
+        b = np.concatenate([b, b[:5], b[:1]])
+    elif case == "empty":
+        b = b[:0]
+    x, y = dr.unmatched_keys(a, b)
+    assert np.array_equal(x, ~np.isin(a, b)) and np.array_equal(y, ~np.isin(b, a))

@@ -15,7 +15,7 @@ import numpy as np
 
 from meshlift.isosurface.delaunay_groups import (  # noqa: F401 (re-exported)
     MIN_GROUP_POINTS, UNUSED_LINKS, GroupCache, _GroupKeys, _split_by_group, group_key, groups)
-from meshlift.isosurface.delaunay_rows import _face_keys, _sort_faces, concat_rows, unique_ids
+from meshlift.isosurface.delaunay_rows import _face_keys, _sort_faces, concat_rows, unique_ids, unmatched_keys
 
 #: A fix-up tet decides which side of an open face it is on when ``|det| / L^3`` of the face and its far
 #: vertex exceeds this (Qhull's flat ``Qt`` tets in ties do not; their neighbour across the face then decides).
@@ -431,7 +431,8 @@ def accept(pts, hull, walls, fix_tets, fix_keep, kept_volume):
     single = order[first[count == 1]]
     bkey = _face_keys(faces[single], n)
     wkey = _face_keys(walls, n)
-    odd = np.concatenate([faces[single][~np.isin(bkey, wkey)], walls[~np.isin(wkey, bkey)]])
+    b_odd, w_odd = unmatched_keys(bkey, wkey)
+    odd = np.concatenate([faces[single][b_odd], walls[w_odd]])
     d = float(np.sqrt((np.ptp(pts, axis=0) ** 2).sum()))
     on = _on_hull(hull, pts, odd, 1e-9 * d)
     if not on.all():
