@@ -146,3 +146,23 @@ def test_unmatched_keys_equal_isin(case):
         b = b[:0]
     x, y = dr.unmatched_keys(a, b)
     assert np.array_equal(x, ~np.isin(a, b)) and np.array_equal(y, ~np.isin(b, a))
+
+
+@pytest.mark.parametrize("blocks", [1, 5, 12, 48])
+def test_level_parallel_partition_equals_the_recursive_one(blocks):
+    """The kd-split and the gather level by level in a thread pool give the recursive reference's blocks:
+    the same cells, halo sets (same order) and margins (also where a cell cannot be split: many duplicates)."""
+    import concurrent.futures as cf
+
+    from meshlift.isosurface import delaunay_partition as dpp
+
+    rng = np.random.default_rng(blocks)
+    pts = np.concatenate([_shells(1800, 2), np.repeat(rng.random((1, 3)), 300, axis=0)])
+    ref = dpp.partition(pts, blocks, 1.0)
+    with cf.ThreadPoolExecutor(4) as pool:
+        got = dpp.partition(pts, blocks, 1.0, pool, 4)
+    assert len(got) == len(ref)
+    for g, r in zip(got, ref):
+        assert np.array_equal(g[0], r[0]) and np.array_equal(g[1], r[1]) and g[3] == r[3]
+        assert np.array_equal(g[2], r[2])
+    assert np.array_equal(np.unique(np.concatenate([r[2] for r in ref])), np.arange(pts.shape[0]))

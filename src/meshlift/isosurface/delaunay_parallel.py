@@ -128,7 +128,7 @@ from meshlift.isosurface import delaunay_certify as _cert
 from meshlift.isosurface import delaunay_demote as _dem
 from meshlift.isosurface import delaunay_fixup as _fix
 from meshlift.isosurface import delaunay_rows as _rows
-from meshlift.isosurface.delaunay_partition import _gather, _kd_split, _leaves, _resolve, partition  # noqa: F401
+from meshlift.isosurface.delaunay_partition import partition  # noqa: F401 (re-exported)
 from meshlift.isosurface.delaunay_fixup import _FACE, _far_vertex, _idx_dtype, _Inconsistent
 
 #: Kept tets need ``|det| / L^3`` above this (near-flat tets have ill-conditioned circumspheres).
