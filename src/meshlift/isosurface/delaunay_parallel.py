@@ -108,7 +108,8 @@ up front (:class:`~meshlift.errors.OutOfMemoryError` naming ``blocks`` and ``mem
 
 **Serial work.** Passes over all kept tets run in ``workers`` threads (:mod:`delaunay_rows`); the hull of
 all points (= the hull of ``S``) is computed once, in a thread while the blocks run (:func:`start_hull`);
-faces match by one int64 key (``delaunay_rows.FACE_KEY_BITS``). The output is unchanged.
+faces match by one int64 key (``delaunay_rows.FACE_KEY_BITS``); the kd-split and the halo gather run level
+by level in the thread pool (:mod:`delaunay_partition`). The output is unchanged.
 
 numpy/scipy only (no torch); the orientation of the fix-up tets is done by the caller.
 """
