@@ -117,6 +117,7 @@ def main() -> None:
            "grown_tets": stats.get("grown_tets"), "demoted_slivers": stats.get("demoted_slivers"),
            "sliver_passes": stats.get("sliver_passes"), "fix_points": stats.get("fix_points"),
            "fix_call_points": stats.get("fix_call_points"), "fix_call_s": stats.get("fix_call_s"),
+           "fix_groups": stats.get("fix_groups"), "fix_regrouped": stats.get("fix_regrouped"),
            "fallback": fallback[:200]}
     srt = np.sort(tets, axis=1)
     if args.save:

@@ -80,7 +80,7 @@ def _one(args) -> dict:
                   "qhull_error", "executor", "fallback", "kd_queries", "kd_kept", "unused_points", "fix_groups",
                   "fix_calls", "fix_call_points", "accept_s", "memory_gb_estimate", "fix_rounds",
                   "grown_tets", "fix_round_calls", "fix_reused_groups", "promoted_tets", "demoted_slivers",
-                  "fix_call_s", "sliver_passes"):
+                  "fix_call_s", "sliver_passes", "fix_regrouped"):
             if k in stats:
                 v = stats[k]
                 row[k] = round(v, 3) if isinstance(v, float) else v

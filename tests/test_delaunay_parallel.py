@@ -306,7 +306,7 @@ def test_without_tree_or_groups_same_tets():
 def test_grouped_fixup_check_falls_back_with_a_warning(monkeypatch):
     """A wrong grouping (every unused point and open face in its own call) is caught by the acceptance
     checks; the one-call fix-up then gives the exact result, with a warning."""
-    def bad_groups(pts, walls, wall_far, unused, max_bins, hull_ids=None, reuse=None):
+    def bad_groups(pts, walls, wall_far, unused, max_bins, hull_ids=None, reuse=None, join_tiny=True):
         half = walls.shape[0] // 2  # split the open faces arbitrarily: holes are cut in two
         out = []
         for rows in (np.arange(half), np.arange(half, walls.shape[0])):
@@ -441,6 +441,7 @@ def test_repair_round_reruns_only_failing_groups(monkeypatch):
     pts = np.concatenate([_pivots(3000, s) + np.array([3.0 * s, 0.5 * (s % 2), 0.0]) for s in range(4)])
     out = {}
     for reuse in (True, False):
+        monkeypatch.setattr(df, "JOIN_TINY_GROUPS", True)  # the reference grouping: one group per skin
         monkeypatch.setattr(dp, "REUSE_GROUPS", reuse)
         rounds = _one_failing_call(monkeypatch)
         eng = dp.partitioned_delaunay(pts, workers=4, blocks=12)

@@ -13,15 +13,18 @@ import time
 
 import numpy as np
 
-from meshlift.isosurface.delaunay_rows import _face_keys, _sort_faces, concat_rows, unique_ids
+from meshlift.isosurface.delaunay_groups import (  # noqa: F401 (re-exported)
+    MIN_GROUP_POINTS, UNUSED_LINKS, GroupCache, _GroupKeys, _split_by_group, group_key, groups)
+from meshlift.isosurface.delaunay_rows import _face_keys, _sort_faces, concat_rows, unique_ids, unmatched_keys
 
 #: A fix-up tet decides which side of an open face it is on when ``|det| / L^3`` of the face and its far
 #: vertex exceeds this (Qhull's flat ``Qt`` tets in ties do not; their neighbour across the face then decides).
 SIDE_MIN_REL = 1e-10
-#: Each point used by no kept tet links its group to the groups of this many nearest fix-up points.
-UNUSED_LINKS = 8
-#: Groups of fewer fix-up points are linked to the groups of their points' nearest fix-up points.
-MIN_GROUP_POINTS = 64
+#: The grouped fix-up's first try keeps the tiny groups as groups of their own (False), so that the many
+#: small holes along the seams run in ``2 * workers`` calls side by side instead of joining the one or two big
+#: groups (a hollow shell's skins: 2 calls of ~320k points at 5.4M pivots, 2 of 16 cores busy). If that
+#: grouping fails a check, the engine redoes the round with the tiny groups joined (True: the reference).
+JOIN_TINY_GROUPS = False
 #: A repair round salvages a failing call's ``DT(S)`` tets outside this many vertex rings of the points where
 #: it disagreed (:func:`salvage_tets`); the region inside is re-triangulated as a small group of its own.
 SALVAGE_RINGS = 2
@@ -387,141 +390,6 @@ def promote(pts, kept, walls, wall_sign, tets, workers: int = 1):
     return concat_rows([kept, tets.astype(kept.dtype)], workers), faces[single], signs[single], vol
 
 
-class GroupCache:
-    """The fix-up groups accepted by earlier repair rounds, so that a round re-runs only the groups that
-    failed or changed. ``done``: group key (:func:`group_key`) -> ``(tets [M, 4] global ids, neighbours
-    [M, 4] (rows of tets, -1 outside), keep [M] bool)``, the group's share of its call's ``DT(S)``;
-    ``hits``: the keys :func:`groups` found in ``done`` this round (their groups are not re-run)."""
-
-    def __init__(self):
-        self.done: dict = {}
-        self.hits: list = []
-
-
-def group_key(ids, walls, wall_far) -> bytes:
-    """Digest of one group: its sorted point ids ``[G]``, its open faces ``[W, 3]`` (any row order) and
-    their ``wall_far`` values ``[W]``; equal keys = the same holes, so the same missing tets."""
-    import hashlib
-
-    order = np.lexsort((walls[:, 2], walls[:, 1], walls[:, 0]))
-    h = hashlib.blake2b(digest_size=20)
-    h.update(np.ascontiguousarray(ids, dtype=np.int64).tobytes())
-    h.update(np.ascontiguousarray(walls[order], dtype=np.int64).tobytes())
-    h.update(np.ascontiguousarray(np.asarray(wall_far)[order], dtype=np.float64).tobytes())
-    return h.digest()
-
-
-class _GroupKeys:
-    """The :func:`group_key` of every group of one :func:`groups` split, made on first use (a list)."""
-
-    def __init__(self, s_ids, label, walls, wall_far, wl, ng):
-        self._args, self._keys = (s_ids, label, walls, wall_far, wl, ng), None
-
-    def _make(self) -> list:
-        if self._keys is None:
-            s_ids, label, walls, wall_far, wl, ng = self._args
-            p_ord, w_ord = np.argsort(label, kind="stable"), np.argsort(wl, kind="stable")
-            p_cut = np.r_[0, np.cumsum(np.bincount(label, minlength=ng))]
-            w_cut = np.r_[0, np.cumsum(np.bincount(wl, minlength=ng))]
-            self._keys = [group_key(s_ids[p_ord[p_cut[g] : p_cut[g + 1]]], walls[w_ord[w_cut[g] : w_cut[g + 1]]],
-                                    wall_far[w_ord[w_cut[g] : w_cut[g + 1]]]) for g in range(ng)]
-        return self._keys
-
-    def __len__(self) -> int:
-        return self._args[5]
-
-    def __getitem__(self, g):
-        return self._make()[g]
-
-    def __iter__(self):
-        return iter(self._make())
-
-
-def groups(pts, walls, wall_far, unused, max_bins: int, hull_ids=None, reuse: GroupCache | None = None):
-    """Split the fix-up into Qhull calls: ``([(s_ids, wall_rows)], number of groups)`` with at most
-    ``max_bins`` calls (``s_ids`` sorted global ids, ``wall_rows`` rows of ``walls``). ``pts`` ``[N, 3]``,
-    ``walls`` ``[W, 3]``, ``unused`` ``[U]`` ids of points in no kept tet.
-
-    With ``reuse`` (a :class:`GroupCache`), the groups whose :func:`group_key` is in ``reuse.done`` are
-    left out of the calls (their keys go to ``reuse.hits``), and each call is ``(s_ids, wall_rows,
-    group_of_point [len(s_ids)] int, keys)``: the group (index into ``keys``, a list-like :class:`_GroupKeys`
-    whose digests are made on first use) of each of its points.
-
-    Groups: the open faces connected through shared vertices, with their far vertices; each unused point
-    linked to its ``UNUSED_LINKS`` nearest fix-up points (its Delaunay neighbours are vertices of the same
-    hole); the groups with a vertex on the convex hull (``hull_ids``, global ids) joined into one (a hole
-    along the hull can have an open-face boundary in several pieces joined only by hull faces). Groups are
-    packed into bins by size (largest first, into the lightest bin).
-    """
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-    from scipy.spatial import cKDTree
-
-    s_ids = unique_ids([walls, unused], pts.shape[0])
-    ns = s_ids.size
-    loc = np.searchsorted(s_ids, walls)
-    a = [loc[:, 0], loc[:, 1]]
-    b = [loc[:, 1], loc[:, 2]]
-    if unused.size and ns > 1:
-        k = min(UNUSED_LINKS + 1, ns)
-        _, j = cKDTree(pts[s_ids]).query(pts[unused], k=k)
-        a.append(np.repeat(np.searchsorted(s_ids, unused), k))
-        b.append(j.reshape(-1))
-    if hull_ids is not None and hull_ids.size:
-        h = np.searchsorted(s_ids, hull_ids)
-        h = h[(h < ns) & (s_ids[np.minimum(h, ns - 1)] == hull_ids)]
-        a.append(np.full(h.size, h[0] if h.size else 0))
-        b.append(h)
-    a, b = np.concatenate(a), np.concatenate(b)
-    g = coo_matrix((np.ones(a.size, dtype=np.int8), (a, b)), shape=(ns, ns))
-    ng, label = connected_components(g, directed=False)
-    size = np.bincount(label, minlength=ng)
-    small = size[label] < MIN_GROUP_POINTS
-    if small.any() and not small.all():
-        # a tiny group (a face at the edge of a hole whose boundary continues through hull faces) joins
-        # the one big group nearest to it (one, so that tiny groups never bridge two big ones)
-        sm, big = np.flatnonzero(small), np.flatnonzero(~small)
-        d, j = cKDTree(pts[s_ids[big]]).query(pts[s_ids[sm]], k=1)
-        ls = label[sm]
-        order = np.lexsort((d, ls))
-        first = order[np.r_[True, ls[order][1:] != ls[order][:-1]]]  # per tiny group: its nearest point
-        target = np.arange(ng)
-        target[ls[first]] = label[big[j[first]]]
-        label = target[label]
-        ng, label = np.unique(label, return_inverse=True)
-        ng = ng.size
-        size = np.bincount(label, minlength=ng)
-    wl = label[loc[:, 0]]
-    todo = np.ones(ng, dtype=bool)
-    keys = None
-    if reuse is not None:
-        # per group its key (points, open faces, sides): the groups seen before are skipped; with nothing
-        # stored yet (the first round) the keys are only made if a call fails (:class:`_GroupKeys`)
-        keys = _GroupKeys(s_ids, label, walls, wall_far, wl, ng)
-        if reuse.done:
-            reuse.hits = [k_ for k_ in keys if k_ in reuse.done]
-            todo = np.array([k_ not in reuse.done for k_ in keys], dtype=bool)
-    nbins = max(1, min(int(todo.sum()), max_bins))
-    load = np.zeros(nbins)
-    bin_of = np.full(ng, -1, dtype=np.int64)
-    for grp in np.argsort(-size, kind="stable"):
-        if not todo[grp]:
-            continue
-        k = int(np.argmin(load))
-        bin_of[grp] = k
-        load[k] += size[grp]
-    pb = bin_of[label]
-    wb = pb[loc[:, 0]]
-    out = []
-    for k in range(nbins):
-        in_k = pb == k
-        ids_k = s_ids[in_k]
-        if ids_k.size:
-            rows = np.flatnonzero(wb == k)
-            out.append((ids_k, rows) if keys is None else (ids_k, rows, label[in_k], keys))
-    return out, ng
-
-
 def _on_hull(hull, pts, faces, tol) -> np.ndarray:
     """``[F]`` bool: faces (global id triples) whose centroid lies on a facet plane of ``hull`` (a
     ``scipy.spatial.ConvexHull``) within ``tol`` (robust to coplanar facets triangulated differently)."""
@@ -563,7 +431,8 @@ def accept(pts, hull, walls, fix_tets, fix_keep, kept_volume):
     single = order[first[count == 1]]
     bkey = _face_keys(faces[single], n)
     wkey = _face_keys(walls, n)
-    odd = np.concatenate([faces[single][~np.isin(bkey, wkey)], walls[~np.isin(wkey, bkey)]])
+    b_odd, w_odd = unmatched_keys(bkey, wkey)
+    odd = np.concatenate([faces[single][b_odd], walls[w_odd]])
     d = float(np.sqrt((np.ptp(pts, axis=0) ** 2).sum()))
     on = _on_hull(hull, pts, odd, 1e-9 * d)
     if not on.all():
@@ -574,43 +443,22 @@ def accept(pts, hull, walls, fix_tets, fix_keep, kept_volume):
         raise _Inconsistent(f"kept + fix-up volume {kept_volume + fix_volume:.9g} != hull volume {hull.volume:.9g}")
 
 
-def _split_by_group(result, ids_k, glab_k, keys, into: dict) -> None:
-    """Store one accepted call's ``DT(S)`` (``result`` of :func:`fixup` on ``ids_k``) per group in ``into``
-    (key -> tets, neighbours, keep): a tet goes to the group of its first vertex, neighbours outside the
-    group become -1. Nothing is stored when a taken tet spans two groups (a grouping the final checks
-    would judge as a whole; the call is then simply re-run)."""
-    tets, nb, keep = result
-    lab = glab_k[np.searchsorted(ids_k, tets)]  # [M, 4] group of each vertex
-    if np.any(lab[keep] != lab[keep][:, :1]):
-        return
-    t_lab = lab[:, 0]
-    order = np.argsort(t_lab, kind="stable")
-    cut = np.r_[0, np.cumsum(np.bincount(t_lab, minlength=len(keys)))]
-    new_row = np.empty(tets.shape[0], dtype=np.int64)
-    for g in np.unique(t_lab):
-        rows = order[cut[g] : cut[g + 1]]
-        new_row[rows] = np.arange(rows.size)
-        nb_g = nb[rows].astype(np.int64)
-        inside = nb_g >= 0
-        inside[inside] = t_lab[nb_g[inside]] == g
-        into[keys[g]] = (tets[rows], np.where(inside, new_row[np.maximum(nb_g, 0)], -1), keep[rows])
-
-
 def convex_hull(pts, ids=None):
-    """``(scipy ConvexHull, its vertices as global ids)`` of ``pts[ids]`` (all of ``pts`` when ``ids`` is
-    None), or an :class:`_Inconsistent` *returned* (not raised: the engine runs this in a thread before
-    the fix-up needs it) when Qhull fails."""
+    """``(scipy ConvexHull, its vertices and the points Qhull finds coplanar with its facets (``Qc``) as sorted
+    global ids)`` of ``pts[ids]`` (all of ``pts`` when ``ids`` is None), or an :class:`_Inconsistent`
+    *returned* (not raised: the engine runs this in a thread before the fix-up needs it) when Qhull fails."""
     from scipy.spatial import ConvexHull, QhullError
 
     try:
-        hull = ConvexHull(pts if ids is None else pts[ids])
+        hull = ConvexHull(pts if ids is None else pts[ids], qhull_options="Qc")
     except QhullError as exc:
         return _Inconsistent(f"the convex hull of the fix-up points failed: {str(exc).splitlines()[0]}")
-    return hull, (hull.vertices if ids is None else ids[hull.vertices])
+    on = np.union1d(hull.vertices, hull.coplanar[:, 0]) if hull.coplanar.size else hull.vertices
+    return hull, (on if ids is None else ids[on])
 
 
 def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, stats, cache=None, salvage=False,
-                  hull=None):
+                  hull=None, join_tiny: bool = True):
     """The fix-up in parallel groups (:func:`groups`, :func:`fixup` in ``workers`` threads), checked by
     :func:`accept`; ``wall_sign``: :func:`wall_signs`. Returns ``(fix_tets, fix_neighbors, fix_keep)`` as
     :func:`fixup`, the calls concatenated (neighbours offset). Adds ``fix_groups``, ``fix_calls``,
@@ -641,9 +489,9 @@ def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, 
     hull, hull_ids = hull
     if cache is not None:
         cache.hits = []
-        bins, ngroups = groups(pts, walls, wall_sign, unused, 2 * workers, hull_ids, reuse=cache)
+        bins, ngroups = groups(pts, walls, wall_sign, unused, 2 * workers, hull_ids, reuse=cache, join_tiny=join_tiny)
     else:
-        bins, ngroups = groups(pts, walls, wall_sign, unused, 2 * workers, hull_ids)
+        bins, ngroups = groups(pts, walls, wall_sign, unused, 2 * workers, hull_ids, join_tiny=join_tiny)
     reused = list(cache.hits) if cache is not None else []
     stats["fix_groups"] = int(ngroups)
     stats["fix_calls"] = len(bins)
@@ -689,9 +537,10 @@ def grouped_fixup(pts, walls, wall_sign, unused, options, workers, kept_volume, 
     t1 = time.perf_counter()
     try:
         accept(pts, hull, walls, tets, keep, kept_volume)
-    except _Inconsistent:
+    except _Inconsistent as exc:
         if cache is not None:
             cache.done.clear()
+        exc.from_checks = True  # (the grouping may be wrong: the engine then redoes the round as the reference)
         raise
     finally:
         stats["accept_s"] = time.perf_counter() - t1

@@ -53,16 +53,19 @@ ties and disagreed with the blocks (5.4M pivots: 4 repair rounds before).
 The same holds for any union of whole *holes* (connected pieces of the missing region): its tets are in
 Qhull of the open faces around it and the unused points inside it. So ``S`` is split into *groups*: the
 open faces connected through shared vertices (a hole's boundary); each unused point linked to its
-``UNUSED_LINKS`` nearest fix-up points; every group with a vertex on the convex hull joined into one (a
-hole along the hull may have an open-face boundary in pieces joined only by hull faces); a tiny group
-(``< MIN_GROUP_POINTS``) joined to the one big group nearest to it. Groups are packed into at most
-``2 * workers`` Qhull calls run in threads (a hollow shell: its inside and its hull layer, two calls).
-Grouping can still be wrong where a hole's boundary is disconnected otherwise (a kept island inside a
-hole), so the grouped result is *accepted* only if (a) no face lies in 3+ fix-up tets and no fix-up tet
-is repeated, (b) the faces lying in one fix-up tet are exactly the open faces, except faces on the convex
-hull of the points, and (c) the fix-up tets' volume plus the kept tets' volume is the hull's volume
-(relative ``ACCEPT_VOLUME_REL``: no overlap). If a check fails the engine redoes the fix-up as one Qhull
-call on ``S`` (the proof above). Where a fix-up call disagrees with the kept tets at known points (an open
+``UNUSED_LINKS`` nearest fix-up points; every group with a point on the convex hull (a Qhull vertex or
+coplanar point) joined into one (a hole along the hull may have an open-face boundary in pieces joined only
+by hull faces). The small holes stay groups of their own (``delaunay_fixup.JOIN_TINY_GROUPS = False``: a
+hollow shell of 5.4M pivots has ~100k groups, ~124k tiny holes along its two skins and one big hole per
+skin), packed into at most ``2 * workers`` Qhull calls run in threads. Grouping can still be wrong where
+a hole's boundary is disconnected otherwise (a kept island inside a hole), so the grouped result is
+*accepted* only if (a) no face lies in 3+ fix-up tets and no fix-up tet is repeated, (b) the faces lying in
+one fix-up tet are exactly the open faces, except faces on the convex hull of the points, and (c) the
+fix-up tets' volume plus the kept tets' volume is the hull's volume (relative ``ACCEPT_VOLUME_REL``: no
+overlap). If a check fails (or a call fails without naming points), the round is redone with the
+reference grouping, each tiny group (``< MIN_GROUP_POINTS``) joined to the one big group nearest to it (a
+shell: two calls, its inside and its hull layer); if that fails a check too, the engine redoes the fix-up
+as one Qhull call on ``S`` (the proof above). Where a fix-up call disagrees with the kept tets at known points (an open
 face missing from ``DT(S)``: Qhull merges near-co-spherical facets of a big, nearly spherical ``S``, as at
 5.4M pivots on a shell) the engine *grows* the missing region instead: it drops the kept tets within 2
 vertex rings of those points (their faces become open faces, the kept side opposite their 4th vertex) and
@@ -105,7 +108,8 @@ up front (:class:`~meshlift.errors.OutOfMemoryError` naming ``blocks`` and ``mem
 
 **Serial work.** Passes over all kept tets run in ``workers`` threads (:mod:`delaunay_rows`); the hull of
 all points (= the hull of ``S``) is computed once, in a thread while the blocks run (:func:`start_hull`);
-faces match by one int64 key (``delaunay_rows.FACE_KEY_BITS``). The output is unchanged.
+faces match by one int64 key (``delaunay_rows.FACE_KEY_BITS``); the kd-split and the halo gather run level
+by level in the thread pool (:mod:`delaunay_partition`). The output is unchanged.
 
 numpy/scipy only (no torch); the orientation of the fix-up tets is done by the caller.
 """
@@ -125,6 +129,7 @@ from meshlift.isosurface import delaunay_certify as _cert
 from meshlift.isosurface import delaunay_demote as _dem
 from meshlift.isosurface import delaunay_fixup as _fix
 from meshlift.isosurface import delaunay_rows as _rows
+from meshlift.isosurface.delaunay_partition import partition  # noqa: F401 (re-exported)
 from meshlift.isosurface.delaunay_fixup import _FACE, _far_vertex, _idx_dtype, _Inconsistent
 
 #: Kept tets need ``|det| / L^3`` above this (near-flat tets have ill-conditioned circumspheres).
@@ -234,77 +239,6 @@ class Partitioned:
 
 
 # ----------------------------------------------------------------------------------------------- blocks
-
-
-def _kd_split(pts: np.ndarray, ids: np.ndarray, lo, hi, k: int, pool=None, serial_k: int = 0):
-    """Split ``ids`` into ``k`` cells at point-count quantiles. Returns a tree: a leaf ``[lo, hi, core_ids]``
-    or ``(axis, s, left, right)`` (left: ``x[axis] < s``); subtrees of at most ``serial_k`` cells are split
-    in ``pool`` (their place holds a future until :func:`_resolve`)."""
-    if pool is not None and k <= serial_k:
-        return pool.submit(_kd_split, pts, ids, lo, hi, k)
-    if k <= 1 or ids.size < 64:
-        return [lo, hi, ids]
-    x = pts[ids]
-    axis = int(np.argmax(x.max(axis=0) - x.min(axis=0)))
-    kl = k // 2
-    q = min(int(round(ids.size * kl / k)), ids.size - 1)
-    s = float(np.partition(x[:, axis], q)[q])
-    left = x[:, axis] < s
-    if left.all() or not left.any():
-        return [lo, hi, ids]
-    lhi, rlo = hi.copy(), lo.copy()
-    lhi[axis] = s
-    rlo[axis] = s
-    left_tree = _kd_split(pts, ids[left], lo, lhi, kl, pool, serial_k)
-    return (axis, s, left_tree, _kd_split(pts, ids[~left], rlo, hi, k - kl, pool, serial_k))
-
-
-def _resolve(tree):
-    if isinstance(tree, cf.Future):
-        return tree.result()
-    if isinstance(tree, tuple):
-        return (tree[0], tree[1], _resolve(tree[2]), _resolve(tree[3]))
-    return tree
-
-
-def _leaves(tree) -> list:
-    return [tree] if isinstance(tree, list) else _leaves(tree[2]) + _leaves(tree[3])
-
-
-def _gather(pts, ids, tree, pool=None, serial_n: int = 0) -> list:
-    """Append to every leaf the points of ``ids`` in its cell grown by its margin ``leaf[3]`` (closed box);
-    returns futures of the subtrees of at most ``serial_n`` candidate points sent to ``pool``."""
-    if pool is not None and ids.size <= serial_n:
-        return [pool.submit(_gather, pts, ids, tree)]
-    if isinstance(tree, list):
-        lo, hi, _, m = tree[:4]
-        inside = np.all((pts[ids] >= lo - m) & (pts[ids] <= hi + m), axis=1)
-        tree.append(ids[inside])
-        return []
-    axis, s, left, right = tree
-    x = pts[ids, axis]
-    ml = max(leaf[3] for leaf in _leaves(left))
-    mr = max(leaf[3] for leaf in _leaves(right))
-    return (_gather(pts, ids[x <= s + ml], left, pool, serial_n)
-            + _gather(pts, ids[x >= s - mr], right, pool, serial_n))
-
-
-def partition(pts: np.ndarray, blocks: int, margin: float, pool=None, workers: int = 1):
-    """``(lo, hi, halo_ids, m)`` per block: the cell (±inf outside), its halo set and margin (absolute).
-    With a ``pool``, subtrees are split and gathered in its threads."""
-    n = pts.shape[0]
-    serial_k = max(1, blocks // max(2 * workers, 1)) if pool is not None else 0
-    tree = _resolve(_kd_split(pts, np.arange(n), np.full(3, -np.inf), np.full(3, np.inf), blocks, pool, serial_k))
-    leaves = _leaves(tree)
-    pmin, pmax = pts.min(axis=0), pts.max(axis=0)
-    tiny = 1e-9 * max(float((pmax - pmin).max()), 1e-300)
-    for leaf in leaves:
-        lo, hi, core = leaf
-        side = np.maximum(np.minimum(hi, pmax) - np.maximum(lo, pmin), tiny)
-        leaf.append(margin * (float(np.prod(side)) / max(core.size, 1)) ** (1.0 / 3.0))
-    for f in _gather(pts, np.arange(n), tree, pool, max(1, n // max(2 * workers, 1)) if pool is not None else 0):
-        f.result()
-    return [(leaf[0], leaf[1], leaf[4], float(leaf[3])) for leaf in leaves]
 
 
 def _circumspheres(xyz: np.ndarray, tets: np.ndarray, with_det: bool = False):
@@ -515,6 +449,18 @@ def start_hull(pts, pool=None):
     return pool.submit(_fix.convex_hull, pts)
 
 
+def _grouped_round(pts, walls, wall_sign, unused, fast, workers, kept_volume, stats, cache, salvage, hull, join_tiny):
+    """One grouped fix-up round (:func:`delaunay_fixup.grouped_fixup`), its calls recorded in
+    ``stats["fix_round_calls"]`` (calls run, failed, groups reused, the largest call's points)."""
+    stats.update(fix_calls=0, fix_failed_calls=0, fix_reused_groups=0, fix_call_points=[])
+    try:
+        return _fix.grouped_fixup(pts, walls, wall_sign, unused, fast, workers, kept_volume, stats, cache,
+                                  salvage=salvage, hull=hull, join_tiny=join_tiny)
+    finally:
+        stats["fix_round_calls"].append([stats.get(k, 0) for k in ("fix_calls", "fix_failed_calls",
+                                         "fix_reused_groups")] + [max(stats.get("fix_call_points") or [0])])
+
+
 def fix_loop(pts, kept, dups, walls, wall_far, kept_volume, workers, fast, options, grouped, stats, hull=None):
     """Step 3 of the module docstring with its repair rounds: the slivers along the seams demoted
     (:mod:`delaunay_demote`), the grouped fix-up (or one call), the missing region grown around the points
@@ -538,6 +484,7 @@ def fix_loop(pts, kept, dups, walls, wall_far, kept_volume, workers, fast, optio
     kept_volume -= vol
     fixed, notes, grown, promoted, fallback = None, [], 0, 0, ""
     cache = _fix.GroupCache() if REUSE_GROUPS else None
+    join_tiny = _fix.JOIN_TINY_GROUPS  # True after the split grouping failed once (the reference grouping)
     stats["fix_round_calls"] = []  # per grouped round: [calls run, failed, groups reused, largest call's points]
     for attempt in range(REPAIR_ROUNDS + 1):
         used = _rows.mark_used(n, kept, workers)
@@ -547,18 +494,28 @@ def fix_loop(pts, kept, dups, walls, wall_far, kept_volume, workers, fast, optio
         stats["fix_points"], stats["unused_points"] = int(s_ids.size), int(unused.size)
         bad, salvaged = [], None
         if grouped and walls.shape[0] and workers > 1:
-            stats.update(fix_calls=0, fix_failed_calls=0, fix_reused_groups=0, fix_call_points=[])
             try:
-                fixed = _fix.grouped_fixup(pts, walls, wall_sign, unused, fast, workers, kept_volume, stats,
-                                           cache, salvage=SALVAGE and attempt < REPAIR_ROUNDS, hull=hull)
+                fixed = _grouped_round(pts, walls, wall_sign, unused, fast, workers, kept_volume, stats, cache,
+                                       SALVAGE and attempt < REPAIR_ROUNDS, hull, join_tiny)
                 break
             except _Inconsistent as exc:
+                if not join_tiny and (getattr(exc, "from_checks", False) or exc.bad is None):
+                    # the small holes in calls of their own failed a check: redo the round as the reference
+                    # grouping (tiny groups joined to the big ones); the result is exact either way (no warning;
+                    # a call that disagrees at known points is repaired as before, the grouping kept)
+                    stats["fix_regrouped"] = str(exc)[:300]
+                    join_tiny = True
+                    if cache is not None:
+                        cache.done.clear()
+                    try:
+                        fixed = _grouped_round(pts, walls, wall_sign, unused, fast, workers, kept_volume, stats,
+                                               cache, SALVAGE and attempt < REPAIR_ROUNDS, hull, join_tiny)
+                        break
+                    except _Inconsistent as exc2:
+                        exc = exc2
                 notes.append(f"grouped fix-up: {exc}")
                 bad.append(exc.bad)
                 salvaged = getattr(exc, "salvage", None)
-            finally:
-                stats["fix_round_calls"].append([stats.get(k, 0) for k in ("fix_calls", "fix_failed_calls",
-                                                 "fix_reused_groups")] + [max(stats.get("fix_call_points") or [0])])
         # one call over all of S (with the far vertices while they are known); skipped while the grouped
         # calls say where they disagreed (growing the region there is cheaper than a call over all of S)
         if not (bad and bad[0] is not None and attempt < REPAIR_ROUNDS):

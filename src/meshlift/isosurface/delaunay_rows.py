@@ -175,3 +175,23 @@ def _sort_faces_lex(faces: np.ndarray, n: int):
     order = np.lexsort((lo, h))
     hs, ls = h[order], lo[order]
     return order, np.r_[True, (hs[1:] != hs[:-1]) | (ls[1:] != ls[:-1])]
+
+
+def unmatched_keys(a: np.ndarray, b: np.ndarray):
+    """``(~np.isin(a, b), ~np.isin(b, a))`` for int64 key arrays ``a`` ``[A]``, ``b`` ``[B]`` whose keys are
+    distinct within each array (faces reported once): one stable sort of both instead of two ``np.isin``
+    (~10x faster at 1.7M keys). Falls back to ``np.isin`` when a key repeats within one array."""
+    k = np.concatenate([a, b])
+    o = np.argsort(k, kind="stable")
+    s = k[o]
+    eq = s[1:] == s[:-1]
+    if eq.any():
+        src = o >= a.size
+        if (eq[1:] & eq[:-1]).any() or np.any(src[1:][eq] == src[:-1][eq]):
+            return ~np.isin(a, b), ~np.isin(b, a)
+    m = np.zeros(k.size, dtype=bool)
+    m[1:] |= eq
+    m[:-1] |= eq
+    matched = np.empty(k.size, dtype=bool)
+    matched[o] = m
+    return ~matched[: a.size], ~matched[a.size :]
