@@ -180,3 +180,32 @@ def test_fill_vertex_values_ring_by_ring():
         fill_vertex_values(f, val, known[:3])
     with pytest.raises(MeshError, match="faces"):
         fill_vertex_values(f + 10, val, known)
+
+
+def _plane_with_hole(n: int = 8) -> Mesh:
+    """An open ``n × n`` grid of quads in z = 0 with the 2 × 2 quads at its centre removed (rim: 4n edges; hole: 8)."""
+    ij = np.stack(np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij"), -1).reshape(-1, 2)
+    v = np.concatenate([ij.astype(np.float64), np.zeros((len(ij), 1))], 1)
+    faces = []
+    for i in range(n):
+        for j in range(n):
+            if n // 2 - 1 <= i <= n // 2 and n // 2 - 1 <= j <= n // 2:
+                continue
+            a, b, c, d = i * (n + 1) + j, (i + 1) * (n + 1) + j, (i + 1) * (n + 1) + j + 1, i * (n + 1) + j + 1
+            faces += [[a, b, c], [a, c, d]]
+    return Mesh(torch.tensor(v, dtype=torch.float32), torch.tensor(faces, dtype=torch.int64))
+
+
+def test_skip_rims_closes_the_holes_but_never_the_outer_rim():
+    """A whole-scene mesh is open on purpose: its longest loop per component (the edge of the view) must stay open
+    whatever max_edges allows, while holes inside it are closed."""
+    m = _plane_with_hole(8)
+    assert border_edges(m) == 32 + 8
+    every, rep = fill_holes(m, max_edges=0)  # no guard: the rim is closed by a fan (a membrane over the plane)
+    assert rep.filled == 2 and border_edges(every) == 0
+    out, rep = fill_holes(m, max_edges=0, skip_rims=True)
+    assert rep.filled == 1 and rep.skipped_rims == 1 and border_edges(out) == 32
+    two = Mesh(torch.cat([m.v_pos, m.v_pos + torch.tensor([20.0, 0, 0])]),
+               torch.cat([m.t_pos_idx, m.t_pos_idx + m.num_vertices]))
+    out, rep = fill_holes(two, max_edges=0, skip_rims=True)  # per component: both rims open, both holes closed
+    assert rep.filled == 2 and rep.skipped_rims == 2 and border_edges(out) == 64

@@ -449,7 +449,12 @@ def extract_tsdf_mesh(
         tets = inv[active][:, _kuhn_slots().to(dev)].reshape(-1, 4)  # [6 C, 4]
         tt, obs = tsdf[tets], observed[tets]
         ok = known[tets].all(1)
-        ok &= ~(((tt >= _SATURATED) & obs).any(1) & ((tt <= -_SATURATED) & obs).any(1))
+        jump = ((tt >= _SATURATED) & obs).any(1) & ((tt <= -_SATURATED) & obs).any(1)
+        crossing = (tt.amin(1) < 0) & (tt.amax(1) >= 0)  # tets that would make faces
+        report["crossing_tets"] = int(crossing.sum())
+        report["dropped_unknown_tets"] = int((crossing & ~ok).sum())  # a corner unknown (holes: step 4)
+        report["dropped_jump_tets"] = int((crossing & ok & jump).sum())  # the truncation-artefact rule
+        ok &= ~jump
         sdf = tsdf.to(torch.float64) * trunc  # world-unit signed distance
         v64, faces = marching_tets(pos, sdf, tets[ok])
         v_pos = v64.to(torch.float32)

@@ -46,6 +46,8 @@ class FillReport:
     """Loops left open because they have more than ``max_edges`` edges."""
     skipped_elsewhere: int = 0
     """Loops left open because they pass no vertex of ``only_near``."""
+    skipped_rims: int = 0
+    """Loops left open as their component's longest (``skip_rims``)."""
     faces_added: int = 0
     vertices_added: int = 0
     largest_filled: int = 0
@@ -171,7 +173,24 @@ def _corner_index(F: np.ndarray, idx: np.ndarray, face: int, vertex: int) -> int
     return int(idx[face, int(np.flatnonzero(F[face] == vertex)[0])])
 
 
-def fill_holes(mesh: Mesh, *, max_edges: int = 0, only_near: np.ndarray | None = None) -> tuple[Mesh, FillReport]:
+def _rim_loops(F: np.ndarray, pieces: list, num_vertices: int) -> set:
+    """Indices into ``pieces`` of each connected component's longest loop (its outer rim, when it is open)."""
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import connected_components
+
+    e = np.concatenate([F[:, [0, 1]], F[:, [1, 2]]])
+    adj = sp.coo_matrix((np.ones(len(e)), (e[:, 0], e[:, 1])), shape=(num_vertices, num_vertices))
+    _, label = connected_components(adj, directed=False)
+    best: dict = {}
+    for i, lp in enumerate(pieces):
+        c = int(label[lp[0]])
+        if c not in best or len(lp) > len(pieces[best[c]]):
+            best[c] = i
+    return set(best.values())
+
+
+def fill_holes(mesh: Mesh, *, max_edges: int = 0, only_near: np.ndarray | None = None,
+               skip_rims: bool = False) -> tuple[Mesh, FillReport]:
     """Close the boundary loops of ``mesh`` (module docstring): one triangle for 3 edges, a centroid fan beyond.
 
     Args:
@@ -180,6 +199,10 @@ def fill_holes(mesh: Mesh, *, max_edges: int = 0, only_near: np.ndarray | None =
             rim is a loop too: bound it for meshes that are open on purpose.
         only_near: optional ``[V]`` bool: close only loops through at least one such vertex (e.g. the
             vertices of faces just removed, so only the holes that removal opened are closed).
+        skip_rims: leave each connected component's longest loop open whatever its length: the outer rim of
+            an open surface (a whole-scene mesh's edge of view), which a fan would close with a membrane across
+            the view (the CPU fox at 128³ cells a side: 11.3 dB with every loop up to 4096 edges closed, 19.9 dB
+            with the rims left open).
 
     Returns:
         ``(mesh, FillReport)``; the faces and vertices of the fills are appended after the input's.
@@ -200,6 +223,7 @@ def fill_holes(mesh: Mesh, *, max_edges: int = 0, only_near: np.ndarray | None =
     raw, edge_face = _border_cycles(F)
     pieces = [p for lp in raw for p in split_loop(lp)]
     rep.loops = len(pieces)
+    rims = _rim_loops(F, pieces, V) if skip_rims and pieces else set()
     P = mesh.v_pos.detach().cpu().double().numpy()
     col = None if mesh.v_color is None else mesh.v_color.detach().cpu().double().numpy()
     FT = None if mesh.t_tex_idx is None else mesh.t_tex_idx.cpu().numpy()
@@ -212,7 +236,10 @@ def fill_holes(mesh: Mesh, *, max_edges: int = 0, only_near: np.ndarray | None =
     add_f, add_ft, add_fn, add_fm = [], [], [], []
     n_uv = 0 if UV is None else len(UV)
     n_nr = 0 if NR is None else len(NR)
-    for lp in pieces:
+    for i_lp, lp in enumerate(pieces):
+        if i_lp in rims:
+            rep.skipped_rims += 1
+            continue
         if max_edges and len(lp) > max_edges:
             rep.skipped_large += 1
             continue

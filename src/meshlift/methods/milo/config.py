@@ -186,6 +186,13 @@ class MiloConfig(GaussiansConfig):
     whole scene and the asset; :func:`meshlift.mesh.fill.fill_holes`: a fan around the loop's centroid); 0 =
     off. The open rims of the scene stay open (longer loops). Measured (docs/results.md, "Holes"): quick spot
     asset border edges 4,442 -> 2,112 at F 0.8876 -> 0.8854 (128 edges: F 0.8807); CPU fox +0.02 dB."""
+    scene_fill_hole_edges: int = 4096
+    """The whole-scene mesh's hole filling instead (``fill_hole_edges`` stays the asset's): loops of at most this
+    many edges are closed, each connected component's longest loop (its outer rim: a fan there is a membrane
+    across the view) never (:func:`meshlift.mesh.fill.fill_holes` ``skip_rims``); 0 = off. Measured on the CPU
+    quick fox re-fused at 64 / 128 / 256 cells a side (2026-12-06; 64 edges before): 20.37 -> 20.34, 19.39 ->
+    20.08 (empty test pixels 1.77 -> 0.26 %), 10.93 -> 13.08 dB; at 128 with no rim guard and 4096 edges 11.35 dB.
+    The H200 fox's whole-scene mesh left 309 loops open at 64 edges (prediction: +0.2-0.6 dB there, unmeasured)."""
     region: str = "auto"
     """Fusion region: ``auto`` = ``object`` for a mesh input or a capture with masks, else ``scene``; ``scene`` = everything the
     cameras see (the box around the cameras and the object at full resolution, the rest of space contracted
@@ -347,7 +354,7 @@ _NONNEG = ("floor_snap", "scene_voxel_pixels", "depth_consistency_views", "depth
            "delaunay_memory_gb")
 _GE1 = ("photo_refine_views", "multiview_every", "multiview_neighbours", "unwrap_max_faces", "num_pivots", "delaunay_every", "sdf_reset_every", "labels_every", "extract_labels_every",
         "mesh_chunk_views", "tet_chunk", "texture_res", "ref_views", "ref_test_views", "eval_samples")
-_GE0 = ("max_asset_faces", "fill_hole_edges", "flatten_start", "reinit_step", "reinit_points", "sampling_step", "prune_step", "depth_normal_start", "multiview_start", "mesh_start", "sdf_reset_stop", "extract_steps", "photo_refine_steps",
+_GE0 = ("max_asset_faces", "fill_hole_edges", "scene_fill_hole_edges", "flatten_start", "reinit_step", "reinit_points", "sampling_step", "prune_step", "depth_normal_start", "multiview_start", "mesh_start", "sdf_reset_stop", "extract_steps", "photo_refine_steps",
         "simplify", "max_fragments")
 
 

@@ -26,7 +26,8 @@ surface itself, and a surface is only made where views agree. The steps:
 5. **Cleaning**: faces wholly outside every training frustum and small components are dropped
    (:func:`meshlift.methods.milo.extract.in_any_frustum`, :func:`meshlift.mesh.clean.clean_mesh`; a face with
    one vertex in a frustum stays: the rim of what the views see), then border loops of at most
-   ``fill_hole_edges`` edges are closed (:func:`meshlift.mesh.fill.fill_holes`). Where the holes came from and
+   ``fill_hole_edges`` edges are closed (:func:`meshlift.mesh.fill.fill_holes`; the whole-scene mesh: up to
+   ``scene_fill_hole_edges``, never a component's longest loop, its rim). Where the holes came from and
    what each rule did, on a CPU fox checkpoint (docs/results.md, "Holes of the whole-scene mesh"): 68 % of the
    hole pixels of the whole-scene mesh were tets with a corner no view saw, 19 % wall no training view saw,
    10 % small components; unseen = inside, the frustum rule, neighbour colours for unseen vertices
@@ -341,9 +342,11 @@ def fused_mesh(cfg, depths: torch.Tensor, problem, region: FusionRegion, resolut
     if mesh.num_faces == 0:
         raise MeshError("milo tsdf extraction: every face was removed by cleaning (only small fragments); lower "
                         "keep_components / min_component_faces or train longer")
-    if cfg.fill_hole_edges > 0:
-        mesh, frep = fill_holes(mesh, max_edges=cfg.fill_hole_edges)
+    max_edges = cfg.scene_fill_hole_edges if region.contract else cfg.fill_hole_edges
+    if max_edges > 0:
+        mesh, frep = fill_holes(mesh, max_edges=max_edges, skip_rims=region.contract)
         report["holes"] = {"loops": frep.loops, "filled": frep.filled, "left_open": frep.skipped_large,
+                           "rims_left_open": frep.skipped_rims, "largest_filled": frep.largest_filled,
                            "faces_added": frep.faces_added}
     report["vertices"], report["faces"] = int(mesh.v_pos.shape[0]), int(mesh.num_faces)
     report["seconds"] = time.perf_counter() - t0
