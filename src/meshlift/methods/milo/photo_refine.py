@@ -121,17 +121,26 @@ def render_vertex_colors(v_pos: torch.Tensor, tri: torch.Tensor, v_color: torch.
         gradients reach ``v_pos`` (barycentrics and silhouettes) and ``v_color``.
     """
     from meshlift import render as R
+
+    pos = R.transform_pos(world_to_clip.float(), v_pos)
+    rast, _ = R.rasterize(pos, tri, tuple(resolution))
+    both = _shade(v_color, rast, pos, tri, background, topology, with_coverage=True)
+    return both[..., :3], (rast[..., 3:4] > 0).float(), both[..., 3:4]
+
+
+def _shade(v_color, rast, clip_pos, tri, background, topology, *, with_coverage: bool = False) -> torch.Tensor:
+    """``[B, H, W, 3 (+1)]`` the unlit, antialiased sRGB image of vertex colours on a rasterized batch (and the
+    antialiased coverage as a fourth channel with ``with_coverage``); :func:`render_vertex_colors`' shading."""
+    from meshlift import render as R
     from meshlift.shading.color import linear_to_srgb
 
-    H, W = resolution
-    pos = R.transform_pos(world_to_clip.float(), v_pos)
-    rast, _ = R.rasterize(pos, tri, (H, W))
     cov = (rast[..., 3:4] > 0).float()
     c, _ = R.interpolate(v_color, rast, tri)
-    col = linear_to_srgb(c.clamp(0, 1))
-    img = col * cov + background * (1.0 - cov)
-    both = R.antialias(torch.cat([img, cov], -1).contiguous(), rast, pos, tri, topology=topology)
-    return both[..., :3].clamp(0, 1), cov, both[..., 3:4]
+    img = linear_to_srgb(c.clamp(0, 1)) * cov + background * (1.0 - cov)
+    if with_coverage:
+        img = torch.cat([img, cov], -1)
+    out = R.antialias(img.contiguous(), rast, clip_pos, tri, topology=topology)
+    return torch.cat([out[..., :3].clamp(0, 1), out[..., 3:]], -1) if with_coverage else out.clamp(0, 1)
 
 
 def _neighbour_mean(x: torch.Tensor, e: torch.Tensor, deg: torch.Tensor) -> torch.Tensor:
@@ -335,12 +344,7 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
             data = data + s.consistency_weight * diff.sum() / valid.sum().clamp(min=1)
             valid_share.append(float(valid.float().mean() / cov.float().mean().clamp(min=1e-6)))
         if fit_color:
-            from meshlift.shading.color import linear_to_srgb
-
-            c, _ = R.interpolate(color, rast, tri)
-            covf = (rast[..., 3:4] > 0).float()
-            img = linear_to_srgb(c.clamp(0, 1)) * covf + bg * (1.0 - covf)
-            img = R.antialias(img.contiguous(), rast, clip_pos, tri, topology=topology)
+            img = _shade(color, rast, clip_pos, tri, bg, topology)
             data = data + s.color_weight * ((img - image_r).abs() * cov[..., None].float()).sum() / npx
         lap = off - _neighbour_mean(off, e, deg)
         loss = data + s.smooth_weight * (lap * lap).sum() / npx
