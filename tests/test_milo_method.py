@@ -179,7 +179,7 @@ def test_config_checks_and_oom_message():
     msg = str(oom_error(cfg, "training", 12345))
     assert isinstance(oom_error(cfg, "x", 1), OutOfMemoryError)
     for knob in ("max_fragments=1000000", "mesh_res_scale=1.0", "num_pivots=270000", "data_device=cpu",
-                 "train_res=1600", "MILO_RAST_TRI_CHUNK", "MILO_MESH_RES_SCALE"):
+                 "train_res=1600", "MILO_RAST_TRI_CHUNK", "MILO_MESH_RES_SCALE", "photo_refine_views=2"):
         assert knob in msg, (knob, msg)
     for name in ("verylowres", "lowres", "default", "milo_tiny"):
         q = get_preset(name, quick=True)

@@ -182,7 +182,9 @@ def oom_error(cfg: MiloConfig, where: str, n: int) -> OutOfMemoryError:
         f"(MILO_MESH_RES_SCALE; e.g. --set mesh_res_scale={cfg.mesh_res_scale / 2:g}), data_device="
         f"{cfg.data_device} (keep images on the CPU), train_res={cfg.train_res}, densify_max_gaussians="
         f"{cfg.densify_max_gaussians}, chunk_elements={cfg.chunk_elements} (splat compositing), "
-        f"mesh_chunk_views={cfg.mesh_chunk_views}, tet_chunk={cfg.tet_chunk}, batch={cfg.batch}")
+        f"mesh_chunk_views={cfg.mesh_chunk_views}, tet_chunk={cfg.tet_chunk}, batch={cfg.batch}, "
+        f"photo_refine_views={cfg.photo_refine_views} (views a step of the mesh's photometric refinement; "
+        f"--set photo_refine_steps=0 skips it)")
 
 
 def _load_checkpoint(checkpointer: Checkpointer, cfg: MiloConfig) -> dict:
