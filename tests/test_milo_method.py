@@ -350,3 +350,32 @@ def test_outputs_of_a_mesh_input_return_to_its_frame():
     assert none is None and torch.allclose(m2.v_pos, expect) and torch.allclose(g2.means, expect)
     assert torch.allclose(g2.log_scales, torch.full((3, 3), math.log(s))) and torch.equal(g2.quats, g.quats)
     assert torch.equal(mesh.v_pos, v)  # the input is not modified
+
+
+def test_one_training_view_is_refused_before_training(tmp_path):
+    """Too few views: a clear DatasetError naming the counts and the knob, before any training (no checkpoint)."""
+    from _milo_scene import sphere_problem
+    from meshlift.errors import DatasetError
+
+    problem, gt = sphere_problem(size=16, n_train=1, n_test=1)
+    with pytest.raises(DatasetError, match=r"1 training view\(s\) \(1 held out as test views\).*max_test_views"):
+        reconstruct(_micro(), tmp_path / "run", problem=problem, gt_mesh=gt)
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()
+
+
+def test_summary_says_what_the_photometric_refinement_did():
+    from meshlift.methods.milo.reconstruct import MiloResult, summary_lines
+
+    base = {"mesh_psnr": 19.97, "mesh_ssim": 0.7, "mesh_lpips": None, "gaussian_psnr": 22.1, "test_views": 5,
+            "masked": False, "mesh_evaluated": "whole-scene mesh (vertex colours)", "vertices": 10, "faces": 20,
+            "gaussians": 100, "steps": 18000, "extract": "tsdf", "scene_faces": 1000, "pivots": 0,
+            "triangulations": 0, "mesh_report": {"scene_refine": {"steps": 300}}, "mesh_psnr_unrefined": 19.65}
+
+    def line(m):
+        return [x for x in summary_lines(MiloResult(None, None, m, None, {}, [])) if "photometric" in x]
+
+    assert line(base) == ["photometric refinement of the whole-scene mesh: 19.65 -> 19.97 dB (+0.32)"]
+    worse = line({**base, "mesh_psnr": 19.5})[0]
+    assert "(-0.15)" in worse and "photo_refine_steps=0" in worse
+    off = line({**base, "mesh_psnr_unrefined": None, "mesh_report": {}})[0]
+    assert "off" in off and "--set photo_refine_steps=300" in off

@@ -347,7 +347,8 @@ def auto_roi(
     if len(w2c) != len(Kn):
         raise CameraError(f"auto_roi: {len(w2c)} world_to_camera matrices but {len(Kn)} K matrices")
     if len(w2c) < 2:
-        raise CameraError("auto_roi needs at least two cameras to find where they look; pass an explicit --bbox")
+        raise CameraError(f"auto_roi needs at least two training cameras to find where they look, got {len(w2c)} "
+                          "(test views are held out); pass an explicit --bbox, or add views")
     if align not in ("up", "world"):
         raise CameraError(f"auto_roi: align must be 'up' or 'world', got {align!r}")
     for nm, v, lo, hi in (("fill", fill, 0, 1), ("central", central, 0, 1), ("min_views", min_views, 0, 1)):

@@ -306,10 +306,11 @@ class MiloConfig(GaussiansConfig):
     loaded machine, 2026-12-04): 0 -> 19.48 dB, 2 -> 17.43 dB (the close views disagree more: the mean wins), so
     the default stays 0."""
     photo_refine_steps: int = 300
-    """Photometric refinement (:mod:`meshlift.methods.milo.photo_refine`): steps of fitting the extracted mesh's
-    vertex offsets along the normals and its vertex colours to the training photographs by differentiable
-    rasterization (nerf2mesh's stage 2); 0 = off. Runs on the whole-scene mesh (``extract=tsdf``, the mesh
-    rendered for ``mesh_psnr``) and, with ``photo_refine_asset``, on the asset before its texture bake."""
+    """Photometric refinement (:mod:`meshlift.methods.milo.photo_refine`): steps of moving the extracted mesh's
+    vertices along their normals and fitting its vertex colours to the training photographs by differentiable
+    rasterization (the colour term, nerf2mesh's stage 2, and cross-view photo-consistency); 0 = off (``--quick``).
+    Runs on the whole-scene mesh (``extract=tsdf``, the mesh rendered for ``mesh_psnr``; ``mesh_psnr_unrefined``
+    is kept) and, with ``photo_refine_asset``, on the asset before its texture bake."""
     photo_refine_asset: bool = False
     """Also refine the asset's geometry (before its colours are fused and baked), not only the whole-scene mesh.
     Off: on the H200 bunny (× 0.5 schedule, shared GPU, 2026-12-06) it cost F 0.9890 -> 0.9869 and the asset's

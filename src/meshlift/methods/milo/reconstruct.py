@@ -325,6 +325,13 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
         if problem is None:
             monitor.log(f"loading {cfg.data}")
             problem, gt_mesh = load_problem(cfg)
+        if len(problem.train) < 2:  # before training: no fusion, no Delaunay of pivots seen twice, no region
+            from meshlift.errors import DatasetError
+
+            raise DatasetError(
+                f"{cfg.data}: {len(problem.train)} training view(s) ({len(problem.test)} held out as test views): a "
+                "mesh needs at least 2 views of every surface, and several for a usable one (8 or more); add photos, "
+                "or hold out fewer test views (max_test_views, or the dataset's test split)")
         if cfg.extract == "tsdf":
             from meshlift.methods.milo.tsdf_mesh import check_bbox
 
@@ -633,6 +640,14 @@ def summary_lines(result: MiloResult) -> list[str]:
               f"asset {m['vertices']:,} vertices, {m['faces']:,} faces"
               + (f" (whole scene {m['scene_faces']:,} faces)" if m.get("scene_faces") else "")
               + f"; {m['gaussians']:,} Gaussians, {m['steps']} steps; mesh by TSDF fusion")]
+    if m.get("mesh_psnr_unrefined") is not None and m.get("mesh_psnr") is not None:
+        d = m["mesh_psnr"] - m["mesh_psnr_unrefined"]
+        lines.append(f"photometric refinement of the whole-scene mesh: {m['mesh_psnr_unrefined']:.2f} -> "
+                     f"{m['mesh_psnr']:.2f} dB ({d:+.2f})" + ("" if d >= 0 else
+                     "; it lowered the score here: --set photo_refine_steps=0 keeps the fused mesh"))
+    elif m.get("extract") == "tsdf" and m.get("scene_faces") and not (m.get("mesh_report") or {}).get("scene_refine"):
+        lines.append("[dim]photometric refinement of the whole-scene mesh: off (photo_refine_steps=0; --quick "
+                     "skips it: --set photo_refine_steps=300 runs it)[/dim]")
     for w in m.get("warnings", []):
         lines.append(f"[bold red]warning[/bold red] {w}")
     conv = m.get("up_axis_conversion") or {}
