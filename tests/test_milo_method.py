@@ -369,7 +369,8 @@ def test_summary_says_what_the_photometric_refinement_did():
     base = {"mesh_psnr": 19.97, "mesh_ssim": 0.7, "mesh_lpips": None, "gaussian_psnr": 22.1, "test_views": 5,
             "masked": False, "mesh_evaluated": "whole-scene mesh (vertex colours)", "vertices": 10, "faces": 20,
             "gaussians": 100, "steps": 18000, "extract": "tsdf", "scene_faces": 1000, "pivots": 0,
-            "triangulations": 0, "mesh_report": {"scene_refine": {"steps": 300}}, "mesh_psnr_unrefined": 19.65}
+            "triangulations": 0, "mesh_report": {"scene_refine": {"steps": 300}}, "mesh_psnr_unrefined": 19.65,
+            "wall_time_s": 461.0}
 
     def line(m):
         return [x for x in summary_lines(MiloResult(None, None, m, None, {}, [])) if "photometric" in x]
