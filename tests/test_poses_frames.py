@@ -172,6 +172,9 @@ def test_missing_pycolmap_gives_the_install_command(tmp_path, monkeypatch, capsy
     with pytest.raises(DependencyError, match="without camera poses.*meshlift\\[poses\\]"):
         ensure_posed(src, tmp_path / "run" / "poses")
     shutil.rmtree(src)
+    two = _photos(tmp_path, 2)  # too few photos: said first, no install would help
+    with pytest.raises(DatasetError, match="only 2 image.*at least 3"):
+        ensure_posed(two, tmp_path / "run2" / "poses")
 
 
 def test_image_pairs_exhaustive_and_sequential():

@@ -279,8 +279,12 @@ def ensure_posed(
         if prev.get("input") == str(p):
             say(f"{p} has no camera poses; reusing the poses estimated earlier in {out}")
             return out
+    from meshlift.poses.frames import MIN_IMAGES
     from meshlift.poses.sfm import require_pycolmap
 
+    if p.is_dir() and 0 < len(photos := list_images(p)) < MIN_IMAGES:  # no install would help
+        raise DatasetError(f"{p}: only {len(photos)} image(s) without camera poses; structure from motion needs at "
+                           f"least {MIN_IMAGES} overlapping photos (20-100 is typical)")
     try:
         require_pycolmap()
     except Exception as exc:
