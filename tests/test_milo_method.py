@@ -211,6 +211,8 @@ def test_micro_run_every_stage_then_resume(scene, tmp_path):
     w, h = Image.open(panels[0]).size
     k = h // mesh_h
     assert h >= 270 and h == k * mesh_h and w == k * (3 * mesh_w + 4)
+    pw, ph = Image.open(sorted((out / "images").glob("preview_*.png"))[-1]).size
+    assert (pw, ph) == (w, h)  # the training preview is enlarged the same way (Gaussians | mesh | target)
     ck = torch.load(out / "checkpoint.pt", weights_only=False)
     assert ck["method"] == "milo" and ck["regularizer"]["active"] and ck["step"] == 14
     n_mesh = ck["regularizer"]["idx"].numel()

@@ -235,7 +235,7 @@ def _preview_writer(out: Optional[Path], problem, cfg: MiloConfig, device, train
     def write(step: int, params: dict, sh_degree: int) -> None:
         from meshlift.io.images import write_image
         from meshlift.methods.gaussians.evaluate import render_views
-        from meshlift.methods.gaussians.outputs import side_by_side
+        from meshlift.methods.gaussians.outputs import comparison_panel
         from meshlift.structures.mesh import Mesh
 
         ours, target = render_views(params, problem.test, sh_degree=sh_degree, background=cfg.background,
@@ -246,7 +246,7 @@ def _preview_writer(out: Optional[Path], problem, cfg: MiloConfig, device, train
             mesh_img = render_mesh_views(Mesh(v.float(), f), problem.test, device, bg, indices=[0])[0]
         else:  # the tsdf path: the depth it will fuse, near = bright
             mesh_img = _depth_preview(params, problem.test, cfg, device, trainer)
-        img = side_by_side(side_by_side(ours[0], mesh_img), target[0])
+        img = comparison_panel([ours[0], mesh_img, target[0]])  # enlarged like compare/: small views stay readable
         write_image(Path(out) / "images" / f"preview_{step:06d}.png", img)
 
     return write
