@@ -109,6 +109,25 @@ def scene_mesh(run: Path, cfg, problem, params, settings, dev, overrides: dict):
     return colored, rep
 
 
+def run_inputs(run: Path, dev, overrides: dict, indices=None):
+    """What a replay of a finished capture run needs: ``(cfg with overrides, problem, params, settings, whole-scene
+    mesh, its report, Gaussian renders and targets of the test views ``indices`` (None: all), background, near)``."""
+    from meshlift.methods.gaussians.evaluate import eval_background, render_views
+    from meshlift.methods.milo.config import apply_dict
+
+    from milo_diagnose import load_run
+
+    cfg, problem, _, ck, params, settings = load_run(run, dev)
+    cfg = apply_dict(cfg, overrides) if overrides else cfg
+    near = cfg.near_frac * problem.scene_scale
+    mesh, rep = scene_mesh(run, cfg, problem, params, settings, dev, overrides)
+    sh = int(ck["state"].get("eval_sh_degree", cfg.sh_degree)) if isinstance(ck.get("state"), dict) else cfg.sh_degree
+    gauss, targets = render_views(params, problem.test, sh_degree=sh, background=cfg.background, near=near,
+                                  device=dev, settings=settings, backend=cfg.splat_backend, indices=indices)
+    bg = torch.ones(3) if eval_background(cfg.background) == "white" else torch.zeros(3)
+    return cfg, problem, params, settings, mesh, rep, gauss, targets, bg, near
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("run", type=Path)
@@ -118,28 +137,18 @@ def main() -> int:
     ap.add_argument("--views", type=int, nargs="*", default=None, help="test view indices (default: all)")
     ap.add_argument("--json", type=Path, default=None, help="also write the result here")
     args = ap.parse_args()
-    from meshlift.methods.gaussians.evaluate import eval_background, render_views
-    from meshlift.methods.milo.config import apply_dict
     from meshlift.methods.milo.extract import fuse_colors, mesh_depth_all
     from meshlift.methods.milo.reconstruct import render_mesh_views
     from meshlift.shading.color import srgb_to_linear
 
-    from milo_diagnose import load_run
-
     dev = torch.device(args.device)
-    cfg, problem, _, ck, params, settings = load_run(args.run, dev)
     overrides = dict(s.split("=", 1) for s in args.set)
-    cfg = apply_dict(cfg, overrides) if overrides else cfg
-    near = cfg.near_frac * problem.scene_scale
-    mesh, rep = scene_mesh(args.run, cfg, problem, params, settings, dev, overrides)
+    cfg, problem, params, settings, mesh, rep, gauss, targets, bg, near = run_inputs(
+        args.run, dev, overrides, indices=args.views)
     test, train = problem.test, problem.train
     H, W = test.height, test.width
     tol = cfg.color_depth_tol * problem.scene_scale
-    sh = int(ck["state"].get("eval_sh_degree", cfg.sh_degree)) if isinstance(ck.get("state"), dict) else cfg.sh_degree
     which = list(range(len(test))) if args.views is None else args.views
-    gauss, targets = render_views(params, test, sh_degree=sh, background=cfg.background, near=near, device=dev,
-                                  settings=settings, backend=cfg.splat_backend, indices=which)
-    bg = torch.ones(3) if eval_background(cfg.background) == "white" else torch.zeros(3)
     mesh_img = render_mesh_views(mesh, test, dev, bg, indices=which)
     mesh_img_k = render_mesh_views(mesh, test, dev, 1.0 - bg, indices=which)
     tdepth = mesh_depth_all(mesh, test, dev, chunk_views=2, max_fragments=None)[which].cpu()

@@ -43,26 +43,18 @@ def main() -> int:
                     help="first render the unrefined mesh at the test views with each raster backend (torch, and triton "
                          "on CUDA) and print the empty pixels of each, isolated ones apart (a watertightness check)")
     args = ap.parse_args()
-    from meshlift.methods.gaussians.evaluate import eval_background, image_metrics, render_views
+    from meshlift.methods.gaussians.evaluate import image_metrics
     from meshlift.methods.milo.config import apply_dict
     from meshlift.methods.milo.photo_refine import PhotoRefineSettings, photometric_refine
     from meshlift.methods.milo.reconstruct import render_mesh_views
     from meshlift.methods.milo.tsdf_mesh import vertex_colors
-    from milo_diagnose import load_run
-    from milo_fox_gap import scene_mesh
+    from milo_fox_gap import run_inputs
 
     dev = torch.device(args.device)
-    cfg, problem, _, ck, params, settings = load_run(args.run, dev)
     extract_over = dict(kv.split("=", 1) for kv in args.set)
-    cfg = apply_dict(cfg, extract_over) if extract_over else cfg
-    near = cfg.near_frac * problem.scene_scale
-    mesh, rep = scene_mesh(args.run, cfg, problem, params, settings, dev, extract_over)
+    cfg, problem, _, _, mesh, _, gauss, targets, bg, _ = run_inputs(args.run, dev, extract_over)
     test = problem.test
-    sh = int(ck["state"].get("eval_sh_degree", cfg.sh_degree)) if isinstance(ck.get("state"), dict) else cfg.sh_degree
-    gauss, targets = render_views(params, test, sh_degree=sh, background=cfg.background, near=near, device=dev,
-                                  settings=settings, backend=cfg.splat_backend)
     g = image_metrics(gauss, targets, with_lpips=False)
-    bg = torch.ones(3) if eval_background(cfg.background) == "white" else torch.zeros(3)
     print(f"whole-scene mesh ({extract_over or 'as the run'}): {mesh.num_faces:,} faces; Gaussians {g['psnr']:.2f} dB "
           f"({', '.join(f'{p:.2f}' for p in g['psnr_per_view'])})", flush=True)
     rows = {"gaussians": {"psnr": g["psnr"], "psnr_per_view": g["psnr_per_view"]}, "faces": int(mesh.num_faces)}
@@ -104,7 +96,7 @@ def main() -> int:
                        "seconds": time.perf_counter() - t0}
         print(f"{label:>14}: mesh {m['psnr']:.2f} dB (gap {g['psnr'] - m['psnr']:.2f}), per view "
               f"{', '.join(f'{p:.2f}' for p in m['psnr_per_view'])}; {r.get('steps', 0)} steps, "
-              f"L1 {r.get('loss_first', float('nan')):.4f} -> {r.get('loss_last', float('nan')):.4f}, offset "
+              f"loss {r.get('loss_first', float('nan')):.4f} -> {r.get('loss_last', float('nan')):.4f}, offset "
               f"{r.get('offset_mean', 0):.3f} px, valid {r.get('consistency_valid', float('nan')):.2f}, "
               f"empty px {100 * empty:.2f} %, {time.perf_counter() - t0:.1f} s", flush=True)
     if args.json:

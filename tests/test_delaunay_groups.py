@@ -17,23 +17,12 @@ from meshlift.isosurface import delaunay_groups as dg
 from meshlift.isosurface import delaunay_parallel as dp
 from meshlift.isosurface import delaunay_rows as dr
 
-from _delaunay_checks import ties as _ties
+from _delaunay_checks import pivots, ties as _ties
 
 
 def _shells(n_each=3000, k=4):
     """``k`` small MILo-like pivot shells side by side (each: an inner skin, the outer ones along the hull)."""
-    out = []
-    for s in range(k):
-        g = n_each // 9
-        rng = np.random.default_rng(s)
-        d = rng.normal(size=(g, 3))
-        mu = d / np.linalg.norm(d, axis=1, keepdims=True) * (1 + 0.02 * rng.normal(size=(g, 1)))
-        half = 3 * 0.02 * np.exp(0.5 * rng.normal(size=(g, 3)))
-        q, _ = np.linalg.qr(rng.normal(size=(g, 3, 3)))
-        sg = np.array([[(c >> i & 1) * 2 - 1 for i in range(3)] for c in range(8)], dtype=float)
-        corners = mu[:, None] + np.einsum("gij,gcj->gci", q, sg[None] * half[:, None])
-        p = np.concatenate([mu[:, None], corners], axis=1).reshape(-1, 3)
-        out.append(p + np.array([3.0 * s, 0.5 * (s % 2), 0.0]))
+    out = [pivots(n_each, s) + np.array([3.0 * s, 0.5 * (s % 2), 0.0]) for s in range(k)]
     return np.concatenate(out).astype(np.float32).astype(np.float64)
 
 

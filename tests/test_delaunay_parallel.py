@@ -22,7 +22,7 @@ from meshlift.isosurface import delaunay_rows as dr
 from meshlift.isosurface import delaunay_parallel as dp
 from meshlift.isosurface.delaunay import DelaunayRunner, delaunay_tets, delaunay_tets_parallel
 
-from _delaunay_checks import ties as _ties
+from _delaunay_checks import pivots, ties as _ties
 
 _FACES = np.array([[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]])
 
@@ -35,20 +35,6 @@ def _clustered(n, seed=0):
     rng = np.random.default_rng(seed)
     centres = rng.random((12, 3))
     return centres[rng.integers(0, 12, n)] + 0.03 * rng.normal(size=(n, 3)) * rng.random((n, 1))
-
-
-def _pivots(n, seed=0):
-    """MILo-like pivots (centre + 8 corners of a rotated anisotropic 3-sigma box) on a noisy sphere shell,
-    made in float32 like the Gaussians' pivots."""
-    g = n // 9
-    rng = np.random.default_rng(seed)
-    d = rng.normal(size=(g, 3))
-    mu = d / np.linalg.norm(d, axis=1, keepdims=True) * (1 + 0.02 * rng.normal(size=(g, 1)))
-    half = 3 * 0.02 * np.exp(0.5 * rng.normal(size=(g, 3)))
-    q, _ = np.linalg.qr(rng.normal(size=(g, 3, 3)))
-    s = np.array([[(c >> i & 1) * 2 - 1 for i in range(3)] for c in range(8)], dtype=float)
-    corners = mu[:, None] + np.einsum("gij,gcj->gci", q, s[None] * half[:, None])
-    return np.concatenate([mu[:, None], corners], axis=1).reshape(-1, 3).astype(np.float32).astype(np.float64)
 
 
 def _as_set(tets) -> np.ndarray:
@@ -99,7 +85,7 @@ def test_parallel_equals_global_general_position(make, n):
 
 
 def test_parallel_milo_pivots_match_up_to_ties():
-    pts = _pivots(18000)
+    pts = pivots(18000)
     res = delaunay_tets_parallel(pts, workers=2, blocks=16)
     _check_valid(pts, res)
     mine, ref = _as_set(res.tets), _as_set(Delaunay(pts).simplices)
@@ -291,7 +277,7 @@ def test_thin_halo_is_exact(margin):
 
 
 def test_without_tree_or_groups_same_tets():
-    pts = _pivots(9000, seed=13)
+    pts = pivots(9000, seed=13)
     ref = dp.partitioned_delaunay(pts, workers=2, blocks=10, certify=False, grouped=False)
     eng = dp.partitioned_delaunay(pts, workers=2, blocks=10)
     assert not eng.fallback and not ref.fallback and eng.stats["fix_calls"] >= 1
@@ -354,7 +340,7 @@ def test_degenerate_sets_valid_and_positive(kind):
         pts = np.stack(np.meshgrid(*[np.arange(9.0)] * 3, indexing="ij"), -1).reshape(-1, 3)
         pts = np.concatenate([pts, 8.0 * rng.random((1500, 3))])
     elif kind == "duplicates":
-        base = _pivots(6000, seed=16)
+        base = pivots(6000, seed=16)
         pts = np.concatenate([base, base[rng.choice(base.shape[0], 600, replace=False)]])
     elif kind == "clustered":
         pts = _clustered(8000, seed=16)
@@ -438,7 +424,7 @@ def test_repair_round_reruns_only_failing_groups(monkeypatch):
     grown region changed (fewer calls and points); the accepted groups' tets are reused, and the result is
     the same as re-running every group (``REUSE_GROUPS = False``, the reference) and as one scipy call."""
     # 4 small pivot shells side by side: 4 fix-up groups (3 inner skins, one outer group along the hull)
-    pts = np.concatenate([_pivots(3000, s) + np.array([3.0 * s, 0.5 * (s % 2), 0.0]) for s in range(4)])
+    pts = np.concatenate([pivots(3000, s) + np.array([3.0 * s, 0.5 * (s % 2), 0.0]) for s in range(4)])
     out = {}
     for reuse in (True, False):
         monkeypatch.setattr(df, "JOIN_TINY_GROUPS", True)  # the reference grouping: one group per skin
@@ -499,7 +485,7 @@ def test_repair_salvages_the_failing_call(monkeypatch, where):
     tets): the repair round re-triangulates only a small region there, not the failing group again, and the
     result is the same as re-running the failing group whole (``SALVAGE = False``, the reference) and as one
     scipy call, up to co-spherical float32 ties."""
-    pts = np.concatenate([_pivots(4000, s) + np.array([3.0 * s, 0.5 * (s % 2), 0.0]) for s in range(3)])
+    pts = np.concatenate([pivots(4000, s) + np.array([3.0 * s, 0.5 * (s % 2), 0.0]) for s in range(3)])
     out = {}
     for salvage in (True, False):
         monkeypatch.setattr(dp, "SALVAGE", salvage)
@@ -535,7 +521,7 @@ def test_repair_salvages_the_failing_call(monkeypatch, where):
 def test_salvage_and_promote_reference():
     """salvage_tets on a correct DT(S) with no disagreement far from ``bad`` returns the missing tets outside
     the rings, and promote's open faces equal a brute-force recount of the kept + promoted tets' faces."""
-    pts = _pivots(3000, 5)
+    pts = pivots(3000, 5)
     eng = dp.partitioned_delaunay(pts, workers=2, blocks=6)
     assert eng.fix_keep.any()
     kept = eng.kept
@@ -606,7 +592,7 @@ def test_int64_face_key_falls_back_past_2_21_distinct_ids(monkeypatch):
     o3, s3 = dr._sort_faces(small, 1000)  # ranked: < 64 distinct ids, packed in 6 bits
     r3, t3 = real(small, 1000)
     assert np.array_equal(o3, r3) and np.array_equal(s3, t3)
-    pts = _pivots(4000, 2)
+    pts = pivots(4000, 2)
     ref = dl.delaunay_tets_parallel(pts, workers=2, blocks=6)
     monkeypatch.setattr(dr, "FACE_KEY_BITS", 5)
     got = dl.delaunay_tets_parallel(pts, workers=2, blocks=6)
@@ -634,7 +620,7 @@ def test_threaded_row_passes_equal_numpy(monkeypatch):
 def test_hull_once_in_a_thread_same_tets(monkeypatch):
     """The convex hull of all points computed once while the blocks run gives the same tets as each round's
     hull of the fix-up set (start_hull -> None), and a failing hull is raised as an inconsistency."""
-    pts = _pivots(4000, 7)
+    pts = pivots(4000, 7)
     ref = dp.partitioned_delaunay(pts, workers=2, blocks=6)
     monkeypatch.setattr(dp, "start_hull", lambda p, pool=None: None)
     got = dp.partitioned_delaunay(pts, workers=2, blocks=6)

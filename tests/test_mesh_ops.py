@@ -239,3 +239,14 @@ def test_tangent_frames_on_cuda_match_cpu():
     b, ib = tangent_frames(v.cuda(), t.cuda(), uv.cuda(), t.cuda(), n.cuda(), t.cuda())
     assert torch.equal(ia, ib.cpu())
     torch.testing.assert_close(a, b.cpu(), atol=1e-5, rtol=0)
+
+
+def test_neighbour_mean_on_a_path_and_per_channel():
+    from meshlift.geometry.mesh_ops import neighbour_mean
+
+    e = torch.tensor([[0, 1], [1, 2]])  # 0 - 1 - 2, and vertex 3 alone
+    x = torch.tensor([1.0, 2.0, 4.0, 7.0])
+    assert torch.allclose(neighbour_mean(x, e, torch.bincount(e.reshape(-1), minlength=4)),
+                          torch.tensor([2.0, 2.5, 2.0, 0.0]))
+    xy = torch.stack([x, 10 * x], -1)
+    assert torch.allclose(neighbour_mean(xy[:3], e), torch.tensor([[2.0, 20.0], [2.5, 25.0], [2.0, 20.0]]))

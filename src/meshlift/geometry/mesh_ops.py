@@ -517,6 +517,27 @@ def laplacian_uniform(num_vertices: int, t_pos_idx: torch.Tensor) -> torch.Tenso
     return torch.sparse_coo_tensor(idx, val, (num_vertices, num_vertices), check_invariants=False).coalesce()
 
 
+def neighbour_mean(x: torch.Tensor, edge_idx: torch.Tensor, degree: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Mean of a per-vertex field over each vertex's neighbours along the edges (0 for a vertex without any).
+
+    Args:
+        x: ``[..., V, C]`` or ``[V]`` values (float).
+        edge_idx: ``[E, 2]`` unique undirected edges (:func:`edges`; precompute it when called every step).
+        degree: ``[V]`` the vertices' edge counts (computed from ``edge_idx`` when None).
+
+    Returns:
+        The same shape as ``x``; differentiable w.r.t. ``x``.
+    """
+    dim = -1 if x.ndim == 1 else -2
+    V = x.shape[dim]
+    i, j = edge_idx[:, 0], edge_idx[:, 1]
+    acc = torch.zeros_like(x).index_add(dim, i, x.index_select(dim, j)).index_add(dim, j, x.index_select(dim, i))
+    if degree is None:
+        degree = torch.bincount(torch.cat([i, j]), minlength=V)
+    d = degree.to(x.dtype).clamp_min(1)
+    return acc / (d if x.ndim == 1 else d.unsqueeze(-1))
+
+
 def laplacian_smoothness_loss(v_pos: torch.Tensor, t_pos_idx: torch.Tensor) -> torch.Tensor:
     """Uniform Laplacian smoothness: ``mean over vertices and xyz of (mean of neighbours − v)²``.
 
@@ -525,13 +546,9 @@ def laplacian_smoothness_loss(v_pos: torch.Tensor, t_pos_idx: torch.Tensor) -> t
     """
     t = _check(v_pos, t_pos_idx)
     e = edges(t)
-    V = v_pos.shape[-2]
-    ii = torch.cat([e[:, 0], e[:, 1]])
-    jj = torch.cat([e[:, 1], e[:, 0]])
-    diff = v_pos[..., jj, :] - v_pos[..., ii, :]
-    acc = torch.zeros_like(v_pos).index_add(-2, ii, diff)
-    deg = torch.bincount(ii, minlength=V).to(v_pos.dtype).clamp_min(1).unsqueeze(-1)
-    return ((acc / deg) ** 2).mean()
+    deg = torch.bincount(e.reshape(-1), minlength=v_pos.shape[-2])
+    lap = neighbour_mean(v_pos, e, deg) - v_pos
+    return (torch.where(deg.unsqueeze(-1) > 0, lap, torch.zeros_like(lap)) ** 2).mean()
 
 
 __all__ = [
@@ -547,5 +564,6 @@ __all__ = [
     "edge_lengths",
     "laplacian_uniform",
     "laplacian_smoothness_loss",
+    "neighbour_mean",
     "DEGENERATE_SQ_LENGTH",
 ]

@@ -32,7 +32,7 @@ import torch
 
 from meshlift.errors import CameraError
 
-__all__ = ["multiview_geometric_loss", "reprojection_error", "reprojection_error_reference"]
+__all__ = ["multiview_geometric_loss", "project_pixels", "reprojection_error", "reprojection_error_reference"]
 
 #: A bilinear sample counts as covered when the valid corners hold at least this share of its weight.
 _FULL = 1.0 - 1e-6
@@ -66,8 +66,10 @@ def _unproject(u, v, d, K, w2c):
     return ((pc - t)[..., None, :] @ R)[..., 0, :]  # R^T (pc - t)
 
 
-def _project(X, K, w2c):
-    """``(u, v, z)`` ``[B, H, W]`` of world points ``X [B, H, W, 3]`` (z = camera depth; u, v only where z > 0)."""
+def project_pixels(X: torch.Tensor, K: torch.Tensor, w2c: torch.Tensor):
+    """``(u, v, z)`` ``[B, H, W]`` of world points ``X [B, H, W, 3]`` in the ``B`` cameras ``K [B, 3, 3]``,
+    ``w2c [B, 4, 4]`` (OpenCV, pixels, pixel centres at ``+0.5``; z = camera depth; u, v only where z > 0).
+    Differentiable in ``X``."""
     R, t = w2c[:, None, None, :3, :3], w2c[:, None, None, :3, 3]
     pc = (R @ X[..., None])[..., 0] + t
     z = pc[..., 2]
@@ -102,7 +104,7 @@ def reprojection_error(depth_r: torch.Tensor, depth_n: torch.Tensor, K_r: torch.
     u, v = _pixel_grid(B, H, W, dt, dev)
     ok_r = depth_r.detach() > 0
     d_r = torch.where(ok_r, depth_r, torch.ones_like(depth_r))  # a harmless stand-in where empty (masked below)
-    un, vn, zn = _project(_unproject(u, v, d_r, K_r, w2c_r), K_n, w2c_n)
+    un, vn, zn = project_pixels(_unproject(u, v, d_r, K_r, w2c_r), K_n, w2c_n)
     front = zn.detach() > 0
     un = torch.where(front, un, torch.full_like(un, -1.0))  # behind n: sampled outside, masked
     vn = torch.where(front, vn, torch.full_like(vn, -1.0))
@@ -115,7 +117,7 @@ def reprojection_error(depth_r: torch.Tensor, depth_n: torch.Tensor, K_r: torch.
                                          align_corners=False)[:, 0]
     ok = ok_r & front & (cover >= _FULL)
     dn = torch.where(ok, dn, torch.ones_like(dn))
-    ur, vr, zr = _project(_unproject(un, vn, dn, K_n, w2c_n), K_r, w2c_r)
+    ur, vr, zr = project_pixels(_unproject(un, vn, dn, K_n, w2c_n), K_r, w2c_r)
     ok = ok & (zr.detach() > 0)
     sq = (ur - u) ** 2 + (vr - v) ** 2
     sq = torch.where(ok, sq, torch.ones_like(sq))

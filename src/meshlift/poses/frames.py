@@ -34,6 +34,7 @@ from meshlift.poses.options import PosesOptions
 from meshlift.poses.progress import StageProgress
 
 __all__ = ["FrameRecord", "FramesResult", "prepare_frames", "list_images", "is_video", "sharpness",
+           "require_enough_images",
            "thumbnail", "near_duplicate_groups", "VIDEO_EXTENSIONS", "MIN_IMAGES", "DUPLICATE_RMS"]
 
 VIDEO_EXTENSIONS = (".mp4", ".mov", ".m4v", ".avi", ".mkv", ".webm", ".mpg", ".mpeg", ".wmv", ".3gp")
@@ -234,15 +235,20 @@ def _write_upright(im, path: Path, fmt_suffix: str) -> None:
         im.save(path, exif=exif.tobytes())
 
 
+def require_enough_images(folder: Path, paths: list) -> None:
+    """Raise :class:`DatasetError` naming ``folder`` when ``paths`` (its images) are fewer than :data:`MIN_IMAGES`."""
+    if len(paths) < MIN_IMAGES:
+        raise DatasetError(f"{folder}: only {len(paths)} image(s) ({_short_list([p.name for p in paths])}); structure "
+                           f"from motion needs at least {MIN_IMAGES} overlapping photos (20-100 is typical)")
+
+
 def _prepare_photos(folder: Path, images_dir: Path, progress: StageProgress) -> FramesResult:
     paths = list_images(folder)
     res = FramesResult(images_dir=images_dir, records=[], source=folder)
     if not paths:
         raise DatasetError(f"{folder}: no image files ({', '.join(_image_exts())}) in the folder or its images/ "
                            "subfolder; give a folder of photos or a video file")
-    if len(paths) < MIN_IMAGES:
-        raise DatasetError(f"{folder}: only {len(paths)} image(s) ({_short_list([p.name for p in paths])}); structure "
-                           f"from motion needs at least {MIN_IMAGES} overlapping photos (20-100 is typical)")
+    require_enough_images(folder, paths)
     progress.start("reading images", len(paths))
     loaded = []
     thumbs: dict[Path, np.ndarray] = {}

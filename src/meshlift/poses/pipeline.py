@@ -279,12 +279,11 @@ def ensure_posed(
         if prev.get("input") == str(p):
             say(f"{p} has no camera poses; reusing the poses estimated earlier in {out}")
             return out
-    from meshlift.poses.frames import MIN_IMAGES
+    from meshlift.poses.frames import require_enough_images
     from meshlift.poses.sfm import require_pycolmap
 
-    if p.is_dir() and 0 < len(photos := list_images(p)) < MIN_IMAGES:  # no install would help
-        raise DatasetError(f"{p}: only {len(photos)} image(s) without camera poses; structure from motion needs at "
-                           f"least {MIN_IMAGES} overlapping photos (20-100 is typical)")
+    if p.is_dir() and (photos := list_images(p)):  # too few photos first: no install would help
+        require_enough_images(p, photos)
     try:
         require_pycolmap()
     except Exception as exc:

@@ -21,17 +21,23 @@ Parameterisation (each vertex ``i``):
   only keeps the triangles from sliding over each other (no fold-overs from tangential drift).
 - colour ``c_i`` linear RGB, initialised from the fused colours, clamped to [0, 1] after each step.
 
-Loss of one step (a batch of ``views_per_step`` training views, rendered exactly as the evaluation renders
-the mesh, :func:`render_vertex_colors` = :func:`meshlift.renderers.mesh_pbr.render_unlit` with vertex colours):
+Loss of one step (a batch of ``views_per_step`` training views, each paired with one of its ``neighbours`` nearest
+views; every term is divided by the batch's pixel count, or the consistency by its valid pixels):
 
-- photometric: L1 between the render and the photograph (sRGB) over the pixels the mesh covers (and, for
-  views with alpha, the pixels inside the mask), summed and divided by the batch's pixel count;
+- colour (``color_weight``; 0 = off, and the caller fuses the colours again from the moved surface): L1 between
+  the mesh rendered exactly as the evaluation renders it (:func:`render_vertex_colors` =
+  :func:`meshlift.renderers.mesh_pbr.render_unlit` with vertex colours) and the photograph (sRGB), over the pixels
+  the mesh covers (and, for views with alpha, inside the mask); the vertex colours are fitted with the geometry;
+- cross-view photo-consistency (``consistency_weight``, :func:`consistency_terms`): each covered pixel's surface
+  point projected into the neighbour view, the neighbour's photo sampled there bilinearly, occlusion-tested
+  against the neighbour's mesh depth and exposure-normalised, L1 against the reference pixel; both photos
+  blurred by ``blur_px`` in the first half of the steps (a wider basin). The multi-view stereo form of the
+  surface's position error (Vu et al. 2012, "High Accuracy and Visibility-Consistent Dense Multiview Stereo");
 - silhouette (views with alpha only): ``mask_weight`` × L1 between the antialiased coverage and the alpha;
-- smoothness: ``smooth_weight`` × Σ_i (s_i − mean of its neighbours' s)² divided by the same pixel count
-  (the uniform Laplacian of the offset in pixels; per-pixel normalisation keeps the weight meaningful
-  whatever the vertex count).
+- smoothness: ``smooth_weight`` × Σ_i (s_i − mean of its neighbours' s)² (the uniform Laplacian of the offset
+  in pixels; per-pixel normalisation keeps the weight meaningful whatever the vertex count).
 
-Adam on ``u`` (``lr_offset``) and ``c`` (``lr_color``). Views are visited in a shuffled order, epoch by epoch.
+Adam on ``u`` (``lr_offset``) and ``c`` (``lr_color``, with the colour term). Views are visited in a shuffled order, epoch by epoch.
 Memory: one batch of views is rendered at a time (the rasterizer's buffers for ``views_per_step`` images);
 the parameters are ``4 × V`` floats plus Adam's moments.
 """
@@ -143,25 +149,16 @@ def _shade(v_color, rast, clip_pos, tri, background, topology, *, with_coverage:
     return torch.cat([out[..., :3].clamp(0, 1), out[..., 3:]], -1) if with_coverage else out.clamp(0, 1)
 
 
-def _neighbour_mean(x: torch.Tensor, e: torch.Tensor, deg: torch.Tensor) -> torch.Tensor:
-    """``[V]`` mean of ``x [V]`` over each vertex's neighbours along the edges ``e [E, 2]`` (0 without any)."""
-    acc = torch.zeros_like(x).index_add(0, e[:, 0], x[e[:, 1]]).index_add(0, e[:, 1], x[e[:, 0]])
-    return acc / deg.clamp(min=1)
-
-
 def pixel_footprint(points: torch.Tensor, views, *, fallback: torch.Tensor, chunk: int = 8) -> torch.Tensor:
     """``[P]`` world size of one pixel at each point: the smallest ``z / f_x`` over the views in whose image it
     projects (in front of the camera); ``fallback [P]`` where no view has it in its frustum."""
+    from meshlift.methods.milo.depth_fusion import project_points
+
     best = torch.full((points.shape[0],), float("inf"), device=points.device)
     for s in range(0, len(views), chunk):
-        w2c = views.world_to_camera[s:s + chunk].to(points)
         K = views.K[s:s + chunk].to(points)
-        pc = torch.einsum("cij,pj->cpi", w2c[:, :3, :3], points) + w2c[:, None, :3, 3]
-        z = pc[..., 2]
-        zs = torch.where(z > 1e-8, z, torch.ones_like(z))
-        u = K[:, None, 0, 0] * pc[..., 0] / zs + K[:, None, 0, 2]
-        v = K[:, None, 1, 1] * pc[..., 1] / zs + K[:, None, 1, 2]
-        ok = (z > 1e-8) & (u >= 0) & (u < views.width) & (v >= 0) & (v < views.height)
+        xy, z = project_points(points, views.world_to_camera[s:s + chunk].to(points), K)
+        ok = (z > 1e-8) & (xy >= 0).all(-1) & (xy[..., 0] < views.width) & (xy[..., 1] < views.height)
         fp = torch.where(ok, z / K[:, None, 0, 0], torch.full_like(z, float("inf")))
         best = torch.minimum(best, fp.min(0).values)
     return torch.where(torch.isfinite(best), best, fallback)
@@ -212,14 +209,10 @@ def consistency_terms(X: torch.Tensor, covered: torch.Tensor, image_r: torch.Ten
         ``gain`` the per-pair, per-channel ratio of the two views' mean colours over the valid pixels (detached:
         an exposure change is not a surface error).
     """
+    from meshlift.geometry.reprojection import project_pixels
+
     B, H, W, _ = X.shape
-    R, t = world_to_camera_n[:, None, None, :3, :3], world_to_camera_n[:, None, None, :3, 3]
-    pc = (R @ X[..., None])[..., 0] + t
-    z = pc[..., 2]
-    zs = torch.where(z > 1e-8, z, torch.ones_like(z))
-    k = K_n[:, None, None]
-    u = k[..., 0, 0] * pc[..., 0] / zs + k[..., 0, 2]
-    v = k[..., 1, 1] * pc[..., 1] / zs + k[..., 1, 2]
+    u, v, z = project_pixels(X, K_n, world_to_camera_n)
     inside = (z > 1e-8) & (u >= 0.5) & (u <= W - 0.5) & (v >= 0.5) & (v <= H - 0.5)
     col = torch.floor(u.detach()).clamp(0, W - 1).long()
     row = torch.floor(v.detach()).clamp(0, H - 1).long()
@@ -267,7 +260,7 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
     """
     from meshlift import render as R
     from meshlift.errors import MeshError
-    from meshlift.geometry.mesh_ops import edges, vertex_normals
+    from meshlift.geometry.mesh_ops import edge_lengths, edges, neighbour_mean, vertex_normals
     from meshlift.isosurface.depth_consistency import view_neighbours
     from meshlift.methods.engine import deadline_reached
     from meshlift.methods.milo.occupancy_labels import render_mesh_depth
@@ -282,13 +275,13 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
     V = int(mesh.v_pos.shape[0])
     v0 = mesh.v_pos.to(device=device, dtype=torch.float32)
     tri = mesh.t_pos_idx.to(device=device, dtype=torch.int32)
-    e = edges(tri.long())
+    e = edges(tri.long())  # once: the smoothness term runs every step
+    deg = torch.bincount(e.reshape(-1), minlength=V)
     n0 = vertex_normals(v0, tri.long())
-    length = (v0[e[:, 0]] - v0[e[:, 1]]).norm(dim=-1)
-    deg = torch.zeros(V, device=device).index_add(0, e[:, 0], torch.ones_like(length)).index_add(
-        0, e[:, 1], torch.ones_like(length))
-    h = pixel_footprint(v0, views, fallback=(torch.zeros(V, device=device).index_add(0, e[:, 0], length)
-                                             .index_add(0, e[:, 1], length) / deg.clamp(min=1)))
+    length = edge_lengths(v0, e)
+    mean_edge = (torch.zeros(V, device=device).index_add(0, e[:, 0], length).index_add(0, e[:, 1], length)
+                 / deg.clamp(min=1))
+    h = pixel_footprint(v0, views, fallback=mean_edge)
     topology = antialias_construct_topology(tri, V)
     init = mesh.v_color if mesh.v_color is not None else torch.full((V, 3), 0.5)
     fit_color = s.color_weight > 0
@@ -303,7 +296,7 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
     gen = torch.Generator().manual_seed(int(s.seed))
     order: list[int] = []
     losses: list[float] = []
-    valid_share: list[float] = []
+    valid_sum, valid_n = torch.zeros((), device=device), 0
     done, stopped = 0, "steps"
     if monitor is not None:
         monitor.start_pass(f"photometric refinement ({label})", s.steps, 0)
@@ -342,11 +335,12 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
             diff, valid = consistency_terms(X, cov, _blur(image_r, sigma), _blur(image_n, sigma), depth_n,
                                             bn.world_to_camera, bn.K, occlusion_tol=s.occlusion_tol)
             data = data + s.consistency_weight * diff.sum() / valid.sum().clamp(min=1)
-            valid_share.append(float(valid.float().mean() / cov.float().mean().clamp(min=1e-6)))
+            valid_sum = valid_sum + (valid.float().mean() / cov.float().mean().clamp(min=1e-6)).detach()
+            valid_n += 1
         if fit_color:
             img = _shade(color, rast, clip_pos, tri, bg, topology)
             data = data + s.color_weight * ((img - image_r).abs() * cov[..., None].float()).sum() / npx
-        lap = off - _neighbour_mean(off, e, deg)
+        lap = off - neighbour_mean(off, e, deg)
         loss = data + s.smooth_weight * (lap * lap).sum() / npx
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -374,7 +368,7 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
         "steps": done, "steps_configured": int(s.steps), "views_per_step": int(s.views_per_step),
         "loss_first": float(sum(losses[:k]) / k) if losses else math.nan,
         "loss_last": float(sum(losses[-k:]) / k) if losses else math.nan,
-        "consistency_valid": float(sum(valid_share) / len(valid_share)) if valid_share else math.nan,
+        "consistency_valid": float(valid_sum) / valid_n if valid_n else math.nan,
         "offset_mean": float(off.abs().mean()), "offset_max": float(off.abs().max()),
         "offset_world_mean": float((off.abs() * h).mean()), "nonfinite_vertices": int((~ok).sum()),
         "colors_fitted": bool(fit_color), "seconds": time.perf_counter() - t0, "stopped": stopped,
