@@ -12,6 +12,8 @@ scene's evaluation box (F-score at 1 % of the diagonal, as ``metrics.json``):
 - ``old``: the floor cover judged on all the footprint cells (``cover_rule="footprint"``, 40 %);
 - ``new``: cells sized by the floor points' density, the object's footprint left out, 70 %, nothing below
   (``cover_rule="open"``, :func:`meshlift.methods.milo.floor_depth.floor_cover`);
+- ``standing``: ``new``, the fit's band share taken of the lowest points not standing above the plane
+  (``inlier_rule="standing"``, :func:`meshlift.methods.milo.floor_depth.fit_floor_plane`);
 - ``nosnap``: no flattening (``floor_snap=0``; the mesh's own support plane cut).
 
     PYTHONPATH=src python benchmarks/floor_snap_rerun.py runs/g/bob_ground --rules old new nosnap [--device cuda]
@@ -30,13 +32,13 @@ from pathlib import Path
 
 import torch
 
-RULES = {"old": "footprint", "new": "open", "nosnap": None}
+RULES = {"old": ("footprint", "lowest"), "new": ("open", "lowest"), "standing": ("open", "standing"), "nosnap": None}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("run", type=Path)
-    ap.add_argument("--rules", nargs="+", default=["old", "new", "nosnap"], choices=sorted(RULES))
+    ap.add_argument("--rules", nargs="+", default=["new", "standing", "nosnap"], choices=sorted(RULES))
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--no-cache", action="store_true", help="render the depth again instead of RUN/floor_rerun_depths.pt")
     ap.add_argument("--json", type=Path, default=None)
@@ -83,7 +85,8 @@ def main() -> int:
         if rule is not None and support:
             d, plane, frep = snap_floor_depths(depths, tr.world_to_camera, tr.K, roi, snap=snap,
                                                max_tilt_deg=tsdf_mesh.SUPPORT_MAX_TILT_DEG, device=dev,
-                                               chunk_views=max(1, cfg.mesh_chunk_views), cover_rule=rule)
+                                               chunk_views=max(1, cfg.mesh_chunk_views), cover_rule=rule[0],
+                                               inlier_rule=rule[1])
         obj, _ = tsdf_mesh.fused_mesh(cfg, d, problem, tsdf_mesh.fusion_region("object", roi=roi, pad=0.02),
                                       cfg.tsdf_resolution, near=near, device=dev, monitor=monitor)
         asset, crep = tsdf_mesh.object_asset(obj, roi, monitor=monitor, support_voxel=voxel if support else 0.0,

@@ -39,6 +39,8 @@ def main() -> int:
                     help="config override of the re-extraction (key=value; e.g. fill_hole_edges=1024), as milo_fox_gap")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--images", type=Path, default=None, help="write each variant's mesh render of test view 0 here")
+    ap.add_argument("--image-views", default="0",
+                    help="which test views --images writes: comma-separated indices, or 'all' (default: 0)")
     ap.add_argument("--raster-compare", action="store_true",
                     help="first render the unrefined mesh at the test views with each raster backend (torch, and triton "
                          "on CUDA) and print the empty pixels of each, isolated ones apart (a watertightness check)")
@@ -87,9 +89,12 @@ def main() -> int:
             from meshlift.io.images import write_image
 
             args.images.mkdir(parents=True, exist_ok=True)
-            write_image(args.images / f"{label}_{test.names[0]}.png", img[0])
-            if not (args.images / f"target_{test.names[0]}.png").exists():
-                write_image(args.images / f"target_{test.names[0]}.png", targets[0])
+            picks = range(len(img)) if args.image_views == "all" else [int(i) for i in args.image_views.split(",")]
+            for i in picks:
+                tag = "" if not args.set else "_" + "_".join(kv.replace("=", "") for kv in args.set)
+                write_image(args.images / f"{label}{tag}_{test.names[i]}.png", img[i])
+                if not (args.images / f"target_{test.names[i]}.png").exists():
+                    write_image(args.images / f"target_{test.names[i]}.png", targets[i])
         empty = float(((img - render_mesh_views(out, test, dev, 1.0 - bg)).abs().amax(-1) > 0.5).float().mean())
         rows[label] = {"settings": over, "empty_pixels": empty, "psnr": m["psnr"], "ssim": m["ssim"], "psnr_per_view": m["psnr_per_view"],
                        "refine": {k: v for k, v in r.items() if isinstance(v, (int, float, str, bool))},

@@ -185,6 +185,29 @@ def test_fit_floor_plane_and_bad_input():
         snap_floor_depths(depth, w2c, K, _roi(), snap=-1.0)
 
 
+def test_standing_rule_accepts_a_floor_under_a_bulky_object_and_not_points_below():
+    """A sphere-like body fills the lowest third of the height range: the floor band holds 1/4 of the lowest points
+    ("lowest" rejects) but all of those not standing above it ("standing" accepts); a layer of points under the
+    plane counts against it under both rules."""
+    g = torch.Generator().manual_seed(1)
+    xz = torch.rand(600, 2, generator=g, dtype=D) * 2 - 1
+    floor = torch.stack([xz[:, 0], 0.005 * torch.randn(600, generator=g, dtype=D), xz[:, 1]], -1)
+    d = torch.nn.functional.normalize(torch.randn(8000, 3, generator=g, dtype=D), dim=1)
+    body = d * 0.9 + torch.tensor([0.0, 0.95, 0.0], dtype=D)  # touches the floor at y = 0.05, top at 1.85
+    pts = torch.cat([floor, body])
+    snap = 0.05
+    plane, note = fit_floor_plane(pts, [0, 1, 0], snap=snap, inlier_rule="lowest")
+    assert plane is None and "of the lowest depth points" in note
+    plane, note = fit_floor_plane(pts, [0, 1, 0], snap=snap, inlier_rule="standing")
+    assert plane is not None and abs(plane.offset) < 0.005, note
+    under = floor.clone()
+    under[:, 1] -= 0.4  # as many points 8 snaps under the floor: a shelf, not a floor
+    plane, note = fit_floor_plane(torch.cat([pts, under]), [0, 1, 0], snap=snap, inlier_rule="standing")
+    assert plane is None or abs(plane.offset) > 0.1, note
+    with pytest.raises(MeshError, match="inlier_rule"):
+        fit_floor_plane(pts, [0, 1, 0], snap=snap, inlier_rule="most")
+
+
 def test_support_cut_at_a_known_plane():
     import trimesh
 

@@ -62,7 +62,8 @@ from typing import Optional
 import torch
 
 __all__ = ["FloorPlane", "FloorSnapReport", "FloorCover", "fit_floor_plane", "floor_cover", "snap_floor_depths",
-           "MIN_PROTECT_SAMPLES", "PROTECT_BAND", "SKIRT_BAND", "MIN_OPEN_COVER", "MAX_BELOW_FRAC", "COVER_RULES"]
+           "MIN_PROTECT_SAMPLES", "PROTECT_BAND", "SKIRT_BAND", "MIN_OPEN_COVER", "MAX_BELOW_FRAC", "COVER_RULES",
+           "INLIER_RULES"]
 
 #: A floor cell is protected (step 3) when at least this many samples of at least two views lie in each half of
 #: the protect band above the snap band.
@@ -185,8 +186,16 @@ def _in_box(p: torch.Tensor, box_min: torch.Tensor, box_max: torch.Tensor, rotat
     return ((q >= box_min) & (q <= box_max)).all(-1)
 
 
+#: How :func:`fit_floor_plane` judges the band's share: ``"lowest"`` = of all the lowest points (the rule before
+#: 2026-12-06 session 25); ``"standing"`` = of the lowest points that do not stand clearly above the plane (more
+#: than ``UNDER_OBJECT_HEIGHT × snap``: a bulky object's lower body, which fills the lowest third of a tight
+#: region's height range: the H100 bunny_ground run's floor held 34 % of all the lowest points).
+INLIER_RULES = ("lowest", "standing")
+
+
 def fit_floor_plane(points: torch.Tensor, up, *, snap: float, max_tilt_deg: float = 5.0,
-                    bottom_fraction: float = 0.35, iterations: int = 256, seed: int = 0) -> tuple:
+                    bottom_fraction: float = 0.35, iterations: int = 256, seed: int = 0,
+                    inlier_rule: str = "lowest") -> tuple:
     """The floor under an object from points of its surface: ``(FloorPlane or None, note)``.
 
     Step 2 of the module docstring: RANSAC over the points in the lowest ``bottom_fraction`` of the height range
@@ -200,9 +209,13 @@ def fit_floor_plane(points: torch.Tensor, up, *, snap: float, max_tilt_deg: floa
         up: ``[3]`` world up (normalised here).
         snap: the band half-width (world units, > 0).
         max_tilt_deg, bottom_fraction, iterations, seed: see above.
+        inlier_rule: what the band's share is taken of (:data:`INLIER_RULES`): ``"lowest"``, all the candidates;
+            ``"standing"``, the candidates not higher than ``UNDER_OBJECT_HEIGHT × snap`` above the plane (what
+            stands on a floor is not evidence against it; what lies below it or just above it is).
 
     Raises:
-        MeshError: ``up`` not 3 finite numbers of non-zero length, or ``snap`` not a positive number.
+        MeshError: ``up`` not 3 finite numbers of non-zero length, ``snap`` not a positive number, or an unknown
+            ``inlier_rule``.
     """
     from meshlift.errors import MeshError
 
@@ -211,6 +224,8 @@ def fit_floor_plane(points: torch.Tensor, up, *, snap: float, max_tilt_deg: floa
         raise MeshError(f"fit_floor_plane(up): expected 3 finite numbers, not all zero; got {up.tolist()}")
     if not (math.isfinite(float(snap)) and float(snap) > 0):
         raise MeshError(f"fit_floor_plane(snap): expected a positive distance, got {snap!r}")
+    if inlier_rule not in INLIER_RULES:
+        raise MeshError(f"fit_floor_plane(inlier_rule): expected one of {INLIER_RULES}, got {inlier_rule!r}")
     up = up / up.norm()
     P = points.detach().double().cpu().reshape(-1, 3)
     if P.shape[0] < MIN_PLANE_POINTS:
@@ -251,11 +266,14 @@ def fit_floor_plane(points: torch.Tensor, up, *, snap: float, max_tilt_deg: floa
         if float(n2 @ up) >= cos_t:
             n = n2
         o = float((inl @ n).median())
-    inl = int(((cand @ n - o).abs() <= float(snap)).sum())
-    frac = inl / cand.shape[0]
+    hc = cand @ n - o
+    inl = int((hc.abs() <= float(snap)).sum())
+    judged = cand.shape[0] if inlier_rule == "lowest" else int((hc <= UNDER_OBJECT_HEIGHT * float(snap)).sum())
+    frac = inl / max(1, judged)
     tilt = math.degrees(math.acos(max(-1.0, min(1.0, float(n @ up)))))
     if inl < MIN_PLANE_POINTS or frac < MIN_INLIER_FRACTION:
-        return None, (f"the best floor plane holds {100 * frac:.0f}% of the lowest depth points within the snap "
+        of = "the lowest depth points" + ("" if inlier_rule == "lowest" else " not standing above it")
+        return None, (f"the best floor plane holds {100 * frac:.0f}% of {of} within the snap "
                       f"band (< {100 * MIN_INLIER_FRACTION:.0f}%): no floor")
     if tilt > max_tilt_deg:
         return None, f"the floor plane tilts {tilt:.1f}° from up (> {max_tilt_deg:g}°): not snapped"
@@ -429,7 +447,8 @@ def floor_cover(points: torch.Tensor, normal, offset: float, corners: torch.Tens
 @torch.no_grad()
 def snap_floor_depths(depths: torch.Tensor, world_to_camera: torch.Tensor, K: torch.Tensor, roi, *, snap: float,
                       max_tilt_deg: float = 5.0, max_samples: int = 200_000, chunk_views: int = 8,
-                      device: Optional[torch.device] = None, seed: int = 0, cover_rule: str = "open") -> tuple:
+                      device: Optional[torch.device] = None, seed: int = 0, cover_rule: str = "open",
+                      inlier_rule: str = "lowest") -> tuple:
     """``(depths, FloorPlane or None, FloorSnapReport)``: the depth maps with the floor under the object flattened
     onto one plane (module docstring); the input is not modified (a copy is returned when something moved).
 
@@ -443,6 +462,7 @@ def snap_floor_depths(depths: torch.Tensor, world_to_camera: torch.Tensor, K: to
         max_samples: points sampled for the plane fit (spread over the views).
         chunk_views: views back-projected at a time; ``device``: where (default: the depths' device).
         cover_rule: how the plane is judged a floor (:func:`floor_cover`, one of :data:`COVER_RULES`).
+        inlier_rule: what the fit's band share is taken of (:func:`fit_floor_plane`, one of :data:`INLIER_RULES`).
 
     Raises:
         MeshError: shapes that do not match, or a bad ``snap`` / ``roi.up`` / ``cover_rule``.
@@ -487,7 +507,7 @@ def snap_floor_depths(depths: torch.Tensor, world_to_camera: torch.Tensor, K: to
             q = q[torch.randperm(q.shape[0], generator=g)[: keep * (e - s) // V + 1].to(q.device)]
         pts.append(q.cpu())
     pts = torch.cat(pts) if pts else torch.zeros(0, 3, dtype=torch.float64)
-    plane, note = fit_floor_plane(pts, up, snap=snap, max_tilt_deg=max_tilt_deg, seed=seed)
+    plane, note = fit_floor_plane(pts, up, snap=snap, max_tilt_deg=max_tilt_deg, seed=seed, inlier_rule=inlier_rule)
     if plane is None:
         rep.notes.append(note + "; the depth maps are unchanged")
         rep.seconds = time.perf_counter() - t0
