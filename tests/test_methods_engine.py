@@ -72,6 +72,20 @@ def test_time_budget_shares_training_time_after_reserving_the_other_stages():
         TimeBudget(10.0, {"pass1": 0.0, "pass2": 0.0})
 
 
+def test_check_pass_time_refuses_a_pass_with_no_time_and_names_the_knob():
+    from meshlift.methods.engine import check_pass_time
+
+    clock = FakeClock(0.0)
+    b = TimeBudget(330.0, {"train": 0.85, "extract": 0.15}, clock=clock)
+    check_pass_time(None, 0.0, "training")  # no budget: nothing to check
+    check_pass_time(b.deadline("train", StageCosts(between_s=100.0, final_s=50.0)), 330.0, "training")  # 153 s
+    with pytest.raises(ConfigError, match=r"time_budget_s=330 leaves 0 s for training.*estimated at 400 s"):
+        check_pass_time(b.deadline("train", StageCosts(between_s=300.0, final_s=100.0)), 330.0, "training")
+    # less than 5 % of the budget (16.5 s) is refused too
+    with pytest.raises(ConfigError, match="leaves 13 s"):
+        check_pass_time(b.deadline("train", StageCosts(between_s=300.0, final_s=15.0)), 330.0, "training")
+
+
 def test_time_budget_reserve_follows_the_observed_costs_and_never_goes_negative():
     clock = FakeClock(0.0)
     b = TimeBudget(50.0, {"pass1": 0.5, "pass2": 0.5}, clock=clock)

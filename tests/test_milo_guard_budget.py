@@ -281,6 +281,20 @@ def test_micro_run_survives_nonfinite_refinement_steps(tmp_path, monkeypatch):
     assert r.metrics["mesh_report"]["unwrap_face_cap"] >= 5000
 
 
+def test_a_budget_that_leaves_training_no_time_is_refused_before_training(tmp_path):
+    """Session 25: the fox with ``time_budget_s=330`` on a shared H100 trained 1 step of 9,000 and exited 0."""
+    from _milo_scene import sphere_problem
+    from test_milo_method import _micro
+
+    from meshlift.errors import ConfigError
+    from meshlift.methods.milo.reconstruct import reconstruct
+
+    problem, gt = sphere_problem(size=24, n_train=8, n_test=2)
+    with pytest.raises(ConfigError, match=r"time_budget_s=0.01 leaves 0 s for training.*Raise time_budget_s"):
+        reconstruct(_micro(time_budget_s=0.01), tmp_path / "run", problem=problem, gt_mesh=gt)
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()
+
+
 def test_tsdf_extraction_joins_the_reserve():
     """``extract=tsdf``: the fusions, their cleaning, the crop and the asset's decimation are estimated from the
     grids to come (budget.py), so the training deadline leaves room for them (the H200 fox run of 2026-12-04

@@ -329,6 +329,43 @@ class PassDeadline:
             fn(**facts)
 
 
+#: A budgeted pass that would get less than this many seconds (or :data:`MIN_PASS_SHARE` of the budget, the larger)
+#: is refused before it starts (:func:`check_pass_time`): session 25's fox with ``time_budget_s=330`` on a shared
+#: H100 trained 1 step of 9,000 (its extraction reserve took the whole budget) and exited 0 with a 7.6 dB mesh.
+MIN_PASS_S = 10.0
+MIN_PASS_SHARE = 0.05
+
+
+def check_pass_time(deadline, budget_s: float, what: str, knob: str = "time_budget_s") -> None:
+    """Raise when a budgeted pass would start with (almost) no time: before a run trains for nothing.
+
+    Args:
+        deadline: the pass's :class:`PassDeadline` (None = no budget: nothing to check).
+        budget_s: the whole budget (seconds), for the message and :data:`MIN_PASS_SHARE`.
+        what: the pass's name in the message (e.g. ``"training"``).
+        knob: the config field to raise.
+
+    Raises:
+        ConfigError: the pass would get less than ``max(MIN_PASS_S, MIN_PASS_SHARE × budget_s)`` seconds; the
+            message gives the estimated cost of the stages after it and the budget that would leave it time.
+    """
+    if deadline is None or not hasattr(deadline, "costs"):
+        return
+    now = deadline.clock()
+    avail = deadline() - now
+    need = max(MIN_PASS_S, MIN_PASS_SHARE * float(budget_s))
+    if avail >= need:
+        return
+    c = deadline.costs() if callable(deadline.costs) else deadline.costs
+    reserve = deadline.n_between * max(0.0, c.between_s) + max(0.0, c.final_s)
+    left = deadline.t_end - now
+    suggest = math.ceil((reserve + 4 * need) / 60.0) * 60
+    raise ConfigError(
+        f"{knob}={budget_s:g} leaves {max(0.0, avail):.0f} s for {what}: the stages after it are estimated at "
+        f"{reserve:.0f} s on this device (of the {left:.0f} s left), so {what} would stop at once. Raise {knob} "
+        f"(at least ~{suggest:.0f}) or set it to 0 (no budget)")
+
+
 # ---- deadlines ---------------------------------------------------------------------------------------------
 
 

@@ -29,8 +29,8 @@ import torch
 
 from meshlift.errors import ConfigError, MeshliftError, OutOfMemoryError
 from meshlift.kernels import precompile
-from meshlift.methods.engine import (CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, is_oom, kernel_backends,
-                                     resolve_device)
+from meshlift.methods.engine import (CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, check_pass_time, is_oom,
+                                     kernel_backends, resolve_device)
 from meshlift.methods.milo.config import SHAPE_FIELDS, MiloConfig, apply_dict, num_mesh_gaussians
 
 __all__ = ["BUDGET_FRACTIONS", "MiloResult", "budget_costs", "build_config", "load_problem", "oom_error",
@@ -375,7 +375,10 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
         trainer.preview = _preview_writer(out, problem, cfg, device, trainer, reg)
         where = "training (surface-aligned Gaussians)" if tsdf else "training (Gaussians + mesh in the loop)"
         costs = budget_costs(cfg, problem, device, None if tsdf else reg, known_truth=gt_mesh is not None)
-        trainer.train(checkpoint=checkpoint, deadline=budget.deadline("train", costs))
+        deadline = budget.deadline("train", costs)
+        if checkpoint is None:  # a fresh run: refuse a budget that leaves training no time (a resume may be done)
+            check_pass_time(deadline, cfg.time_budget_s, "training")
+        trainer.train(checkpoint=checkpoint, deadline=deadline)
         state = trainer.state
         where = "mesh extraction"
         t_ex = time.perf_counter()
