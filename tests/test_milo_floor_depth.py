@@ -146,7 +146,12 @@ def test_a_blotch_above_the_band_does_not_protect_itself(bumps):
         top = sel & (h0 > SKIRT_BAND * snap)
         assert int(top.sum()) > 0 and torch.equal(out[top], depth[top])
     # the box above the plane is untouched (below it, by the plane's error, it is snapped: nothing stands under a floor)
-    assert not bool((out != depth)[(hit == 2) & (h0 > 0)].any()), (plane.offset, rep)
+    # but for at most a few pixels on its vertical corner edges (|x| = 0.3, |z| ~ 0.29, under 0.08 high: torch
+    # 2.13 / numpy 2.4 on 2 cores moved 3 and 2 of ~2,500; a missing protection would move hundreds)
+    above = (hit == 2) & (h0 > 0)
+    moved = (out != depth) & above
+    assert int(moved.sum()) <= 0.002 * int(above.sum()), (int(moved.sum()), plane.offset, rep)
+    assert bool(((p0[..., [0, 2]].abs() - 0.3).abs().amin(-1) < 0.01)[moved].all())  # on the box's corner edges
 
 
 def test_no_floor_means_no_change_and_a_note():
