@@ -79,7 +79,7 @@ def test_check_pass_time_refuses_a_pass_with_no_time_and_names_the_knob():
     b = TimeBudget(330.0, {"train": 0.85, "extract": 0.15}, clock=clock)
     check_pass_time(None, 0.0, "training")  # no budget: nothing to check
     check_pass_time(b.deadline("train", StageCosts(between_s=100.0, final_s=50.0)), 330.0, "training")  # 153 s
-    with pytest.raises(ConfigError, match=r"time_budget_s=330 leaves 0 s for training.*estimated at 400 s"):
+    with pytest.raises(ConfigError, match=r"time_budget_s=330 leaves 0 s for training \(a run needs at least 16 s\).*estimated at 400 s"):
         check_pass_time(b.deadline("train", StageCosts(between_s=300.0, final_s=100.0)), 330.0, "training")
     # less than 5 % of the budget (16.5 s) is refused too
     with pytest.raises(ConfigError, match="leaves 13 s"):

@@ -14,6 +14,7 @@ from meshlift.errors import ConfigError
 
 
 def test_choose_num_threads_rules(monkeypatch):
+    monkeypatch.setattr(_threads, "_running_elsewhere", lambda: None)  # the load average alone
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     monkeypatch.setattr(os, "getloadavg", lambda: (3.6, 0.0, 0.0))
     assert _threads.free_cores() == 1
@@ -34,6 +35,21 @@ def test_choose_num_threads_rules(monkeypatch):
     assert _threads.choose_num_threads({"MESHLIFT_NUM_THREADS": "2", "OMP_NUM_THREADS": "3"})[0] == 2
     with pytest.raises(ConfigError, match="MESHLIFT_NUM_THREADS"):
         _threads.choose_num_threads({"MESHLIFT_NUM_THREADS": "-1"})
+
+
+def test_what_runs_now_overrides_a_lagging_load_average(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.9, 1.2, 0.5))  # one's own 2-core run just ended
+    monkeypatch.setattr(_threads, "_running_elsewhere", lambda: 0)
+    assert _threads.free_cores() == 2
+    monkeypatch.setattr(_threads, "_running_elsewhere", lambda: 1)  # another job runs now
+    assert _threads.free_cores() == 1
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.0, 0.0))  # a burst now, idle on average: the lower
+    monkeypatch.setattr(_threads, "_running_elsewhere", lambda: 3)
+    assert _threads.free_cores() == 2
+    monkeypatch.undo()
+    now = _threads._running_elsewhere()  # the real file (Linux): a count, not negative
+    assert now is None or now >= 0
 
 
 def test_thread_note_names_the_choice(monkeypatch):

@@ -11,7 +11,11 @@ where halving the threads costs about 2× at most. So the CLI sets the pool size
    average, at least 1 (``os.getloadavg``; where unavailable, all cores). The whole part, not the rounded
    value: the average decays slowly, and right after a run of one's own on an idle 2-core machine it reads
    0.75-1.0, which rounding turned into one free core (a fresh user's `--quick` runs then took 1.27× longer on
-   1 thread, 2026-12-06); a job that really keeps a core busy holds the average at or above 1.
+   1 thread, 2026-12-06); a job that really keeps a core busy holds the average at or above 1. The average lags
+   by minutes, so where Linux gives the scheduler's count of entities running *now* (``/proc/loadavg``, its
+   fourth field, the largest of three reads 20 ms apart, minus this process) and it is lower, that count is the
+   load: a fresh user's demo right after a 2-core run read an average of 1.9, got 1 thread and ran 1.7× slower
+   (session 25).
 
 The choice is printed at the start of ``meshlift reconstruct`` and ``meshlift demo`` (:func:`thread_note`).
 
@@ -31,16 +35,38 @@ __all__ = ["free_cores", "choose_num_threads", "configure_cpu_threads", "thread_
 _CHOSEN: tuple[int | None, str] | None = None
 
 
+def _running_elsewhere() -> int | None:
+    """Entities the scheduler runs now besides this process (``/proc/loadavg``'s ``running/total``: the largest
+    of three reads 20 ms apart, minus one), or None where the file is not there or not readable."""
+    import time
+
+    best = None
+    for i in range(3):
+        try:
+            with open("/proc/loadavg") as f:
+                running = int(f.read().split()[3].split("/")[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        best = running if best is None else max(best, running)
+        if i < 2:
+            time.sleep(0.02)
+    return max(0, best - 1)
+
+
 def free_cores() -> int:
-    """Cores this process may run on, minus the whole part of the 1-minute load average, at least 1."""
+    """Cores this process may run on, minus the load (module docstring, rule 3: the whole part of the 1-minute
+    load average, or what runs now when that is lower), at least 1."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
     try:
-        load = os.getloadavg()[0]
+        load = float(int(os.getloadavg()[0]))
     except (AttributeError, OSError):
         load = 0.0
+    now = _running_elsewhere()
+    if now is not None:
+        load = min(load, float(now))
     return max(1, min(cores, cores - int(load)))
 
 

@@ -358,12 +358,12 @@ def check_pass_time(deadline, budget_s: float, what: str, knob: str = "time_budg
         return
     c = deadline.costs() if callable(deadline.costs) else deadline.costs
     reserve = deadline.n_between * max(0.0, c.between_s) + max(0.0, c.final_s)
-    left = deadline.t_end - now
+    left = max(0.0, deadline.t_end - now)
     suggest = math.ceil((reserve + 4 * need) / 60.0) * 60
     raise ConfigError(
-        f"{knob}={budget_s:g} leaves {max(0.0, avail):.0f} s for {what}: the stages after it are estimated at "
-        f"{reserve:.0f} s on this device (of the {left:.0f} s left), so {what} would stop at once. Raise {knob} "
-        f"(at least ~{suggest:.0f}) or set it to 0 (no budget)")
+        f"{knob}={budget_s:g} leaves {max(0.0, avail):.0f} s for {what} (a run needs at least {need:.0f} s): the "
+        f"stages after it are estimated at {reserve:.0f} s on this device (the estimate is conservative; "
+        f"{left:.0f} s of the budget are left). Raise {knob} (at least ~{suggest:.0f}) or set it to 0 (no budget)")
 
 
 # ---- deadlines ---------------------------------------------------------------------------------------------
