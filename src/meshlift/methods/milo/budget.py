@@ -86,7 +86,7 @@ class MiloRates:
 #: stage times of every run are in metrics.json (``timings``: ``extract_s``, ``color_s``, ``eval_s``).
 RATES = {
     "cpu": MiloRates(delaunay_s_per_pivot=1.0e-4, render_s_per_pixel=2.0e-6, decimate_s_per_face=2.0e-5,
-                     unwrap_s_per_face=6.0e-4, bake_s_per_texel=2.0e-5, eval_s_per_pixel=1.0e-5,
+                     unwrap_s_per_face=2.0e-4, bake_s_per_texel=2.0e-5, eval_s_per_pixel=1.0e-5,
                      eval_s_per_sample=5.0e-5, export_s_per_face=2.0e-5, fixed_s=3.0),
     "cuda": MiloRates(delaunay_s_per_pivot=8.0e-5, render_s_per_pixel=3.0e-7, decimate_s_per_face=2.0e-5,
                       unwrap_s_per_face=1.0e-4, bake_s_per_texel=2.0e-6, eval_s_per_pixel=1.0e-6,
@@ -132,8 +132,13 @@ class TsdfRates:
 #: step) ran 300 steps in 28.9 s = 9.3e-8 s/px (predicted 1e-7); CPU: the 2-core machine's quick fox, 300k faces,
 #: 2 views of 36×64 a step, 100 steps in 17 s = 3.7e-5 s/px (the rate rounds the per-pixel share; the faces dominate
 #: at that size, and --quick skips the refinement).
+#: 2026-12-06 (session 25): the CPU fusion and post-processing rates halved (4e-4 -> 2e-4 per cell², 1e-5 -> 5e-6
+#: per face) and the CPU xatlas rate (``RATES["cpu"]``) 6e-4 -> 2e-4 s/face, the CUDA host's logic (the unwrap's time
+#: limit, not its rate, guards a slow xatlas): an idle 2-core machine's quick fox measured fusion 1.06e-4 s per
+#: cell², post-processing 3.9e-6 s/face, xatlas 4.6e-5 s/face, and the old rates reserved 103 s for the 21 s its
+#: stages after training took, so a fresh user's `time_budget_s=110` was refused. The new reserve is ~54 s (2.6×).
 TSDF_RATES = {
-    "cpu": TsdfRates(fusion_s_per_cell2=4.0e-4, post_s_per_face=1.0e-5, crop_s_per_face=5.0e-6,
+    "cpu": TsdfRates(fusion_s_per_cell2=2.0e-4, post_s_per_face=5.0e-6, crop_s_per_face=5.0e-6,
                      decimate_s_per_face=5.0e-6, refine_s_per_pixel=4.0e-5),
     "cuda": TsdfRates(fusion_s_per_cell2=3.0e-6, post_s_per_face=4.0e-6, crop_s_per_face=2.0e-6,
                       decimate_s_per_face=2.0e-6, refine_s_per_pixel=1.0e-7),
