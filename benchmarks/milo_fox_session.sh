@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Issue 33's fox measurement in one warm device window: the fox alone, then the variants replayed on ITS checkpoint
+# before the machine (and its disk) goes back. Session 25 lost a full run's checkpoint by leaving the replay of the
+# old hole rule for later; this script makes the replay part of the run.
+#
+#   PHASE=run    WAIT=560 bash benchmarks/milo_fox_session.sh     # call 1: install, the fox alone (~505 s on an H100)
+#   PHASE=replay WAIT=560 bash benchmarks/milo_fox_session.sh     # call 2 (within the 30 s idle window): replays
+#
+# PHASE=run starts `milo_results.py --only fox` (FOX_SETS, default `scene_contraction=log`) in its own process
+# session and waits up to WAIT seconds; the run keeps going when the call ends. PHASE=replay waits for the run to
+# finish, then on runs/fox/fox: `photo_refine_replay.py` once per REPLAY_SETS entry (';'-separated `--set` lists,
+# default: the run's own extraction, then `scene_fill_hole_edges=64`), each with the variants REPLAY_VARIANTS and
+# every test view's image; then `milo_fox_gap.py`. Everything small is packed into $OUT as it finishes: metrics.tgz,
+# logs.tgz, images.tgz (milo_gpu.sh's), replay_<i>.json/.log, replay_img.tgz (JPEG), gap.json. DATA: the datasets
+# (default .devrun/data); wheels from .whl go to /tmp/site. DRY=1 prints the commands.
+set -u
+T0=$SECONDS
+PHASE=${PHASE:-run}
+WAIT=${WAIT:-560}
+RUNS=${RUNS:-runs/fox}
+FOX_SETS=${FOX_SETS:-scene_contraction=log}
+REPLAY_SETS=${REPLAY_SETS:-";scene_fill_hole_edges=64"}
+REPLAY_VARIANTS=${REPLAY_VARIANTS:-"base:photo_refine_steps=0 cw:"}
+export MESHLIFT_SHARED_DATA=${DATA:-$PWD/.devrun/data}
+if [ -d .whl ] && [ ! -d /tmp/site/trimesh ] && [ -z "${DRY:-}" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+fi
+export PYTHONPATH=$PWD/src:/tmp/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+exec 3>&1  # DRY prints the commands here, past their log redirections
+run() { if [ -n "${DRY:-}" ]; then echo "$ $*" >&3; else "$@"; fi; }
+
+if [ "$PHASE" = run ]; then
+  sets=()
+  IFS=',' read -r -a kv <<< "$FOX_SETS"
+  for s in "${kv[@]}"; do [ -n "$s" ] && sets+=(--set "$s"); done
+  run env OUT= WAIT=$((WAIT - (SECONDS - T0))) bash benchmarks/milo_gpu.sh --out "$RUNS" --only fox "${sets[@]}"
+  [ -z "${DRY:-}" ] && tail -3 "$RUNS/fox.log"
+  echo "phase run: $((SECONDS - T0)) s"
+  exit 0
+fi
+
+[ "$PHASE" = replay ] || { echo "PHASE must be run or replay, got $PHASE" >&2; exit 2; }
+: "${OUT:?OUT must be set (the device tool output folder)}"
+mkdir -p "$OUT/replay_img"
+if [ -z "${DRY:-}" ]; then
+  while [ ! -f "$RUNS/milo_results.json" ] && [ $((SECONDS - T0)) -lt $((WAIT / 2)) ]; do sleep 3; done
+  [ -f "$RUNS/milo_results.json" ] || echo "the fox run has not finished after $((SECONDS - T0)) s; replaying anyway"
+  OUT=$OUT COLLECT=1 bash benchmarks/milo_gpu.sh --out "$RUNS" > "$OUT/pack_run.log" 2>&1
+fi
+i=0
+IFS=';' read -r -a groups <<< "$REPLAY_SETS"
+[ ${#groups[@]} -eq 0 ] && groups=("")
+for g in "${groups[@]}"; do
+  args=()
+  IFS=',' read -r -a kv <<< "$g"
+  for s in "${kv[@]}"; do [ -n "$s" ] && args+=(--set "$s"); done
+  for v in $REPLAY_VARIANTS; do args+=(--variant "$v"); done
+  left=$((WAIT - 40 - (SECONDS - T0)))
+  [ $left -gt 20 ] || { echo "no time left for replay $i ($g)"; break; }
+  run timeout $left python3 benchmarks/photo_refine_replay.py "$RUNS/fox" --device cuda "${args[@]}" \
+    --images "$OUT/replay_img" --image-views all --json "$OUT/replay_$i.json" > "$OUT/replay_$i.log" 2>&1
+  [ -z "${DRY:-}" ] && grep -v "^tsdf\|^milo" "$OUT/replay_$i.log" | tail -4
+  i=$((i + 1))
+done
+left=$((WAIT - 20 - (SECONDS - T0)))
+[ $left -gt 20 ] && run timeout $left python3 benchmarks/milo_fox_gap.py "$RUNS/fox" --device cuda --json "$OUT/gap.json" \
+  > "$OUT/gap.log" 2>&1
+if [ -z "${DRY:-}" ]; then
+  python3 - "$OUT/replay_img" <<'PY'
+import sys
+from pathlib import Path
+from PIL import Image
+for f in Path(sys.argv[1]).glob("*.png"):
+    Image.open(f).convert("RGB").save(f.with_suffix(".jpg"), quality=85)
+    f.unlink()
+PY
+  tar czf "$OUT/replay_img.tgz" -C "$OUT" replay_img && rm -rf "$OUT/replay_img"
+  ls -la "$OUT"
+fi
+echo "phase replay: $((SECONDS - T0)) s"
