@@ -192,7 +192,17 @@ class MiloConfig(GaussiansConfig):
     across the view) never (:func:`meshlift.mesh.fill.fill_holes` ``skip_rims``); 0 = off. Measured on the CPU
     quick fox re-fused at 64 / 128 / 256 cells a side (2026-12-06; 64 edges before): 20.37 -> 20.34, 19.39 ->
     20.08 (empty test pixels 1.77 -> 0.26 %), 10.93 -> 13.08 dB; at 128 with no rim guard and 4096 edges 11.35 dB.
-    The H200 fox's whole-scene mesh left 309 loops open at 64 edges (prediction: +0.2-0.6 dB there, unmeasured)."""
+    The H200 fox's whole-scene mesh left 309 loops open at 64 edges (prediction: +0.2-0.6 dB there); the H100 fox
+    of session 25 with 4096 scored 19.19 dB unrefined against session 24's 19.65 with 64, all of it in one test
+    view (cause not separated from the run-to-run difference: benchmarks/results/2026-12-06_session25_device.md)."""
+    scene_fill_method: str = "fan"
+    """How the whole-scene mesh's loops of more than 3 edges are closed (:func:`meshlift.mesh.fill.fill_holes`
+    ``method``): ``fan`` = triangles around a new vertex at the loop's centroid; ``ear`` = ear clipping, the
+    shortest new edge first, no new vertex (a long curved crack is zipped across its width; a fan throws
+    triangles over the surface beside it). Measured on the CPU quick fox re-fused (2026-12-06, session 25;
+    `photo_refine_replay.py --set scene_fill_method=ear`, 4096 edges): 64 / 128 / 256 cells a side 20.52 -> 20.52,
+    20.17 -> 20.23, 9.15 -> 9.13 dB: no difference at that size; the device replay is to come
+    (`benchmarks/milo_fox_session.sh`), so ``fan`` stays the default."""
     region: str = "auto"
     """Fusion region: ``auto`` = ``object`` for a mesh input or a capture with masks, else ``scene``; ``scene`` = everything the
     cameras see (the box around the cameras and the object at full resolution, the rest of space contracted
@@ -346,7 +356,7 @@ SHAPE_FIELDS = ("sh_degree", "data", "num_pivots", "mesh_res_scale", "ref_views"
 _CHOICES = {"imp_metric": ("indoor", "outdoor"), "extract": ("tsdf", "delaunay"), "surface_depth": ("median_plane", "plane", "median"),
             "region": ("auto", "scene", "object"), "ref_scene": ("object", "ground"),
             "raster_backend": ("auto", "torch", "triton"), "tsdf_unseen": ("inside", "unknown"),
-            "scene_contraction": ("inverse", "log")}
+            "scene_contraction": ("inverse", "log"), "scene_fill_method": ("fan", "ear")}
 _UNIT = ("sampling_factor", "prune_cdf", "sdf_reset_blend")
 _NONNEG = ("floor_snap", "scene_voxel_pixels", "depth_consistency_views", "depth_consistency_tol", "flatten_weight", "tsdf_trunc_pixels", "scene_trunc_pixels", "tsdf_trunc_voxels", "tsdf_trunc_spread", "tsdf_min_views", "trunc_pixels", "depth_normal_weight", "multiview_weight", "mesh_depth_weight", "mesh_normal_weight", "occupied_centres_weight",
            "occupancy_label_weight", "keep_components", "min_component_faces", "color_depth_tol", "scene_color_power", "mesh_res_scale",

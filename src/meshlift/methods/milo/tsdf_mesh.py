@@ -344,7 +344,8 @@ def fused_mesh(cfg, depths: torch.Tensor, problem, region: FusionRegion, resolut
                         "keep_components / min_component_faces or train longer")
     max_edges = cfg.scene_fill_hole_edges if region.contract else cfg.fill_hole_edges
     if max_edges > 0:
-        mesh, frep = fill_holes(mesh, max_edges=max_edges, skip_rims=region.contract)
+        mesh, frep = fill_holes(mesh, max_edges=max_edges, skip_rims=region.contract,
+                                method=cfg.scene_fill_method if region.contract else "fan")
         report["holes"] = {"loops": frep.loops, "filled": frep.filled, "left_open": frep.skipped_large,
                            "rims_left_open": frep.skipped_rims, "largest_filled": frep.largest_filled,
                            "faces_added": frep.faces_added}
