@@ -8,6 +8,9 @@
 #       --schedule-scale 0.4 --set time_budget_s=300
 #   COLLECT=1 bash benchmarks/milo_gpu.sh --out runs/milo        # a later call: collect only
 #
+# FLOOR=1 (with OUT): before packing, benchmarks/floor_snap_rerun.py on every finished `_ground` case's checkpoint
+# (FLOOR_RULES, default `new standing nosnap`; results $OUT/floor_CASE.json, logs in the run folder's logs.tgz).
+#
 # Wheels the device image lacks (trimesh, xatlas, fast-simplification, pypng) are installed from .whl/ when it
 # exists (python3 -m pip download ... -d .whl, see the device tool's notes). Lesson of session 14: a call that
 # ends at its time limit returns nothing unless the results were copied before: hence WAIT < the call's limit.
@@ -31,6 +34,17 @@ if [ -z "${COLLECT:-}" ]; then
   pid=$!
   while kill -0 $pid 2>/dev/null && [ $((SECONDS - T0)) -lt ${WAIT:-520} ]; do sleep 5; done
   kill -0 $pid 2>/dev/null && echo "still running after $((SECONDS - T0)) s (collect later with COLLECT=1)"
+fi
+if [ -n "${OUT:-}" ] && [ -n "${FLOOR:-}" ]; then
+  # FLOOR=1: the floor rules replayed on each finished `_ground` case's checkpoint before the machine goes back
+  # (benchmarks/floor_snap_rerun.py; session 25: the bunny's floor, rejected in one run, was worth +0.12 F in another)
+  for d in "$outdir"/*ground*/; do
+    n=$(basename "$d")
+    [ -f "$d/metrics.json" ] && [ -f "$d/checkpoint.pt" ] || continue
+    timeout ${FLOOR_TIMEOUT:-200} python3 benchmarks/floor_snap_rerun.py "$d" --device cuda --rules ${FLOOR_RULES:-new standing nosnap} \
+      --json "$OUT/floor_$n.json" > "$outdir/floor_$n.log" 2>&1 &
+  done
+  wait
 fi
 if [ -n "${OUT:-}" ]; then
   # at most 8 files of 16 MB come back: metrics in one archive, images as small JPEGs (first two mesh renders
