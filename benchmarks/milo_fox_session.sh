@@ -19,9 +19,9 @@ T0=$SECONDS
 PHASE=${PHASE:-run}
 WAIT=${WAIT:-560}
 RUNS=${RUNS:-runs/fox}
-FOX_SETS=${FOX_SETS:-scene_contraction=log}
-REPLAY_SETS=${REPLAY_SETS:-";scene_fill_hole_edges=64;scene_fill_method=ear"}
-REPLAY_VARIANTS=${REPLAY_VARIANTS:-"base:photo_refine_steps=0 cw:"}
+FOX_SETS=${FOX_SETS-scene_contraction=log}
+REPLAY_SETS=${REPLAY_SETS-";scene_fill_hole_edges=64;scene_fill_method=ear"}
+REPLAY_VARIANTS=${REPLAY_VARIANTS-"base:photo_refine_steps=0 cw:"}
 export MESHLIFT_SHARED_DATA=${DATA:-$PWD/.devrun/data}
 if [ -d .whl ] && [ ! -d /tmp/site/trimesh ] && [ -z "${DRY:-}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
@@ -33,8 +33,8 @@ run() { if [ -n "${DRY:-}" ]; then echo "$ $*" >&3; else "$@"; fi; }
 if [ "$PHASE" = run ]; then
   sets=()
   IFS=',' read -r -a kv <<< "$FOX_SETS"
-  for s in "${kv[@]}"; do [ -n "$s" ] && sets+=(--set "$s"); done
-  run env OUT= WAIT=$((WAIT - (SECONDS - T0))) bash benchmarks/milo_gpu.sh --out "$RUNS" --only fox "${sets[@]}"
+  for s in ${kv[@]+"${kv[@]}"}; do [ -n "$s" ] && sets+=(--set "$s"); done
+  run env OUT= WAIT=$((WAIT - (SECONDS - T0))) bash benchmarks/milo_gpu.sh --out "$RUNS" --only fox ${sets[@]+"${sets[@]}"}
   [ -z "${DRY:-}" ] && tail -3 "$RUNS/fox.log"
   echo "phase run: $((SECONDS - T0)) s"
   exit 0
@@ -54,11 +54,11 @@ IFS=';' read -r -a groups <<< "$REPLAY_SETS"
 for g in "${groups[@]}"; do
   args=()
   IFS=',' read -r -a kv <<< "$g"
-  for s in "${kv[@]}"; do [ -n "$s" ] && args+=(--set "$s"); done
+  for s in ${kv[@]+"${kv[@]}"}; do [ -n "$s" ] && args+=(--set "$s"); done
   for v in $REPLAY_VARIANTS; do args+=(--variant "$v"); done
   left=$((WAIT - 40 - (SECONDS - T0)))
   [ $left -gt 20 ] || { echo "no time left for replay $i ($g)"; break; }
-  run timeout $left python3 benchmarks/photo_refine_replay.py "$RUNS/fox" --device cuda "${args[@]}" \
+  run timeout $left python3 benchmarks/photo_refine_replay.py "$RUNS/fox" --device cuda ${args[@]+"${args[@]}"} \
     --images "$OUT/replay_img" --image-views all --json "$OUT/replay_$i.json" > "$OUT/replay_$i.log" 2>&1
   [ -z "${DRY:-}" ] && grep -v "^tsdf\|^milo" "$OUT/replay_$i.log" | tail -4
   i=$((i + 1))

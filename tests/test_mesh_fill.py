@@ -269,3 +269,27 @@ def test_ear_fill_closes_a_cube_with_its_volume_and_rejects_an_unknown_method():
     assert is_watertight(out.t_pos_idx.numpy()) and signed_volume(out) == pytest.approx(1.0)
     with pytest.raises(MeshError, match="method"):
         fill_holes(m, method="liepa")
+
+
+def test_ear_fill_never_cuts_a_reflex_corner_or_an_existing_edge():
+    """A staircase hole (review of session 25): cutting its reflex corner would lay a triangle over a kept face,
+    giving an edge three faces; the ear fill skips such ears (and falls back to the fan only if none is left)."""
+    n = 7
+    ij = np.stack(np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij"), -1).reshape(-1, 2)
+    v = np.concatenate([ij.astype(np.float64), np.zeros((len(ij), 1))], 1)
+    removed = {(2, 2), (2, 3), (3, 2), (3, 3), (4, 3), (4, 4)}
+    faces = []
+    for i in range(n):
+        for j in range(n):
+            if (i, j) in removed:
+                continue
+            a, b, c, d = i * (n + 1) + j, (i + 1) * (n + 1) + j, (i + 1) * (n + 1) + j + 1, i * (n + 1) + j + 1
+            faces += [[a, b, c], [a, c, d]]
+    m = Mesh(torch.tensor(v, dtype=torch.float32), torch.tensor(faces, dtype=torch.int64))
+    out, rep = fill_holes(m, max_edges=64, skip_rims=True, method="ear")
+    assert rep.filled == 1 and rep.ear_fallbacks == 0 and rep.vertices_added == 0
+    _, counts = edge_face_counts(out.t_pos_idx.numpy())
+    assert int(counts.max()) == 2 and border_edges(out) == 4 * n and _oriented(out)
+    tri = out.v_pos.double()[out.t_pos_idx[m.num_faces:]]
+    area = 0.5 * torch.linalg.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]).norm(dim=1)
+    assert float(area.sum()) == pytest.approx(len(removed))  # exactly the hole: no triangle over the kept cells

@@ -192,8 +192,8 @@ def test_fit_floor_plane_and_bad_input():
 
 def test_standing_rule_accepts_a_floor_under_a_bulky_object_and_not_points_below():
     """A sphere-like body fills the lowest third of the height range: the floor band holds 1/4 of the lowest points
-    ("lowest" rejects) but all of those not standing above it ("standing" accepts); a layer of points under the
-    plane counts against it under both rules."""
+    ("lowest" rejects) but all of those not standing above it ("standing" accepts); under "standing" a layer of
+    points under the plane counts against it."""
     g = torch.Generator().manual_seed(1)
     xz = torch.rand(600, 2, generator=g, dtype=D) * 2 - 1
     floor = torch.stack([xz[:, 0], 0.005 * torch.randn(600, generator=g, dtype=D), xz[:, 1]], -1)

@@ -11,8 +11,9 @@
   fill face runs along its border edge opposite to the face on the other side, so it is wound like the faces
   around the hole (counter-clockwise seen from outside for an outward mesh, docs/conventions.md §3), and a
   closed mesh with a hole becomes closed again. ``method="ear"`` triangulates a longer loop without a new vertex
-  instead: ear clipping that always cuts the ear with the shortest new edge (the diagonal between its two loop
-  neighbours; a heap, O(n log n)), which zips a long thin crack shut across its width where a centroid fan
+  instead: ear clipping that always cuts the convex ear (against the loop's Newell normal) with the shortest new
+  edge that is not already a mesh edge (the diagonal between its two loop neighbours; a heap, O(n log n); the fan
+  when no such ear is left), which zips a long thin crack shut across its width where a centroid fan
   would throw triangles over the surface beside a curved crack (its centroid lies outside it). The new vertex of a
   fan gets the mean colour of the loop; per-corner
   UVs and normals get the loop corners' own indices and one new entry for the centre (their mean); a face
@@ -27,6 +28,8 @@ Nothing here removes faces or moves existing vertices; new vertices and faces ar
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+
+import math
 
 import numpy as np
 import torch
@@ -52,6 +55,8 @@ class FillReport:
     """Loops left open because they pass no vertex of ``only_near``."""
     skipped_rims: int = 0
     """Loops left open as their component's longest (``skip_rims``)."""
+    ear_fallbacks: int = 0
+    """``method="ear"``: loops closed by the fan instead, :func:`ear_clip` finding no ear it may cut."""
     faces_added: int = 0
     vertices_added: int = 0
     largest_filled: int = 0
@@ -197,40 +202,54 @@ def _rim_loops(F: np.ndarray, pieces: list, num_vertices: int) -> set:
 FILL_METHODS = ("fan", "ear")
 
 
-def ear_clip(points: np.ndarray) -> list[tuple[int, int, int]]:
-    """Triangulate a closed polygon (3D, any shape) by clipping, each time, the ear whose new edge is shortest.
+def ear_clip(points: np.ndarray, is_edge=None) -> list[tuple[int, int, int]] | None:
+    """Triangulate a closed polygon (3D) by clipping, each time, the convex ear whose new edge is shortest.
 
     Args:
         points: ``[n, 3]`` float positions of the loop's vertices in loop order, ``n >= 3``.
+        is_edge: optional ``(i, j) -> bool`` on loop indices: True when the new edge ``i–j`` already exists (in
+            the mesh around the hole): such an ear would give that edge a third face, and is not cut.
 
     Returns:
-        ``n - 2`` triangles as index triples into ``points``, each ``(prev, ear, next)`` in loop order (the
-        caller reverses them to wind against the faces beside the hole). No new vertex; every loop edge is used
-        once. A thin crack is zipped across its width (its shortest diagonals); no test against the polygon's
-        other edges, so a strongly self-overlapping loop may get overlapping triangles.
+        ``n - 2`` triangles as index triples into ``points``, each ``(prev, ear, next)`` in loop order (the caller
+        reverses them to wind against the faces beside the hole), or None when at some point no ear may be cut
+        (every remaining corner reflex against the loop's Newell normal or closing an existing edge: the caller
+        falls back to the fan). No new vertex; a thin crack is zipped across its width. Not tested against the
+        polygon's other edges, so a strongly self-overlapping loop may still get overlapping triangles.
     """
     import heapq
 
     n = len(points)
     if n < 3:
         return []
+    P = np.asarray(points, dtype=np.float64)
+    normal = np.cross(P, np.roll(P, -1, axis=0)).sum(0)  # Newell: the loop's area vector
+    scale = float(np.linalg.norm(normal))
     prev = np.roll(np.arange(n), 1).tolist()
     nxt = np.roll(np.arange(n), -1).tolist()
-    P = np.asarray(points, dtype=np.float64)
     version = [0] * n
     alive = [True] * n
 
     def cost(i: int) -> float:
-        return float(np.linalg.norm(P[prev[i]] - P[nxt[i]]))
+        a, b = prev[i], nxt[i]
+        if scale > 0 and float(np.dot(np.cross(P[i] - P[a], P[b] - P[i]), normal)) < -1e-12 * scale:
+            return math.inf  # reflex: the ear's triangle would lie outside the hole
+        if is_edge is not None and is_edge(a, b):
+            return math.inf
+        return float(np.linalg.norm(P[a] - P[b]))
 
     heap = [(cost(i), i, 0) for i in range(n)]
     heapq.heapify(heap)
     tris: list[tuple[int, int, int]] = []
     left = n
-    while left > 3 and heap:
-        _, i, ver = heapq.heappop(heap)
+    while left > 3:
+        if not heap:
+            return None
+        c, i, ver = heapq.heappop(heap)
         if not alive[i] or ver != version[i]:
             continue
+        if c == math.inf:
+            return None
         a, b = prev[i], nxt[i]
         tris.append((a, i, b))
         alive[i] = False
@@ -239,10 +258,8 @@ def ear_clip(points: np.ndarray) -> list[tuple[int, int, int]]:
         for j in (a, b):
             version[j] += 1
             heapq.heappush(heap, (cost(j), j, version[j]))
-    rest = [i for i in range(n) if alive[i]]
-    if len(rest) == 3:
-        i = rest[0]
-        tris.append((prev[i], i, nxt[i]))
+    i = next(k for k in range(n) if alive[k])
+    tris.append((prev[i], i, nxt[i]))
     return tris
 
 
@@ -285,6 +302,15 @@ def fill_holes(mesh: Mesh, *, max_edges: int = 0, only_near: np.ndarray | None =
     pieces = [p for lp in raw for p in split_loop(lp)]
     rep.loops = len(pieces)
     rims = _rim_loops(F, pieces, V) if skip_rims and pieces else set()
+    has_edge = None
+    if method == "ear" and pieces:  # the mesh's edges as sorted keys (an ear must not close an existing edge)
+        e = np.sort(np.concatenate([F[:, [0, 1]], F[:, [1, 2]], F[:, [2, 0]]]), axis=1)
+        keys = np.unique(e[:, 0] * np.int64(V) + e[:, 1])
+
+        def has_edge(u: int, w: int) -> bool:
+            k = min(u, w) * V + max(u, w)
+            at = int(np.searchsorted(keys, k))
+            return at < len(keys) and int(keys[at]) == k
     P = mesh.v_pos.detach().cpu().double().numpy()
     col = None if mesh.v_color is None else mesh.v_color.detach().cpu().double().numpy()
     FT = None if mesh.t_tex_idx is None else mesh.t_tex_idx.cpu().numpy()
@@ -313,13 +339,17 @@ def fill_holes(mesh: Mesh, *, max_edges: int = 0, only_near: np.ndarray | None =
         # each border edge's face and whether that face runs along it as the loop does (then the fill runs back)
         along = [edge_face[(lp[i], lp[(i + 1) % n])] for i in range(n)]
         faces_of = [t for t, _ in along]
+        ears = None
+        if n > 3 and method == "ear":
+            ears = ear_clip(P[lp], is_edge=lambda a, c, lp=lp: has_edge(lp[a], lp[c]))
+            rep.ear_fallbacks += ears is None
         if n == 3:
             centre = None
             tris = [lp[::-1] if sum(fwd for _, fwd in along) >= 2 else list(lp)]
-        elif method == "ear":  # the faces run along the loop (most edges): the fill runs against it
+        elif ears is not None:  # the faces run along the loop (most edges): the fill runs against it
             centre = None
             back = 2 * sum(fwd for _, fwd in along) >= n
-            tris = [[lp[c], lp[b], lp[a]] if back else [lp[a], lp[b], lp[c]] for a, b, c in ear_clip(P[lp])]
+            tris = [[lp[c], lp[b], lp[a]] if back else [lp[a], lp[b], lp[c]] for a, b, c in ears]
         else:
             centre = V + len(new_p)
             new_p.append(P[lp].mean(0))

@@ -359,7 +359,8 @@ def check_pass_time(deadline, budget_s: float, what: str, knob: str = "time_budg
     c = deadline.costs() if callable(deadline.costs) else deadline.costs
     reserve = deadline.n_between * max(0.0, c.between_s) + max(0.0, c.final_s)
     left = max(0.0, deadline.t_end - now)
-    suggest = math.ceil((reserve + 4 * need) / 60.0) * 60
+    spent = max(0.0, float(budget_s) - left)  # loading and set-up before the pass count against the budget too
+    suggest = math.ceil((spent + reserve + 4 * need) / 60.0) * 60
     raise ConfigError(
         f"{knob}={budget_s:g} leaves {max(0.0, avail):.0f} s for {what} (a run needs at least {need:.0f} s): the "
         f"stages after it are estimated at {reserve:.0f} s on this device (the estimate is conservative; "

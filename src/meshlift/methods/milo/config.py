@@ -200,8 +200,9 @@ class MiloConfig(GaussiansConfig):
     ``method``): ``fan`` = triangles around a new vertex at the loop's centroid; ``ear`` = ear clipping, the
     shortest new edge first, no new vertex (a long curved crack is zipped across its width; a fan throws
     triangles over the surface beside it). Measured on the CPU quick fox re-fused (2026-12-06, session 25;
-    `photo_refine_replay.py --set scene_fill_method=ear`, 4096 edges): 64 / 128 / 256 cells a side 20.52 -> 20.52,
-    20.17 -> 20.23, 9.15 -> 9.13 dB: no difference at that size; the device replay is to come
+    `photo_refine_replay.py --set scene_fill_method=ear`, 4096 edges): 64 / 128 cells a side 20.52 -> 20.52,
+    20.17 -> 20.17 dB (a first version that could cut reflex corners: 20.23; 256 cells 9.15 -> 9.13): no
+    difference at that size; the device replay is to come
     (`benchmarks/milo_fox_session.sh`), so ``fan`` stays the default."""
     region: str = "auto"
     """Fusion region: ``auto`` = ``object`` for a mesh input or a capture with masks, else ``scene``; ``scene`` = everything the
