@@ -376,7 +376,7 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
         where = "training (surface-aligned Gaussians)" if tsdf else "training (Gaussians + mesh in the loop)"
         costs = budget_costs(cfg, problem, device, None if tsdf else reg, known_truth=gt_mesh is not None)
         deadline = budget.deadline("train", costs)
-        if checkpoint is None:  # a fresh run: refuse a budget that leaves training no time (a resume may be done)
+        if checkpoint is None or int(checkpoint.get("step", 0)) < cfg.steps:  # training to do: it must get time
             check_pass_time(deadline, cfg.time_budget_s, "training")
         trainer.train(checkpoint=checkpoint, deadline=deadline)
         state = trainer.state
