@@ -336,6 +336,10 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
             from meshlift.methods.milo.tsdf_mesh import check_bbox
 
             check_bbox(cfg, problem)  # before training: a box no camera sees is an error now, not in 10 minutes
+        if checkpoint is None or int(checkpoint.get("step", 0)) < cfg.steps:  # training to do: it must get time
+            check_pass_time(budget.deadline("train", budget_costs(cfg, problem, device, None,
+                                                                  known_truth=gt_mesh is not None)),
+                            cfg.time_budget_s, "training")  # before the output folder is written
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             if overwrite and not resume:
@@ -375,10 +379,7 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
         trainer.preview = _preview_writer(out, problem, cfg, device, trainer, reg)
         where = "training (surface-aligned Gaussians)" if tsdf else "training (Gaussians + mesh in the loop)"
         costs = budget_costs(cfg, problem, device, None if tsdf else reg, known_truth=gt_mesh is not None)
-        deadline = budget.deadline("train", costs)
-        if checkpoint is None or int(checkpoint.get("step", 0)) < cfg.steps:  # training to do: it must get time
-            check_pass_time(deadline, cfg.time_budget_s, "training")
-        trainer.train(checkpoint=checkpoint, deadline=deadline)
+        trainer.train(checkpoint=checkpoint, deadline=budget.deadline("train", costs))
         state = trainer.state
         where = "mesh extraction"
         t_ex = time.perf_counter()
