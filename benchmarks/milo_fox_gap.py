@@ -109,6 +109,16 @@ def scene_mesh(run: Path, cfg, problem, params, settings, dev, overrides: dict):
     return colored, rep
 
 
+def render_with_empty(mesh, views, dev, bg: torch.Tensor, indices=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(render on bg [V, H, W, 3], empty [V, H, W] bool)``: the mesh rendered on ``bg`` and on its opposite; a
+    pixel whose colour follows the background is one the mesh leaves empty."""
+    from meshlift.methods.milo.reconstruct import render_mesh_views
+
+    img = render_mesh_views(mesh, views, dev, bg, indices=indices)
+    other = render_mesh_views(mesh, views, dev, 1.0 - bg, indices=indices)
+    return img, (img - other).abs().amax(-1) > 0.5
+
+
 def run_inputs(run: Path, dev, overrides: dict, indices=None):
     """What a replay of a finished capture run needs: ``(cfg with overrides, problem, params, settings, whole-scene
     mesh, its report, Gaussian renders and targets of the test views ``indices`` (None: all), background, near)``."""
@@ -149,8 +159,7 @@ def main() -> int:
     H, W = test.height, test.width
     tol = cfg.color_depth_tol * problem.scene_scale
     which = list(range(len(test))) if args.views is None else args.views
-    mesh_img = render_mesh_views(mesh, test, dev, bg, indices=which)
-    mesh_img_k = render_mesh_views(mesh, test, dev, 1.0 - bg, indices=which)
+    mesh_img, mesh_empty = render_with_empty(mesh, test, dev, bg, indices=which)
     tdepth = mesh_depth_all(mesh, test, dev, chunk_views=2, max_fragments=None)[which].cpu()
     train_depth = mesh_depth_all(mesh, train, dev, chunk_views=cfg.mesh_chunk_views, max_fragments=None)
     lo, hi = (torch.tensor(x) for x in rep["roi_box"])
@@ -160,7 +169,7 @@ def main() -> int:
         n = H * W
         se_m = ((m - t) ** 2).mean(-1)  # [H, W] per-pixel mean over channels
         se_g = ((g - t) ** 2).mean(-1)
-        empty = (mesh_img[j] - mesh_img_k[j]).abs().amax(-1) > 0.5
+        empty = mesh_empty[j]
         d = tdepth[j]
         edge = _edges(d, args.edge_rel) & ~empty
         pts = _backproject(d, test.world_to_camera[i], test.K[i])

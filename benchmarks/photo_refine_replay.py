@@ -2,11 +2,10 @@
 
 Reads OUT/checkpoint.pt and OUT/config.json of ``meshlift reconstruct CAPTURE --method milo --out OUT`` (a capture
 without masks: the fox), re-extracts the *unrefined* whole-scene mesh exactly as the run does
-(``milo_fox_gap.scene_mesh``, cached in OUT/gap_scene_<key>.pt), then for each variant runs
-:func:`meshlift.methods.milo.photo_refine.photometric_refine` with the run's ``photo_refine_*`` settings changed by
-the variant, colours the result as the run does (re-fused from the refined surface unless the colour term fitted
-them) and renders the test views. Prints mesh PSNR per test view and the mean, beside the Gaussians'; ``--json``
-writes them.
+(``milo_fox_gap.scene_mesh``, cached in OUT/gap_scene_<key>.pt), then for each variant refines it with the run's
+``photo_refine_*`` settings changed by the variant, as the run does (:func:`meshlift.methods.milo.tsdf_mesh.refined`:
+colours fused again from the refined surface unless the colour term fitted them), and renders the test views.
+Prints mesh PSNR per test view and the mean, beside the Gaussians'; ``--json`` writes them.
 
     PYTHONPATH=src python benchmarks/photo_refine_replay.py /tmp/cpu/fox --device cpu \\
         --variant base:photo_refine_steps=0 --variant default: --variant smooth300:photo_refine_smooth=300
@@ -47,10 +46,9 @@ def main() -> int:
     args = ap.parse_args()
     from meshlift.methods.gaussians.evaluate import image_metrics
     from meshlift.methods.milo.config import apply_dict
-    from meshlift.methods.milo.photo_refine import PhotoRefineSettings, photometric_refine
-    from meshlift.methods.milo.reconstruct import render_mesh_views
-    from meshlift.methods.milo.tsdf_mesh import vertex_colors
-    from milo_fox_gap import run_inputs
+    from meshlift.methods.engine import Monitor
+    from meshlift.methods.milo.tsdf_mesh import refined
+    from milo_fox_gap import render_with_empty, run_inputs
 
     dev = torch.device(args.device)
     extract_over = dict(kv.split("=", 1) for kv in args.set)
@@ -66,36 +64,34 @@ def main() -> int:
         rows["raster_compare"] = {}
         for be in ["torch"] + (["triton"] if dev.type == "cuda" else []):
             with use_kernels(raster=be):
-                w, k = render_mesh_views(mesh, test, dev, torch.ones(3)), render_mesh_views(mesh, test, dev, torch.zeros(3))
-            e = ((w - k).abs().amax(-1) > 0.5).float()[:, None]
+                w, empty = render_with_empty(mesh, test, dev, bg)
+            e = empty.float()[:, None]
             iso = (e > 0) & (torch.nn.functional.avg_pool2d(e, 3, 1, 1) * 9 <= 1.01)
-            m = image_metrics(w if bg[0] > 0 else k, targets, with_lpips=False)
+            m = image_metrics(w, targets, with_lpips=False)
             rows["raster_compare"][be] = {"empty": float(e.mean()), "isolated": int(iso.sum()), "psnr": m["psnr"]}
             print(f"raster {be}: empty {100 * float(e.mean()):.3f} % of the test pixels, {int(iso.sum())} isolated, "
                   f"mesh {m['psnr']:.2f} dB", flush=True)
+    picks = range(len(test)) if args.image_views == "all" else [int(i) for i in args.image_views.split(",")]
+    tag = "" if not args.set else "_" + "_".join(kv.replace("=", "") for kv in args.set)
     for spec in args.variant or ["base:photo_refine_steps=0", "default:"]:
         label, _, kvs = spec.partition(":")
         over = dict(kv.split("=", 1) for kv in kvs.split(",") if kv)
         c = apply_dict(cfg, over) if over else cfg
         t0 = time.perf_counter()
         out, r = mesh, {"steps": 0}
-        if c.photo_refine_steps > 0:
-            out, r = photometric_refine(mesh, problem.train, dev, PhotoRefineSettings.from_config(c), label=label)
-            if not r["colors_fitted"]:
-                out, _ = vertex_colors(c, out, problem, dev)
-        img = render_mesh_views(out, test, dev, bg)
+        if c.photo_refine_steps > 0:  # as the run does: refined, colours fused again unless the colour term fitted them
+            out, r = refined(c, mesh, problem, dev, Monitor(), None, None, label=label)
+        img, empty_px = render_with_empty(out, test, dev, bg)
         m = image_metrics(img, targets, with_lpips=False)
         if args.images is not None:
             from meshlift.io.images import write_image
 
             args.images.mkdir(parents=True, exist_ok=True)
-            picks = range(len(img)) if args.image_views == "all" else [int(i) for i in args.image_views.split(",")]
             for i in picks:
-                tag = "" if not args.set else "_" + "_".join(kv.replace("=", "") for kv in args.set)
                 write_image(args.images / f"{label}{tag}_{test.names[i]}.png", img[i])
                 if not (args.images / f"target_{test.names[i]}.png").exists():
                     write_image(args.images / f"target_{test.names[i]}.png", targets[i])
-        empty = float(((img - render_mesh_views(out, test, dev, 1.0 - bg)).abs().amax(-1) > 0.5).float().mean())
+        empty = float(empty_px.float().mean())
         rows[label] = {"settings": over, "empty_pixels": empty, "psnr": m["psnr"], "ssim": m["ssim"], "psnr_per_view": m["psnr_per_view"],
                        "refine": {k: v for k, v in r.items() if isinstance(v, (int, float, str, bool))},
                        "seconds": time.perf_counter() - t0}

@@ -89,6 +89,17 @@ def test_object_run_writes_a_scored_textured_asset(sphere, tmp_path):
     assert float((s[:, 0] / s[:, 1]).median()) < 0.9
 
 
+def test_asset_refinement_refines_what_is_exported_and_scored(sphere, tmp_path):
+    """``photo_refine_asset``: the asset's geometry is refined before its bake, and that refined asset is the
+    exported and scored mesh (``mesh_report.asset_refine``)."""
+    problem, gt = sphere
+    r = reconstruct(_tiny(photo_refine_asset=True, photo_refine_steps=4, render_test=False), tmp_path / "run",
+                    problem=problem, gt_mesh=gt)
+    ref = r.metrics["mesh_report"]["asset_refine"]
+    assert ref["steps"] == 4 and ref["colors_fitted"] and r.metrics["fscore"] is not None
+    assert r.mesh.v_pos.shape[0] == r.metrics["vertices"] and r.metrics["faces"] > 0
+
+
 def _ground_problem(size=48, n_train=16, n_test=2):
     from meshlift.data.synthetic_scene import make_synthetic_scene
     from meshlift.methods.gaussians.views import STORE_DTYPE, SplatProblem, SplatViews

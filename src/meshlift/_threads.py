@@ -61,13 +61,13 @@ def free_cores() -> int:
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
     try:
-        load = float(int(os.getloadavg()[0]))
+        load = int(os.getloadavg()[0])
     except (AttributeError, OSError):
-        load = 0.0
+        load = 0
     now = _running_elsewhere()
     if now is not None:
-        load = min(load, float(now))
-    return max(1, min(cores, cores - int(load)))
+        load = min(load, now)
+    return max(1, min(cores, cores - load))
 
 
 def choose_num_threads(environ=None) -> tuple[int | None, str]:

@@ -182,17 +182,15 @@ def _corner_index(F: np.ndarray, idx: np.ndarray, face: int, vertex: int) -> int
     return int(idx[face, int(np.flatnonzero(F[face] == vertex)[0])])
 
 
-def _rim_loops(F: np.ndarray, pieces: list, num_vertices: int) -> set:
-    """Indices into ``pieces`` of each connected component's longest loop (its outer rim, when it is open)."""
-    import scipy.sparse as sp
-    from scipy.sparse.csgraph import connected_components
+def _rim_loops(F: np.ndarray, pieces: list, num_vertices: int, edge_face: dict) -> set:
+    """Indices into ``pieces`` of each connected component's longest loop (its outer rim, when it is open); a
+    loop's component is that of the face along its first edge (``edge_face`` of :func:`_border_cycles`)."""
+    from meshlift.mesh.clean import face_components  # (clean imports this module)
 
-    e = np.concatenate([F[:, [0, 1]], F[:, [1, 2]]])
-    adj = sp.coo_matrix((np.ones(len(e)), (e[:, 0], e[:, 1])), shape=(num_vertices, num_vertices))
-    _, label = connected_components(adj, directed=False)
+    _, label = face_components(F, num_vertices)
     best: dict = {}
     for i, lp in enumerate(pieces):
-        c = int(label[lp[0]])
+        c = int(label[edge_face[(lp[0], lp[1])][0]])
         if c not in best or len(lp) > len(pieces[best[c]]):
             best[c] = i
     return set(best.values())
@@ -301,7 +299,7 @@ def fill_holes(mesh: Mesh, *, max_edges: int = 0, only_near: np.ndarray | None =
     raw, edge_face = _border_cycles(F)
     pieces = [p for lp in raw for p in split_loop(lp)]
     rep.loops = len(pieces)
-    rims = _rim_loops(F, pieces, V) if skip_rims and pieces else set()
+    rims = _rim_loops(F, pieces, V, edge_face) if skip_rims and pieces else set()
     has_edge = None
     if method == "ear" and pieces:  # the mesh's edges as sorted keys (an ear must not close an existing edge)
         e = np.sort(np.concatenate([F[:, [0, 1]], F[:, [1, 2]], F[:, [2, 0]]]), axis=1)

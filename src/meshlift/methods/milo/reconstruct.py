@@ -336,10 +336,10 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
             from meshlift.methods.milo.tsdf_mesh import check_bbox
 
             check_bbox(cfg, problem)  # before training: a box no camera sees is an error now, not in 10 minutes
+        # the stages' costs (the tsdf path's for good; the Delaunay path's follow its mesh once it exists, below)
+        costs = budget_costs(cfg, problem, device, None, known_truth=gt_mesh is not None)
         if checkpoint is None or int(checkpoint.get("step", 0)) < cfg.steps:  # training to do: it must get time
-            check_pass_time(budget.deadline("train", budget_costs(cfg, problem, device, None,
-                                                                  known_truth=gt_mesh is not None)),
-                            cfg.time_budget_s, "training")  # before the output folder is written
+            check_pass_time(budget.deadline("train", costs), cfg.time_budget_s, "training")  # before out/ is written
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             if overwrite and not resume:
@@ -378,7 +378,8 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
         trainer.regularizer = reg
         trainer.preview = _preview_writer(out, problem, cfg, device, trainer, reg)
         where = "training (surface-aligned Gaussians)" if tsdf else "training (Gaussians + mesh in the loop)"
-        costs = budget_costs(cfg, problem, device, None if tsdf else reg, known_truth=gt_mesh is not None)
+        if not tsdf:
+            costs = budget_costs(cfg, problem, device, reg, known_truth=gt_mesh is not None)
         trainer.train(checkpoint=checkpoint, deadline=budget.deadline("train", costs))
         state = trainer.state
         where = "mesh extraction"

@@ -67,7 +67,7 @@ surface itself, and a surface is only made where views agree. The steps:
    photographs by differentiable rasterization (the surface is off along the *other* views' rays, step 5's
    decomposition); the unrefined mesh is still rendered for ``mesh_psnr_unrefined``. With
    ``photo_refine_asset`` the asset's geometry is refined the same way before its colours are fused and baked
-   (:func:`refined_geometry`), and that refined asset is what a known truth scores.
+   (:func:`refined_asset`), and that refined asset is what a known truth scores.
 7. **The asset** (:func:`object_asset`): the whole-scene mesh cut to the region of interest, closed at the cut
    (:func:`meshlift.mesh.crop.crop_mesh`), optionally without the support plane it stands on. Before its fusion the
    floor in the depth maps is flattened onto one plane (``floor_snap``, :mod:`meshlift.methods.milo.floor_depth`),
@@ -556,13 +556,18 @@ def refined(cfg, colored, problem, device, monitor, costs, budget, *, label: str
     return mesh, rep
 
 
-def refined_geometry(cfg, mesh, problem, device, monitor, costs, budget) -> tuple:
-    """``(mesh without colours, report)``: the asset's geometry after :func:`refined` (its colours are then fused
-    and baked from the refined surface by :func:`meshlift.methods.milo.extract.color_and_texture`)."""
+def refined_asset(cfg, asset, geometry, rep: dict, problem, device, monitor, costs, budget) -> tuple:
+    """``(asset, geometry)``: with ``photo_refine_asset`` (and steps), the asset's geometry after :func:`refined`,
+    without colours (they are then fused and baked from the refined surface by
+    :func:`meshlift.methods.milo.extract.color_and_texture`), as both: the refined asset is what is exported, so it
+    is what a known truth scores (``rep["asset_refine"]`` gets the report); else both unchanged."""
+    if not (cfg.photo_refine_steps > 0 and cfg.photo_refine_asset):
+        return asset, geometry
     if cfg.photo_refine_color_weight > 0:  # the colour term starts from the fused colours
-        mesh, _ = vertex_colors(cfg, mesh, problem, device)
-    out, rep = refined(cfg, mesh, problem, device, monitor, costs, budget, label="asset")
-    return dataclasses.replace(out, v_color=None), rep
+        asset, _ = vertex_colors(cfg, asset, problem, device)
+    out, rep["asset_refine"] = refined(cfg, asset, problem, device, monitor, costs, budget, label="asset")
+    out = dataclasses.replace(out, v_color=None)
+    return out, out
 
 
 def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, costs, budget, mesh_input: bool):
@@ -608,9 +613,7 @@ def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, cost
                                          cfg.tsdf_resolution, **kw)
         extra["region"] = region.to_dict()
         asset, rep["decimate"] = decimated(mesh, cfg.max_asset_faces, monitor)
-        if cfg.photo_refine_steps > 0 and cfg.photo_refine_asset:
-            asset, rep["asset_refine"] = refined_geometry(cfg, asset, problem, device, monitor, costs, budget)
-            mesh = asset  # the refined asset is what is exported, so it is what the known truth scores
+        asset, mesh = refined_asset(cfg, asset, mesh, rep, problem, device, monitor, costs, budget)
         colored, textured, crep = color_and_texture(cfg, asset, problem, device, monitor, costs, budget)
         return MeshProduct(colored, textured, textured, mesh, {**rep, **crep}, extra)
     masked = problem.train.alpha is not None
@@ -650,9 +653,7 @@ def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, cost
     else:
         asset = geometry = scene
     asset, rep["decimate"] = decimated(asset, cfg.max_asset_faces, monitor)
-    if cfg.photo_refine_steps > 0 and cfg.photo_refine_asset:
-        asset, rep["asset_refine"] = refined_geometry(cfg, asset, problem, device, monitor, costs, budget)
-        geometry = asset  # the refined asset is what is exported, so it is what a known truth scores
+    asset, geometry = refined_asset(cfg, asset, geometry, rep, problem, device, monitor, costs, budget)
     colored, textured, crep = color_and_texture(cfg, asset, problem, device, monitor, costs, budget)
     eval_mesh = scene_colored if scene_colored is not None else textured
     return MeshProduct(colored, textured, eval_mesh, geometry, {**rep, **crep}, extra, scene_colored=scene_colored,
