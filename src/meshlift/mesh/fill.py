@@ -185,9 +185,14 @@ def _corner_index(F: np.ndarray, idx: np.ndarray, face: int, vertex: int) -> int
 def _rim_loops(F: np.ndarray, pieces: list, num_vertices: int, edge_face: dict) -> set:
     """Indices into ``pieces`` of each connected component's longest loop (its outer rim, when it is open); a
     loop's component is that of the face along its first edge (``edge_face`` of :func:`_border_cycles`)."""
-    from meshlift.mesh.clean import face_components  # (clean imports this module)
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import connected_components
 
-    _, label = face_components(F, num_vertices)
+    # vertex components along the edges: not clean.face_components, since clean imports this module
+    e = np.concatenate([F[:, [0, 1]], F[:, [1, 2]]])
+    _, vlabel = connected_components(sp.coo_matrix((np.ones(len(e)), (e[:, 0], e[:, 1])),
+                                                   shape=(num_vertices, num_vertices)), directed=False)
+    label = vlabel[F[:, 0]]  # each face's component
     best: dict = {}
     for i, lp in enumerate(pieces):
         c = int(label[edge_face[(lp[0], lp[1])][0]])
