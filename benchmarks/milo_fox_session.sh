@@ -9,7 +9,8 @@
 # PHASE=run starts `milo_results.py --only fox` (FOX_SETS, default `scene_contraction=log`) in its own process
 # session and waits up to WAIT seconds; the run keeps going when the call ends. PHASE=replay waits for the run to
 # finish, then on runs/fox/fox: `photo_refine_replay.py` once per REPLAY_SETS entry (';'-separated `--set` lists,
-# default: the run's own extraction, then `scene_fill_hole_edges=64`, then `scene_fill_method=ear`; a group that
+# default: the run's own extraction, then `scene_fill_hole_edges=64`, `scene_fill_see_through=2` (fills the views
+# see through left open), `scene_fill_method=ear`; a group that
 # no longer fits in WAIT is skipped), each with the variants REPLAY_VARIANTS and
 # every test view's image; then `milo_fox_gap.py`. Everything small is packed into $OUT as it finishes: metrics.tgz,
 # logs.tgz, images.tgz (milo_gpu.sh's), replay_<i>.json/.log, replay_img.tgz (JPEG), gap.json. DATA: the datasets
@@ -20,7 +21,7 @@ PHASE=${PHASE:-run}
 WAIT=${WAIT:-560}
 RUNS=${RUNS:-runs/fox}
 FOX_SETS=${FOX_SETS-scene_contraction=log}
-REPLAY_SETS=${REPLAY_SETS-";scene_fill_hole_edges=64;scene_fill_method=ear"}
+REPLAY_SETS=${REPLAY_SETS-";scene_fill_hole_edges=64;scene_fill_see_through=2;scene_fill_method=ear"}
 REPLAY_VARIANTS=${REPLAY_VARIANTS-"base:photo_refine_steps=0 cw:"}
 export MESHLIFT_SHARED_DATA=${DATA:-$PWD/.devrun/data}
 if [ -d .whl ] && [ ! -d /tmp/site/trimesh ] && [ -z "${DRY:-}" ]; then

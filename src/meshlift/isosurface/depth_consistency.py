@@ -46,7 +46,8 @@ import torch
 from meshlift.errors import CameraError
 
 __all__ = ["BRACKET_RATIO", "DISAGREEMENT_SAMPLES", "consistent_depth", "consistent_depth_reference", "depth_disagreement",
-           "depth_disagreement_reference", "disagreement_samples", "view_neighbours"]
+           "depth_disagreement_reference", "disagreement_samples", "see_through", "see_through_reference",
+           "view_neighbours"]
 
 #: :func:`depth_disagreement` judges at most this many depth pixels of each view (memory and time bound).
 DISAGREEMENT_SAMPLES = 1 << 16
@@ -128,6 +129,110 @@ def _world_to_pixel_ref(w2c, Kd, j: int, X: torch.Tensor):
     return float(Kd[j, 0, 0] * q[0] / z + Kd[j, 0, 2]), float(Kd[j, 1, 1] * q[1] / z + Kd[j, 1, 2]), z
 
 
+def _judge(dn: torch.Tensor, u: torch.Tensor, v: torch.Tensor, z: torch.Tensor, H: int, W: int,
+           tol: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(confirms, contradicts)`` bool ``[n, P]``: the module docstring's rule for points at ``(u, v)`` with camera
+    z ``z`` (``[n, P]``) in the views whose flat depth maps are ``dn [n, H * W]`` (0 = none)."""
+    c0, r0 = torch.floor(u - 0.5), torch.floor(v - 0.5)  # the 2 x 2 pixel centres around (u, v)
+    lo = torch.full_like(z, float("inf"))
+    hi = torch.full_like(z, -float("inf"))
+    near_ok = torch.zeros_like(z, dtype=torch.bool)
+    any_d = torch.zeros_like(near_ok)
+    inside = (z > 0) & (c0 >= 0) & (c0 + 1 < W) & (r0 >= 0) & (r0 + 1 < H)  # all four in the image
+    for dr in (0.0, 1.0):
+        for dc in (0.0, 1.0):
+            col, row = c0 + dc, r0 + dr
+            idx = (row.clamp(0, H - 1) * W + col.clamp(0, W - 1)).long()
+            D = torch.gather(dn, 1, idx)
+            ok = inside & (D > 0)
+            any_d = any_d | ok
+            near_ok = near_ok | (ok & ((D - z).abs() <= tol * z))
+            lo = torch.where(ok, torch.minimum(lo, D), lo)
+            hi = torch.where(ok, torch.maximum(hi, D), hi)
+    confirm = near_ok | (any_d & (lo <= z) & (z <= hi) & (hi <= BRACKET_RATIO * lo))
+    return confirm, ~confirm & any_d & (lo > (1.0 + tol) * z)
+
+
+def _judge_ref(dd: torch.Tensor, j: int, u: float, v: float, z: float, tol: float) -> int:
+    """Reference twin of :func:`_judge` for one point in view ``j`` of ``dd [V, H, W]`` float64: 1 confirms,
+    -1 contradicts, 0 says nothing."""
+    H, W = dd.shape[1:]
+    c0, r0 = math.floor(u - 0.5), math.floor(v - 0.5)
+    if not (0 <= c0 and c0 + 1 < W and 0 <= r0 and r0 + 1 < H):
+        return 0
+    Ds = [float(dd[j, rr, cc]) for rr in (r0, r0 + 1) for cc in (c0, c0 + 1)]
+    Ds = [D for D in Ds if math.isfinite(D) and D > 0]
+    if not Ds:
+        return 0
+    if any(abs(D - z) <= tol * z for D in Ds) or (min(Ds) <= z <= max(Ds) <= BRACKET_RATIO * min(Ds)):
+        return 1
+    return -1 if min(Ds) > (1.0 + tol) * z else 0
+
+
+@torch.no_grad()
+def see_through(points: torch.Tensor, depth: torch.Tensor, world_to_camera: torch.Tensor, K: torch.Tensor, *,
+                tol: float = 0.05, device=None, chunk_elements: int = 1 << 24) -> tuple[torch.Tensor, torch.Tensor]:
+    """How many views see *through* each world point (contradict it) and how many see a surface at it (confirm
+    it), by the module docstring's 2 x 2 rule — the free-space test of a surface that no view's depth made (a
+    hole's fill, :func:`meshlift.methods.milo.tsdf_mesh.fused_mesh`).
+
+    Args:
+        points: ``[P, 3]`` world points (float); not modified.
+        depth: ``[V, H, W]`` camera-z depth maps (world units; ``<= 0`` or non-finite = none), e.g. on the CPU.
+        world_to_camera: ``[V, 4, 4]`` OpenCV extrinsics; K: ``[V, 3, 3]`` intrinsics in pixels.
+        tol: relative depth tolerance (a view contradicts when all its 2 x 2 depths exceed ``(1 + tol) z``).
+        device: where to compute (default ``points``'); chunk_elements: points x views judged at a time (memory
+            knob, about 80 bytes each).
+
+    Returns:
+        ``(contradicting views [P], confirming views [P])`` int64 on ``points``' device.
+
+    Raises:
+        CameraError: shapes that do not match.
+    """
+    _check(depth, world_to_camera, K)
+    if points.ndim != 2 or points.shape[-1] != 3:
+        raise CameraError(f"see_through: points must be [P, 3], got {tuple(points.shape)}")
+    dev = torch.device(device) if device is not None else points.device
+    V, H, W = depth.shape
+    X = points.to(dev, torch.float32)
+    w2c = world_to_camera.to(dev, torch.float32)
+    Kd = K.to(dev, torch.float32)
+    contra = torch.zeros(X.shape[0], dtype=torch.int64, device=dev)
+    confirm = torch.zeros_like(contra)
+    nv = max(1, min(V, chunk_elements // max(X.shape[0], 1)))
+    step = max(1, chunk_elements // nv)
+    for a in range(0, V, nv):
+        nb = list(range(a, min(a + nv, V)))
+        dn = depth[nb].to(dev, torch.float32)
+        dn = torch.where(torch.isfinite(dn), dn, torch.zeros_like(dn)).reshape(len(nb), H * W)
+        for s in range(0, X.shape[0], step):
+            u, v, z = _to_neighbours(X[s:s + step], w2c, Kd, nb)
+            c, t = _judge(dn, u, v, z, H, W, tol)
+            confirm[s:s + step] += c.sum(0)
+            contra[s:s + step] += t.sum(0)
+    return contra.to(points.device), confirm.to(points.device)
+
+
+@torch.no_grad()
+def see_through_reference(points, depth, world_to_camera, K, *, tol: float = 0.05) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-point, per-view loop twin of :func:`see_through` (float64; small inputs only, for tests)."""
+    _check(depth, world_to_camera, K)
+    w2c, Kd, dd = world_to_camera.double(), K.double(), depth.double()
+    contra = torch.zeros(points.shape[0], dtype=torch.int64)
+    confirm = torch.zeros_like(contra)
+    for p in range(points.shape[0]):
+        X = points[p].double()
+        for j in range(depth.shape[0]):
+            proj = _world_to_pixel_ref(w2c, Kd, j, X)
+            if proj is None:
+                continue
+            verdict = _judge_ref(dd, j, *proj, tol)
+            contra[p] += verdict < 0
+            confirm[p] += verdict > 0
+    return contra, confirm
+
+
 @torch.no_grad()
 def consistent_depth(depth: torch.Tensor, world_to_camera: torch.Tensor, K: torch.Tensor, neighbours: torch.Tensor,
                      *, tol: float = 0.02, min_confirm: int = 1, device=None,
@@ -174,25 +279,8 @@ def consistent_depth(depth: torch.Tensor, world_to_camera: torch.Tensor, K: torc
             rows, cols = f // W, f % W
             X = _backproject(di.reshape(-1)[f], rows, cols, w2c[i], Kd[i])  # [P, 3]
             u, v, z = _to_neighbours(X, w2c, Kd, nb)
-            c0, r0 = torch.floor(u - 0.5), torch.floor(v - 0.5)  # the 2 x 2 pixel centres around (u, v)
-            lo = torch.full_like(z, float("inf"))
-            hi = torch.full_like(z, -float("inf"))
-            near_ok = torch.zeros_like(z, dtype=torch.bool)
-            any_d = torch.zeros_like(near_ok)
-            inside = (z > 0) & (c0 >= 0) & (c0 + 1 < W) & (r0 >= 0) & (r0 + 1 < H)  # all four in the image
-            for dr in (0.0, 1.0):
-                for dc in (0.0, 1.0):
-                    col, row = c0 + dc, r0 + dr
-                    ok = inside
-                    idx = (row.clamp(0, H - 1) * W + col.clamp(0, W - 1)).long()
-                    D = torch.gather(dn, 1, idx)
-                    ok = ok & (D > 0)
-                    any_d = any_d | ok
-                    near_ok = near_ok | (ok & ((D - z).abs() <= tol * z))
-                    lo = torch.where(ok, torch.minimum(lo, D), lo)
-                    hi = torch.where(ok, torch.maximum(hi, D), hi)
-            confirm = (near_ok | (any_d & (lo <= z) & (z <= hi) & (hi <= BRACKET_RATIO * lo))).sum(0)
-            contra = (any_d & (lo > (1.0 + tol) * z)).sum(0)
+            confirm, contra = _judge(dn, u, v, z, H, W, tol)
+            confirm, contra = confirm.sum(0), contra.sum(0)
             drop[s:s + step] = (contra >= 1) & (confirm < min_confirm)
         if bool(drop.any()):
             o = out[i].reshape(-1)
@@ -221,22 +309,9 @@ def consistent_depth_reference(depth, world_to_camera, K, neighbours, *, tol: fl
                     proj = None if j < 0 else _world_to_pixel_ref(w2c, Kd, j, X)
                     if proj is None:
                         continue
-                    u, v, z = proj
-                    c0, r0 = math.floor(u - 0.5), math.floor(v - 0.5)
-                    if not (0 <= c0 and c0 + 1 < W and 0 <= r0 and r0 + 1 < H):
-                        continue
-                    Ds = []
-                    for rr in (r0, r0 + 1):
-                        for cc in (c0, c0 + 1):
-                            D = float(dd[j, rr, cc])
-                            if math.isfinite(D) and D > 0:
-                                Ds.append(D)
-                    if not Ds:
-                        continue
-                    if any(abs(D - z) <= tol * z for D in Ds) or (min(Ds) <= z <= max(Ds) <= BRACKET_RATIO * min(Ds)):
-                        confirm += 1
-                    elif min(Ds) > (1.0 + tol) * z:
-                        contra += 1
+                    verdict = _judge_ref(dd, j, *proj, tol)
+                    confirm += verdict > 0
+                    contra += verdict < 0
                 if contra >= 1 and confirm < min_confirm:
                     out[i, r, c] = 0
     return out

@@ -57,6 +57,8 @@ class FillReport:
     """Loops left open as their component's longest (``skip_rims``)."""
     ear_fallbacks: int = 0
     """``method="ear"``: loops closed by the fan instead, :func:`ear_clip` finding no ear it may cut."""
+    refused: int = 0
+    """Loops left open because ``accept`` refused their fill (e.g. a training view sees through it)."""
     faces_added: int = 0
     vertices_added: int = 0
     largest_filled: int = 0
@@ -267,7 +269,7 @@ def ear_clip(points: np.ndarray, is_edge=None) -> list[tuple[int, int, int]] | N
 
 
 def fill_holes(mesh: Mesh, *, max_edges: int = 0, only_near: np.ndarray | None = None,
-               skip_rims: bool = False, method: str = "fan") -> tuple[Mesh, FillReport]:
+               skip_rims: bool = False, method: str = "fan", accept=None) -> tuple[Mesh, FillReport]:
     """Close the boundary loops of ``mesh`` (module docstring): one triangle for 3 edges, a centroid fan beyond.
 
     Args:
@@ -326,6 +328,7 @@ def fill_holes(mesh: Mesh, *, max_edges: int = 0, only_near: np.ndarray | None =
     add_f, add_ft, add_fn, add_fm = [], [], [], []
     n_uv = 0 if UV is None else len(UV)
     n_nr = 0 if NR is None else len(NR)
+    plans = []
     for i_lp, lp in enumerate(pieces):
         if i_lp in rims:
             rep.skipped_rims += 1
@@ -341,25 +344,41 @@ def fill_holes(mesh: Mesh, *, max_edges: int = 0, only_near: np.ndarray | None =
             continue  # the rim of a lone triangle: its fill would be the triangle's back
         # each border edge's face and whether that face runs along it as the loop does (then the fill runs back)
         along = [edge_face[(lp[i], lp[(i + 1) % n])] for i in range(n)]
-        faces_of = [t for t, _ in along]
         ears = None
         if n > 3 and method == "ear":
             ears = ear_clip(P[lp], is_edge=lambda a, c, lp=lp: has_edge(lp[a], lp[c]))
             rep.ear_fallbacks += ears is None
+        CENTRE = -1  # the fan's new vertex, numbered when the loop is closed
         if n == 3:
-            centre = None
             tris = [lp[::-1] if sum(fwd for _, fwd in along) >= 2 else list(lp)]
         elif ears is not None:  # the faces run along the loop (most edges): the fill runs against it
-            centre = None
             back = 2 * sum(fwd for _, fwd in along) >= n
             tris = [[lp[c], lp[b], lp[a]] if back else [lp[a], lp[b], lp[c]] for a, b, c in ears]
         else:
+            tris = [[lp[(i + 1) % n], lp[i], CENTRE] if along[i][1] else [lp[i], lp[(i + 1) % n], CENTRE]
+                    for i in range(n)]
+        plans.append((lp, along, tris, any(CENTRE in t for t in tris)))
+    if accept is not None and plans:
+        corners, owner = [], []
+        for k, (lp, _, tris, fan) in enumerate(plans):
+            pts = np.concatenate([P, P[lp].mean(0)[None]]) if fan else P
+            corners.append(pts[np.asarray(tris)])  # -1 (the centre) reads the appended row
+            owner.append(np.full(len(tris), k, dtype=np.int64))
+        keep = np.asarray(accept(np.concatenate(corners), np.concatenate(owner), len(plans)), dtype=bool)
+        if keep.shape != (len(plans),):
+            raise MeshError(f"fill_holes: accept must return a [{len(plans)}] bool mask, got {keep.shape}")
+        rep.refused = int((~keep).sum())
+        plans = [pl for pl, k in zip(plans, keep) if k]
+    for lp, along, tris, fan in plans:
+        n = len(lp)
+        faces_of = [t for t, _ in along]
+        centre = None
+        if fan:
             centre = V + len(new_p)
             new_p.append(P[lp].mean(0))
             if col is not None:
                 new_c.append(col[lp].mean(0))
-            tris = [[lp[(i + 1) % n], lp[i], centre] if along[i][1] else [lp[i], lp[(i + 1) % n], centre]
-                    for i in range(n)]
+            tris = [[centre if x == -1 else x for x in t] for t in tris]
         add_f.extend(tris)
         rep.filled += 1
         rep.largest_filled = max(rep.largest_filled, n)

@@ -195,6 +195,22 @@ class MiloConfig(GaussiansConfig):
     The H200 fox's whole-scene mesh left 309 loops open at 64 edges (prediction: +0.2-0.6 dB there); the H100 fox
     of session 25 with 4096 scored 19.19 dB unrefined against session 24's 19.65 with 64, all of it in one test
     view (cause not separated from the run-to-run difference: benchmarks/results/2026-12-06_session25_device.md)."""
+    scene_fill_see_through: int = 0
+    """The whole-scene mesh's hole filling refuses a loop's fill that the training views see through: a fill
+    triangle is free space where at least this many training views' depths lie beyond its centroid (all 2 x 2
+    depths around its projection farther by more than ``scene_fill_see_through_tol``,
+    :func:`meshlift.isosurface.depth_consistency.see_through`) and more views see through it than see a
+    surface at it; a loop is left open when such triangles make up more than
+    :data:`meshlift.methods.milo.tsdf_mesh.FILL_FREE_SHARE` of its fill's area (:func:`see_through_fill`).
+    Why: a fan across a real opening (a doorway, the gap under furniture) is a membrane in front of what other
+    views see through it; small holes in a wall are seen *at* the wall and still close. 0 = off (the default:
+    on the CPU quick fox re-fused at 128 cells a side, 2 refused a few loops and cost 0.08 dB, 20.17 -> 20.09,
+    empty test pixels 0.22 -> 0.60 %: where a view sees through a fill, the mesh lacks the surface behind it too,
+    so the membrane was the better stand-in there; at 64 cells no change; the device replay is to come,
+    ``benchmarks/milo_fox_session.sh``)."""
+    scene_fill_see_through_tol: float = 0.05
+    """Relative depth margin of that test (a view sees through a point when its depth there exceeds the point's
+    camera z by more than this share)."""
     scene_fill_method: str = "fan"
     """How the whole-scene mesh's loops of more than 3 edges are closed (:func:`meshlift.mesh.fill.fill_holes`
     ``method``): ``fan`` = triangles around a new vertex at the loop's centroid; ``ear`` = ear clipping, the
@@ -359,14 +375,14 @@ _CHOICES = {"imp_metric": ("indoor", "outdoor"), "extract": ("tsdf", "delaunay")
             "raster_backend": ("auto", "torch", "triton"), "tsdf_unseen": ("inside", "unknown"),
             "scene_contraction": ("inverse", "log"), "scene_fill_method": ("fan", "ear")}
 _UNIT = ("sampling_factor", "prune_cdf", "sdf_reset_blend")
-_NONNEG = ("floor_snap", "scene_voxel_pixels", "depth_consistency_views", "depth_consistency_tol", "flatten_weight", "tsdf_trunc_pixels", "scene_trunc_pixels", "tsdf_trunc_voxels", "tsdf_trunc_spread", "tsdf_min_views", "trunc_pixels", "depth_normal_weight", "multiview_weight", "mesh_depth_weight", "mesh_normal_weight", "occupied_centres_weight",
+_NONNEG = ("floor_snap", "scene_voxel_pixels", "depth_consistency_views", "depth_consistency_tol", "scene_fill_see_through_tol", "flatten_weight", "tsdf_trunc_pixels", "scene_trunc_pixels", "tsdf_trunc_voxels", "tsdf_trunc_spread", "tsdf_min_views", "trunc_pixels", "depth_normal_weight", "multiview_weight", "mesh_depth_weight", "mesh_normal_weight", "occupied_centres_weight",
            "occupancy_label_weight", "keep_components", "min_component_faces", "color_depth_tol", "scene_color_power", "mesh_res_scale",
            "photo_refine_lr_offset", "photo_refine_lr_color", "photo_refine_max_offset", "photo_refine_smooth",
            "photo_refine_mask_weight", "photo_refine_color_weight",
            "delaunay_memory_gb")
 _GE1 = ("photo_refine_views", "multiview_every", "multiview_neighbours", "unwrap_max_faces", "num_pivots", "delaunay_every", "sdf_reset_every", "labels_every", "extract_labels_every",
         "mesh_chunk_views", "tet_chunk", "texture_res", "ref_views", "ref_test_views", "eval_samples")
-_GE0 = ("max_asset_faces", "fill_hole_edges", "scene_fill_hole_edges", "flatten_start", "reinit_step", "reinit_points", "sampling_step", "prune_step", "depth_normal_start", "multiview_start", "mesh_start", "sdf_reset_stop", "extract_steps", "photo_refine_steps",
+_GE0 = ("max_asset_faces", "fill_hole_edges", "scene_fill_hole_edges", "scene_fill_see_through", "flatten_start", "reinit_step", "reinit_points", "sampling_step", "prune_step", "depth_normal_start", "multiview_start", "mesh_start", "sdf_reset_stop", "extract_steps", "photo_refine_steps",
         "simplify", "max_fragments")
 
 

@@ -27,7 +27,8 @@ surface itself, and a surface is only made where views agree. The steps:
    (:func:`meshlift.methods.milo.extract.in_any_frustum`, :func:`meshlift.mesh.clean.clean_mesh`; a face with
    one vertex in a frustum stays: the rim of what the views see), then border loops of at most
    ``fill_hole_edges`` edges are closed (:func:`meshlift.mesh.fill.fill_holes`; the whole-scene mesh: up to
-   ``scene_fill_hole_edges``, never a component's longest loop, its rim). Where the holes came from and
+   ``scene_fill_hole_edges``, never a component's longest loop, its rim; with ``scene_fill_see_through`` not a
+   loop whose fill the training views see through, :func:`see_through_fill`). Where the holes came from and
    what each rule did, on a CPU fox checkpoint (docs/results.md, "Holes of the whole-scene mesh"): 68 % of the
    hole pixels of the whole-scene mesh were tets with a corner no view saw, 19 % wall no training view saw,
    10 % small components; unseen = inside, the frustum rule, neighbour colours for unseen vertices
@@ -344,9 +345,15 @@ def fused_mesh(cfg, depths: torch.Tensor, problem, region: FusionRegion, resolut
                         "keep_components / min_component_faces or train longer")
     max_edges = cfg.scene_fill_hole_edges if region.contract else cfg.fill_hole_edges
     if max_edges > 0:
+        accept = None
+        if region.contract and cfg.scene_fill_see_through > 0:
+            accept = see_through_fill(depths, tr, min_views=cfg.scene_fill_see_through,
+                                      tol=cfg.scene_fill_see_through_tol, device=device,
+                                      chunk_elements=cfg.chunk_elements)
         mesh, frep = fill_holes(mesh, max_edges=max_edges, skip_rims=region.contract,
-                                method=cfg.scene_fill_method if region.contract else "fan")
+                                method=cfg.scene_fill_method if region.contract else "fan", accept=accept)
         report["holes"] = {"loops": frep.loops, "filled": frep.filled, "left_open": frep.skipped_large,
+                           "seen_through": frep.refused,
                            "rims_left_open": frep.skipped_rims, "largest_filled": frep.largest_filled,
                            "faces_added": frep.faces_added}
     report["vertices"], report["faces"] = int(mesh.v_pos.shape[0]), int(mesh.num_faces)
@@ -354,6 +361,37 @@ def fused_mesh(cfg, depths: torch.Tensor, problem, region: FusionRegion, resolut
     monitor.log(f"tsdf mesh: {report['vertices']:,} vertices, {report['faces']:,} faces (raw {report['raw_faces']:,}) "
                 f"in {report['seconds']:.1f} s")
     return mesh, report
+
+
+#: :func:`see_through_fill`: a loop is left open when more than this share of its fill's area is free space.
+FILL_FREE_SHARE = 0.2
+
+
+def see_through_fill(depths: torch.Tensor, views, *, min_views: int, tol: float, device: torch.device,
+                     chunk_elements: int = 1 << 24):
+    """The ``accept`` rule of :func:`meshlift.mesh.fill.fill_holes` for the whole-scene mesh (config
+    ``scene_fill_see_through``): a fill triangle is *free* where at least ``min_views`` of the training views'
+    depth maps ``depths [V, H, W]`` (camera z, 0 = none) see beyond its centroid (and more of them see through
+    it than confirm a surface there; :func:`meshlift.isosurface.depth_consistency.see_through`, relative margin
+    ``tol``); a loop is refused when its free triangles hold more than :data:`FILL_FREE_SHARE` of its fill's
+    area. Space carving's rule (Kutulakos & Seitz 2000, "A Theory of Shape by Space Carving": a point a view
+    sees past is empty) applied to the surface no depth made."""
+    import numpy as np
+
+    from meshlift.isosurface.depth_consistency import see_through
+
+    def accept(tris, owner, loops: int):
+        t = torch.as_tensor(tris, dtype=torch.float64)
+        centroids = t.mean(1)
+        contra, confirm = see_through(centroids.to(device), depths, views.world_to_camera, views.K, tol=tol,
+                                      device=device, chunk_elements=chunk_elements)
+        free = ((contra >= min_views) & (contra > confirm)).cpu().numpy()
+        area = 0.5 * torch.linalg.cross(t[:, 1] - t[:, 0], t[:, 2] - t[:, 0]).norm(dim=-1).numpy()
+        total = np.bincount(owner, weights=area, minlength=loops)
+        freed = np.bincount(owner, weights=area * free, minlength=loops)
+        return freed <= FILL_FREE_SHARE * np.maximum(total, 1e-300)
+
+    return accept
 
 
 def carving(cfg, problem) -> dict:
