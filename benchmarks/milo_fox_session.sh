@@ -13,7 +13,8 @@
 # see through left open), `scene_fill_method=ear`; a group that
 # no longer fits in WAIT is skipped), each with the variants REPLAY_VARIANTS and
 # every test view's image; then `milo_fox_gap.py`. Everything small is packed into $OUT as it finishes: metrics.tgz,
-# logs.tgz, images.tgz (milo_gpu.sh's), replay_<i>.json/.log, replay_img.tgz (JPEG), gap.json. DATA: the datasets
+# logs.tgz, images.tgz (milo_gpu.sh's), replay.tgz (replay_<i>.json/.log, gap.json/.log), replay_img.tgz (JPEG),
+# fox_ckpt.tgz (the run's checkpoint.pt, config.json, metrics.json: replay it on the CPU later). DATA: the datasets
 # (default .devrun/data); wheels from .whl go to /tmp/site. DRY=1 prints the commands.
 set -u
 T0=$SECONDS
@@ -77,6 +78,11 @@ for f in Path(sys.argv[1]).glob("*.png"):
     f.unlink()
 PY
   tar czf "$OUT/replay_img.tgz" -C "$OUT" replay_img && rm -rf "$OUT/replay_img"
+  # at most 8 files come back: the replays' small outputs in one archive, and the run's checkpoint (a ~40k-Gaussian
+  # fox is ~10 MB) so that later variants can be replayed on the CPU after the machine has gone back
+  (cd "$OUT" && tar czf replay.tgz replay_*.json replay_*.log gap.json gap.log pack_run.log 2>/dev/null \
+    && rm -f replay_*.json replay_*.log gap.json gap.log pack_run.log)
+  tar czf "$OUT/fox_ckpt.tgz" -C "$RUNS" fox/checkpoint.pt fox/config.json fox/metrics.json 2>/dev/null
   ls -la "$OUT"
 fi
 echo "phase replay: $((SECONDS - T0)) s"
