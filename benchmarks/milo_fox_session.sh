@@ -9,12 +9,13 @@
 # PHASE=run starts `milo_results.py --only fox` (FOX_SETS, default `scene_contraction=log`) in its own process
 # session and waits up to WAIT seconds; the run keeps going when the call ends. PHASE=replay waits for the run to
 # finish, then on runs/fox/fox: `photo_refine_replay.py` once per REPLAY_SETS entry (';'-separated `--set` lists,
-# default: the run's own extraction, then `scene_fill_hole_edges=64`, `scene_fill_see_through=2` (fills the views
-# see through left open), `scene_fill_method=ear`; a group that
+# default: the run's own extraction twice, under REPLAY_ENV (default `CUDA_LAUNCH_BLOCKING=1`): session 27's
+# replays of the hole rules (64 edges, see-through refusal, ear clipping; measured) saw the refinement die on a
+# CUDA fault in two of four runs, and blocking launches name the kernel; a group that
 # no longer fits in WAIT is skipped), each with the variants REPLAY_VARIANTS and
 # every test view's image; then `milo_fox_gap.py`. Everything small is packed into $OUT as it finishes: metrics.tgz,
 # logs.tgz, images.tgz (milo_gpu.sh's), replay.tgz (replay_<i>.json/.log, gap.json/.log), replay_img.tgz (JPEG),
-# fox_ckpt.tgz (the run's checkpoint.pt, config.json, metrics.json: replay it on the CPU later). DATA: the datasets
+# fox_ckpt.tgz.part_* (the run's checkpoint.pt, config.json, metrics.json in 15 MB parts: replay it on the CPU later). DATA: the datasets
 # (default .devrun/data); wheels from .whl go to /tmp/site. DRY=1 prints the commands.
 set -u
 T0=$SECONDS
@@ -22,7 +23,8 @@ PHASE=${PHASE:-run}
 WAIT=${WAIT:-560}
 RUNS=${RUNS:-runs/fox}
 FOX_SETS=${FOX_SETS-scene_contraction=log}
-REPLAY_SETS=${REPLAY_SETS-";scene_fill_hole_edges=64;scene_fill_see_through=2;scene_fill_method=ear"}
+REPLAY_SETS=${REPLAY_SETS-";;"}
+REPLAY_ENV=${REPLAY_ENV-CUDA_LAUNCH_BLOCKING=1}
 REPLAY_VARIANTS=${REPLAY_VARIANTS-"base:photo_refine_steps=0 cw:"}
 export MESHLIFT_SHARED_DATA=${DATA:-$PWD/.devrun/data}
 if [ -d .whl ] && [ ! -d /tmp/site/trimesh ] && [ -z "${DRY:-}" ]; then
@@ -60,7 +62,7 @@ for g in "${groups[@]}"; do
   for v in $REPLAY_VARIANTS; do args+=(--variant "$v"); done
   left=$((WAIT - 40 - (SECONDS - T0)))
   [ $left -gt 20 ] || { echo "no time left for replay $i ($g)"; break; }
-  run timeout $left python3 benchmarks/photo_refine_replay.py "$RUNS/fox" --device cuda ${args[@]+"${args[@]}"} \
+  run env $REPLAY_ENV timeout $left python3 benchmarks/photo_refine_replay.py "$RUNS/fox" --device cuda ${args[@]+"${args[@]}"} \
     --images "$OUT/replay_img" --image-views all --json "$OUT/replay_$i.json" > "$OUT/replay_$i.log" 2>&1
   [ -z "${DRY:-}" ] && grep -v "^tsdf\|^milo" "$OUT/replay_$i.log" | tail -4
   i=$((i + 1))
@@ -82,7 +84,9 @@ PY
   # fox is ~10 MB) so that later variants can be replayed on the CPU after the machine has gone back
   (cd "$OUT" && tar czf replay.tgz replay_*.json replay_*.log gap.json gap.log pack_run.log 2>/dev/null \
     && rm -f replay_*.json replay_*.log gap.json gap.log pack_run.log)
-  tar czf "$OUT/fox_ckpt.tgz" -C "$RUNS" fox/checkpoint.pt fox/config.json fox/metrics.json 2>/dev/null
+  # a file over 16 MiB does not come back (session 27: 26 MB): parts of 15 MB (cat fox_ckpt.tgz.part_* > fox_ckpt.tgz)
+  tar czf /tmp/fox_ckpt.tgz -C "$RUNS" fox/checkpoint.pt fox/config.json fox/metrics.json 2>/dev/null \
+    && split -b 15M /tmp/fox_ckpt.tgz "$OUT/fox_ckpt.tgz.part_" && rm -f /tmp/fox_ckpt.tgz
   ls -la "$OUT"
 fi
 echo "phase replay: $((SECONDS - T0)) s"

@@ -21,6 +21,9 @@ if [ -d .whl ] && [ ! -d /tmp/site/trimesh ]; then
 fi
 [ -d /tmp/site ] && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 export PYTHONPATH=$PWD/src:${PYTHONPATH:-} OMP_NUM_THREADS=${OMP_NUM_THREADS:-3} PYTHONUNBUFFERED=1
+# the datasets: the device copy in .devrun/data unless set (session 27: a launch without it looked for
+# ../shared/data, absent on the device, and every case failed at once)
+if [ -z "${MESHLIFT_SHARED_DATA:-}" ] && [ -d "$PWD/.devrun/data" ]; then export MESHLIFT_SHARED_DATA=$PWD/.devrun/data; fi
 export MESHLIFT_PRECOMPILE_WORKERS=${MESHLIFT_PRECOMPILE_WORKERS:-2}
 outdir=$(python3 - "$@" <<'PY'
 import sys
