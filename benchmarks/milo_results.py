@@ -129,7 +129,10 @@ def main() -> int:
         print(f"| {name} | {_fmt(m.get('fscore'), '.4f')} | {_fmt(m.get('chamfer_l1'), '.5f')} | {surf} | "
               f"{_fmt(m.get('mesh_psnr'), '.2f')}" + (f" ({_fmt(m.get('mesh_psnr_unrefined'), '.2f')} unrefined)"
                                                        if m.get("mesh_psnr_unrefined") is not None else "")
-              + f" | {_fmt(m.get('gaussian_psnr'), '.2f')} | {m['vertices']:,} | "
+              + f" | {_fmt(m.get('gaussian_psnr'), '.2f')}"
+              + (f" ({_fmt(m.get('gaussian_psnr_sh0'), '.2f')} at SH 0)"
+                 if m.get("gaussian_psnr_sh0") not in (None, m.get("gaussian_psnr")) else "")
+              + f" | {m['vertices']:,} | "
               f"{m['faces']:,} | {m['wall_time_s']:.0f} | {_fmt(m.get('peak_gpu_memory_gb'), '.1f')} |")
     print("\n| case | mesh SSIM | mesh LPIPS | Gaussian SSIM | Gaussians | pivots | tets | Delaunay runs | steps | extract |")
     print("|---|---|---|---|---|---|---|---|---|---|")
