@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+
+import pytest
 
 from meshlift.cli import clock
 
@@ -29,3 +32,14 @@ def test_a_fresh_interpreter_reports_its_own_age():
     out = subprocess.run([sys.executable, "-c", "from meshlift.cli.clock import process_seconds as p; print(p())"],
                          capture_output=True, text=True, check=True).stdout
     assert 0.0 <= float(out) < 60.0
+
+
+def test_a_shell_that_ran_something_first_is_not_counted(tmp_path):
+    """`sh -c "A && meshlift ..."` execs the interpreter in the shell's process: the 4 s of `A` must not count
+    (a 5 s pip install slipped under the first 10 s guard: the fresh-user run of session 27)."""
+    if shutil.which("sh") is None or clock._proc_age() is None:
+        pytest.skip("needs a POSIX shell and /proc")
+    code = "from meshlift.cli.clock import process_seconds as p; print(p())"
+    out = subprocess.run(["sh", "-c", f'sleep 4 && exec "{sys.executable}" -c "{code}"'], capture_output=True,
+                         text=True, check=True).stdout
+    assert 0.0 <= float(out) < 3.0

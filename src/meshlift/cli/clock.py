@@ -7,9 +7,10 @@ CLI imports every command module at start-up).
 
 A shell that ends ``sh -c "pip install ... && meshlift demo"`` *execs* meshlift in its own process, so the
 process start time is the shell's and the install was counted too (a fresh-user run, 2026-12-06: 60.5 s
-reported for a 43.6 s demo). The interpreter's start-up and the CLI's light imports before this module take
-well under ``EXEC_GUARD_S``; when the process is older than that at this module's import, it was started for
-something else first, and the time counts from the import instead.
+reported for a 43.6 s demo; session 27: 57.3 s for a 47 s demo after a 5 s install, under the first 10 s guard).
+The interpreter's start-up and the CLI's light imports before this module take 0.2-0.3 s on the 2-core
+development machine (no torch yet), well under ``EXEC_GUARD_S``; when the process is older than that at this
+module's import, it was started for something else first, and the time counts from the import instead.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 _T_IMPORT = time.perf_counter()
 #: Seconds of process age at this module's import beyond which the process was started by a shell that ran
 #: other commands first (exec): then :func:`process_seconds` counts from the import.
-EXEC_GUARD_S = 10.0
+EXEC_GUARD_S = 3.0
 
 
 def _proc_age() -> float | None:

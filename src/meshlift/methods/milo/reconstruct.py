@@ -13,12 +13,9 @@ The run (Guédon et al. 2025, "MILo"; docs/usage/milo.md):
    vertex colours + baked albedo texture; PLY, OBJ+MTL+PNG, GLB;
 5. evaluation: the Gaussian render and the textured **mesh render** of the test views (PSNR / SSIM /
    LPIPS, MILo's mesh-based novel view synthesis), and with a known truth Chamfer-L1 / F-score at 1% of
-   its bounding-box diagonal; vertex/face counts, wall time, peak GPU memory in ``metrics.json``. Also
-   ``gaussian_psnr_sh0``: the same Gaussians rendered with their SH degree 0 term only (the view-independent
-   colour, 3DGS's DC), the fair reference for a diffuse mesh (vertex colours, one albedo per texel): on the
-   session-27 H100 fox checkpoint the Gaussians scored 22.33 dB with SH degree 3 and 21.04 with degree 0, so
-   1.3 dB of the mesh's 2.46 dB gap was view-dependent appearance (the phone's exposure follows the view, and
-   the SH fits it) that no diffuse colour can reproduce (benchmarks/results/2026-12-06_session27_device.md).
+   its bounding-box diagonal; vertex/face counts, wall time, peak GPU memory in ``metrics.json``; also
+   ``gaussian_psnr_sh0``, the Gaussians at SH degree 0 (view-independent: the reference a diffuse mesh can
+   reach; docs/usage/milo.md "What a diffuse mesh can be compared with").
 
 Nothing here prints; progress goes to the :class:`~meshlift.methods.engine.Monitor`.
 """
@@ -491,13 +488,11 @@ def _evaluate(cfg: MiloConfig, trainer, problem, device, strategy, product, gt_m
                                  background=cfg.background, near=trainer.near, device=device,
                                  settings=trainer.settings, backend=cfg.splat_backend)
     gauss = image_metrics(ours, targets, with_lpips=cfg.lpips)
-    sh0 = None
-    if trainer.eval_sh_degree > 0:  # the view-independent part: what a diffuse mesh is compared with (step 5)
-        diffuse, _ = render_views(trainer.params, problem.test, sh_degree=0, background=cfg.background,
-                                  near=trainer.near, device=device, settings=trainer.settings,
-                                  backend=cfg.splat_backend)
-        sh0 = image_metrics(diffuse, targets, with_lpips=False)
-        del diffuse
+    sh0 = gauss  # the view-independent render (SH degree 0): what a diffuse mesh is compared with (step 5)
+    if trainer.eval_sh_degree > 0:
+        sh0 = image_metrics(render_views(trainer.params, problem.test, sh_degree=0, background=cfg.background,
+                                         near=trainer.near, device=device, settings=trainer.settings,
+                                         backend=cfg.splat_backend)[0], targets, with_lpips=False)
     bg = torch.ones(3) if eval_background(cfg.background) == "white" else torch.zeros(3)
     mesh_imgs = render_mesh_views(product.eval_mesh, problem.test, device, bg)
     mesh_m = image_metrics(mesh_imgs, targets, with_lpips=cfg.lpips)
@@ -507,8 +502,7 @@ def _evaluate(cfg: MiloConfig, trainer, problem, device, strategy, product, gt_m
         "mesh_psnr": mesh_m["psnr"], "mesh_ssim": mesh_m["ssim"], "mesh_lpips": mesh_m["lpips"],
         "gaussian_psnr": gauss["psnr"], "gaussian_ssim": gauss["ssim"], "gaussian_lpips": gauss["lpips"],
         "mesh_psnr_per_view": mesh_m["psnr_per_view"], "gaussian_psnr_per_view": gauss["psnr_per_view"],
-        "gaussian_psnr_sh0": gauss["psnr"] if sh0 is None else sh0["psnr"],
-        "gaussian_psnr_sh0_per_view": gauss["psnr_per_view"] if sh0 is None else sh0["psnr_per_view"],
+        "gaussian_psnr_sh0": sh0["psnr"], "gaussian_psnr_sh0_per_view": sh0["psnr_per_view"],
         "mesh_evaluated": "whole-scene mesh (vertex colours)" if product.eval_mesh is product.scene_colored
         else "the asset (baked albedo texture)",
         "vertices": int(product.colored.v_pos.shape[0]), "faces": int(product.colored.num_faces),
