@@ -59,7 +59,9 @@ def detect_format(path: str | Path) -> str:
         return "llff"
     raise DatasetError(
         f"{p}: no dataset found. Looked for transforms_train.json (Blender), transforms.json (instant-ngp/"
-        "nerfstudio), sparse/[N/]cameras.{bin,txt} or cameras.{bin,txt} here (COLMAP), poses_bounds.npy (LLFF)"
+        "nerfstudio), sparse/[N/]cameras.{bin,txt} or cameras.{bin,txt} here (COLMAP), poses_bounds.npy (LLFF); "
+        "`meshlift reconstruct` also takes a folder of photos (.jpg/.png) without poses and poses them first "
+        "(`meshlift poses`)"
     )
 
 
