@@ -226,11 +226,14 @@ def test_micro_run_every_stage_then_resume(scene, tmp_path):
     assert [p.name for p in panels] == [p.name for p in sorted((out / "mesh_renders").glob("*.png"))]
     from PIL import Image
     mesh_w, mesh_h = Image.open(sorted((out / "mesh_renders").glob("*.png"))[0]).size
+    from meshlift.methods.gaussians.outputs import CAPTION_HEIGHT
+
     w, h = Image.open(panels[0]).size
+    h -= CAPTION_HEIGHT  # the strip naming the three panels
     k = h // mesh_h
     assert h >= 270 and h == k * mesh_h and w == k * (3 * mesh_w + 4)
     pw, ph = Image.open(sorted((out / "images").glob("preview_*.png"))[-1]).size
-    assert (pw, ph) == (w, h)  # the training preview is enlarged the same way (Gaussians | mesh | target)
+    assert (pw, ph) == (w, h + CAPTION_HEIGHT)  # the training preview is enlarged the same way (Gaussians | mesh | target)
     ck = torch.load(out / "checkpoint.pt", weights_only=False)
     assert ck["method"] == "milo" and ck["regularizer"]["active"] and ck["step"] == 14
     n_mesh = ck["regularizer"]["idx"].numel()

@@ -46,22 +46,43 @@ def side_by_side(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
 PANEL_MIN_HEIGHT = 270
 
 
-def comparison_panel(images: list) -> torch.Tensor:
-    """``[H·k, (n·W + 2·(n−1))·k, 3]``: the ``[H, W, 3]`` float images side by side (grey separators),
-    each enlarged by the whole factor ``k = ceil(PANEL_MIN_HEIGHT / H)`` (1 for views at least that tall).
+#: Height in pixels of the caption strip :func:`comparison_panel` puts above labelled panels.
+CAPTION_HEIGHT = 16
+
+
+def comparison_panel(images: list, labels: Optional[list] = None) -> torch.Tensor:
+    """``[H·k (+ CAPTION_HEIGHT), (n·W + 2·(n−1))·k, 3]``: the ``[H, W, 3]`` float images side by side (grey
+    separators), each enlarged by the whole factor ``k = ceil(PANEL_MIN_HEIGHT / H)`` (1 for views at least that
+    tall); with ``labels`` (one string per image) a white strip above names each one (a fresh user could not
+    tell the panels apart, 2026-12-06). The images' pixels are unchanged.
 
     Raises:
-        ValueError: images of different heights.
+        ValueError: images of different heights, or not one label per image.
     """
     import math
 
     if len({int(im.shape[0]) for im in images}) != 1:
         raise ValueError(f"comparison_panel: images of different heights {[tuple(im.shape) for im in images]}")
+    if labels is not None and len(labels) != len(images):
+        raise ValueError(f"comparison_panel: {len(labels)} labels for {len(images)} images")
     k = max(1, math.ceil(PANEL_MIN_HEIGHT / int(images[0].shape[0])))
     panel = images[0].cpu().float()
     for im in images[1:]:
         panel = side_by_side(panel, im.cpu().float())
-    return panel.repeat_interleave(k, dim=0).repeat_interleave(k, dim=1) if k > 1 else panel
+    panel = panel.repeat_interleave(k, dim=0).repeat_interleave(k, dim=1) if k > 1 else panel
+    if labels is None:
+        return panel
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    strip = Image.new("RGB", (int(panel.shape[1]), CAPTION_HEIGHT), (255, 255, 255))
+    draw = ImageDraw.Draw(strip)
+    x = 0
+    for im, text in zip(images, labels):
+        draw.text((x + 4, 2), str(text), fill=(0, 0, 0))
+        x += int(im.shape[1]) * k + 2 * k
+    cap = torch.from_numpy(np.asarray(strip).copy()).float() / 255.0
+    return torch.cat([cap, panel], dim=0)
 
 
 def preview_writer(out: Optional[Path], problem, cfg: GaussiansConfig, device: torch.device,

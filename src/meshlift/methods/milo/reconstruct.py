@@ -248,7 +248,8 @@ def _preview_writer(out: Optional[Path], problem, cfg: MiloConfig, device, train
             mesh_img = render_mesh_views(Mesh(v.float(), f), problem.test, device, bg, indices=[0])[0]
         else:  # the tsdf path: the depth it will fuse, near = bright
             mesh_img = _depth_preview(params, problem.test, cfg, device, trainer)
-        img = comparison_panel([ours[0], mesh_img, target[0]])  # enlarged like compare/: small views stay readable
+        img = comparison_panel([ours[0], mesh_img, target[0]],  # enlarged like compare/: small views stay readable
+                               ["Gaussians", "mesh" if cfg.extract == "delaunay" and reg.active else "depth", "target"])
         write_image(Path(out) / "images" / f"preview_{step:06d}.png", img)
 
     return write
@@ -435,7 +436,8 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
 
                     (out / "compare").mkdir(parents=True, exist_ok=True)
                     for name, m_img, g_img, t_img in zip(problem.test.names, mesh_imgs, ours, targets):
-                        _write_png_atomic(out / "compare" / f"{name}.png", comparison_panel([m_img, g_img, t_img]))
+                        _write_png_atomic(out / "compare" / f"{name}.png",
+                                          comparison_panel([m_img, g_img, t_img], ["mesh", "Gaussians", "target"]))
                     files["compare"] = out / "compare"
             files.update(outputs.write_outputs(out, gaussians, metrics, state.history, cfg, ours=ours,
                                                targets=targets, names=problem.test.names))
