@@ -34,7 +34,7 @@ def test_a_fresh_interpreter_reports_its_own_age():
     assert 0.0 <= float(out) < 60.0
 
 
-def test_a_shell_that_ran_something_first_is_not_counted(tmp_path):
+def test_a_shell_that_ran_something_first_is_not_counted():
     """`sh -c "A && meshlift ..."` execs the interpreter in the shell's process: the 4 s of `A` must not count
     (a 5 s pip install slipped under the first 10 s guard: the fresh-user run of session 27)."""
     if shutil.which("sh") is None or clock._proc_age() is None:

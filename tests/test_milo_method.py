@@ -17,7 +17,8 @@ from meshlift.methods.gaussians.strategy import DefaultStrategy
 from meshlift.methods.gaussians.trainer import TrainCallbacks
 from meshlift.methods.milo.config import MiloConfig, apply_dict, num_mesh_gaussians
 from meshlift.methods.milo.presets import get_preset
-from meshlift.methods.milo.reconstruct import oom_error, reconstruct
+from meshlift.methods.gaussians.outputs import CAPTION_HEIGHT
+from meshlift.methods.milo.reconstruct import MiloResult, oom_error, reconstruct, summary_lines
 from meshlift.methods.milo.strategy import (MiloStrategy, cdf_keep_mask, importance_scores, sample_by_importance)
 
 CPU = torch.device("cpu")
@@ -190,9 +191,7 @@ def test_config_checks_and_oom_message():
 
 def test_view_independent_gaussian_psnr(scene, tmp_path):
     """With SH above degree 0 the run also scores the Gaussians' view-independent colour (SH degree 0, the
-    reference a diffuse mesh is compared with); with degree 0 the two are the same figure."""
-    from meshlift.methods.milo.reconstruct import MiloResult, summary_lines
-
+    reference a diffuse mesh is compared with); with degree 0 the two are the same figure (the micro run below)."""
     problem, gt = scene
     r = reconstruct(_micro(sh_degree=1, sh_degree_interval=4, extract="tsdf"), tmp_path / "sh1", problem=problem,
                     gt_mesh=gt)
@@ -201,9 +200,6 @@ def test_view_independent_gaussian_psnr(scene, tmp_path):
     assert m["gaussian_psnr_sh0"] != m["gaussian_psnr"]  # a render of its own, not a copy of the degree-1 figure
     line = summary_lines(MiloResult(None, None, m, None, {}, []))[0]
     assert "SH degree 0" in line and f"{m['gaussian_psnr_sh0']:.2f}" in line
-    r0 = reconstruct(_micro(extract="tsdf"), tmp_path / "sh0", problem=problem, gt_mesh=gt)
-    assert r0.metrics["gaussian_psnr_sh0"] == r0.metrics["gaussian_psnr"]
-    assert "SH degree 0" not in summary_lines(MiloResult(None, None, r0.metrics, None, {}, []))[0]
 
 
 def test_micro_run_every_stage_then_resume(scene, tmp_path):
@@ -218,6 +214,9 @@ def test_micro_run_every_stage_then_resume(scene, tmp_path):
     assert m["strategy_events"][0][3] == 150  # the re-init drew reinit_points surface points
     assert m["triangulations"] >= 2 and m["faces"] > 0 and m["vertices"] > 0
     assert m["mesh_psnr"] is not None and m["gaussian_psnr"] is not None and m["fscore"] is not None
+    # SH degree 0 throughout (milo_tiny): the view-independent figure is the Gaussian one, and not printed twice
+    assert m["gaussian_psnr_sh0"] == m["gaussian_psnr"]
+    assert "SH degree 0" not in summary_lines(MiloResult(None, None, m, None, {}, []))[0]
     for name in ("mesh.glb", "mesh.obj", "mesh.mtl", "mesh.ply", "texture_kd.png", "point_cloud.ply",
                  "metrics.json", "config.json", "checkpoint.pt", "loss_curve.png"):
         assert (out / name).is_file(), name
@@ -226,8 +225,6 @@ def test_micro_run_every_stage_then_resume(scene, tmp_path):
     assert [p.name for p in panels] == [p.name for p in sorted((out / "mesh_renders").glob("*.png"))]
     from PIL import Image
     mesh_w, mesh_h = Image.open(sorted((out / "mesh_renders").glob("*.png"))[0]).size
-    from meshlift.methods.gaussians.outputs import CAPTION_HEIGHT
-
     w, h = Image.open(panels[0]).size
     h -= CAPTION_HEIGHT  # the strip naming the three panels
     k = h // mesh_h
@@ -387,8 +384,6 @@ def test_one_training_view_is_refused_before_training(tmp_path):
 
 
 def test_summary_says_what_the_photometric_refinement_did():
-    from meshlift.methods.milo.reconstruct import MiloResult, summary_lines
-
     base = {"mesh_psnr": 19.97, "mesh_ssim": 0.7, "mesh_lpips": None, "gaussian_psnr": 22.1, "test_views": 5,
             "masked": False, "mesh_evaluated": "whole-scene mesh (vertex colours)", "vertices": 10, "faces": 20,
             "gaussians": 100, "steps": 18000, "extract": "tsdf", "scene_faces": 1000, "pivots": 0,

@@ -35,9 +35,13 @@ def write_config(out: Path, cfg: GaussiansConfig) -> Path:
     return write_json(Path(out) / "config.json", saved_config(config_to_dict(cfg), type(cfg).METHOD))
 
 
+#: Width in pixels of the grey separator between the images of :func:`side_by_side` (and its panels).
+SEPARATOR_PX = 2
+
+
 def side_by_side(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
-    """``[H, W, 3]`` left | right with a 2-pixel grey separator."""
-    sep = torch.full((left.shape[0], 2, 3), 0.5)
+    """``[H, W, 3]`` left | right with a ``SEPARATOR_PX``-pixel grey separator."""
+    sep = torch.full((left.shape[0], SEPARATOR_PX, 3), 0.5)
     return torch.cat([left.cpu(), sep, right.cpu()], dim=1)
 
 
@@ -51,7 +55,7 @@ CAPTION_HEIGHT = 16
 
 
 def comparison_panel(images: list, labels: Optional[list] = None) -> torch.Tensor:
-    """``[H·k (+ CAPTION_HEIGHT), (n·W + 2·(n−1))·k, 3]``: the ``[H, W, 3]`` float images side by side (grey
+    """``[H·k (+ CAPTION_HEIGHT), (n·W + SEPARATOR_PX·(n−1))·k, 3]``: the ``[H, W, 3]`` float images side by side (grey
     separators), each enlarged by the whole factor ``k = ceil(PANEL_MIN_HEIGHT / H)`` (1 for views at least that
     tall); with ``labels`` (one string per image) a white strip above names each one (a fresh user could not
     tell the panels apart, 2026-12-06). The images' pixels are unchanged.
@@ -80,7 +84,7 @@ def comparison_panel(images: list, labels: Optional[list] = None) -> torch.Tenso
     x = 0
     for im, text in zip(images, labels):
         draw.text((x + 4, 2), str(text), fill=(0, 0, 0))
-        x += int(im.shape[1]) * k + 2 * k
+        x += (int(im.shape[1]) + SEPARATOR_PX) * k
     cap = torch.from_numpy(np.asarray(strip).copy()).float() / 255.0
     return torch.cat([cap, panel], dim=0)
 
