@@ -311,6 +311,44 @@ def test_undistort_image_recovers_pinhole_image():
     np.testing.assert_allclose(out.numpy()[2:-2, 2:-2], ref[2:-2, 2:-2], atol=1e-4)
 
 
+def test_valid_crop_leaves_no_pixel_sampled_outside_the_photo():
+    """A pincushion lens (k1 > 0): undistorting to the same K leaves black corners and edges; the crop window
+    has none, every pixel of it samples the photo at least half a pixel inside, and the cropped cameras
+    project world points to the same image content (cx, cy shifted by the window's corner)."""
+    from meshlift.data.undistort import valid_crop
+
+    W, H = 120, 90
+    K = intrinsics_matrix(100.0, 100.0, 60.0, 45.0)
+    cam = Cameras(K[None], torch.eye(4)[None], W, H, model="OPENCV",
+                  distortion=torch.tensor([[0.08, -0.02, 0.0, 0.0]]))
+    x0, y0, x1, y1 = valid_crop(cam)
+    assert 0 < x0 < 10 and 0 < y0 < 10 and W - 10 < x1 < W and H - 10 < y1 < H
+    grid, valid = undistortion_grid(cam)
+    assert float(valid[..., 0].min()) == 0.0  # the uncropped image has pixels from outside the photo
+    u = (grid[..., 0] + 1) * W / 2
+    v = (grid[..., 1] + 1) * H / 2
+    inside = (u >= 0.5) & (u <= W - 0.5) & (v >= 0.5) & (v <= H - 0.5)
+    assert bool(inside[y0:y1, x0:x1].all())
+    # nearly the largest window: one more row or column on any side would take an invalid pixel
+    assert not bool(inside[y0 - 1:y1, x0:x1].all()) or not bool(inside[y0:y1 + 1, x0:x1].all()) \
+        or not bool(inside[y0:y1, x0 - 1:x1].all()) or not bool(inside[y0:y1, x0:x1 + 1].all())
+    pin = cam.with_pinhole()
+    cut = pin.crop(x0, y0, x1 - x0, y1 - y0)
+    assert (cut.width, cut.height) == (x1 - x0, y1 - y0)
+    pts = torch.tensor([[0.1, -0.05, 2.0], [-0.2, 0.1, 3.0]])
+    a, _ = pin.project(pts)
+    b, _ = cut.project(pts)
+    torch.testing.assert_close(b, a - torch.tensor([x0, y0], dtype=a.dtype))
+    # the cropped camera's grid is the full one's window: the same pixels, no resampling difference
+    g2, _ = undistortion_grid(cam, cut)
+    torch.testing.assert_close(g2, grid[y0:y1, x0:x1])
+    with pytest.raises(CameraError, match="crop window"):
+        pin.crop(x0, y0, W, H)
+    # a camera without distortion keeps its whole frame
+    assert valid_crop(Cameras(K[None], torch.eye(4)[None], W, H, model="OPENCV",
+                              distortion=torch.zeros(1, 4))) == (0, 0, W, H)
+
+
 def test_undistort_image_size_mismatch_raises():
     cam = Cameras(intrinsics_matrix(10.0, 10.0, 5.0, 5.0)[None], torch.eye(4)[None], 10, 10,
                   model="SIMPLE_RADIAL", distortion=torch.tensor([[0.1]]))

@@ -65,7 +65,15 @@ def test_lego_blender(dataset):
 def test_fox_instant_ngp(dataset):
     scene = load_scene(dataset("fox"))
     assert scene.format == "instant-ngp"
-    assert (len(scene), scene.width, scene.height) == (50, 540, 960)
+    # the undistorted photos are cut to the window every pixel of which comes from inside the photo
+    assert (len(scene), scene.width, scene.height) == (50, 532, 950)
+    assert scene.metadata["undistort_crop"] == [4, 6, 536, 956]
+    img = scene.image(0)
+    for border in (img[0], img[-1], img[:, 0], img[:, -1]):  # no black frame left
+        assert float(border.amax(-1).min()) > 0.02
+    full = load_scene(dataset("fox"), undistort_crop=False)
+    assert (full.width, full.height) == (540, 960) and float(full.image(0)[0].amax(-1).min()) == 0.0
+    torch.testing.assert_close(full.image(0)[6:956, 4:536], img)
     assert len(scene.warnings) == 1 and "17" in scene.warnings[0] and "67" in scene.warnings[0]
     assert scene.metadata["source_camera_model"] == "OPENCV"
     assert scene.cameras.model == "PINHOLE" and scene.source_cameras.model == "OPENCV"
@@ -84,13 +92,13 @@ def test_fox_instant_ngp(dataset):
 
 @pytest.mark.shared_data
 def test_fox_image_is_undistorted(dataset):
-    scene = load_scene(dataset("fox"), downscale=4)
-    assert (scene.width, scene.height) == (135, 240)
+    scene = load_scene(dataset("fox"), downscale=4)  # 135 x 240, cut to the valid window
+    assert (scene.width, scene.height) == (133, 237) and scene.metadata["undistort_crop"] == [1, 2, 134, 239]
     img = scene.image(3)
-    assert img.shape == (240, 135, 3) and 0.0 <= float(img.min()) and float(img.max()) <= 1.0
+    assert img.shape == (237, 133, 3) and 0.0 <= float(img.min()) and float(img.max()) <= 1.0
     from meshlift.io.images import read_image, resize_image
 
-    raw = resize_image(read_image(scene.image_paths[3]), 135, 240)
+    raw = resize_image(read_image(scene.image_paths[3]), 135, 240)[2:239, 1:134]
     diff = (img - raw).abs().mean(-1)
     # the distortion is mild: centre unchanged, the periphery moved
     assert float(diff[100:140, 50:85].mean()) < 0.02
@@ -171,7 +179,10 @@ def test_distortion_keys_and_fisheye(tmp_path):
         (tmp_path / "transforms.json").write_text(json.dumps({**base, **extra}))
         scene = load_scene(tmp_path)
         assert scene.metadata["source_camera_model"] == model and scene.cameras.model == "PINHOLE"
-        assert scene.image(0).shape == (12, 16, 3)
+        # the image is cut to its valid window (none to cut where the lens moves the borders < half a pixel)
+        x0, y0, x1, y1 = scene.metadata.get("undistort_crop", [0, 0, 16, 12])
+        assert scene.image(0).shape == (scene.height, scene.width, 3) == (y1 - y0, x1 - x0, 3)
+        assert load_scene(tmp_path, undistort_crop=False).image(0).shape == (12, 16, 3)
 
 
 @pytest.mark.parametrize(

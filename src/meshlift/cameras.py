@@ -302,6 +302,22 @@ class Cameras:
         S = torch.diag(torch.tensor([sx, sy, 1.0], dtype=self.K.dtype, device=self.K.device))
         return replace(self, K=S @ self.K, width=int(width), height=int(height))
 
+    def crop(self, x0: int, y0: int, width: int, height: int) -> "Cameras":
+        """Cameras for the same images cut to the ``width x height`` window whose top-left pixel is
+        ``(x0, y0)``: ``cx -= x0``, ``cy -= y0`` (pixels; conventions §2), focal lengths kept.
+
+        Raises:
+            CameraError: a window that is empty or leaves the image.
+        """
+        x0, y0, width, height = int(x0), int(y0), int(width), int(height)
+        if width <= 0 or height <= 0 or x0 < 0 or y0 < 0 or x0 + width > self.width or y0 + height > self.height:
+            raise CameraError(f"crop window x0={x0}, y0={y0}, {width}x{height} is empty or leaves the "
+                              f"{self.width}x{self.height} image")
+        K = self.K.clone()
+        K[:, 0, 2] -= x0
+        K[:, 1, 2] -= y0
+        return replace(self, K=K, width=width, height=height)
+
     def with_pinhole(self) -> "Cameras":
         """The same cameras with the distortion removed (model PINHOLE, same ``K``). Use on undistorted images."""
         return replace(self, model="PINHOLE", distortion=None)

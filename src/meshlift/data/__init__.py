@@ -73,6 +73,7 @@ def load_scene(
     background: str = "white",
     split_every: int = 8,
     undistort: bool = True,
+    undistort_crop: bool = True,
     keep_distortion: bool = False,
     preload: bool = False,
     data_device: str = "cpu",
@@ -89,8 +90,11 @@ def load_scene(
         downscale: load at ``1/downscale`` of the full resolution (COLMAP/LLFF use ``images_N`` when present).
         background: ``"white"``, ``"black"`` or ``"random"`` under alpha (recorded in ``Scene.background``).
         split_every: datasets without splits: every ``split_every``-th image is test (Mip-NeRF 360 / 3DGS).
-        undistort: undistort distorted cameras' images to pinhole on load (same ``K``; the original model is
-            ``Scene.metadata["source_camera_model"]`` and ``Scene.source_cameras``).
+        undistort: undistort distorted cameras' images to pinhole on load (same focal lengths; the original
+            model is ``Scene.metadata["source_camera_model"]`` and ``Scene.source_cameras``).
+        undistort_crop: with ``undistort``, cut the images to the window whose every pixel comes from inside
+            the photo (``Scene.metadata["undistort_crop"]`` = ``[x0, y0, x1, y1]`` when it cuts;
+            :func:`meshlift.data.undistort.valid_crop`); False keeps the size, with black borders.
         keep_distortion: with ``undistort=False``, keep the distorted model instead of raising.
         preload: decode all images into memory on ``data_device``.
         data_device: device of preloaded images (``"cpu"``: stream per batch).
@@ -104,7 +108,7 @@ def load_scene(
         DatasetError: unknown layout, missing or malformed files (the message names the file and the fix).
     """
     opts = LoadOptions(downscale=downscale, background=background, split_every=split_every, undistort=undistort,
-                       keep_distortion=keep_distortion, preload=preload, data_device=data_device,
+                       undistort_crop=undistort_crop, keep_distortion=keep_distortion, preload=preload, data_device=data_device,
                        images_folder=images_folder, masks_folder=masks_folder, colmap_model=colmap_model,
                        camera_convention=camera_convention)
     p = Path(path)

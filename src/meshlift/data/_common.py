@@ -10,6 +10,7 @@ import torch
 from meshlift.cameras import Cameras
 from meshlift.data.camera_check import check_cameras
 from meshlift.data.scene import BACKGROUNDS, Scene, estimate_normalization, every_nth_splits
+from meshlift.data.undistort import valid_crop
 from meshlift.errors import DatasetError, ImageError
 
 
@@ -25,7 +26,11 @@ class LoadOptions:
     split_every: int = 8
     """When the dataset has no splits: every ``split_every``-th image is a test image (0 = none)."""
     undistort: bool = True
-    """Undistort images of distorted cameras to pinhole images on load (same K)."""
+    """Undistort images of distorted cameras to pinhole images on load (same focal lengths)."""
+    undistort_crop: bool = True
+    """With ``undistort``: cut the undistorted images to the window in which every pixel comes from inside
+    the photo (:func:`meshlift.data.undistort.valid_crop`; ``cx``, ``cy`` shift, the size shrinks), as COLMAP's
+    undistorter and nerfstudio do; False keeps ``K`` and the size, with black pixels along the borders."""
     keep_distortion: bool = False
     """With ``undistort=False``: keep the distorted camera model in ``Scene.cameras`` instead of refusing."""
     preload: bool = False
@@ -125,6 +130,16 @@ def finish_scene(
             source = cams
             cams = cams.with_pinhole()
             metadata["undistorted_from"] = cameras.model
+            if options.undistort_crop:
+                x0, y0, x1, y1 = valid_crop(source, cams)
+                if (x0, y0, x1, y1) != (0, 0, cams.width, cams.height):
+                    cams = cams.crop(x0, y0, x1 - x0, y1 - y0)
+                    metadata["undistort_crop"] = [x0, y0, x1, y1]
+                    if (x1 - x0) * (y1 - y0) < 0.5 * source.width * source.height:
+                        warnings.append(
+                            f"undistortion keeps only the {x1 - x0}x{y1 - y0} window of the {source.width}x"
+                            f"{source.height} images (strong distortion); load with undistort_crop=False to "
+                            "keep the whole frame with black borders")
         elif not options.keep_distortion:
             raise DatasetError(
                 f"{root}: the camera model is {cameras.model} with distortion "

@@ -142,7 +142,8 @@ class Scene:
 
         path = self.image_paths[i]
         img = read_image(path)
-        H, W = self.height, self.width
+        src = self.source_cameras  # undistorted scenes: decode at the photo's size, then remap to the pinhole
+        H, W = (src.height, src.width) if src is not None else (self.height, self.width)
         h, w = img.shape[:2]
         if abs(h * W / w - H) > 1.0 + 0.01 * H:  # same aspect ratio up to rounding to whole pixels
             raise ImageError(
