@@ -11,7 +11,7 @@ from meshlift.cli.main import main
 KEYS = {"format", "num_images", "width", "height", "camera_model", "splits", "has_masks", "warnings", "bounds"}
 
 EXPECTED = {
-    "fox": dict(format="instant-ngp", num_images=50, width=540, height=960, camera_model="OPENCV", has_masks=False,
+    "fox": dict(format="instant-ngp", num_images=50, width=532, height=950, camera_model="OPENCV", has_masks=False,
                 splits={"train": 43, "val": 0, "test": 7}, n_warnings=1),
     "nerf_synthetic_lego_half": dict(format="blender", num_images=70, width=400, height=400, camera_model="PINHOLE",
                                      has_masks=True, splits={"train": 50, "val": 10, "test": 10}, n_warnings=0),
@@ -53,7 +53,7 @@ def test_inspect_json(dataset, capsys, name):
 @pytest.mark.shared_data
 def test_inspect_table_and_alt_model(dataset, capsys):
     rc, out, _ = _run(capsys, "inspect", str(dataset("fox")))
-    assert rc == 0 and "instant-ngp" in out and "540 x 960" in out and "warning" in out
+    assert rc == 0 and "instant-ngp" in out and "532 x 950" in out and "valid window" in out and "warning" in out
     rc, out, _ = _run(capsys, "inspect", str(dataset("statue_of_liberty_colmap")), "--colmap-model",
                       "sparse_alt_txt/0", "--json")
     assert rc == 0 and json.loads(out)["focal"][0] == pytest.approx(2395.65 / 2, abs=0.01)

@@ -47,11 +47,15 @@ def inspect(
     model = info["camera_model"]
     if info["undistorted"]:
         model += " (undistorted to PINHOLE on load)"
+    res = f"{info['width']} x {info['height']} (W x H)"
+    if info.get("undistort_crop"):
+        x0, y0, x1, y1 = info["undistort_crop"]
+        res += f", the valid window x {x0}..{x1}, y {y0}..{y1} of the undistorted photos"
     b = info["bounds"]
     rows = [
         ("format", info["format"]),
         ("images", str(info["num_images"])),
-        ("resolution", f"{info['width']} x {info['height']} (W x H)"),
+        ("resolution", res),
         ("camera model", model),
         ("focal (px)", f"{info['focal'][0]:.2f}, {info['focal'][1]:.2f}"),
         ("splits", f"train {sp['train']}, val {sp['val']}, test {sp['test']}"),

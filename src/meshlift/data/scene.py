@@ -257,6 +257,7 @@ class Scene:
             "camera_model": self.metadata.get("source_camera_model", self.cameras.model),
             "loaded_camera_model": self.cameras.model,
             "undistorted": self.source_cameras is not None and not self.source_cameras.is_pinhole,
+            "undistort_crop": self.metadata.get("undistort_crop"),
             "splits": {k: int(len(self.splits.get(k, ()))) for k in ("train", "val", "test")},
             "has_masks": self.has_masks,
             "sfm_points": 0 if self.points is None else int(len(self.points)),
