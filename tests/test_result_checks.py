@@ -56,6 +56,12 @@ def test_test_far_below_training_and_mesh_far_below_gaussians():
     w = mesh_below_gaussians(14.0, 25.0, hint="try --set extract=tsdf")
     assert w.startswith("the mesh renders 11.0 dB below the Gaussians at the test views (14.00 vs 25.00 dB)")
     assert w.endswith("try --set extract=tsdf") and mesh_below_gaussians(None, 25.0, hint="h") is None
+    # with the view-independent figure the message splits the gap (session 28's fox: 23.38 / 30.74 / SH-0 25.36)
+    w = mesh_below_gaussians(23.38, 30.74, gaussian_psnr_sh0=25.36, hint="h")
+    assert "7.4 dB below" in w and "5.4 dB of it is the Gaussians' view-dependent colour" in w
+    assert "at SH degree 0 they score 25.36 dB, the mesh 2.0 dB below that" in w and w.endswith("; h")
+    assert "no more than the mesh" in mesh_below_gaussians(26.0, 30.0, gaussian_psnr_sh0=25.0, hint="h")
+    assert "not recovered well" in mesh_below_gaussians(20.0, 30.0, gaussian_psnr_sh0=30.0, hint="h")
 
 
 def test_blank_views_need_content_in_the_reference():

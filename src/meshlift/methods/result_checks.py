@@ -70,16 +70,25 @@ def below_training(test_psnr, train_psnr, *, subject: str, hint: str) -> Optiona
             f"images; {hint}")
 
 
-def mesh_below_gaussians(mesh_psnr, gaussian_psnr, *, hint: str) -> Optional[str]:
+def mesh_below_gaussians(mesh_psnr, gaussian_psnr, *, hint: str, gaussian_psnr_sh0=None) -> Optional[str]:
     """The warning when the mesh renders more than :data:`MESH_BELOW_GAUSSIANS_DB` below its Gaussians at the
-    same test views (dB; None: no check)."""
+    same test views (dB; None: no check). With ``gaussian_psnr_sh0`` (the same Gaussians at SH degree 0) below
+    ``gaussian_psnr``, the message says how much of the gap is their view-dependent colour, which a diffuse
+    mesh cannot show, and compares the mesh with the view-independent render too."""
     if mesh_psnr is None or gaussian_psnr is None:
         return None
     gap = float(gaussian_psnr) - float(mesh_psnr)
     if not gap > MESH_BELOW_GAUSSIANS_DB:
         return None
+    why = "the surface was not recovered well"
+    if _finite(gaussian_psnr_sh0) and float(gaussian_psnr_sh0) < float(gaussian_psnr) - 0.1:
+        sh0 = float(gaussian_psnr_sh0)
+        why = (f"{float(gaussian_psnr) - sh0:.1f} dB of it is the Gaussians' view-dependent colour, which one colour "
+               f"per surface point cannot show (at SH degree 0 they score {sh0:.2f} dB, "
+               + (f"the mesh {sh0 - float(mesh_psnr):.1f} dB below that)" if sh0 > float(mesh_psnr)
+                  else "no more than the mesh)"))
     return (f"the mesh renders {gap:.1f} dB below the Gaussians at the test views ({float(mesh_psnr):.2f} vs "
-            f"{float(gaussian_psnr):.2f} dB): the surface was not recovered well; {hint}")
+            f"{float(gaussian_psnr):.2f} dB): {why}; {hint}")
 
 
 def blank_views(renders: Sequence, targets: Sequence, background: float, names: Sequence[str]) -> list[str]:
