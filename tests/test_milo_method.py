@@ -373,12 +373,12 @@ def test_outputs_of_a_mesh_input_return_to_its_frame():
 
 
 def test_one_training_view_is_refused_before_training(tmp_path):
-    """Too few views: a clear DatasetError naming the counts and the knob, before any training (no checkpoint)."""
+    """Too few views: a clear DatasetError naming the counts and what to do, before any training (no checkpoint)."""
     from _milo_scene import sphere_problem
     from meshlift.errors import DatasetError
 
     problem, gt = sphere_problem(size=16, n_train=1, n_test=1)
-    with pytest.raises(DatasetError, match=r"1 training view\(s\) \(1 held out as test views\).*max_test_views"):
+    with pytest.raises(DatasetError, match=r"1 training view\(s\) \(1 held out as test views\).*add photos"):
         reconstruct(_micro(), tmp_path / "run", problem=problem, gt_mesh=gt)
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
 

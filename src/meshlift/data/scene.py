@@ -258,6 +258,8 @@ class Scene:
             "loaded_camera_model": self.cameras.model,
             "undistorted": self.source_cameras is not None and not self.source_cameras.is_pinhole,
             "undistort_crop": self.metadata.get("undistort_crop"),
+            "source_size": None if self.source_cameras is None else [self.source_cameras.width,
+                                                                     self.source_cameras.height],
             "splits": {k: int(len(self.splits.get(k, ()))) for k in ("train", "val", "test")},
             "has_masks": self.has_masks,
             "sfm_points": 0 if self.points is None else int(len(self.points)),

@@ -333,8 +333,8 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
 
             raise DatasetError(
                 f"{cfg.data}: {len(problem.train)} training view(s) ({len(problem.test)} held out as test views): a "
-                "mesh needs at least 2 views of every surface, and several for a usable one (8 or more); add photos, "
-                "or hold out fewer test views (max_test_views, or the dataset's test split)")
+                "mesh needs at least 2 views of every surface, and several for a usable one (8 or more); add photos "
+                "(without a test split in the dataset, every 8th photo is held out for testing)")
         if cfg.extract == "tsdf":
             from meshlift.methods.milo.tsdf_mesh import check_bbox
 
@@ -648,7 +648,7 @@ def summary_lines(result: MiloResult) -> list[str]:
     lines = [f"[bold]mesh render PSNR[/bold] {f(m['mesh_psnr'], '.2f')} dB  SSIM {f(m['mesh_ssim'], '.4f')}"
              f"  LPIPS {'off (lpips=false)' if m['mesh_lpips'] is None else f(m['mesh_lpips'], '.4f')}"
              f"   [bold]Gaussian PSNR[/bold] {f(m['gaussian_psnr'], '.2f')} dB"
-             + (f" (SH degree 0, view-independent: {m['gaussian_psnr_sh0']:.2f})"
+             + (f" (their SH degree 0 term alone, view-independent: {m['gaussian_psnr_sh0']:.2f})"
                 if m.get("gaussian_psnr_sh0") is not None and m["gaussian_psnr_sh0"] != m["gaussian_psnr"] else "")
              + f"   ({m['test_views']} views" + (f" on {m['background']}" if m.get("masked", True) else "")
              + (f"; mesh: {m['mesh_evaluated']})" if m.get("mesh_evaluated") else ")"),
