@@ -106,6 +106,14 @@ class GaussiansConfig:
     """Raise the active SH degree by one every this many steps (3DGS: 1000)."""
     ssim_lambda: float = 0.2
     """Weight of the D-SSIM term: loss = (1 − λ) L1 + λ (1 − SSIM) (3DGS eq. 7)."""
+    exposure_compensation: bool = False
+    """Learn a colour gain and offset per training image, applied to its render before the loss (PGSR's exposure
+    compensation, Chen et al. 2024 eq. 14; :mod:`meshlift.methods.gaussians.exposure`): a phone's exposure and
+    white balance drift across a capture, which the Gaussians otherwise explain with view-dependent colour and
+    floaters. Training only: test views, previews and the depth the mesh is fused from are rendered without it.
+    Not with several GPUs. Off by default until a device run measures it on a real capture."""
+    lr_exposure: float = 1e-3
+    """Adam step of the exposure parameters (log-gain and offset per channel and training image)."""
 
     # ---- learning rates (Adam, eps 1e-15 as 3DGS) ----------------------------------------------------------
     lr_means: float = 1.6e-4
@@ -179,7 +187,7 @@ _CHOICES = {
     "splat_backend": ("auto", "torch", "triton"),
 }
 
-_POSITIVE = ("lr_means", "lr_means_final", "lr_sh0", "lr_shN", "lr_opacity", "lr_scales", "lr_quats",
+_POSITIVE = ("lr_means", "lr_means_final", "lr_sh0", "lr_shN", "lr_opacity", "lr_scales", "lr_quats", "lr_exposure",
              "init_opacity", "init_scale", "random_box_scale", "downscale", "near_frac", "densify_prune_opa",
              "densify_grow_grad2d", "densify_grow_scale3d", "densify_prune_scale3d")
 _NONNEG = ("time_budget_s", "checkpoint_every_s", "ssim_lambda")

@@ -225,6 +225,14 @@ class GaussianTrainer(TrainLoop):
         dist.check_batch(self.sampler.batch)
         self.share_weight = dist.share_weight(self.sampler.batch)
         self.bg_generator = torch.Generator().manual_seed(cfg.seed + 1)
+        self.exposure = None
+        if cfg.exposure_compensation:
+            if dist.enabled:
+                raise ConfigError("exposure_compensation is not supported with several GPUs yet; run on one GPU "
+                                  "or set exposure_compensation=false")
+            from meshlift.methods.gaussians.exposure import ExposureCompensation
+
+            self.exposure = ExposureCompensation(len(problem.train), cfg.lr_exposure, device)
         self.params: dict = {}
         self.optimizers: dict = {}
         self.strategy_state: dict = self.strategy.initialize_state() if self.strategy is not None else {}
@@ -306,6 +314,7 @@ class GaussianTrainer(TrainLoop):
             "recoveries": self.recoveries,
             "scene_scale": self.scene_scale,
             "regularizer": None if self.regularizer is None else self.regularizer.state_dict(),
+            "exposure": None if self.exposure is None else self.exposure.state_dict(),
         })
 
     def load_payload(self, ck: dict) -> None:
@@ -324,6 +333,8 @@ class GaussianTrainer(TrainLoop):
         self.sampler.load_state_dict(ck["sampler"])
         if self.regularizer is not None and ck.get("regularizer") is not None:
             self.regularizer.load_state_dict(ck["regularizer"])
+        if self.exposure is not None and ck.get("exposure") is not None:
+            self.exposure.load_state_dict(ck["exposure"])
         torch.set_rng_state(ck["rng"]["torch"])
         self.bg_generator.set_state(ck["rng"]["bg"])
         if "cuda" in ck["rng"] and self.device.type == "cuda":
@@ -336,7 +347,8 @@ class GaussianTrainer(TrainLoop):
         from meshlift.methods.gaussians.losses import photometric_loss
 
         cfg, s = self.cfg, it
-        batch = self.problem.train.batch(self.dist.share(self.sampler.next()), self.device)
+        idx = self.dist.share(self.sampler.next())
+        batch = self.problem.train.batch(idx, self.device)
         bg = self._background()
         target = batch.targets(bg)
         settings = self.settings
@@ -345,6 +357,8 @@ class GaussianTrainer(TrainLoop):
             settings = dataclasses.replace(settings, outputs=tuple(extra))
         img, alpha, info = render_params(self.params, batch, self.sh_schedule(s), bg, self.near, settings,
                                          cfg.splat_backend)
+        if self.exposure is not None:  # training only: the loss sees the render in this photo's exposure
+            img = self.exposure.apply(img, idx)
         losses = photometric_loss(img, target, cfg.ssim_lambda)
         if self.regularizer is not None:
             info["alpha"] = alpha
@@ -358,6 +372,8 @@ class GaussianTrainer(TrainLoop):
         self.dist.all_reduce_gradients(self.params.values(), self.share_weight)
         self.callbacks.after_backward(s, self.params)
         self._optimizer_step(s)
+        if self.exposure is not None:
+            self.exposure.step()
         if self.strategy is not None:
             self.strategy.step_post_backward(self.params, self.optimizers, self.strategy_state, s, info)
         if self.regularizer is not None:

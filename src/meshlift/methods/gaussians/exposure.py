@@ -1,0 +1,67 @@
+"""Per-image exposure compensation for training on phone captures (training only).
+
+A phone's automatic exposure and white balance change from photo to photo (the fox's 43 training photos: gains
+0.86–1.18 per channel against their consensus, benchmarks/results/2026-12-06_session28_device.md). Without a model
+of it the Gaussians explain the differences by view-dependent colour (the SH terms) and by geometry (floaters
+near the cameras, surfaces off their depth), which the fused mesh inherits as blurred colours and noisy depth.
+
+PGSR (Chen et al. 2024, Sec. 3.4, eq. 14: ``I^a = exp(a_i) I^r + b_i``) gives each training image an exposure
+``a_i`` and an offset ``b_i``, learned with the Gaussians and applied to the render before the photometric loss;
+test views are rendered without them. Here per colour channel: ``I' = exp(a_i) ⊙ I + b_i`` with ``a_i, b_i ∈ R^3``
+(6 numbers a photo, initialised to the identity, Adam). The compensated render is what the loss sees; every
+render the run exports or scores (test views, previews, depth for fusion) is uncompensated.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from meshlift.errors import ConfigError
+
+__all__ = ["ExposureCompensation"]
+
+
+class ExposureCompensation:
+    """Learned per-training-image colour gain and offset (module docstring).
+
+    Args:
+        num_images: number of training images (the rows of :attr:`params`).
+        lr: Adam learning rate of the 6 numbers a photo.
+        device: where the parameters live.
+
+    Raises:
+        ConfigError: ``num_images < 1`` or a non-positive ``lr``.
+    """
+
+    def __init__(self, num_images: int, lr: float, device: torch.device) -> None:
+        if int(num_images) < 1:
+            raise ConfigError(f"exposure compensation needs at least one training image, got {num_images}")
+        if not float(lr) > 0:
+            raise ConfigError(f"config field 'lr_exposure' must be > 0, got {lr!r}")
+        #: ``[N, 6]`` float32: log-gains (3) then offsets (3) of each training image.
+        self.params = torch.nn.Parameter(torch.zeros(int(num_images), 6, device=device))
+        self.optimizer = torch.optim.Adam([self.params], lr=float(lr), eps=1e-15)
+
+    def apply(self, image: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        """``image [B, H, W, 3]`` (renders of the training images ``indices [B]``) -> the compensated renders
+        ``exp(a) ⊙ image + b``, differentiable in both."""
+        p = self.params[indices.to(self.params.device).long()]
+        return image * torch.exp(p[:, None, None, :3]) + p[:, None, None, 3:]
+
+    def step(self) -> None:
+        """One Adam step on the gradients :meth:`apply` left, then drop them."""
+        if self.params.grad is not None:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def gains(self) -> torch.Tensor:
+        """``[N, 3]`` the learned gains ``exp(a)`` (CPU)."""
+        return torch.exp(self.params.detach()[:, :3]).cpu()
+
+    def state_dict(self) -> dict:
+        return {"params": self.params.detach().cpu().clone(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        with torch.no_grad():
+            self.params.copy_(state["params"].to(self.params.device))
+        self.optimizer.load_state_dict(state["optimizer"])
