@@ -241,3 +241,35 @@ def test_scaled_rotation_is_orthonormalised_with_warning(tmp_path):
     scene = load_scene(tmp_path)
     assert len(scene.warnings) == 1 and "not orthonormal" in scene.warnings[0]
     torch.testing.assert_close(scene.cameras.world_to_camera, cams.world_to_camera, atol=1e-5, rtol=0)
+
+
+def test_an_unknown_split_name_is_refused():
+    from meshlift.data.views import split_indices
+
+    scene = type("S", (), {"splits": {"train": torch.arange(4), "val": torch.arange(0), "test": torch.arange(4, 6)},
+                           "cameras": list(range(6))})()
+    assert split_indices(scene, "train", "test") == ([0, 1, 2, 3], [4, 5])
+    with pytest.raises(DatasetError, match="split 'trian' is not one of the dataset's splits"):
+        split_indices(scene, "trian", "test")
+
+
+def test_the_undistortion_crop_does_not_move_the_normalised_frame(tmp_path):
+    """No SfM points, no aabb: the frame comes from the cameras' fields of view, which the crop narrows; it is
+    estimated before the crop, so cropped and uncropped loads share it (a run resumed across the change keeps
+    its frame)."""
+    from meshlift.cameras import cameras_on_sphere, world_to_camera_to_opengl_c2w
+
+    cams = cameras_on_sphere(6, 3.0, 0.8, 64, seed=0, up=(0.0, 0.0, 1.0))
+    frames = []
+    for i in range(6):
+        _write_images(tmp_path, [f"{i}.png"])
+        frames.append({"file_path": f"{i}.png",
+                       "transform_matrix": world_to_camera_to_opengl_c2w(cams.world_to_camera[i:i + 1])[0].tolist()})
+    from meshlift.io.images import image_info
+
+    w, h = image_info(tmp_path / "0.png")[:2]
+    (tmp_path / "transforms.json").write_text(json.dumps({"fl_x": 0.8 * w, "w": w, "h": h, "k1": 0.2, "frames": frames}))
+    cut, whole = load_scene(tmp_path), load_scene(tmp_path, undistort_crop=False)
+    assert "undistort_crop" in cut.metadata and (cut.width, cut.height) != (whole.width, whole.height)
+    torch.testing.assert_close(cut.world_to_normalized, whole.world_to_normalized)
+    torch.testing.assert_close(cut.bounds, whole.bounds)

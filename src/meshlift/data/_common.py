@@ -125,11 +125,13 @@ def finish_scene(
         target_size = (max(1, round(cameras.width / d)), max(1, round(cameras.height / d)))
     cams = cameras.resize(*target_size) if target_size != (cameras.width, cameras.height) else cameras
     source = None
+    frame_cams = None  # the cameras the normalised frame is estimated from: before any crop, so a crop never moves it
     if not cams.is_pinhole:
         if options.undistort:
             source = cams
             cams = cams.with_pinhole()
             metadata["undistorted_from"] = cameras.model
+            frame_cams = cams
             if options.undistort_crop:
                 x0, y0, x1, y1 = valid_crop(source, cams)
                 if (x0, y0, x1, y1) != (0, 0, cams.width, cams.height):
@@ -152,7 +154,7 @@ def finish_scene(
         metadata.setdefault("splits_from", f"every {options.split_every}th image is test")
     else:
         metadata.setdefault("splits_from", "dataset")
-    T, box, info = estimate_normalization(cams, points=points, aabb=aabb)
+    T, box, info = estimate_normalization(frame_cams if frame_cams is not None else cams, points=points, aabb=aabb)
     metadata["normalization"] = info
     near, far = near_far_from_bounds(cams, box)
     if isinstance(cams.near, torch.Tensor) and isinstance(cams.far, torch.Tensor):  # the dataset's own bounds

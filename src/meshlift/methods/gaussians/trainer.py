@@ -358,7 +358,7 @@ class GaussianTrainer(TrainLoop):
         img, alpha, info = render_params(self.params, batch, self.sh_schedule(s), bg, self.near, settings,
                                          cfg.splat_backend)
         if self.exposure is not None:  # training only: the loss sees the render in this photo's exposure
-            img = self.exposure.apply(img, idx)
+            img = self.exposure.apply(img, idx, alpha, bg)
         losses = photometric_loss(img, target, cfg.ssim_lambda)
         if self.regularizer is not None:
             info["alpha"] = alpha
@@ -373,7 +373,7 @@ class GaussianTrainer(TrainLoop):
         self.callbacks.after_backward(s, self.params)
         self._optimizer_step(s)
         if self.exposure is not None:
-            self.exposure.step()
+            self.exposure.step(cfg.lr_exposure * self.lr_factor)
         if self.strategy is not None:
             self.strategy.step_post_backward(self.params, self.optimizers, self.strategy_state, s, info)
         if self.regularizer is not None:
@@ -413,7 +413,8 @@ class GaussianTrainer(TrainLoop):
     def params_finite(self) -> bool:
         """Every parameter is finite (one host read-back)."""
         with torch.no_grad():
-            return bool(torch.stack([torch.isfinite(p).all() for p in self.params.values()]).all())
+            ps = list(self.params.values()) + ([self.exposure.params] if self.exposure is not None else [])
+            return bool(torch.stack([torch.isfinite(p).all() for p in ps]).all())
 
     def _background(self) -> torch.Tensor:
         """``[3]`` background of this step on the device (random: drawn on the host generator, copied
