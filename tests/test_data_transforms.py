@@ -273,3 +273,22 @@ def test_the_undistortion_crop_does_not_move_the_normalised_frame(tmp_path):
     assert "undistort_crop" in cut.metadata and (cut.width, cut.height) != (whole.width, whole.height)
     torch.testing.assert_close(cut.world_to_normalized, whole.world_to_normalized)
     torch.testing.assert_close(cut.bounds, whole.bounds)
+
+
+@pytest.mark.shared_data
+def test_the_methods_load_the_fox_cut_and_undistort_crop_false_keeps_the_frame(dataset):
+    """`--set undistort_crop=false` reaches the readers of all three methods (and MILo now passes the camera
+    convention too: it shares the Gaussians' reader)."""
+    from meshlift.data.views import scene_problem
+    from meshlift.methods.gaussians.config import GaussiansConfig
+    from meshlift.methods.gaussians.reconstruct import load_problem
+    from meshlift.methods.milo.config import MiloConfig
+    from meshlift.methods.milo.reconstruct import load_problem as milo_load
+
+    for keep, size in ((True, (532, 950)), (False, (540, 960))):
+        pb = load_problem(GaussiansConfig(data=str(dataset("fox")), undistort_crop=keep, max_test_views=1))
+        assert (pb.train.width, pb.train.height) == size
+        mp, _ = milo_load(MiloConfig(data=str(dataset("fox")), undistort_crop=keep, max_test_views=1))
+        assert (mp.train.width, mp.train.height) == size
+        sp = scene_problem(dataset("fox"), undistort_crop=keep, max_test_views=1)
+        assert tuple(sp.train.images.shape[2:0:-1]) == size

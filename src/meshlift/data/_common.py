@@ -141,7 +141,7 @@ def finish_scene(
                         warnings.append(
                             f"undistortion keeps only the {x1 - x0}x{y1 - y0} window of the {source.width}x"
                             f"{source.height} images (strong distortion); load with undistort_crop=False to "
-                            "keep the whole frame with black borders")
+                            "keep the whole frame with black borders (reconstruct: --set undistort_crop=false)")
         elif not options.keep_distortion:
             raise DatasetError(
                 f"{root}: the camera model is {cameras.model} with distortion "

@@ -227,7 +227,8 @@ def split_indices(scene, train_split: str = "train", test_split: str = "test",
 
 def scene_problem(path: str | Path, *, background: str = "white", train_split: str = "train",
                   test_split: str = "test", max_test_views: int = 0, train_res: int = 0,
-                  data_device: str = "cpu", camera_convention: str = "opengl") -> ProblemData:
+                  data_device: str = "cpu", camera_convention: str = "opengl",
+                  undistort_crop: bool = True) -> ProblemData:
     """Read a dataset folder into a :class:`ProblemData`.
 
     Args:
@@ -239,19 +240,22 @@ def scene_problem(path: str | Path, *, background: str = "white", train_split: s
         train_res: longest image side in pixels (0 = as stored); larger images are loaded through the
             reader's ``downscale``.
         data_device: where the images are kept.
+        camera_convention, undistort_crop: as :func:`meshlift.data.load_scene`.
 
     Raises:
         DatasetError: unreadable dataset, or an empty split.
     """
     from meshlift.data import load_scene
 
-    scene, downscale = load_scene(path, background=background, camera_convention=camera_convention), 1.0
+    scene, downscale = load_scene(path, background=background, camera_convention=camera_convention,
+                                  undistort_crop=undistort_crop), 1.0
     for _ in range(3):  # a reader may load below full size already (only images_N/ on disk): refine
         longest = max(scene.height, scene.width)
         if not 0 < train_res < longest:
             break
         downscale *= longest / train_res
-        scene = load_scene(path, background=background, downscale=downscale, camera_convention=camera_convention)
+        scene = load_scene(path, background=background, downscale=downscale, camera_convention=camera_convention,
+                           undistort_crop=undistort_crop)
     train_idx, test_idx = split_indices(scene, train_split, test_split, max_test_views)
     what = f"dataset {path}"
     return ProblemData(

@@ -48,6 +48,10 @@ class GaussiansConfig:
     other formats ignore it."""
     test_split: str = "test"
     """Split used for held-out metrics (falls back to ``val``, then to every 8th training view)."""
+    undistort_crop: bool = True
+    """Photos of a distorted lens are undistorted and cut to the window whose every pixel comes from inside the
+    photo (:func:`meshlift.data.undistort.valid_crop`; COLMAP's undistorter and nerfstudio do the same); false
+    keeps their size and ``K``, with black pixels along the borders that training fits and metrics score."""
     train_res: int = 0
     """Longest image side in pixels for training and evaluation (0 = as stored); images are loaded through
     the reader's ``downscale`` (COLMAP/LLFF use ``images_N`` folders when present)."""

@@ -101,7 +101,7 @@ def load_problem(cfg: GaussiansConfig) -> SplatProblem:
     return load_splat_problem(cfg.data, train_split=cfg.train_split, test_split=cfg.test_split,
                               max_test_views=cfg.max_test_views, train_res=cfg.train_res,
                               downscale=cfg.downscale, use_masks=cfg.use_masks, data_device=cfg.data_device,
-                              camera_convention=cfg.camera_convention)
+                              camera_convention=cfg.camera_convention, undistort_crop=cfg.undistort_crop)
 
 
 def oom_error(cfg: GaussiansConfig, where: str, n: int) -> OutOfMemoryError:

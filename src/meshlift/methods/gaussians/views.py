@@ -206,7 +206,7 @@ def _views(scene, indices: list[int], use_masks: bool, data_device: torch.device
 def load_splat_problem(path: str | Path, *, train_split: str = "train", test_split: str = "test",
                        max_test_views: int = 0, train_res: int = 0, downscale: float = 1.0,
                        use_masks: bool = True, data_device: str = "cpu",
-                       camera_convention: str = "opengl") -> SplatProblem:
+                       camera_convention: str = "opengl", undistort_crop: bool = True) -> SplatProblem:
     """Read a dataset folder for Gaussian splatting.
 
     Args:
@@ -215,6 +215,7 @@ def load_splat_problem(path: str | Path, *, train_split: str = "train", test_spl
         train_res: longest image side in pixels (0 = as stored); ``downscale``: a further factor.
         use_masks: premultiply by separate mask files (alpha channels are always used).
         data_device: where the images are kept.
+        camera_convention, undistort_crop: as :func:`meshlift.data.load_scene`.
 
     Raises:
         DatasetError: unreadable dataset, or an empty split.
@@ -222,11 +223,12 @@ def load_splat_problem(path: str | Path, *, train_split: str = "train", test_spl
     from meshlift.data import load_scene
     from meshlift.data.views import split_indices
 
-    scene = load_scene(path, background="black", camera_convention=camera_convention)
+    scene = load_scene(path, background="black", camera_convention=camera_convention, undistort_crop=undistort_crop)
     longest = max(scene.height, scene.width)
     factor = (longest / train_res if 0 < train_res < longest else 1.0) * float(downscale)
     if factor > 1.0:
-        scene = load_scene(path, background="black", downscale=factor, camera_convention=camera_convention)
+        scene = load_scene(path, background="black", downscale=factor, camera_convention=camera_convention,
+                           undistort_crop=undistort_crop)
     train_idx, test_idx = split_indices(scene, train_split, test_split, max_test_views)
     dev = torch.device("cpu" if data_device == "auto" else data_device)
     what = f"dataset {path}"

@@ -108,12 +108,9 @@ def load_problem(cfg: MiloConfig):
         kind = "dataset"
     if kind == "mesh":
         return _mesh_problem(cfg)
-    from meshlift.methods.gaussians.views import load_splat_problem
+    from meshlift.methods.gaussians.reconstruct import load_problem as load_dataset
 
-    pb = load_splat_problem(cfg.data, train_split=cfg.train_split, test_split=cfg.test_split,
-                            max_test_views=cfg.max_test_views, train_res=cfg.train_res, downscale=cfg.downscale,
-                            use_masks=cfg.use_masks, data_device=cfg.data_device)
-    return pb, None
+    return load_dataset(cfg), None  # the Gaussians' reader: the same split, size, mask, camera and crop fields
 
 
 def _mesh_problem(cfg: MiloConfig):

@@ -40,6 +40,10 @@ class SurfaceConfig:
     (exporters that write OpenCV axes); other formats ignore it. ``meshlift inspect`` says which fits."""
     test_split: str = "test"
     """Split used for held-out metrics (falls back to ``val``, then to every 8th training view)."""
+    undistort_crop: bool = True
+    """Photos of a distorted lens are undistorted and cut to the window whose every pixel comes from inside the
+    photo (:func:`meshlift.data.undistort.valid_crop`; COLMAP's undistorter and nerfstudio do the same); false
+    keeps their size and ``K``, with black pixels along the borders that training fits and metrics score."""
     train_res: int = 512
     """Longest image side in pixels used for training and evaluation (images are resized; 0 = as loaded, or 512
     for the rendered views of a mesh input)."""

@@ -151,7 +151,8 @@ def load_problem(cfg: SurfaceConfig, device: torch.device) -> ProblemData:
         return synthetic_problem(mesh, cfg, device, name=Path(cfg.data).name)
     data = scene_problem(cfg.data, background="black" if cfg.background == "black" else "white",
                          train_split=cfg.train_split, test_split=cfg.test_split, max_test_views=cfg.max_test_views,
-                         train_res=cfg.train_res, camera_convention=cfg.camera_convention)  # read into host memory
+                         train_res=cfg.train_res, camera_convention=cfg.camera_convention,
+                         undistort_crop=cfg.undistort_crop)  # read into host memory
     if data.train.masks is None:
         raise _no_masks_error(cfg.data)
     return _place_training_images(data, cfg, device)
