@@ -111,6 +111,12 @@ def test_cli_help_and_help_config_list_every_method(capsys, monkeypatch):
     text = " ".join(capsys.readouterr().out.split())
     for m in ALL:
         assert f"{m.name} ({' '.join(m.cli_help.split())})" in text, m.name
+    # --preset's help names every preset of the Gaussian and MILo methods (a fresh user found only nvdiffrec's)
+    from meshlift.methods.gaussians.presets import preset_names as gaussian_presets
+    from meshlift.methods.milo.presets import preset_names as milo_presets
+
+    preset_help = text[text.index("--preset"):]
+    assert all(n in preset_help for n in gaussian_presets() + milo_presets())
     for m in ALL:
         assert main(["reconstruct", "--method", m.name, "--help-config"]) == 0
         text = capsys.readouterr().out

@@ -197,8 +197,9 @@ def register(app: typer.Typer) -> None:
         overrides: Optional[List[str]] = typer.Argument(None, help="Config overrides field=value (like --set)."),
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (created)."),
         preset: Optional[str] = typer.Option(
-            None, "--preset", "-p", help="spot, bob, *_fixlight, *_metal, spot_flexi, nerf, nerd (default: spot for "
-            "a mesh file, nerd for an LLFF folder, nerf for other folders)."
+            None, "--preset", "-p", help="nvdiffrec (the default method): spot, bob, *_fixlight, *_metal, spot_flexi, "
+            "nerf, nerd (default: spot for a mesh file, nerd for an LLFF folder, nerf for other folders); "
+            "--method gaussians: gaussians, gaussians_tiny; --method milo: default, lowres, verylowres, milo_tiny."
         ),
         quick: bool = typer.Option(False, "--quick", metavar="", help="CPU-sized variant of the preset (minutes on a laptop)."),
         config: Optional[Path] = typer.Option(None, "--config", "-c", help="JSON or TOML file of config fields."),
