@@ -60,14 +60,7 @@ def _psnr(se_sum: float, n: int) -> float:
     return 10.0 * math.log10(1.0 / max(se_sum / max(n, 1), 1e-12))
 
 
-def _sub(views, i: int):
-    return dataclasses.replace(views, world_to_camera=views.world_to_camera[i:i + 1], K=views.K[i:i + 1],
-                               images=views.images[i:i + 1],
-                               alpha=None if views.alpha is None else views.alpha[i:i + 1],
-                               names=list(views.names[i:i + 1]))
-
-
-def _sub_many(views, idx: list):
+def _sub(views, idx: list):
     """The views ``idx`` of ``views`` (a SplatViews slice)."""
     t = torch.as_tensor(idx, dtype=torch.long)
     return dataclasses.replace(views, world_to_camera=views.world_to_camera[t], K=views.K[t], images=views.images[t],
@@ -199,7 +192,7 @@ def main() -> int:
     lo, hi = (torch.tensor(x) for x in rep["roi_box"])
     # (i) the diffuse ceiling: every vertex's mean over the *test* photos that see it (the least-squares single
     # colour for these views; an oracle): what no one-colour-per-point mesh of this surface can beat here
-    rgb_c, n_c = fuse_colors(mesh.v_pos.to(dev), _sub_many(test, which), tdepth.to(dev), tol=tol)
+    rgb_c, n_c = fuse_colors(mesh.v_pos.to(dev), _sub(test, which), tdepth.to(dev), tol=tol)
     col_c = mesh.v_color.clone()
     col_c[n_c.cpu() > 0] = srgb_to_linear(rgb_c.cpu()[n_c.cpu() > 0]).clamp(0, 1)
     ceiling = render_mesh_views(dataclasses.replace(mesh, v_color=col_c), test, dev, bg, indices=which)
@@ -225,7 +218,7 @@ def main() -> int:
                     "gauss_psnr_in": _psnr(float(se_g[mask].sum()), int(mask.sum()))}
 
         # (b) oracle vertex colours from the test view itself
-        sub = _sub(test, i)
+        sub = _sub(test, [i])
         rgb_o, n_o = fuse_colors(mesh.v_pos.to(dev), sub, tdepth[j:j + 1].to(dev), tol=tol)
         col = mesh.v_color.clone()
         seen = n_o.cpu() > 0
@@ -248,9 +241,7 @@ def main() -> int:
         centres = torch.linalg.inv(train.world_to_camera.double())[:, :3, 3]
         c_test = torch.linalg.inv(test.world_to_camera[i].double())[:3, 3]
         near3 = torch.argsort((centres - c_test).norm(dim=1))[:3]
-        sub3 = dataclasses.replace(train, world_to_camera=train.world_to_camera[near3], K=train.K[near3],
-                                   images=train.images[near3],
-                                   alpha=None if train.alpha is None else train.alpha[near3], names=[])
+        sub3 = _sub(train, near3.tolist())
         rgb_n, n_n = fuse_colors(pts.reshape(-1, 3)[cov].to(dev), sub3, train_depth[near3.to(train_depth.device)].to(dev),
                                  tol=tol)
         img = m.clone().reshape(-1, 3)

@@ -22,10 +22,11 @@ def test_apply_is_the_identity_at_start_and_matches_a_float64_reference():
     ec = ExposureCompensation(4, 1e-2, CPU)
     img = torch.rand(2, 5, 6, 3)
     idx = torch.tensor([3, 1])
-    torch.testing.assert_close(ec.apply(img, idx), img)
+    full, bg = torch.ones(2, 5, 6, 1), torch.zeros(3)  # full coverage: exp(a) * image + b
+    torch.testing.assert_close(ec.apply(img, idx, full, bg), img)
     with torch.no_grad():
         ec.params.copy_(torch.randn(4, 6) * 0.2)
-    out = ec.apply(img, idx)
+    out = ec.apply(img, idx, full, bg)
     w = torch.randn_like(out)
     (out * w).sum().backward()
     p64 = ec.params.detach().double().requires_grad_(True)

@@ -109,7 +109,9 @@ def test_output_is_a_dataset_every_reader_loads(posed, capsys):
     info = json.loads(capsys.readouterr().out)
     assert info["format"] == "colmap" and info["num_images"] == 16
     # 256 px photos; a lens with distortion is undistorted and cut to its valid window (a few px at most)
-    assert 256 - 8 <= info["width"] <= 256 and info["camera_model"] != "PINHOLE" or info["width"] == 256
+    x0, _, x1, _ = info["undistort_crop"] or [0, 0, 256, 0]
+    assert info["width"] == x1 - x0 and 256 - 8 <= info["width"] <= 256
+    assert info["undistort_crop"] is None or (info["camera_model"] != "PINHOLE" and info["source_size"][0] == 256)
     # transforms.json describes the same cameras
     ngp = load_scene(out, format="instant-ngp")
     col = load_scene(out, format="colmap")

@@ -50,7 +50,7 @@ def inspect(
     res = f"{info['width']} x {info['height']} (W x H)"
     if info.get("undistort_crop"):
         x0, y0, x1, y1 = info["undistort_crop"]
-        sw, sh = info.get("source_size") or ("?", "?")
+        sw, sh = info["source_size"]
         res += f": the valid window x {x0}..{x1}, y {y0}..{y1} of the {sw} x {sh} photos after undistortion"
     b = info["bounds"]
     rows = [

@@ -108,9 +108,9 @@ def load_scene(
         DatasetError: unknown layout, missing or malformed files (the message names the file and the fix).
     """
     opts = LoadOptions(downscale=downscale, background=background, split_every=split_every, undistort=undistort,
-                       undistort_crop=undistort_crop, keep_distortion=keep_distortion, preload=preload, data_device=data_device,
-                       images_folder=images_folder, masks_folder=masks_folder, colmap_model=colmap_model,
-                       camera_convention=camera_convention)
+                       undistort_crop=undistort_crop, keep_distortion=keep_distortion, preload=preload,
+                       data_device=data_device, images_folder=images_folder, masks_folder=masks_folder,
+                       colmap_model=colmap_model, camera_convention=camera_convention)
     p = Path(path)
     fmt = format or ("colmap" if colmap_model else detect_format(p))
     if fmt == "blender":

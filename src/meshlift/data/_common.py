@@ -125,23 +125,11 @@ def finish_scene(
         target_size = (max(1, round(cameras.width / d)), max(1, round(cameras.height / d)))
     cams = cameras.resize(*target_size) if target_size != (cameras.width, cameras.height) else cameras
     source = None
-    frame_cams = None  # the cameras the normalised frame is estimated from: before any crop, so a crop never moves it
     if not cams.is_pinhole:
         if options.undistort:
             source = cams
             cams = cams.with_pinhole()
             metadata["undistorted_from"] = cameras.model
-            frame_cams = cams
-            if options.undistort_crop:
-                x0, y0, x1, y1 = valid_crop(source, cams)
-                if (x0, y0, x1, y1) != (0, 0, cams.width, cams.height):
-                    cams = cams.crop(x0, y0, x1 - x0, y1 - y0)
-                    metadata["undistort_crop"] = [x0, y0, x1, y1]
-                    if (x1 - x0) * (y1 - y0) < 0.5 * source.width * source.height:
-                        warnings.append(
-                            f"undistortion keeps only the {x1 - x0}x{y1 - y0} window of the {source.width}x"
-                            f"{source.height} images (strong distortion); load with undistort_crop=False to "
-                            "keep the whole frame with black borders (reconstruct: --set undistort_crop=false)")
         elif not options.keep_distortion:
             raise DatasetError(
                 f"{root}: the camera model is {cameras.model} with distortion "
@@ -154,8 +142,10 @@ def finish_scene(
         metadata.setdefault("splits_from", f"every {options.split_every}th image is test")
     else:
         metadata.setdefault("splits_from", "dataset")
-    T, box, info = estimate_normalization(frame_cams if frame_cams is not None else cams, points=points, aabb=aabb)
+    T, box, info = estimate_normalization(cams, points=points, aabb=aabb)
     metadata["normalization"] = info
+    if source is not None and options.undistort_crop:  # after the frame: a crop never moves it
+        cams = _crop_to_valid(source, cams, metadata, warnings)
     near, far = near_far_from_bounds(cams, box)
     if isinstance(cams.near, torch.Tensor) and isinstance(cams.far, torch.Tensor):  # the dataset's own bounds
         metadata["depth_bounds"] = [float(cams.near.min()), float(cams.far.max())]
@@ -192,6 +182,20 @@ def finish_scene(
     if options.preload:
         scene.preload()
     return scene
+
+
+def _crop_to_valid(source: Cameras, pinhole: Cameras, metadata: dict, warnings: list) -> Cameras:
+    """``pinhole`` cut to the window of :func:`~meshlift.data.undistort.valid_crop` (recorded in
+    ``metadata["undistort_crop"]``; a warning when less than half the photo is left)."""
+    x0, y0, x1, y1 = valid_crop(source, pinhole)
+    if (x0, y0, x1, y1) == (0, 0, pinhole.width, pinhole.height):
+        return pinhole
+    metadata["undistort_crop"] = [x0, y0, x1, y1]
+    if (x1 - x0) * (y1 - y0) < 0.5 * source.width * source.height:
+        warnings.append(f"undistortion keeps only the {x1 - x0}x{y1 - y0} window of the {source.width}x"
+                        f"{source.height} images (strong distortion); load with undistort_crop=False to keep the "
+                        "whole frame with black borders (reconstruct: --set undistort_crop=false)")
+    return pinhole.crop(x0, y0, x1 - x0, y1 - y0)
 
 
 def near_far_from_bounds(cameras: Cameras, box: torch.Tensor, margin: float = 2.0) -> tuple[torch.Tensor, torch.Tensor]:

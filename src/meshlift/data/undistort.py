@@ -12,7 +12,7 @@ from meshlift.cameras import Cameras
 from meshlift.errors import CameraError
 from meshlift.geometry.distortion import distort
 
-__all__ = ["undistort_image", "undistortion_grid", "valid_crop"]
+__all__ = ["source_pixels", "undistort_image", "undistortion_grid", "valid_crop"]
 
 
 def undistortion_grid(camera: Cameras, pinhole: Cameras | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -29,21 +29,31 @@ def undistortion_grid(camera: Cameras, pinhole: Cameras | None = None) -> tuple[
     if len(camera) != 1:
         raise CameraError(f"undistortion_grid takes one camera, got {len(camera)}")
     pin = camera.with_pinhole() if pinhole is None else pinhole
-    H, W = pin.height, pin.width
-    jj = torch.arange(W, dtype=torch.float64) + 0.5
-    ii = torch.arange(H, dtype=torch.float64) + 0.5
-    gx, gy = torch.meshgrid(jj, ii, indexing="xy")
-    Kp = pin.K[0].double().cpu()
-    y = (gy - Kp[1, 2]) / Kp[1, 1]
-    x = (gx - Kp[0, 2] - Kp[0, 1] * y) / Kp[0, 0]
-    xy = distort(camera.model, camera.distortion[0].double().cpu(), torch.stack([x, y], dim=-1))
-    K = camera.K[0].double().cpu()
-    u = K[0, 0] * xy[..., 0] + K[0, 1] * xy[..., 1] + K[0, 2]
-    v = K[1, 1] * xy[..., 1] + K[1, 2]
+    gx, gy = torch.meshgrid(torch.arange(pin.width, dtype=torch.float64) + 0.5,
+                            torch.arange(pin.height, dtype=torch.float64) + 0.5, indexing="xy")
+    u, v = source_pixels(camera.model, camera.K.double().cpu(), camera.distortion.double().cpu(),
+                         pin.K.double().cpu(), gx[None], gy[None])
+    u, v = u[0], v[0]
     Ws, Hs = camera.width, camera.height
     grid = torch.stack([2 * u / Ws - 1, 2 * v / Hs - 1], dim=-1)
     valid = ((u >= 0) & (u <= Ws) & (v >= 0) & (v <= Hs)).to(torch.float32)[..., None]
     return grid.to(torch.float32), valid
+
+
+def source_pixels(model: str, K: torch.Tensor, distortion: torch.Tensor, K_pinhole: torch.Tensor,
+                  px: torch.Tensor, py: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where pinhole pixel positions come from in the distorted photo: ``(u, v)`` pixels of the photo.
+
+    Pinhole pixel ``(px, py)`` (conventions §2: centres at ``j + 0.5``) -> normalised coordinates through
+    ``K_pinhole`` -> :func:`distort` -> pixels through ``K``. ``K``, ``K_pinhole`` ``[M, 3, 3]`` and ``distortion``
+    ``[M, P]`` (one row per camera) broadcast against ``px, py [M or 1, L]``; returns ``u, v [M, L]`` (float64 in,
+    float64 out).
+    """
+    y = (py - K_pinhole[:, 1, 2, None]) / K_pinhole[:, 1, 1, None]
+    x = (px - K_pinhole[:, 0, 2, None] - K_pinhole[:, 0, 1, None] * y) / K_pinhole[:, 0, 0, None]
+    xy = distort(model, distortion[:, None, :], torch.stack([x, y], -1))
+    return (K[:, 0, 0, None] * xy[..., 0] + K[:, 0, 1, None] * xy[..., 1] + K[:, 0, 2, None],
+            K[:, 1, 1, None] * xy[..., 1] + K[:, 1, 2, None])
 
 
 def undistort_image(image: torch.Tensor, camera: Cameras, *, grid: torch.Tensor | None = None,
@@ -112,46 +122,28 @@ def valid_crop(cameras: Cameras, pinhole: Cameras | None = None) -> tuple[int, i
     Ws, Hs = cameras.width, cameras.height
     lo = 0.5 - 1e-3  # a pixel centre maps to a pixel centre without distortion: float round-off
 
-    def ok(px: torch.Tensor, py: torch.Tensor) -> torch.Tensor:
-        """``[L]`` bool: the line's pixels (centres ``px, py``) every camera samples from inside its photo."""
-        y = (py[None] - Kp[:, 1, 2, None]) / Kp[:, 1, 1, None]  # [M, L] normalised pinhole coordinates
-        x = (px[None] - Kp[:, 0, 2, None] - Kp[:, 0, 1, None] * y) / Kp[:, 0, 0, None]
-        xy = distort(cameras.model, D[:, None, :], torch.stack([x, y], -1))
-        u = Ks[:, 0, 0, None] * xy[..., 0] + Ks[:, 0, 1, None] * xy[..., 1] + Ks[:, 0, 2, None]
-        v = Ks[:, 1, 1, None] * xy[..., 1] + Ks[:, 1, 2, None]
+    def line(window: list, side: int) -> torch.Tensor:
+        """``[L]`` bool: the pixels of the window's border line ``side`` (0 top, 1 bottom, 2 left, 3 right)
+        that every camera samples from inside its photo."""
+        x0, y0, x1, y1 = window
+        along = torch.arange(*((x0, x1) if side < 2 else (y0, y1)), dtype=torch.float64) + 0.5
+        at = torch.full_like(along, (y0, y1 - 1, x0, x1 - 1)[side] + 0.5)
+        u, v = source_pixels(cameras.model, Ks, D, Kp, *((along, at) if side < 2 else (at, along)))
         return ((u >= lo) & (u <= Ws - lo) & (v >= lo) & (v <= Hs - lo)).all(0)
 
-    def row(y: int, a: int, b: int) -> torch.Tensor:
-        xs = torch.arange(a, b, dtype=torch.float64) + 0.5
-        return ok(xs, torch.full_like(xs, y + 0.5))
-
-    def col(x: int, a: int, b: int) -> torch.Tensor:
-        ys = torch.arange(a, b, dtype=torch.float64) + 0.5
-        return ok(torch.full_like(ys, x + 0.5), ys)
-
-    y0, y1, x0, x1 = 0, H, 0, W
-    # the four border lines' validity, kept up to date: a peel evaluates the one new line and trims the others
-    top, bottom, left, right = row(0, 0, W), row(H - 1, 0, W), col(0, 0, H), col(W - 1, 0, H)
-    while y1 > y0 and x1 > x0:
-        counts = [int((~t).sum()) for t in (top, bottom, left, right)]
-        if max(counts) == 0:
-            return x0, y0, x1, y1
-        side = max(range(4), key=lambda k: counts[k])
-        if side == 0:
-            y0 += 1
-            left, right = left[1:], right[1:]
-            top = row(y0, x0, x1) if y1 > y0 else top[:0]
-        elif side == 1:
-            y1 -= 1
-            left, right = left[:-1], right[:-1]
-            bottom = row(y1 - 1, x0, x1) if y1 > y0 else bottom[:0]
-        elif side == 2:
-            x0 += 1
-            top, bottom = top[1:], bottom[1:]
-            left = col(x0, y0, y1) if x1 > x0 else left[:0]
-        else:
-            x1 -= 1
-            top, bottom = top[:-1], bottom[:-1]
-            right = col(x1 - 1, y0, y1) if x1 > x0 else right[:0]
+    window = [0, 0, W, H]
+    # the four border lines' validity, kept up to date: a peel evaluates the one new line and trims the two
+    # lines that cross it (the opposite line keeps its extent)
+    lines = [line(window, k) for k in range(4)]
+    while window[2] > window[0] and window[3] > window[1]:
+        bad = [int((~b).sum()) for b in lines]
+        if max(bad) == 0:
+            return tuple(window)
+        side = max(range(4), key=lambda k: bad[k])
+        window[(1, 3, 0, 2)[side]] += 1 if side in (0, 2) else -1
+        crossing = (2, 3) if side < 2 else (0, 1)
+        for k in crossing:
+            lines[k] = lines[k][1:] if side in (0, 2) else lines[k][:-1]
+        lines[side] = line(window, side)
     raise CameraError(f"undistortion leaves no valid pixel in the {W}x{H} images (model {cameras.model}, "
                       f"distortion {cameras.distortion[0].tolist()}); check the distortion parameters")

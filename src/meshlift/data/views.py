@@ -197,8 +197,6 @@ def views_from_scene(scene, indices: list[int], *, data_device: str | torch.devi
 def _split(scene, name: str) -> list[int]:
     splits = getattr(scene, "splits", {}) or {}
     if name not in splits and name not in ("train", "val", "test"):
-        from meshlift.errors import DatasetError
-
         raise DatasetError(f"split {name!r} is not one of the dataset's splits ({', '.join(sorted(splits)) or 'none'}); "
                            "use train_split / test_split = train, val or test")
     idx = splits.get(name)

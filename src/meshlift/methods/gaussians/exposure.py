@@ -46,15 +46,13 @@ class ExposureCompensation:
         self.params = torch.nn.Parameter(torch.zeros(int(num_images), 6, device=device))
         self.optimizer = torch.optim.Adam([self.params], lr=float(lr), eps=1e-15)
 
-    def apply(self, image: torch.Tensor, indices: torch.Tensor, alpha: torch.Tensor | None = None,
-              background: torch.Tensor | None = None) -> torch.Tensor:
+    def apply(self, image: torch.Tensor, indices: torch.Tensor, alpha: torch.Tensor,
+              background: torch.Tensor) -> torch.Tensor:
         """``image [B, H, W, 3]`` (renders of the training images ``indices [B]``, composited on ``background
         [3]`` with coverage ``alpha [B, H, W, 1]``) -> the compensated renders (module docstring), differentiable
-        in the image and the parameters. Without ``alpha``/``background``: ``exp(a) ⊙ image + b``."""
+        in the image, the coverage and the parameters."""
         p = self.params[indices.to(self.params.device).long()]
         gain, offset = torch.exp(p[:, None, None, :3]), p[:, None, None, 3:]
-        if alpha is None or background is None:
-            return image * gain + offset
         under = (1 - alpha) * background.to(image).reshape(1, 1, 1, 3)
         return (image - under) * gain + alpha * offset + under
 

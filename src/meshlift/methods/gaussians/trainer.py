@@ -347,8 +347,7 @@ class GaussianTrainer(TrainLoop):
         from meshlift.methods.gaussians.losses import photometric_loss
 
         cfg, s = self.cfg, it
-        idx = self.dist.share(self.sampler.next())
-        batch = self.problem.train.batch(idx, self.device)
+        batch = self.problem.train.batch(self.dist.share(self.sampler.next()), self.device)
         bg = self._background()
         target = batch.targets(bg)
         settings = self.settings
@@ -358,7 +357,7 @@ class GaussianTrainer(TrainLoop):
         img, alpha, info = render_params(self.params, batch, self.sh_schedule(s), bg, self.near, settings,
                                          cfg.splat_backend)
         if self.exposure is not None:  # training only: the loss sees the render in this photo's exposure
-            img = self.exposure.apply(img, idx, alpha, bg)
+            img = self.exposure.apply(img, batch.indices, alpha, bg)
         losses = photometric_loss(img, target, cfg.ssim_lambda)
         if self.regularizer is not None:
             info["alpha"] = alpha
