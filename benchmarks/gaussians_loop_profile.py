@@ -12,6 +12,9 @@ Usage (from the repository root)::
     python3 benchmarks/gaussians_loop_profile.py --device cuda --cases gaussians:3000 milo_delaunay:1500 \
         --window 100 --milo-window 50 --schedule-scale 0.25 --time-limit 50 110 --total-time 190 \
         --out $OUT/loop_profile.json
+    # the host's share of the 3DGS step: issue time vs wall of plain steps, then cProfile's top functions
+    python3 benchmarks/gaussians_loop_profile.py --device cuda --cases gaussians:2600 --window 100 --no-syncs \
+        --cprofile 1300:1500:time 1500:1700 --out $OUT/lp.json
 
 Unlike ``benchmarks/gaussians_step.py`` (one isolated step at a fixed Gaussian set), this runs the whole
 method as the CLI does — :func:`meshlift.methods.gaussians.reconstruct.reconstruct` (``--method gaussians``)
@@ -296,7 +299,7 @@ class LoopProfiler:
 
     def __init__(self, device: torch.device, window: int, stop_at: int, time_limit: float, on_window,
                  count_syncs: bool = True, log=print, cpu_clock: bool = False, deadline: float = 0.0,
-                 kernels_every: int = 0) -> None:
+                 kernels_every: int = 0, cprofile: tuple = (), cprofile_out=None) -> None:
         self.device = device
         self.window, self.stop_at, self.time_limit = int(window), int(stop_at), float(time_limit)
         self.deadline = float(deadline)  # a perf_counter value ending the loop at a window's end (0: none)
@@ -312,6 +315,11 @@ class LoopProfiler:
         self._win_first = None  # first step of the open window
         self._cpu_mode = None
         self.kernels_every = int(kernels_every)
+        # --cprofile A:B: the host's Python time of steps A..B-1 under cProfile (wall per step beside it)
+        self.cprofile, self.cprofile_out = tuple(cprofile), cprofile_out
+        self._cprof = None  # (range, cProfile or None) while a range is open
+        self._cprof_t0 = 0.0
+        self._cprof_text: list = []
         self._kprof = None  # torch.profiler of a --kernels step
         self._kernel_rows = None
         self._isects = 0
@@ -448,6 +456,7 @@ class LoopProfiler:
         elif s >= self.stop_at:
             self._close_window(s)
             raise _Stop
+        self._cprofile_boundary(s)
         if self._win_first is None:
             self._win_first = s
         self._counts.append(trainer.num_gaussians)
@@ -470,6 +479,47 @@ class LoopProfiler:
             self._kprof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
             self._kprof.__enter__()
         self._boundary = (s, self.clock.mark() if self.clock.recording else None)
+
+    def _cprofile_boundary(self, s: int) -> None:
+        """At the steps of ``--cprofile`` ranges ``A:B[:time]``: start cProfile before step A, stop it before
+        step B and write the top functions (tottime and cumtime) with the host's issue time and the wall per
+        step of the profiled steps (cProfile slows Python ~1.5-2x: read the shares, not the absolute times);
+        ``:time`` ranges time the host without cProfile (the loop is host-bound where issue ~ wall)."""
+        for rng in self.cprofile:
+            a, b, plain = rng
+            if s == a and self._cprof is None:
+                import cProfile
+
+                if self.clock.cuda:
+                    torch.cuda.synchronize(self.device)
+                self._cprof = (rng, None if plain else cProfile.Profile())
+                self._cprof_t0 = time.perf_counter()
+                if self._cprof[1] is not None:
+                    self._cprof[1].enable()
+            elif s == b and self._cprof is not None and self._cprof[0] == rng:
+                import io
+                import pstats
+
+                prof = self._cprof[1]
+                if prof is not None:
+                    prof.disable()
+                host = time.perf_counter() - self._cprof_t0  # the host's time to issue the steps (no sync)
+                if self.clock.cuda:
+                    torch.cuda.synchronize(self.device)
+                wall = time.perf_counter() - self._cprof_t0
+                head = (f"# steps {a}..{b - 1}: host issue {host * 1e3 / (b - a):.3f} ms/step, wall (to the sync) "
+                        f"{wall * 1e3 / (b - a):.3f} ms/step, {'plain' if prof is None else 'under cProfile'}")
+                self.log(head)
+                self._cprof_text.append(head)
+                if prof is not None:
+                    buf = io.StringIO()
+                    st = pstats.Stats(prof, stream=buf)
+                    st.sort_stats("tottime").print_stats(45)
+                    st.sort_stats("cumulative").print_stats(60)
+                    self._cprof_text.append(buf.getvalue())
+                if self.cprofile_out is not None:
+                    Path(self.cprofile_out).write_text("\n".join(self._cprof_text))
+                self._cprof = None
 
     def _end_step(self, next_step: int) -> None:
         if self._boundary is None:
@@ -738,6 +788,9 @@ def main(argv=None) -> int:
     ap.add_argument("--kernels", type=int, default=0, metavar="K",
                     help="CUDA: profile the last step of every K-th window (the 1st, K+1-th, ...) with "
                          "torch.profiler and record its 10 costliest kernels (that step is left out of the times)")
+    ap.add_argument("--cprofile", nargs="*", default=[], metavar="A:B[:time]",
+                    help="profile the host's Python in steps A..B-1 of each case with cProfile (A:B:time: time the "
+                         "host's issue without cProfile); report beside --out as <out>.<case>.cprofile.txt")
     ap.add_argument("--no-syncs", action="store_true", help="do not count host syncs")
     ap.add_argument("--no-outputs", action="store_true",
                     help="train without an output folder (no preview images or checkpoint files written)")
@@ -827,7 +880,11 @@ def main(argv=None) -> int:
             write()
 
         prof = LoopProfiler(device, window, steps, limit, on_window, count_syncs=not args.no_syncs,
-                            cpu_clock=args.clock == "cpu", deadline=deadline, kernels_every=args.kernels)
+                            cpu_clock=args.clock == "cpu", deadline=deadline, kernels_every=args.kernels,
+                            cprofile=tuple((int(r.split(":")[0]), int(r.split(":")[1]), r.endswith(":time"))
+                                           for r in args.cprofile),
+                            cprofile_out=(args.out.with_suffix(f".{name}.cprofile.txt") if args.out else
+                                          Path(f"{name}.cprofile.txt")))
         mon = _LogMonitor(lambda s: print(s, flush=True))
         t0 = time.perf_counter()
         ended = "steps done"
