@@ -525,3 +525,17 @@ def test_cli_gpus_refuses_a_dataset_without_masks_before_starting_ranks(dataset,
     code = main(["reconstruct", str(dataset("fox")), "--gpus", "2", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2 and not started and "--method gaussians" in err and err.count("error:") == 1
+
+
+def test_exposure_refused_with_several_ranks_before_loading(tmp_path):
+    """exposure_compensation in a multi-process run is refused before the data loads (the input here does not
+    exist: loading first would raise a DataError instead) and nothing is written."""
+    from meshlift.errors import ConfigError
+    from meshlift.methods.distributed import DistContext
+    from meshlift.methods.gaussians.config import GaussiansConfig
+    from meshlift.methods.gaussians.reconstruct import reconstruct
+
+    cfg = GaussiansConfig(data=str(tmp_path / "missing"), device="cpu", exposure_compensation=True)
+    with pytest.raises(ConfigError, match="exposure_compensation is not supported with several GPUs"):
+        reconstruct(cfg, tmp_path / "out", dist=DistContext(rank=0, world_size=2))
+    assert not (tmp_path / "out").exists()

@@ -24,6 +24,11 @@ from meshlift.errors import ConfigError
 
 __all__ = ["ExposureCompensation"]
 
+#: The refusal of ``exposure_compensation`` in a multi-process run (the per-photo parameters are not shared
+#: between ranks yet): raised by the reconstruction before the data loads, and by the trainer.
+EXPOSURE_MULTI_GPU = ("exposure_compensation is not supported with several GPUs yet; run on one GPU or set "
+                      "exposure_compensation=false")
+
 
 class ExposureCompensation:
     """Learned per-training-image colour gain and offset (module docstring).

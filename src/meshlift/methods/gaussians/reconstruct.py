@@ -22,6 +22,7 @@ from meshlift.methods.distributed import DistContext, init_from_env, make_checkp
 from meshlift.methods.engine import (CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, is_oom, kernel_backends,
                                      prepare_output_dir, resolve_device)
 from meshlift.methods.gaussians.config import SHAPE_FIELDS, GaussiansConfig, apply_dict
+from meshlift.methods.gaussians.exposure import EXPOSURE_MULTI_GPU
 from meshlift.methods.gaussians.views import SplatProblem
 
 __all__ = ["BUDGET_FRACTIONS", "GaussiansResult", "build_config", "check_out_dir",
@@ -146,6 +147,8 @@ def reconstruct(cfg: GaussiansConfig, out_dir: Optional[str | Path], *, resume: 
     dist = init_from_env(device) if dist is None else dist
     device = dist.device_for(device)
     monitor = (monitor or Monitor()) if dist.is_main else Monitor()
+    if cfg.exposure_compensation and dist.enabled:  # refused before the data loads (the trainer checks too)
+        raise ConfigError(EXPOSURE_MULTI_GPU)
 
     def check_and_load() -> Optional[dict]:  # rank 0 only; the others receive its result (or its error)
         check_out_dir(out, resume=resume, overwrite=overwrite)

@@ -55,6 +55,7 @@ from meshlift.methods.engine import Checkpointer, LogLinearLR, Monitor, TrainSta
 from meshlift.methods.loop import GuardSettings, TrainLoop, readback_every
 from meshlift.methods.data_device import resolve_data_device
 from meshlift.methods.gaussians.config import GaussiansConfig, config_to_dict, densify_strategy
+from meshlift.methods.gaussians.exposure import EXPOSURE_MULTI_GPU
 from meshlift.methods.gaussians.views import SplatProblem
 
 __all__ = ["CUDA_READBACK_EVERY", "DivergenceError", "GAUSSIAN_GUARD", "GaussianTrainer", "PARAM_NAMES", "Regularizer",
@@ -228,8 +229,7 @@ class GaussianTrainer(TrainLoop):
         self.exposure = None
         if cfg.exposure_compensation:
             if dist.enabled:
-                raise ConfigError("exposure_compensation is not supported with several GPUs yet; run on one GPU "
-                                  "or set exposure_compensation=false")
+                raise ConfigError(EXPOSURE_MULTI_GPU)
             from meshlift.methods.gaussians.exposure import ExposureCompensation
 
             self.exposure = ExposureCompensation(len(problem.train), cfg.lr_exposure, device)
