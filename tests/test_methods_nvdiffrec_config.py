@@ -157,3 +157,24 @@ def test_an_unknown_field_far_from_every_name_suggests_nothing():
     with pytest.raises(ConfigError) as err:
         apply_dict(get_preset("spot"), parse_overrides(["gri_qqqqqq=1"]))
     assert "did you mean" not in str(err.value) and "--help-config" in str(err.value)
+
+
+@pytest.mark.parametrize("method", ["nvdiffrec", "gaussians", "milo"])
+def test_resume_of_a_run_older_than_undistort_crop_keeps_its_frame(tmp_path, method):
+    """A run whose saved config.json predates ``undistort_crop`` trained on the uncropped (framed) photos:
+    resuming it keeps them (False); a saved value is kept as saved; ``--set`` still overrides."""
+    import dataclasses
+    import importlib
+    import json
+
+    build = importlib.import_module(f"meshlift.methods.{method}.reconstruct").build_config
+    data = str(tmp_path / "photos")
+    fresh = build(data, None, False, None, [])
+    assert fresh.undistort_crop is True  # a new run crops
+    old = {k: v for k, v in dataclasses.asdict(fresh).items() if k != "undistort_crop"}  # a config.json of before
+    for saved, sets, want in ((old, [], False), ({**old, "undistort_crop": True}, [], True),
+                              (old, ["undistort_crop=true"], True)):
+        out = tmp_path / f"run_{len(saved)}_{len(sets)}"
+        out.mkdir(exist_ok=True)
+        (out / "config.json").write_text(json.dumps(saved))
+        assert build(data, None, False, None, sets, out=out, resume=True).undistort_crop is want

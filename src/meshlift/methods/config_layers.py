@@ -65,6 +65,13 @@ class ConfigLayers:
     """The ConfigError message when no input is given."""
 
 
+#: Fields added after runs were written whose default changes what a run trains on: a resumed run whose
+#: ``config.json`` predates the field takes this value, the behaviour it was trained with (``undistort_crop``,
+#: 2026-12-06: photos undistorted before then kept their black frame; resuming one with the crop would change its
+#: images' size and principal point under it). ``--set`` still overrides.
+RESUME_LEGACY_DEFAULTS = {"undistort_crop": False}
+
+
 def build_layered_config(layers: ConfigLayers, data: str, preset: Optional[str], quick: bool,
                          config_file: Optional[Path], overrides: list, out: Optional[Path] = None,
                          resume: bool = False):
@@ -83,7 +90,9 @@ def build_layered_config(layers: ConfigLayers, data: str, preset: Optional[str],
             raise ConfigError(f"{saved_path}: expected a table of config fields; restore the file or start again "
                               "with --overwrite")
         saved = _fields_only(saved, layers.cls, str(saved_path), "the saved config")
-        cfg = layers.apply(layers.cls(), saved, source=str(saved_path))
+        names = {f.name for f in dataclasses.fields(layers.cls)}
+        legacy = {k: v for k, v in RESUME_LEGACY_DEFAULTS.items() if k in names and k not in saved}
+        cfg = layers.apply(layers.cls(), {**legacy, **saved}, source=str(saved_path))
     else:
         if preset is None:
             preset = layers.default_preset(data) if callable(layers.default_preset) else layers.default_preset
