@@ -198,6 +198,8 @@ def test_view_independent_gaussian_psnr(scene, tmp_path):
     m = r.metrics
     assert math.isfinite(m["gaussian_psnr_sh0"]) and len(m["gaussian_psnr_sh0_per_view"]) == m["test_views"]
     assert m["gaussian_psnr_sh0"] != m["gaussian_psnr"]  # a render of its own, not a copy of the degree-1 figure
+    # the colour-corrected figures: each view's best affine colour map never lowers its PSNR
+    assert m["mesh_psnr_cc"] >= m["mesh_psnr"] - 1e-6 and m["gaussian_psnr_cc"] >= m["gaussian_psnr"] - 1e-6
     line = summary_lines(MiloResult(None, None, m, None, {}, []))[0]
     assert "SH degree 0" in line and f"{m['gaussian_psnr_sh0']:.2f}" in line
 

@@ -15,7 +15,9 @@ The run (Guédon et al. 2025, "MILo"; docs/usage/milo.md):
    LPIPS, MILo's mesh-based novel view synthesis), and with a known truth Chamfer-L1 / F-score at 1% of
    its bounding-box diagonal; vertex/face counts, wall time, peak GPU memory in ``metrics.json``; also
    ``gaussian_psnr_sh0``, the Gaussians at SH degree 0 (view-independent: the reference a diffuse mesh can
-   reach; docs/usage/milo.md "What a diffuse mesh can be compared with").
+   reach; docs/usage/milo.md "What a diffuse mesh can be compared with"), and ``mesh_psnr_cc`` /
+   ``gaussian_psnr_cc``, both after each view's best affine colour map (a photo's own exposure and white
+   balance, which no asset with fixed colours can show: :func:`meshlift.metrics.image.psnr_color_corrected`).
 
 Nothing here prints; progress goes to the :class:`~meshlift.methods.engine.Monitor`.
 """
@@ -502,6 +504,7 @@ def _evaluate(cfg: MiloConfig, trainer, problem, device, strategy, product, gt_m
         "gaussian_psnr": gauss["psnr"], "gaussian_ssim": gauss["ssim"], "gaussian_lpips": gauss["lpips"],
         "mesh_psnr_per_view": mesh_m["psnr_per_view"], "gaussian_psnr_per_view": gauss["psnr_per_view"],
         "gaussian_psnr_sh0": sh0["psnr"], "gaussian_psnr_sh0_per_view": sh0["psnr_per_view"],
+        "mesh_psnr_cc": mesh_m["psnr_cc"], "gaussian_psnr_cc": gauss["psnr_cc"],  # per-view colour map (metrics)
         "mesh_evaluated": "whole-scene mesh (vertex colours)" if product.eval_mesh is product.scene_colored
         else "the asset (baked albedo texture)",
         "vertices": int(product.colored.v_pos.shape[0]), "faces": int(product.colored.num_faces),
