@@ -359,7 +359,9 @@ class LoopProfiler:
             info = out[2]
             ids = info.get("flatten_ids") if isinstance(info, dict) else None
             if ids is not None and not self.clock.stack:
-                prof._isects += int(ids.shape[0])
+                # lists sized by a capacity (isect_readback off): the used count, a device value (no sync here;
+                # read when the window closes)
+                prof._isects += info["n_isect"].reshape(()) if "n_isect" in info else int(ids.shape[0])
                 prof._isect_steps += 1
                 prof._last_radii = info.get("radii")  # read at the window's end (no sync here)
 
@@ -581,6 +583,7 @@ class LoopProfiler:
         self.syncs.paused = True
         if self.clock.cuda:
             torch.cuda.synchronize(self.device)
+        self._isects = int(self._isects)  # a device sum when the lists had a capacity
         now, cpu = time.perf_counter(), time.process_time()
         steps = self._step_marks
         n = len(steps)

@@ -505,3 +505,38 @@ def test_rgb_ed_gradients_triton_vs_torch():
         res.append([t.grad for t in leaves])
     for a, b in zip(*res):
         assert float((a - b).norm()) <= 1e-5 * float(a.norm())
+
+
+def test_tile_lists_with_a_capacity_match_the_exact_lists_and_report_overflow():
+    """``isect_capacity`` (no read-back): with room for every pair the render, alpha and every gradient equal
+    the exactly sized lists bit for bit (two cameras, SH, median depth); with too little room the true count is
+    reported above the capacity and nothing is written out of bounds (the render stays finite)."""
+    W, H = 18, 12
+    w2c, K = (t.to(DEV, torch.float32) for t in camera(W, H, 24.0, C=2))
+    means, quats, scales, opac, _ = _scene(30, seed=11)
+    sh = (torch.randn(30, 4, 3, generator=torch.Generator().manual_seed(11)) * 0.3).to(DEV)
+    st = SplatSettings(tile_size=8, outputs=("median_depth",))
+
+    def run(cap):
+        leaves = [t.clone().requires_grad_(True) for t in (means, quats, scales, opac, sh)]
+        img, alpha, info = rasterize_gaussians(*leaves, w2c, K, W, H, sh_degree=1, settings=st, backend="triton",
+                                               isect_capacity=cap)
+        (img.square().sum() + alpha.sum() + info["median_depth"].sum()).backward()
+        return [img, alpha, info["median_depth"]] + [t.grad for t in leaves], info
+
+    exact, info = run(None)
+    M = info["flatten_ids"].numel()
+    assert "isect_needed" not in info and M > 40
+    for cap in (M, M + 37, 3 * M):
+        got, info = run(cap)
+        assert info["flatten_ids"].numel() == max(cap, 3 * 2) and int(info["isect_needed"]) == M
+        assert int(info["n_isect"]) == M
+        for a, b in zip(exact, got):
+            assert torch.equal(a, b)
+    got, info = run(M // 3)
+    assert int(info["isect_needed"]) == M and int(info["n_isect"]) == M // 3
+    assert all(bool(torch.isfinite(t).all()) for t in got)
+    # the PyTorch path sizes exactly whatever the capacity
+    img, _, info = rasterize_gaussians(means, quats, scales, opac, sh, w2c, K, W, H, sh_degree=1, settings=st,
+                                       backend="torch", isect_capacity=5)
+    assert "isect_needed" not in info

@@ -227,7 +227,7 @@ def project_gaussians(means, quats, scales, opacities, world_to_camera, K, width
 
 def isect_tiles(means2d, radii, depths, tile_size, tiles_w, tiles_h, with_keys: bool = True, *,
                 counts: Optional[torch.Tensor] = None, readback_extra: Optional[torch.Tensor] = None,
-                on_readback=None):
+                on_readback=None, capacity: Optional[int] = None, count_out: Optional[dict] = None):
     """Triton twin of :func:`meshlift.render.splat_reference.isect_tiles`: same outputs (``isect_ids``
     are the same int64 keys, rebuilt from the sorted lists; None when ``with_keys`` is False, which
     saves three passes over the intersections when only the lists are needed).
@@ -235,7 +235,17 @@ def isect_tiles(means2d, radii, depths, tile_size, tiles_w, tiles_h, with_keys: 
     ``counts``: the ``tile_counts`` of :func:`project_gaussians` (skips the count kernel). The one host
     read-back here (the number of intersections, to allocate the lists) can carry other device values:
     ``readback_extra`` (an integer tensor) comes back in the same transfer and is handed to
-    ``on_readback(list of ints)`` before anything is allocated (e.g. deferred input checks that raise)."""
+    ``on_readback(list of ints)`` before anything is allocated (e.g. deferred input checks that raise).
+
+    ``capacity`` (an int): no read-back at all. The lists get ``capacity`` slots; the pairs that fit are written
+    (a pair past the end is clamped into the last slots instead of written out of bounds, so an overflowing
+    call leaves wrong but in-bounds lists), the unused slots carry a tile id past the last tile so the sort puts
+    them at the end, and ``count_out`` (a dict) receives ``"n_isect"`` (``[1]`` int64 device tensor, the pairs
+    in the lists: ``min(needed, capacity)``) and ``"needed"`` (``[1]`` int64, the true count). The lists are
+    right exactly when ``needed <= capacity``; the caller checks that later (a host wait once the count is
+    computed, not in this call) and redoes the render otherwise. ``isect_ids`` and the offsets are as without a
+    capacity; ``flatten_ids`` has ``capacity`` entries, the last ``capacity - n_isect`` unused. Callers then
+    pass ``n_isect`` to :func:`composite_tiles`. ``readback_extra`` is refused with a capacity."""
     k = _k()
     C, N = depths.shape
     dev = depths.device
@@ -253,6 +263,11 @@ def isect_tiles(means2d, radii, depths, tile_size, tiles_w, tiles_h, with_keys: 
         d32 = depths.detach().reshape(-1).to(torch.float32)
         order = torch.sort(d32, stable=True)[1]
         ends = torch.cumsum(cnt[order], 0, dtype=torch.int64)
+        if capacity is not None:
+            if readback_extra is not None or count_out is None:
+                raise RenderError("isect_tiles: a capacity needs count_out and no readback_extra")
+            return _isect_capacity(k, order, ends, m2, rad, d32, int(capacity), count_out, total, N, tile_size,
+                                   tiles_w, tiles_h, n_tiles, C, with_keys)
         if readback_extra is not None:
             head = ends[-1:] if total else ends.new_zeros(1)
             vals = torch.cat([head, readback_extra.reshape(-1).to(torch.int64)]).tolist()
@@ -275,6 +290,32 @@ def isect_tiles(means2d, radii, depths, tile_size, tiles_w, tiles_h, with_keys: 
         if with_keys:
             dbits = d32.contiguous().view(torch.int32).to(torch.int64)
             isect_ids = (tiles_sorted.to(torch.int64) << 32) | (dbits[flatten_ids] & 0xFFFFFFFF)
+    return isect_ids, flatten_ids, offsets.to(torch.int64).reshape(C, tiles_h, tiles_w)
+
+
+def _isect_capacity(k, order, ends, m2, rad, d32, cap, count_out, total, N, tile_size, tiles_w, tiles_h, n_tiles, C,
+                    with_keys):
+    """:func:`isect_tiles` with ``capacity``: the same lists in ``cap`` slots, no host read-back."""
+    dev = ends.device
+    kdt = torch.int16 if (_TILE_KEY16 and n_tiles <= 32767) else torch.int32
+    cap = max(cap, tiles_w * tiles_h)  # one Gaussian's pairs always fit: the clamped slots stay >= 0
+    needed = ends[-1:] if total else ends.new_zeros(1)
+    count_out["needed"] = needed
+    count_out["n_isect"] = needed.clamp(max=cap)
+    # unused slots: a tile id past the last tile (sorted to the end, never inside a tile's range)
+    tiles = torch.full((cap,), n_tiles, device=dev, dtype=kdt)
+    gids = torch.zeros(cap, device=dev, dtype=torch.int64)
+    if cap and total:
+        # a pair whose slot would pass the end is moved back into the list (overwriting others): in bounds
+        k.write_keys[_grid(total, _BLOCK)](order, ends.clamp(max=cap), m2, rad, tiles, gids, total, N, tile_size,
+                                           tiles_w, tiles_h, BLOCK=_BLOCK)
+    tiles_sorted, perm = torch.sort(tiles, stable=True)
+    flatten_ids = gids[perm]
+    offsets = torch.searchsorted(tiles_sorted, torch.arange(n_tiles, device=dev, dtype=kdt))
+    isect_ids = None
+    if with_keys:
+        dbits = d32.contiguous().view(torch.int32).to(torch.int64)
+        isect_ids = (tiles_sorted.to(torch.int64) << 32) | (dbits[flatten_ids] & 0xFFFFFFFF)
     return isect_ids, flatten_ids, offsets.to(torch.int64).reshape(C, tiles_h, tiles_w)
 
 
@@ -305,7 +346,7 @@ def _channel_groups(D: int) -> Tuple[int, int]:
 class _CompositeFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, means2d, conics, opacities, features, depths, flatten_ids, isect_offsets, width, height,
-                tile_size, alpha_max, want_median, records):
+                tile_size, alpha_max, want_median, records, n_isect):
         k = _k()
         ctx.set_materialize_grads(False)
         C, N = opacities.shape
@@ -325,8 +366,12 @@ class _CompositeFn(torch.autograd.Function):
                else torch.empty(0, device=dev, dtype=torch.int64))
         if n_tiles and D:
             nc, ng = _channel_groups(D)
-            k.composite_fwd[(n_tiles, ng)](off, fid, pk, ft, out, T, last, med, width, height, tiles_w, tiles_h,
-                                           float(alpha_max), D, n_tiles, fid.numel(), NC=nc, TS=tile_size,
+            off_k, n_off, n_end = off, n_tiles, fid.numel()
+            if n_isect is not None:  # lists with unused slots (isect_tiles' capacity): the end is on the device;
+                # with n_tiles + 1 offsets every tile, the last too, reads its end from them (n_end unused)
+                off_k, n_off, n_end = torch.cat([off, n_isect.reshape(1).to(off.dtype)]), n_tiles + 1, 0
+            k.composite_fwd[(n_tiles, ng)](off_k, fid, pk, ft, out, T, last, med, width, height, tiles_w, tiles_h,
+                                           float(alpha_max), D, n_off, n_end, NC=nc, TS=tile_size,
                                            B=_BATCH, WANT_MED=bool(want_median), num_warps=_WARPS)
         else:
             out.zero_()
@@ -359,23 +404,26 @@ class _CompositeFn(torch.autograd.Function):
                                                       num_warps=_WARPS_BWD)
         grec = grec.to(dt)
         return (grec[..., 0:2], grec[..., 2:5], grec[..., 5], gft.to(dt), None, None, None, None, None, None, None,
-                None, None)
+                None, None, None)
 
 
 def composite_tiles(means2d, conics, opacities, features, depths, flatten_ids, isect_offsets, width, height,
-                    tile_size=16, alpha_max=0.99, chunk_elements=None, *, records: Optional[torch.Tensor] = None):
+                    tile_size=16, alpha_max=0.99, chunk_elements=None, *, records: Optional[torch.Tensor] = None,
+                    n_isect: Optional[torch.Tensor] = None):
     """Triton twin of :func:`meshlift.render.splat_reference.composite_tiles` (same arguments and outputs;
     ``chunk_elements`` is unused: a tile program holds one ``[16, 256]`` block at a time). Compositing runs
     in float32 whatever the input dtype. The median depth is gathered in torch from the per-pixel
     Gaussian id, so its gradient reaches ``depths``. ``records``: the ``records`` of
-    :func:`project_gaussians` for these ``means2d``, ``conics``, ``opacities`` (skips packing them)."""
+    :func:`project_gaussians` for these ``means2d``, ``conics``, ``opacities`` (skips packing them).
+    ``n_isect``: the ``[1]`` device count of used entries of ``flatten_ids`` when the lists have unused slots
+    (:func:`isect_tiles` with a ``capacity``); None: all of them are used."""
     C, N = opacities.shape
     if tile_size * tile_size > 4096 or tile_size & (tile_size - 1):
         raise RenderError(f"triton backend needs a power-of-two tile_size <= 64, got {tile_size}")
     want_median = depths is not None
     out, alpha, med = _CompositeFn.apply(means2d, conics, opacities, features, depths, flatten_ids, isect_offsets,
                                         int(width), int(height), int(tile_size), float(alpha_max), want_median,
-                                        records)
+                                        records, n_isect)
     median = None
     if want_median:  # [C,N] -> [C,H,W,1]; [C,N,k] -> [C,H,W,k]
         flat = depths.reshape(C * N, -1)

@@ -296,6 +296,7 @@ def rasterize_gaussians(
     render_mode: str = "RGB",
     settings: Optional[SplatSettings] = None,
     backend: Optional[str] = None,
+    isect_capacity: Optional[int] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor, dict]:
     """Render ``N`` 3D Gaussians into ``C`` cameras (3DGS; conventions "Gaussian splatting").
 
@@ -319,6 +320,11 @@ def rasterize_gaussians(
         backend: ``"auto"``, ``"torch"`` or ``"triton"`` (default: the current choice,
             :func:`meshlift.kernels.use_kernels`, else ``"auto"``: Triton for CUDA tensors when triton imports and the cameras need no gradient).
             The Triton path composites in float32 whatever the input dtype.
+        isect_capacity: Triton path: size the tile lists by this many (tile, Gaussian) pairs instead of reading
+            the count back (no host wait in the call; :func:`meshlift.kernels.splat_triton.isect_tiles`).
+            ``info`` then holds ``isect_needed`` (``[1]`` int64 device tensor, the true count): the render is
+            right exactly when ``isect_needed <= isect_capacity``, which the caller checks later (and renders
+            again without a capacity otherwise). Ignored by the PyTorch path (it always sizes exactly).
 
     Returns:
         ``(image [C, H, W, D'], alpha [C, H, W, 1], info)``; ``info`` holds ``means2d [C,N,2]`` (its
@@ -388,8 +394,17 @@ def rasterize_gaussians(
         if pending is not None:
             isect_kw.update(readback_extra=pending, on_readback=_raise_bad_inputs)
         comp_kw = {"records": proj["records"]}
+    counted: dict = {}
+    if fused and isect_capacity is not None:
+        if pending is not None:  # the deferred input checks need the read-back this call would skip
+            isect_kw.pop("readback_extra", None)
+            isect_kw.pop("on_readback", None)
+            _raise_bad_inputs(pending.tolist())
+        isect_kw.update(capacity=int(isect_capacity), count_out=counted)
     _, flatten_ids, offsets = ops.isect_tiles(means2d, proj["radii"], proj["depths"], ts, tiles_w, tiles_h,
                                               with_keys=False, **isect_kw)
+    if counted:
+        comp_kw["n_isect"] = counted["n_isect"]
     want_median = "median_depth" in settings.outputs or want_mplane
     med_in = None
     if want_median:  # values of the Gaussian where T crosses 0.5: its centre z (+ its plane for median_plane)
@@ -404,6 +419,9 @@ def rasterize_gaussians(
             "opacities": proj["opacities"], "visible": (proj["radii"] > 0).all(-1),
             "flatten_ids": flatten_ids, "isect_offsets": offsets, "tile_size": ts, "tile_width": tiles_w,
             "tile_height": tiles_h, "width": width, "height": height, "n_cameras": C, "backend": bname}
+    if counted:
+        info["isect_needed"] = counted["needed"]
+        info["n_isect"] = counted["n_isect"]
     parts = []
     col = out if out.shape[-1] == n_color else out[..., :n_color]  # a full slice would cost a copy in backward
     if n_color:

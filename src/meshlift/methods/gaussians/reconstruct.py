@@ -209,6 +209,7 @@ def reconstruct(cfg: GaussiansConfig, out_dir: Optional[str | Path], *, resume: 
             "frame": "dataset world frame",
             "lr_factor": trainer.lr_factor,
             "nan_recoveries": trainer.recoveries,
+            "isect_budget": trainer.isect_budget_stats(),
             "device": str(device),
             "splat_backend": cfg.splat_backend,
             "timings": dict(state.timings),

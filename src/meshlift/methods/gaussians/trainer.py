@@ -147,7 +147,7 @@ def background_color(name: str, generator: torch.Generator) -> torch.Tensor:
 
 
 def render_params(params: dict, batch, sh_degree: int, background: torch.Tensor, near: float,
-                  settings, backend: str):
+                  settings, backend: str, isect_capacity=None):
     """``rasterize_gaussians`` of the stored (unconstrained) tensors ``params`` into ``batch``'s cameras.
 
     Returns ``(image [B, H, W, 3], alpha [B, H, W, 1], info)``.
@@ -159,7 +159,8 @@ def render_params(params: dict, batch, sh_degree: int, background: torch.Tensor,
     return rasterize_gaussians(
         params["means"], params["quats"], torch.exp(params["log_scales"]), torch.sigmoid(params["opacity_logits"]),
         sh, batch.world_to_camera, batch.K, W, H, near=near, sh_degree=sh_degree,
-        background=background.to(dtype=params["means"].dtype), settings=settings, backend=backend)
+        background=background.to(dtype=params["means"].dtype), settings=settings, backend=backend,
+        isect_capacity=isect_capacity)
 
 
 class GaussianTrainer(TrainLoop):
@@ -344,30 +345,22 @@ class GaussianTrainer(TrainLoop):
     def train_step(self, it: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Optimisation step ``it`` (0-based, ``self.step``; not yet guarded). Returns ``(loss, mse)`` (0-dim
         tensors)."""
-        from meshlift.methods.gaussians.losses import photometric_loss
-
         cfg, s = self.cfg, it
         batch = self.problem.train.batch(self.dist.share(self.sampler.next()), self.device)
         bg = self._background()
         target = batch.targets(bg)
-        settings = self.settings
-        extra = self.regularizer.render_outputs(s) if self.regularizer is not None else ()
-        if extra:
-            settings = dataclasses.replace(settings, outputs=tuple(extra))
-        img, alpha, info = render_params(self.params, batch, self.sh_schedule(s), bg, self.near, settings,
-                                         cfg.splat_backend)
-        if self.exposure is not None:  # training only: the loss sees the render in this photo's exposure
-            img = self.exposure.apply(img, batch.indices, alpha, bg)
-        losses = photometric_loss(img, target, cfg.ssim_lambda)
-        if self.regularizer is not None:
-            info["alpha"] = alpha
-            reg = self.regularizer.loss(s, self, batch, img, info)
-            if reg is not None:
-                losses["loss"] = losses["loss"] + reg
-        if self.strategy is not None:
-            self.strategy.step_pre_backward(info)
-        if losses["loss"].requires_grad:  # False when no Gaussian is visible in this batch: nothing to learn
-            losses["loss"].backward()
+        budget = self._isect_budget()
+        cap = budget.capacity(self.num_gaussians) if budget is not None else None
+        img, info, losses = self._forward_backward(s, batch, bg, target, cap)
+        if budget is not None:
+            budget.record(info, cap)
+            if budget.overflowed():  # the lists were too short for this view: this step again, exactly
+                for p in self.params.values():
+                    p.grad = None
+                if self.exposure is not None:
+                    self.exposure.params.grad = None
+                img, info, losses = self._forward_backward(s, batch, bg, target, None)
+                budget.record(info, None)
         self.dist.all_reduce_gradients(self.params.values(), self.share_weight)
         self.callbacks.after_backward(s, self.params)
         self._optimizer_step(s)
@@ -381,6 +374,53 @@ class GaussianTrainer(TrainLoop):
             mse = ((img.detach() - target) ** 2).mean()
         loss, mse = self.dist.weighted_sum([losses["loss"].detach(), mse], self.share_weight)
         return loss, mse
+
+    def _forward_backward(self, s: int, batch, bg: torch.Tensor, target: torch.Tensor, capacity) -> tuple:
+        """Render, loss (+ regulariser) and backward of step ``s``; ``capacity``: the tile lists' size
+        (:mod:`~meshlift.methods.gaussians.isect_budget`) or None. Returns ``(image, info, losses)``."""
+        from meshlift.methods.gaussians.losses import photometric_loss
+
+        cfg = self.cfg
+        settings = self.settings
+        extra = self.regularizer.render_outputs(s) if self.regularizer is not None else ()
+        if extra:
+            settings = dataclasses.replace(settings, outputs=tuple(extra))
+        img, alpha, info = render_params(self.params, batch, self.sh_schedule(s), bg, self.near, settings,
+                                         cfg.splat_backend, isect_capacity=capacity)
+        if self.exposure is not None:  # training only: the loss sees the render in this photo's exposure
+            img = self.exposure.apply(img, batch.indices, alpha, bg)
+        losses = photometric_loss(img, target, cfg.ssim_lambda)
+        if self.regularizer is not None:
+            info["alpha"] = alpha
+            reg = self.regularizer.loss(s, self, batch, img, info)
+            if reg is not None:
+                losses["loss"] = losses["loss"] + reg
+        if self.strategy is not None:
+            self.strategy.step_pre_backward(info)
+        if losses["loss"].requires_grad:  # False when no Gaussian is visible in this batch: nothing to learn
+            losses["loss"].backward()
+        return img, info, losses
+
+    def _isect_budget(self):
+        """The :class:`~meshlift.methods.gaussians.isect_budget.IsectBudget` of the training renders when
+        ``isect_readback`` is off and it applies (Triton on CUDA, no regulariser), else None."""
+        if "_budget" not in self.__dict__:
+            budget = None
+            if not self.cfg.isect_readback and self.regularizer is None and self.device.type == "cuda":
+                from meshlift.render.splat import _resolve_backend
+
+                if _resolve_backend(self.cfg.splat_backend, self.device, False) == "triton":
+                    from meshlift.methods.gaussians.isect_budget import IsectBudget
+
+                    budget = IsectBudget(self.device)
+            self.__dict__["_budget"] = budget
+        return self.__dict__["_budget"]
+
+    def isect_budget_stats(self) -> Optional[dict]:
+        """``{"capped_steps", "redos"}`` of the training renders sized by a capacity (``isect_readback`` off),
+        or None when every step read its count back."""
+        budget = self.__dict__.get("_budget")
+        return None if budget is None else {"capped_steps": budget.capped_steps, "redos": budget.redos}
 
     def _optimizer_step(self, s: int) -> None:
         """Step every Gaussian optimiser at step ``s``'s learning rates and drop the gradients: on CUDA one Triton
