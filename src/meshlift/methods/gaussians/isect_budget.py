@@ -75,8 +75,8 @@ class IsectBudget:
         self.capped_steps += 1
         self._host.copy_(info["isect_needed"].reshape(1), non_blocking=True)
         event = None
-        if self.device.type == "cuda":
-            event = torch.cuda.Event()
+        if self.device.type == "cuda":  # one event, recorded again each step (its last use was waited on)
+            event = self.__dict__.setdefault("_event", torch.cuda.Event())
             event.record()
         self._pending = (int(capacity), event)
 
