@@ -55,6 +55,9 @@ def test_reconstruct_cli_with_file_and_overrides_then_resume(tmp_path, torus_obj
         (["reconstruct", "missing.obj", "--out", "X", "--preset", "nope"], "unknown preset"),
         (["reconstruct", "missing.obj"], "--out"),
         (["reconstruct", "missing_dir_xyz", "--out", "X"], "does not exist"),
+        # the README's example paths from a clone that has no ../shared beside it: the remedy is named
+        (["reconstruct", "../shared/data/nope_xyz", "--out", "X"], "ln -s PATH/TO/shared ../shared"),
+        (["inspect", "../shared/data/nope_xyz"], "ln -s PATH/TO/shared ../shared"),
     ],
 )
 def test_reconstruct_cli_errors_are_one_line(args, message, tmp_path, capsys, monkeypatch):

@@ -62,3 +62,12 @@ class MeshliftWarning(UserWarning):
     Gaussians, values that look like another convention, an all-background render). The message names
     the file or argument, what was found and what was done; commands print these in their summary and
     JSON output."""
+
+
+def shared_data_hint(path) -> str:
+    """The README's remedy, appended to a "does not exist" message when ``path`` names the examples'
+    ``shared/data`` (from a clone elsewhere ``../shared`` is not there); else ``""``."""
+    if "shared/data" not in str(path).replace("\\", "/"):
+        return ""
+    return ("; the examples' ../shared/data is the shared folder beside the repository: from a clone elsewhere "
+            "link it (ln -s PATH/TO/shared ../shared) or give your own path (README, 'Usage')")

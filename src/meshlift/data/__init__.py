@@ -23,7 +23,7 @@ from pathlib import Path
 
 from meshlift.data._common import LoadOptions
 from meshlift.data.scene import BACKGROUNDS, Scene, estimate_normalization, every_nth_splits
-from meshlift.errors import DatasetError
+from meshlift.errors import DatasetError, shared_data_hint
 
 __all__ = ["Scene", "load_scene", "detect_format", "LoadOptions", "FORMATS", "BACKGROUNDS",
            "estimate_normalization", "every_nth_splits"]
@@ -39,7 +39,7 @@ def detect_format(path: str | Path) -> str:
     p = Path(path)
     if not p.exists():
         raise DatasetError(f"dataset path {p} does not exist; check the path (a relative one starts from the current "
-                           f"folder, {Path.cwd()})")
+                           f"folder, {Path.cwd()}){shared_data_hint(p)}")
     if p.is_file():
         if p.suffix.lower() == ".json":
             return "blender" if p.name.startswith("transforms_") and (p.parent / "transforms_train.json").is_file() \

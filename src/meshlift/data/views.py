@@ -22,7 +22,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from meshlift.errors import DatasetError, MeshError
+from meshlift.errors import DatasetError, MeshError, shared_data_hint
 from meshlift.structures.mesh import Mesh
 
 __all__ = ["PosedViews", "ProblemData", "views_from_scene", "scene_problem", "split_indices", "synthetic_problem",
@@ -144,7 +144,7 @@ def sniff_input(path: str | Path) -> str:
         return "mesh"
     if not str(path) or not p.exists():
         raise DatasetError(f"input {str(path)!r} does not exist; give a dataset folder or a mesh file "
-                           f"({', '.join(READ_SUFFIXES)})")
+                           f"({', '.join(READ_SUFFIXES)}){shared_data_hint(path)}")
     from meshlift.data import detect_format
 
     return detect_format(p)

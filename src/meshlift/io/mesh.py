@@ -12,7 +12,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from meshlift.errors import MeshError
+from meshlift.errors import MeshError, shared_data_hint
 from meshlift.structures.mesh import Mesh
 
 READ_SUFFIXES = (".obj", ".ply", ".glb", ".gltf", ".off", ".stl")
@@ -36,7 +36,7 @@ def load_mesh(path: str | Path) -> Mesh:
     suffix = path.suffix.lower()
     if not path.exists():
         raise MeshError(f"{path}: file does not exist; check the path (a relative one starts from the current "
-                        f"folder, {Path.cwd()})")
+                        f"folder, {Path.cwd()}){shared_data_hint(path)}")
     if path.is_dir():
         raise MeshError(f"{path}: is a folder; give a mesh file ({', '.join(READ_SUFFIXES)})")
     if suffix == ".obj":
