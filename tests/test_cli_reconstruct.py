@@ -112,3 +112,15 @@ def test_plain_progress_lines_show_the_recent_rate_beside_the_mean(monkeypatch):
     lines = buf.getvalue().splitlines()
     assert "100/1000" in lines[1] and "10.00 it/s (mean 10.00)" in lines[1] and "ETA 90 s" in lines[1]
     assert "200/1000" in lines[2] and "5.00 it/s (mean 6.67)" in lines[2] and "ETA 160 s" in lines[2]
+
+
+def test_help_shows_no_type_beside_the_help_flag():
+    """typer's rich help printed ``--help  <bool>`` (fresh-user report): the flag's line carries no type."""
+    from typer.testing import CliRunner
+
+    from meshlift.cli.main import app
+
+    for args in (["--help"], ["reconstruct", "--help"], ["inspect", "--help"]):
+        out = CliRunner().invoke(app, args, env={"COLUMNS": "120"}).output
+        line = next(ln for ln in out.splitlines() if "--help " in ln and "Show this message" in ln)
+        assert "<bool>" not in line, line

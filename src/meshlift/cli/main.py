@@ -24,6 +24,31 @@ import typer
 
 from meshlift import __version__
 
+
+def _help_option_without_metavar() -> None:
+    """Typer's rich help prints the ``--help`` flag's type as ``<bool>`` beside it (recent typer releases, which vendor
+    click as ``typer._click``); an empty metavar (as ``--version`` has) keeps the help line clean."""
+    try:
+        from typer import _click as click
+    except ImportError:  # an older typer on the public click: nothing to fix
+        return
+
+    original = click.Command.get_help_option
+    if getattr(original, "_meshlift", False):
+        return
+
+    def get_help_option(self, ctx):
+        opt = original(self, ctx)
+        if opt is not None and getattr(opt, "metavar", None) is None:
+            opt.metavar = ""
+        return opt
+
+    get_help_option._meshlift = True
+    click.Command.get_help_option = get_help_option
+
+
+_help_option_without_metavar()
+
 app = typer.Typer(
     name="meshlift",
     help="Posed multi-view photos -> game-ready PBR mesh assets (GLB, OBJ+MTL, PLY).",
