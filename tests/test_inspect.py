@@ -103,3 +103,13 @@ def test_inspect_of_a_run_folder_summarises_the_run(tmp_path, capsys):
     assert main(["inspect", str(run), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["format"] == "meshlift_run" and info["method"] == "milo" and info["metrics"]["steps"] == 400
+    # the mesh's test view: the side-by-side the run's summary names (compare/) where it exists
+    (run / "mesh_renders").mkdir()
+    (run / "mesh_renders" / "0110.png").write_bytes(b"")
+    assert main(["inspect", str(run)]) == 0
+    assert "mesh_renders/0110.png (mesh at a test view)" in capsys.readouterr().out
+    (run / "compare").mkdir()
+    (run / "compare" / "0110.png").write_bytes(b"")
+    assert main(["inspect", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "compare/0110.png (mesh | Gaussians | target" in out and "mesh_renders" not in out

@@ -128,7 +128,10 @@ def _inspect_run_folder(path: Path, json_output: bool) -> bool:
         typer.echo(note)
     if files:
         typer.echo("outputs: " + ", ".join(files) + (f" (inspect one: meshlift inspect {path / files[0]})"))
-    look = look_line(path, [("images/end_*.png", "target | ours"), ("mesh_renders/*.png", "mesh at a test view"),
+    # a MILo run's side-by-side (what its summary names) where it has one, else the mesh render alone
+    mesh_view = (("compare/*.png", "mesh | Gaussians | target at a test view") if any(path.glob("compare/*.png"))
+                 else ("mesh_renders/*.png", "mesh at a test view"))
+    look = look_line(path, [("images/end_*.png", "target | ours"), mesh_view,
                             ("images/preview_*.png", "latest preview"), ("loss_curve.png", "the losses")],
                      markup=False)
     if look:
