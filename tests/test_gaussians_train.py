@@ -377,3 +377,15 @@ def test_data_device_auto_places_a_copy_of_the_training_images(monkeypatch):
     assert tr.problem.train.images.device.type == "meta" and tr.problem.train.alpha.device.type == "meta"
     assert problem.train.images.device.type == "cpu" and problem.train.alpha.device.type == "cpu"
     assert tr.problem.test is problem.test
+
+
+def test_views_line_says_when_max_test_views_keeps_fewer(tmp_path):
+    """The run's log names the test views the split held when max_test_views (e.g. --quick) keeps fewer
+    (fresh-user report: "4 test views" where inspect said 7)."""
+    from meshlift.methods.gaussians.views import load_splat_problem
+
+    data = write_blender_dataset(tmp_path / "scene", size=16, n_train=4, n_test=5)
+    every = load_splat_problem(data)
+    assert every.test_available == 5 and every.views_line() == "4 training / 5 test views"
+    some = load_splat_problem(data, max_test_views=2)
+    assert len(some.test) == 2 and some.views_line() == "4 training / 2 of 5 test views (max_test_views)"

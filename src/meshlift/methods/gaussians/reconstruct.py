@@ -175,7 +175,7 @@ def reconstruct(cfg: GaussiansConfig, out_dir: Optional[str | Path], *, resume: 
                 for name in (CHECKPOINT_NAME, "metrics.json"):
                     (out / name).unlink(missing_ok=True)
             outputs.write_config(out, cfg)
-        monitor.log(f"{len(problem.train)} training / {len(problem.test)} test views at {problem.train.width}x"
+        monitor.log(f"{problem.views_line()} at {problem.train.width}x"
                     f"{problem.train.height}, device {device}, splat backend {cfg.splat_backend}"
                     + (f", {dist.describe()}, {min(cfg.batch, len(problem.train))} views per step over all ranks"
                        if dist.enabled else ""))

@@ -150,6 +150,14 @@ class SplatProblem:
     eval_box: Optional[torch.Tensor] = None
     """``[2, 3]`` box (min, max) to which a known-truth mesh and the reconstruction are both cut before
     Chamfer / F-score (an object in an unmasked synthetic scene: the ground is not part of it), or None."""
+    test_available: int = 0
+    """Test views the split held before ``max_test_views`` kept some of them (0: as many as ``test``)."""
+
+    def views_line(self) -> str:
+        """``"43 training / 4 of 7 test views (max_test_views)"`` for the run's log."""
+        n = len(self.test)
+        of = f" of {self.test_available}" if self.test_available > n else ""
+        return f"{len(self.train)} training / {n}{of} test views" + (" (max_test_views)" if of else "")
 
     @property
     def scene_scale(self) -> float:
@@ -230,6 +238,7 @@ def load_splat_problem(path: str | Path, *, train_split: str = "train", test_spl
         scene = load_scene(path, background="black", downscale=factor, camera_convention=camera_convention,
                            undistort_crop=undistort_crop)
     train_idx, test_idx = split_indices(scene, train_split, test_split, max_test_views)
+    available = len(split_indices(scene, train_split, test_split, 0)[1]) if max_test_views else len(test_idx)
     dev = torch.device("cpu" if data_device == "auto" else data_device)
     what = f"dataset {path}"
     return SplatProblem(
@@ -240,4 +249,5 @@ def load_splat_problem(path: str | Path, *, train_split: str = "train", test_spl
         points_rgb=None if scene.points_rgb is None else scene.points_rgb.float(),
         name=Path(path).name,
         world_to_normalized=torch.as_tensor(scene.world_to_normalized, dtype=torch.float64),
+        test_available=available,
     )

@@ -348,7 +348,7 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
                 for name in (CHECKPOINT_NAME, "metrics.json"):
                     (out / name).unlink(missing_ok=True)
             outputs.write_config(out, cfg)
-        monitor.log(f"{len(problem.train)} training / {len(problem.test)} test views at {problem.train.width}x"
+        monitor.log(f"{problem.views_line()} at {problem.train.width}x"
                     f"{problem.train.height}, device {device}; "
                     + (_fusion_line(cfg, problem, gt_mesh is not None) if cfg.extract == "tsdf" else
                        f"mesh budget {num_mesh_gaussians(cfg):,} Gaussians ({9 * num_mesh_gaussians(cfg):,} pivots)"))
