@@ -37,7 +37,9 @@ def test_policy_seeds_from_exact_renders_and_resets_when_the_set_changes():
         b.record({"isect_needed": torch.tensor([n])}, 2000)
         assert not b.overflowed()
     assert b.capacity(50) == 200
-    assert b.capacity(51) is None  # densification changed the set: read back again
+    assert b.capacity(100) == 300  # densification doubled the set: the window's counts too (200; 1.25x: 250)
+    assert b.capacity(40) == 300  # pruning shrank it: the counts are kept
+    assert IsectBudget(CPU).capacity(10) is None  # the first step reads the count back
     with pytest.raises(ValueError):
         IsectBudget(CPU, headroom=1.0)
 

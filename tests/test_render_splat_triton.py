@@ -228,6 +228,9 @@ def test_zero_gaussians_and_empty_tiles_triton():
     img, alpha, info = rasterize_gaussians(z, torch.zeros(0, 4, device=DEV), z, torch.zeros(0, device=DEV), z, w2c, K,
                                            W, H, backend="triton")
     assert torch.equal(img, torch.zeros_like(img)) and torch.equal(alpha, torch.zeros_like(alpha))
+    _, _, info = rasterize_gaussians(z, torch.zeros(0, 4, device=DEV), z, torch.zeros(0, device=DEV), z, w2c, K, W, H,
+                                     backend="triton", settings=SplatSettings(outputs=("median_depth",)))
+    assert info["median_depth"].shape == (1, H, W, 1) and not bool(info["median_depth"].any())
     means, quats, scales, opac, colors = _scene(5, seed=7)
     means[:, 2] = -3.0
     img, alpha, _ = rasterize_gaussians(means, quats, scales, opac, colors, w2c, K, W, H, backend="triton")

@@ -426,7 +426,7 @@ def composite_tiles(means2d, conics, opacities, features, depths, flatten_ids, i
                                         records, n_isect)
     median = None
     if want_median:  # [C,N] -> [C,H,W,1]; [C,N,k] -> [C,H,W,k]
-        flat = depths.reshape(C * N, -1)
+        flat = depths.reshape(C * N, depths.shape[2] if depths.ndim == 3 else 1)  # -1 fails for N = 0
         if flat.numel():
             # index_select, not flat[idx]: its backward is one index_add_ (atomics), where advanced
             # indexing's backward sorts the 2.6M pixel ids of a 1600² view and walks the runs of each

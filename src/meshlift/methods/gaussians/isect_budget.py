@@ -7,12 +7,12 @@ issues the rest of the step, so the step costs about host time + device time ins
 
 What. :class:`IsectBudget` gives the render a capacity instead (``rasterize_gaussians(..., isect_capacity=)``):
 ``headroom ×`` the largest count of the last ``window`` steps, rounded up to ``granularity`` pairs (the sort's
-size changes rarely). After the step's backward has been issued, :meth:`IsectBudget.overflowed` reads the true
-count of that render (copied to pinned memory right after the render; by then long computed, so the host waits
-for that copy, not for the queue) and says whether it exceeded the capacity; the trainer then discards the step's
-gradients and renders it again without a capacity (exactly; a counted ``redo``). A step without a capacity
-(the first one, the first after the Gaussian set changed size: densification, pruning) reads the count back as
-before and seeds the window.
+size changes rarely). The true count of the render is copied to pinned memory right after the render, before
+the loss and backward are queued; after the step's backward has been issued, :meth:`IsectBudget.overflowed`
+waits for that copy (the forward, while the GPU goes on with the backward) and says whether the count exceeded
+the capacity; the trainer then discards the step's gradients and renders it again without a capacity (exactly;
+a counted ``redo``). The first step reads the count back and seeds the window; when densification grows the set,
+the window's counts grow in proportion.
 
 Memory: the lists take ``capacity`` slots instead of the count (``headroom`` − 1 more at most, 25 % by
 default, 10 bytes a slot). Only the Triton path on CUDA has a capacity; elsewhere :meth:`capacity` is None.
@@ -56,10 +56,13 @@ class IsectBudget:
 
     def capacity(self, num_gaussians: int) -> Optional[int]:
         """Capacity for the next render of ``num_gaussians`` Gaussians, or None: read the count back (the first
-        step, and whenever the Gaussian set changed size since the last step)."""
-        if num_gaussians != self._size:
-            self._size = num_gaussians
-            self.recent.clear()
+        step). When the set grew (densification) the window's counts grow in proportion (pairs scale with the
+        count for a cloned Gaussian, less for a split one); when it shrank (pruning) they are kept."""
+        if self._size and num_gaussians > self._size and self.recent:
+            ratio = num_gaussians / self._size
+            self.recent = collections.deque((int(math.ceil(v * ratio)) for v in self.recent),
+                                            maxlen=self.recent.maxlen)
+        self._size = num_gaussians
         if not self.recent:
             return None
         want = self.headroom * max(self.recent)
@@ -77,7 +80,7 @@ class IsectBudget:
         event = None
         if self.device.type == "cuda":  # one event, recorded again each step (its last use was waited on)
             event = self.__dict__.setdefault("_event", torch.cuda.Event())
-            event.record()
+            event.record(torch.cuda.current_stream(self.device))
         self._pending = (int(capacity), event)
 
     def overflowed(self) -> bool:

@@ -351,16 +351,14 @@ class GaussianTrainer(TrainLoop):
         target = batch.targets(bg)
         budget = self._isect_budget()
         cap = budget.capacity(self.num_gaussians) if budget is not None else None
-        img, info, losses = self._forward_backward(s, batch, bg, target, cap)
-        if budget is not None:
-            budget.record(info, cap)
-            if budget.overflowed():  # the lists were too short for this view: this step again, exactly
-                for p in self.params.values():
-                    p.grad = None
-                if self.exposure is not None:
-                    self.exposure.params.grad = None
-                img, info, losses = self._forward_backward(s, batch, bg, target, None)
-                budget.record(info, None)
+        img, info, losses = self._forward_backward(s, batch, bg, target, cap, budget)
+        # the count's copy was queued right after the render: this waits for the forward, not the backward
+        if budget is not None and budget.overflowed():  # the lists were too short for this view: again, exactly
+            for p in self.params.values():
+                p.grad = None
+            if self.exposure is not None:
+                self.exposure.params.grad = None
+            img, info, losses = self._forward_backward(s, batch, bg, target, None)
         self.dist.all_reduce_gradients(self.params.values(), self.share_weight)
         self.callbacks.after_backward(s, self.params)
         self._optimizer_step(s)
@@ -375,9 +373,11 @@ class GaussianTrainer(TrainLoop):
         loss, mse = self.dist.weighted_sum([losses["loss"].detach(), mse], self.share_weight)
         return loss, mse
 
-    def _forward_backward(self, s: int, batch, bg: torch.Tensor, target: torch.Tensor, capacity) -> tuple:
+    def _forward_backward(self, s: int, batch, bg: torch.Tensor, target: torch.Tensor, capacity,
+                          budget=None) -> tuple:
         """Render, loss (+ regulariser) and backward of step ``s``; ``capacity``: the tile lists' size
-        (:mod:`~meshlift.methods.gaussians.isect_budget`) or None. Returns ``(image, info, losses)``."""
+        (:mod:`~meshlift.methods.gaussians.isect_budget`) or None; ``budget`` records the render's count right
+        after the render (before the backward is queued). Returns ``(image, info, losses)``."""
         from meshlift.methods.gaussians.losses import photometric_loss
 
         cfg = self.cfg
@@ -387,6 +387,8 @@ class GaussianTrainer(TrainLoop):
             settings = dataclasses.replace(settings, outputs=tuple(extra))
         img, alpha, info = render_params(self.params, batch, self.sh_schedule(s), bg, self.near, settings,
                                          cfg.splat_backend, isect_capacity=capacity)
+        if budget is not None:
+            budget.record(info, capacity)
         if self.exposure is not None:  # training only: the loss sees the render in this photo's exposure
             img = self.exposure.apply(img, batch.indices, alpha, bg)
         losses = photometric_loss(img, target, cfg.ssim_lambda)
