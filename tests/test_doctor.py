@@ -233,6 +233,11 @@ def test_cli_on_this_machine(capsys, tmp_path):
     code = main(["doctor", "--out", str(tmp_path), "--no-kernel"])
     text = capsys.readouterr().out
     assert "meshlift doctor" in text and ("can run here" in text or "cannot run here" in text)
+    # not a terminal (a pipe, a log): one whole line per check, nothing folded at 80 columns (fresh-user report)
+    lines = text.splitlines()
+    assert any(ln.split(":")[0].endswith(" PYTORCH_CUDA_ALLOC_CONF") for ln in lines)
+    assert any(" python: " in ln and str(Path(sys.executable).parent) in ln for ln in lines)
+    assert not any("│" in ln for ln in lines)
 
 
 @pytest.mark.gpu

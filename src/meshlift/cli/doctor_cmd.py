@@ -40,13 +40,20 @@ def register(app: typer.Typer) -> None:
             from rich.markup import escape
             from rich.table import Table
 
-            table = Table(title="meshlift doctor", show_lines=False)
-            for col in ("check", "status", "found", "fix"):
-                table.add_column(col, overflow="fold")
-            for r in rows:
-                table.add_row(escape(r.check), f"[{_STYLE[r.status]}]{r.status}[/]", escape(r.detail), escape(r.fix))
             console = Console(soft_wrap=True)  # no hard line breaks in logs and pipes (paths stay whole)
-            console.print(table)
+            if console.is_terminal:
+                table = Table(title="meshlift doctor", show_lines=False)
+                for col in ("check", "status", "found", "fix"):
+                    table.add_column(col, overflow="fold")
+                for r in rows:
+                    table.add_row(escape(r.check), f"[{_STYLE[r.status]}]{r.status}[/]", escape(r.detail),
+                                  escape(r.fix))
+                console.print(table)
+            else:  # a pipe or a log: one whole line per check (a table folds names and paths at 80 columns)
+                console.print("meshlift doctor")
+                for r in rows:
+                    fix = f" -- fix: {escape(r.fix)}" if r.fix else ""
+                    console.print(f"[{_STYLE[r.status]}]{r.status:<5}[/] {escape(r.check)}: {escape(r.detail)}{fix}")
             console.print("[green]meshlift can run here.[/]" if ok else
                           "[bold red]meshlift cannot run here: fix the error rows above.[/]")
         raise typer.Exit(0 if ok else 1)
