@@ -15,8 +15,9 @@ OUT/gap_scene.pt) and prints, per test view and as the mean over the views:
 - ``gauss_sh0``: the Gaussians rendered with their SH degree 0 term only (view-independent colour): what a
   diffuse mesh is fairly compared with (session 27's H100 fox: 22.33 with degree 3, 21.04 with degree 0);
 - ``mesh_affine`` / ``gauss_affine``: each render after the per-channel gain and offset that fit it best to the
-  test view on the covered pixels (what a per-view exposure explains: the same fox, mesh +0.6 dB on average and
-  +1.4 on view 0042, the Gaussians +0.2: their SH follows the capture's exposure, the diffuse mesh cannot);
+  test view on the covered pixels (:func:`meshlift.metrics.image.color_correct`, clamped to [0, 1]; what a
+  per-view exposure explains: the same fox, mesh +0.6 dB on average and +1.4 on view 0042, the Gaussians +0.2:
+  their SH follows the capture's exposure, the diffuse mesh cannot);
 - ``per_pixel_train``: every covered test pixel takes the colour the training views give the mesh's surface
   point there (back-projected with the mesh's depth, fused by ``fuse_colors`` with the run's depth test and
   weights) — what a texture baked at the test image's resolution could reach from the training photos (the
@@ -82,18 +83,6 @@ def _edges(depth: torch.Tensor, rel: float, grow: int = 2) -> torch.Tensor:
         e[dy:, dx:] |= jump
     k = 2 * grow + 1
     return torch.nn.functional.max_pool2d(e[None, None].float(), k, 1, grow)[0, 0] > 0
-
-
-def _affine_fit(img: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``img [H, W, 3]`` mapped per channel by the gain and offset that fit it best (least squares) to
-    ``target`` on the pixels of ``mask [H, W]``."""
-    out = img.clone()
-    for c in range(3):
-        x, y = img[..., c][mask].double(), target[..., c][mask].double()
-        A = torch.stack([x, torch.ones_like(x)], 1)
-        gain, offset = torch.linalg.lstsq(A, y[:, None]).solution[:, 0]
-        out[..., c] = (img[..., c].double() * gain + offset).float()
-    return out
 
 
 def _backproject(depth: torch.Tensor, w2c: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
@@ -173,6 +162,7 @@ def main() -> int:
     args = ap.parse_args()
     from meshlift.methods.milo.extract import fuse_colors, mesh_depth_all
     from meshlift.methods.milo.reconstruct import render_mesh_views
+    from meshlift.metrics.image import color_correct
     from meshlift.shading.color import srgb_to_linear
 
     dev = torch.device(args.device)
@@ -242,22 +232,23 @@ def main() -> int:
         c_test = torch.linalg.inv(test.world_to_camera[i].double())[:3, 3]
         near3 = torch.argsort((centres - c_test).norm(dim=1))[:3]
         sub3 = _sub(train, near3.tolist())
-        rgb_n, n_n = fuse_colors(pts.reshape(-1, 3)[cov].to(dev), sub3, train_depth[near3.to(train_depth.device)].to(dev),
-                                 tol=tol)
+        depth3 = train_depth[near3.to(train_depth.device)].to(dev)
+        rgb_n, n_n = fuse_colors(pts.reshape(-1, 3)[cov].to(dev), sub3, depth3, tol=tol)
         img = m.clone().reshape(-1, 3)
         got = cov.clone()
         got[cov] = n_n.cpu() > 0  # seen by none of the 3 (depth test): the mesh's colour (session 28: was black)
         img[got] = rgb_n.cpu()[n_n.cpu() > 0].clamp(0, 1)
         near3_psnr = _psnr(float(((img.reshape(H, W, 3) - t) ** 2).mean(-1).sum()), n)
+        # (h) each render after the per-channel gain and offset that fit it best to this test view on the pixels
+        # the mesh covers (what a per-view exposure would explain)
+        fit = {k: color_correct(r, t, mask=~empty, per_channel=True).float() for k, r in (("mesh", m), ("gauss", g))}
         rows.append({
             "view": test.names[i] if test.names else i,
             "gauss": _psnr(float(se_g.sum()), n), "mesh": _psnr(float(se_m.sum()), n),
             # (g) the Gaussians' view-independent colour (SH degree 0): the reference a diffuse mesh can reach
             "gauss_sh0": _psnr(float(((gauss_sh0[j] - t) ** 2).mean(-1).sum()), n),
-            # (h) each render after the per-channel affine colour map that fits it best to this test view on
-            # the pixels the mesh covers (what a per-view exposure would explain)
-            "mesh_affine": _psnr(float(((_affine_fit(m, t, ~empty) - t) ** 2).mean(-1).sum()), n),
-            "gauss_affine": _psnr(float(((_affine_fit(g, t, ~empty) - t) ** 2).mean(-1).sum()), n),
+            "mesh_affine": _psnr(float(((fit["mesh"] - t) ** 2).mean(-1).sum()), n),
+            "gauss_affine": _psnr(float(((fit["gauss"] - t) ** 2).mean(-1).sum()), n),
             "oracle_vertex": _psnr(float(((orc - t) ** 2).mean(-1).sum()), n),
             "diffuse_ceiling": _psnr(float(((ceiling[j] - t) ** 2).mean(-1).sum()), n),
             "per_pixel_train": per[0.0][0], "per_pixel_train_p2": per[2.0][0], "per_pixel_seen": per[0.0][1],

@@ -77,7 +77,7 @@ def test_trainer_redoes_a_step_whose_lists_overflowed(monkeypatch):
 
     budget = _ForcedBudget(short_at=(3, 7))
     monkeypatch.setattr(T, "render_params", render)
-    monkeypatch.setattr(T.GaussianTrainer, "_isect_budget", lambda self: budget)
+    monkeypatch.setattr(T.GaussianTrainer, "_make_isect_budget", lambda self: budget)
     redone = reconstruct(cfg, None, problem=problem)
     assert base.metrics["isect_budget"] is None
     assert budget.redos == 2 and calls.count(10) == 2

@@ -101,3 +101,24 @@ def test_color_correct_matches_numpy_lstsq_and_never_lowers_psnr():
     assert math.isfinite(float(cc)) and float(cc) >= float(psnr(flat, gt[0])) - 1e-6
     with pytest.raises(ImageError, match="color_correct"):
         color_correct(pred, gt[0])
+
+
+def test_color_correct_per_channel_on_a_mask_matches_lstsq():
+    """``per_channel`` with a ``mask``: each channel's gain and offset fitted by numpy's least squares on the
+    masked pixels only, applied everywhere (then clamped); a mask of the wrong size is refused."""
+    from meshlift.metrics.image import color_correct
+
+    g = torch.Generator().manual_seed(2)
+    pred = torch.rand(12, 10, 3, generator=g, dtype=torch.float64)
+    gt = (pred * torch.tensor([1.1, 0.9, 1.0], dtype=torch.float64) + 0.02).clamp(0, 1)
+    mask = torch.rand(12, 10, generator=g) > 0.3
+    gt[~mask] = 0.0  # outside the mask the target says nothing about the map
+    want = np.empty((12, 10, 3))
+    for c in range(3):
+        x = pred[..., c].numpy()
+        a = np.stack([x[mask.numpy()], np.ones(int(mask.sum()))], 1)
+        gain, off = np.linalg.lstsq(a, gt[..., c].numpy()[mask.numpy()], rcond=None)[0]
+        want[..., c] = np.clip(x * gain + off, 0, 1)
+    assert np.allclose(color_correct(pred, gt, mask=mask, per_channel=True).numpy(), want, atol=1e-7)
+    with pytest.raises(ImageError, match="mask"):
+        color_correct(pred, gt, mask=mask[:5])

@@ -263,25 +263,30 @@ def isect_tiles(means2d, radii, depths, tile_size, tiles_w, tiles_h, with_keys: 
         d32 = depths.detach().reshape(-1).to(torch.float32)
         order = torch.sort(d32, stable=True)[1]
         ends = torch.cumsum(cnt[order], 0, dtype=torch.int64)
-        if capacity is not None:
-            if readback_extra is not None or count_out is None:
-                raise RenderError("isect_tiles: a capacity needs count_out and no readback_extra")
-            return _isect_capacity(k, order, ends, m2, rad, d32, int(capacity), count_out, total, N, tile_size,
-                                   tiles_w, tiles_h, n_tiles, C, with_keys)
-        if readback_extra is not None:
-            head = ends[-1:] if total else ends.new_zeros(1)
-            vals = torch.cat([head, readback_extra.reshape(-1).to(torch.int64)]).tolist()
-            M = int(vals[0])
-            if on_readback is not None:
-                on_readback(vals[1:])
-        else:
-            M = int(ends[-1]) if total else 0
         # 16-bit tile ids when they fit: the stable radix sort then makes 2 passes instead of 4
         kdt = torch.int16 if (_TILE_KEY16 and n_tiles <= 32767) else torch.int32
-        tiles = torch.empty(M, device=dev, dtype=kdt)
-        gids = torch.empty(M, device=dev, dtype=torch.int64)
-        if M:
-            k.write_keys[_grid(total, _BLOCK)](order, ends, m2, rad, tiles, gids, total, N, tile_size, tiles_w,
+        head = ends[-1:] if total else ends.new_zeros(1)  # [1] the number of pairs, on the device
+        write_ends = ends
+        if capacity is not None:  # no read-back: `capacity` slots, the unused ones past the last tile
+            if readback_extra is not None or count_out is None:
+                raise RenderError("isect_tiles: a capacity needs count_out and no readback_extra")
+            M = max(int(capacity), tiles_w * tiles_h)  # one Gaussian's pairs always fit: clamped slots stay >= 0
+            count_out["needed"], count_out["n_isect"] = head, head.clamp(max=M)
+            write_ends = ends.clamp(max=M)  # a pair past the end is written into the list (wrong, in bounds)
+            tiles = torch.full((M,), n_tiles, device=dev, dtype=kdt)  # sorted after every tile's range
+            gids = torch.zeros(M, device=dev, dtype=torch.int64)
+        else:
+            if readback_extra is not None:
+                vals = torch.cat([head, readback_extra.reshape(-1).to(torch.int64)]).tolist()
+                M = int(vals[0])
+                if on_readback is not None:
+                    on_readback(vals[1:])
+            else:
+                M = int(ends[-1]) if total else 0
+            tiles = torch.empty(M, device=dev, dtype=kdt)
+            gids = torch.empty(M, device=dev, dtype=torch.int64)
+        if M and total:
+            k.write_keys[_grid(total, _BLOCK)](order, write_ends, m2, rad, tiles, gids, total, N, tile_size, tiles_w,
                                                tiles_h, BLOCK=_BLOCK)
         tiles_sorted, perm = torch.sort(tiles, stable=True)
         flatten_ids = gids[perm]
@@ -290,32 +295,6 @@ def isect_tiles(means2d, radii, depths, tile_size, tiles_w, tiles_h, with_keys: 
         if with_keys:
             dbits = d32.contiguous().view(torch.int32).to(torch.int64)
             isect_ids = (tiles_sorted.to(torch.int64) << 32) | (dbits[flatten_ids] & 0xFFFFFFFF)
-    return isect_ids, flatten_ids, offsets.to(torch.int64).reshape(C, tiles_h, tiles_w)
-
-
-def _isect_capacity(k, order, ends, m2, rad, d32, cap, count_out, total, N, tile_size, tiles_w, tiles_h, n_tiles, C,
-                    with_keys):
-    """:func:`isect_tiles` with ``capacity``: the same lists in ``cap`` slots, no host read-back."""
-    dev = ends.device
-    kdt = torch.int16 if (_TILE_KEY16 and n_tiles <= 32767) else torch.int32
-    cap = max(cap, tiles_w * tiles_h)  # one Gaussian's pairs always fit: the clamped slots stay >= 0
-    needed = ends[-1:] if total else ends.new_zeros(1)
-    count_out["needed"] = needed
-    count_out["n_isect"] = needed.clamp(max=cap)
-    # unused slots: a tile id past the last tile (sorted to the end, never inside a tile's range)
-    tiles = torch.full((cap,), n_tiles, device=dev, dtype=kdt)
-    gids = torch.zeros(cap, device=dev, dtype=torch.int64)
-    if cap and total:
-        # a pair whose slot would pass the end is moved back into the list (overwriting others): in bounds
-        k.write_keys[_grid(total, _BLOCK)](order, ends.clamp(max=cap), m2, rad, tiles, gids, total, N, tile_size,
-                                           tiles_w, tiles_h, BLOCK=_BLOCK)
-    tiles_sorted, perm = torch.sort(tiles, stable=True)
-    flatten_ids = gids[perm]
-    offsets = torch.searchsorted(tiles_sorted, torch.arange(n_tiles, device=dev, dtype=kdt))
-    isect_ids = None
-    if with_keys:
-        dbits = d32.contiguous().view(torch.int32).to(torch.int64)
-        isect_ids = (tiles_sorted.to(torch.int64) << 32) | (dbits[flatten_ids] & 0xFFFFFFFF)
     return isect_ids, flatten_ids, offsets.to(torch.int64).reshape(C, tiles_h, tiles_w)
 
 

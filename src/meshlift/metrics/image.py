@@ -52,35 +52,49 @@ def psnr(pred: torch.Tensor, gt: torch.Tensor, *, max_val: float = 1.0) -> torch
     return out[0] if single else out
 
 
-def color_correct(pred: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:
+def color_correct(pred: torch.Tensor, gt: torch.Tensor, *, mask: torch.Tensor | None = None,
+                  per_channel: bool = False) -> torch.Tensor:
     """``pred`` under the affine colour map that brings it closest to ``gt`` (least squares, one map per image).
 
-    Per image, ``M`` (``[C+1, C]``) minimises ``‖[pred, 1] M − gt‖²`` over all pixels; the result is
-    ``clamp([pred, 1] M, 0, 1)``. A per-photo exposure, white balance or tone change of the target is such a
-    map, so the PSNR after it (:func:`psnr_color_corrected`) scores what an asset with fixed colours can
-    show of a capture whose exposure varies from photo to photo: the colour-corrected metrics of RawNeRF
+    Per image, ``M`` (``[C+1, C]``) minimises ``‖[pred, 1] M − gt‖²`` over the pixels (those of ``mask``, when
+    given); the result is ``clamp([pred, 1] M, 0, 1)`` on every pixel. With ``per_channel`` the map is a gain
+    and an offset per channel (no cross-talk). A per-photo exposure, white balance or tone change of the target
+    is such a map, so the PSNR after it (:func:`psnr_color_corrected`) scores what an asset with fixed colours
+    can show of a capture whose exposure varies from photo to photo: the colour-corrected metrics of RawNeRF
     (Mildenhall et al., CVPR 2022, Sec. 6) and Zip-NeRF (Barron et al., ICCV 2023; their ``color_correct``
     fits a quadratic per channel, this one the affine map).
 
     Args:
         pred, gt: ``[H, W, C]`` or ``[B, H, W, C]`` float in [0, 1]; same shape.
+        mask: ``[H, W]`` or ``[B, H, W]`` bool, the pixels the map is fitted on (None: all).
+        per_channel: fit each channel alone (``2`` numbers a channel instead of ``C + 1``).
 
     Returns:
         ``pred``'s shape, float64.
 
     Raises:
-        ImageError: shape mismatch or wrong rank.
+        ImageError: shape mismatch or wrong rank (of the images or the mask).
     """
     single = pred.ndim == 3
     p, g = _as_batch(pred, gt, "color_correct")
     B, H, W, C = p.shape
-    x = torch.cat([p.reshape(B, H * W, C), torch.ones(B, H * W, 1, dtype=p.dtype, device=p.device)], dim=-1)
-    y = g.reshape(B, H * W, C)
+    w = torch.ones(B, H * W, 1, dtype=p.dtype, device=p.device)
+    if mask is not None:
+        if tuple(mask.shape[-2:]) != (H, W) or mask.ndim not in (2, 3) or mask.numel() not in (H * W, B * H * W):
+            raise ImageError(f"color_correct: mask {tuple(mask.shape)} does not match the images' [{B}, {H}, {W}]")
+        w = w * mask.reshape(-1, H * W, 1).to(w)
+    x, y = p.reshape(B, H * W, C), g.reshape(B, H * W, C)
+    if per_channel:  # the channels as a batch of one-channel images
+        x, y = (t.transpose(1, 2).reshape(B * C, H * W, 1) for t in (x, y))
+        w = w.repeat_interleave(C, dim=0)
+    x = torch.cat([x, torch.ones_like(x[..., :1])], dim=-1)
     # normal equations with a tiny ridge: a flat image (rank-deficient x) gets the map that keeps it flat
-    xtx = x.transpose(1, 2) @ x
-    xtx = xtx + 1e-9 * (H * W) * torch.eye(C + 1, dtype=p.dtype, device=p.device)
-    m = torch.linalg.solve(xtx, x.transpose(1, 2) @ y)
-    out = (x @ m).clamp(0.0, 1.0).reshape(B, H, W, C)
+    xtx = (x * w).transpose(1, 2) @ x
+    xtx = xtx + 1e-9 * (H * W) * torch.eye(x.shape[-1], dtype=p.dtype, device=p.device)
+    fitted = x @ torch.linalg.solve(xtx, (x * w).transpose(1, 2) @ y)
+    if per_channel:
+        fitted = fitted.reshape(B, C, H * W).transpose(1, 2)
+    out = fitted.clamp(0.0, 1.0).reshape(B, H, W, C)
     return out[0] if single else out
 
 

@@ -354,7 +354,8 @@ def rasterize_gaussians(
     cam_grad = torch.is_grad_enabled() and (world_to_camera.requires_grad or K.requires_grad)
     bname = _resolve_backend(backend, means.device, cam_grad)
     fused = bname == "triton"
-    if pending is not None and not fused:
+    capped = fused and isect_capacity is not None
+    if pending is not None and (not fused or capped):  # else carried by the tile lists' one read-back
         _raise_bad_inputs(pending.tolist())
     ops = _ops(bname)
     dtype = means.dtype
@@ -388,19 +389,14 @@ def rasterize_gaussians(
     if not feats:
         feats.append(proj["depths"][..., None])
     features = (feats[0].to(dtype) if len(feats) == 1 else torch.cat([f.to(dtype) for f in feats], dim=-1)).contiguous()
-    isect_kw, comp_kw = {}, {}
+    isect_kw, comp_kw, counted = {}, {}, {}
     if fused:
         isect_kw = {"counts": proj["tile_counts"]}
-        if pending is not None:
+        if capped:  # no read-back: the lists get isect_capacity slots (the caller checks isect_needed later)
+            isect_kw.update(capacity=int(isect_capacity), count_out=counted)
+        elif pending is not None:
             isect_kw.update(readback_extra=pending, on_readback=_raise_bad_inputs)
         comp_kw = {"records": proj["records"]}
-    counted: dict = {}
-    if fused and isect_capacity is not None:
-        if pending is not None:  # the deferred input checks need the read-back this call would skip
-            isect_kw.pop("readback_extra", None)
-            isect_kw.pop("on_readback", None)
-            _raise_bad_inputs(pending.tolist())
-        isect_kw.update(capacity=int(isect_capacity), count_out=counted)
     _, flatten_ids, offsets = ops.isect_tiles(means2d, proj["radii"], proj["depths"], ts, tiles_w, tiles_h,
                                               with_keys=False, **isect_kw)
     if counted:

@@ -54,18 +54,20 @@ def render_views(params: dict, views: SplatViews, *, sh_degree: int, background:
     return torch.cat(ours), torch.cat(targets)
 
 
-def image_metrics(ours: torch.Tensor, targets: torch.Tensor, *, with_lpips: bool = True) -> dict:
-    """Mean and per-view PSNR (dB), SSIM and (optionally, images ≥ 32 px) LPIPS of ``[V, H, W, 3]`` images, and
-    the colour-corrected PSNR (``psnr_cc``: after each view's best affine colour map,
+def image_metrics(ours: torch.Tensor, targets: torch.Tensor, *, with_lpips: bool = True,
+                  with_cc: bool = False) -> dict:
+    """Mean and per-view PSNR (dB), SSIM and (optionally, images ≥ 32 px) LPIPS of ``[V, H, W, 3]`` images;
+    with ``with_cc`` also the colour-corrected PSNR (``psnr_cc``: after each view's best affine colour map,
     :func:`meshlift.metrics.image.psnr_color_corrected`)."""
     from meshlift.metrics.image import psnr, psnr_color_corrected, ssim
 
     ps = [float(psnr(o, r)) for o, r in zip(ours, targets)]
     ss = [float(ssim(o, r)) for o, r in zip(ours, targets)]
-    cc = [float(psnr_color_corrected(o, r)) for o, r in zip(ours, targets)]
     out = {"psnr": float(np.mean(ps)) if ps else None, "ssim": float(np.mean(ss)) if ss else None,
-           "psnr_per_view": ps, "ssim_per_view": ss,
-           "psnr_cc": float(np.mean(cc)) if cc else None, "psnr_cc_per_view": cc}
+           "psnr_per_view": ps, "ssim_per_view": ss}
+    if with_cc:
+        cc = [float(psnr_color_corrected(o, r)) for o, r in zip(ours, targets)]
+        out.update(psnr_cc=float(np.mean(cc)) if cc else None, psnr_cc_per_view=cc)
     if with_lpips and len(ours) and min(ours.shape[1:3]) >= 32:
         from meshlift.metrics.lpips import lpips
 

@@ -50,9 +50,11 @@ class IsectBudget:
         self.redos = 0  # steps rendered again because their count exceeded the capacity
         self.capped_steps = 0
         self._size = None  # Gaussian count the window belongs to
-        self._pending = None  # (capacity, event or None) of the last capped render
+        self._pending = None  # the capacity of the last capped render, until checked
         cuda = self.device.type == "cuda"
         self._host = torch.zeros(1, dtype=torch.int64, pin_memory=cuda)
+        # recorded again each step (its last use was waited on before)
+        self._event = torch.cuda.Event() if cuda else None
 
     def capacity(self, num_gaussians: int) -> Optional[int]:
         """Capacity for the next render of ``num_gaussians`` Gaussians, or None: read the count back (the first
@@ -77,21 +79,18 @@ class IsectBudget:
             return
         self.capped_steps += 1
         self._host.copy_(info["isect_needed"].reshape(1), non_blocking=True)
-        event = None
-        if self.device.type == "cuda":  # one event, recorded again each step (its last use was waited on)
-            event = self.__dict__.setdefault("_event", torch.cuda.Event())
-            event.record(torch.cuda.current_stream(self.device))
-        self._pending = (int(capacity), event)
+        if self._event is not None:
+            self._event.record(torch.cuda.current_stream(self.device))
+        self._pending = int(capacity)
 
     def overflowed(self) -> bool:
         """Whether the last capped render needed more pairs than it had (waits for its count's copy only);
         records its count. False after an exact render."""
         if self._pending is None:
             return False
-        capacity, event = self._pending
-        self._pending = None
-        if event is not None:
-            event.synchronize()
+        capacity, self._pending = self._pending, None
+        if self._event is not None:
+            self._event.synchronize()
         needed = int(self._host[0])
         self.recent.append(needed)
         if needed > capacity:

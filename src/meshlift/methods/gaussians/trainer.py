@@ -227,6 +227,7 @@ class GaussianTrainer(TrainLoop):
         dist.check_batch(self.sampler.batch)
         self.share_weight = dist.share_weight(self.sampler.batch)
         self.bg_generator = torch.Generator().manual_seed(cfg.seed + 1)
+        self.isect_budget = self._make_isect_budget()  # None: every training render reads its count back
         self.exposure = None
         if cfg.exposure_compensation:
             if dist.enabled:
@@ -349,7 +350,7 @@ class GaussianTrainer(TrainLoop):
         batch = self.problem.train.batch(self.dist.share(self.sampler.next()), self.device)
         bg = self._background()
         target = batch.targets(bg)
-        budget = self._isect_budget()
+        budget = self.isect_budget
         cap = budget.capacity(self.num_gaussians) if budget is not None else None
         img, info, losses = self._forward_backward(s, batch, bg, target, cap, budget)
         # the count's copy was queued right after the render: this waits for the forward, not the backward
@@ -403,26 +404,24 @@ class GaussianTrainer(TrainLoop):
             losses["loss"].backward()
         return img, info, losses
 
-    def _isect_budget(self):
+    def _make_isect_budget(self):
         """The :class:`~meshlift.methods.gaussians.isect_budget.IsectBudget` of the training renders when
         ``isect_readback`` is off and it applies (Triton on CUDA, no regulariser), else None."""
-        if "_budget" not in self.__dict__:
-            budget = None
-            if not self.cfg.isect_readback and self.regularizer is None and self.device.type == "cuda":
-                from meshlift.render.splat import _resolve_backend
+        if self.cfg.isect_readback or self.regularizer is not None or self.device.type != "cuda":
+            return None
+        from meshlift.render.splat import _resolve_backend
 
-                if _resolve_backend(self.cfg.splat_backend, self.device, False) == "triton":
-                    from meshlift.methods.gaussians.isect_budget import IsectBudget
+        if _resolve_backend(self.cfg.splat_backend, self.device, False) != "triton":
+            return None
+        from meshlift.methods.gaussians.isect_budget import IsectBudget
 
-                    budget = IsectBudget(self.device)
-            self.__dict__["_budget"] = budget
-        return self.__dict__["_budget"]
+        return IsectBudget(self.device)
 
     def isect_budget_stats(self) -> Optional[dict]:
         """``{"capped_steps", "redos"}`` of the training renders sized by a capacity (``isect_readback`` off),
         or None when every step read its count back."""
-        budget = self.__dict__.get("_budget")
-        return None if budget is None else {"capped_steps": budget.capped_steps, "redos": budget.redos}
+        b = self.isect_budget
+        return None if b is None else {"capped_steps": b.capped_steps, "redos": b.redos}
 
     def _optimizer_step(self, s: int) -> None:
         """Step every Gaussian optimiser at step ``s``'s learning rates and drop the gradients: on CUDA one Triton

@@ -488,7 +488,7 @@ def _evaluate(cfg: MiloConfig, trainer, problem, device, strategy, product, gt_m
     ours, targets = render_views(trainer.params, problem.test, sh_degree=trainer.eval_sh_degree,
                                  background=cfg.background, near=trainer.near, device=device,
                                  settings=trainer.settings, backend=cfg.splat_backend)
-    gauss = image_metrics(ours, targets, with_lpips=cfg.lpips)
+    gauss = image_metrics(ours, targets, with_lpips=cfg.lpips, with_cc=True)
     sh0 = gauss  # the view-independent render (SH degree 0): what a diffuse mesh is compared with (step 5)
     if trainer.eval_sh_degree > 0:
         sh0 = image_metrics(render_views(trainer.params, problem.test, sh_degree=0, background=cfg.background,
@@ -496,7 +496,7 @@ def _evaluate(cfg: MiloConfig, trainer, problem, device, strategy, product, gt_m
                                          backend=cfg.splat_backend)[0], targets, with_lpips=False)
     bg = torch.ones(3) if eval_background(cfg.background) == "white" else torch.zeros(3)
     mesh_imgs = render_mesh_views(product.eval_mesh, problem.test, device, bg)
-    mesh_m = image_metrics(mesh_imgs, targets, with_lpips=cfg.lpips)
+    mesh_m = image_metrics(mesh_imgs, targets, with_lpips=cfg.lpips, with_cc=True)
     rep = product.report
     metrics = {
         "method": "milo", "extract": cfg.extract,
