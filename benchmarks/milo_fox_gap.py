@@ -125,7 +125,7 @@ def scene_mesh(run: Path, cfg, problem, params, settings, dev, overrides: dict):
 def render_with_empty(mesh, views, dev, bg: torch.Tensor, indices=None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(render on bg [V, H, W, 3], empty [V, H, W] bool)``: the mesh rendered on ``bg`` and on its opposite; a
     pixel whose colour follows the background is one the mesh leaves empty."""
-    from meshlift.methods.milo.reconstruct import render_mesh_views
+    from meshlift.methods.milo.extract import render_mesh_views
 
     img = render_mesh_views(mesh, views, dev, bg, indices=indices)
     other = render_mesh_views(mesh, views, dev, 1.0 - bg, indices=indices)
@@ -161,7 +161,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write the result here")
     args = ap.parse_args()
     from meshlift.methods.milo.extract import fuse_colors, mesh_depth_all
-    from meshlift.methods.milo.reconstruct import render_mesh_views
+    from meshlift.methods.milo.extract import render_mesh_views
     from meshlift.metrics.image import color_correct
     from meshlift.shading.color import srgb_to_linear
 

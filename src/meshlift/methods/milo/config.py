@@ -365,6 +365,14 @@ class MiloConfig(GaussiansConfig):
     2026-12-06; `benchmarks/photo_refine_replay.py`, 5 test views): unrefined 19.65 dB, consistency alone 19.66,
     colour weight 1 / 3: 19.97 / 19.99 (Gaussians 22.12). On the CPU `--quick` fox (300k faces for 64-px views,
     ~6 vertices a pixel) the colour term lost 0.5 dB, so `--quick` skips the refinement."""
+    photo_refine_sh_degree: int = 0
+    """SH degree of the whole-scene mesh's view-dependent vertex colours, fitted by the colour term of the
+    refinement (:mod:`meshlift.shading.view_colors`; MILo's mesh-based NVS protocol fits a view-dependent colour
+    field of degree 2 the same way); 0 = one colour per vertex. ``mesh_psnr`` renders the view-dependent colours and
+    ``mesh_psnr_diffuse`` the same mesh with its view-independent term (what ``scene_mesh.ply``'s vertex colours and
+    a GLB hold). The asset stays diffuse."""
+    photo_refine_lr_sh: float = 0.0025
+    """Adam learning rate of the view-dependent SH terms (``photo_refine_sh_degree`` > 0)."""
 
 
 #: Fields that cannot change on ``--resume``.
@@ -378,7 +386,7 @@ _UNIT = ("sampling_factor", "prune_cdf", "sdf_reset_blend")
 _NONNEG = ("floor_snap", "scene_voxel_pixels", "depth_consistency_views", "depth_consistency_tol", "scene_fill_see_through_tol", "flatten_weight", "tsdf_trunc_pixels", "scene_trunc_pixels", "tsdf_trunc_voxels", "tsdf_trunc_spread", "tsdf_min_views", "trunc_pixels", "depth_normal_weight", "multiview_weight", "mesh_depth_weight", "mesh_normal_weight", "occupied_centres_weight",
            "occupancy_label_weight", "keep_components", "min_component_faces", "color_depth_tol", "scene_color_power", "mesh_res_scale",
            "photo_refine_lr_offset", "photo_refine_lr_color", "photo_refine_max_offset", "photo_refine_smooth",
-           "photo_refine_mask_weight", "photo_refine_color_weight",
+           "photo_refine_mask_weight", "photo_refine_color_weight", "photo_refine_lr_sh",
            "delaunay_memory_gb")
 _GE1 = ("photo_refine_views", "multiview_every", "multiview_neighbours", "unwrap_max_faces", "num_pivots", "delaunay_every", "sdf_reset_every", "labels_every", "extract_labels_every",
         "mesh_chunk_views", "tet_chunk", "texture_res", "ref_views", "ref_test_views", "eval_samples")
@@ -413,6 +421,9 @@ def validate(cfg: MiloConfig) -> MiloConfig:
         raise ConfigError(f"config field 'mesh_res_scale' must be > 0, got {cfg.mesh_res_scale!r}")
     if not cfg.lr_occupancy > 0:
         raise ConfigError(f"config field 'lr_occupancy' must be > 0, got {cfg.lr_occupancy!r}")
+    if not 0 <= cfg.photo_refine_sh_degree <= 3:
+        raise ConfigError(f"config field 'photo_refine_sh_degree' must be in 0..3 (0 = one colour per vertex), got "
+                          f"{cfg.photo_refine_sh_degree!r}")
     for name in _GE1:
         if getattr(cfg, name) < 1:
             raise ConfigError(f"config field {name!r} must be >= 1, got {getattr(cfg, name)}")

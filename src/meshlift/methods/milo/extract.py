@@ -32,7 +32,7 @@ import torch
 
 from meshlift.methods.engine import deadline_reached
 
-__all__ = ["MAX_NONFINITE_STEPS", "ExtractedMesh", "MeshProduct", "color_and_texture", "final_mesh", "fuse_colors", "in_any_frustum", "refine_occupancy", "texture_mesh", "write_meshes"]
+__all__ = ["MAX_NONFINITE_STEPS", "ExtractedMesh", "MeshProduct", "color_and_texture", "final_mesh", "fuse_colors", "in_any_frustum", "refine_occupancy", "render_mesh_views", "texture_mesh", "write_meshes"]
 
 
 @dataclass
@@ -316,6 +316,33 @@ def write_meshes(out, colored, textured) -> dict:
         files["mesh_obj"] = save_mesh(out / "mesh.obj", textured, write_colors=False)[0]
         files["mesh_glb"] = save_mesh(out / "mesh.glb", textured)[0]
     return files
+
+
+@torch.no_grad()
+def render_mesh_views(mesh, views, device: torch.device, background: torch.Tensor,
+                      indices: Optional[list[int]] = None, *, view_dependent: bool = True) -> torch.Tensor:
+    """``[V, H, W, 3]`` unlit sRGB renders of ``mesh`` (texture, else vertex colours, else grey headlight); vertex
+    colours with view-dependent terms (``extras["v_sh_rest"]``, :mod:`meshlift.shading.view_colors`) are evaluated
+    for each view's camera centre unless ``view_dependent`` is False (then the view-independent colours alone)."""
+    from meshlift.methods.milo.photo_refine import mesh_world_to_clip
+    from meshlift.renderers.mesh_pbr import render_unlit
+    from meshlift.shading.view_colors import camera_centres, view_dependent_colors
+
+    m = mesh.to(device) if hasattr(mesh, "to") else mesh
+    rest = getattr(m, "extras", {}).get("v_sh_rest") if view_dependent and m.v_color is not None else None
+    rest = None if rest is None else rest.to(device).float()
+    out = []
+    for i in (range(len(views)) if indices is None else indices):
+        b = views.batch(torch.tensor([i]), device)
+        if m.num_faces == 0:
+            out.append(background.reshape(1, 1, 1, 3).expand(1, views.height, views.width, 3).cpu())
+            continue
+        clip = mesh_world_to_clip(b.world_to_camera, b.K, views.width, views.height, m.v_pos.to(device).float())
+        fwd = b.world_to_camera[:, 2, :3]
+        mv = m if rest is None else replace(m, v_color=view_dependent_colors(
+            m.v_color[:, :3].float(), rest, m.v_pos.float(), camera_centres(b.world_to_camera.float())[0]))
+        out.append(render_unlit(mv, clip, fwd, (views.height, views.width), background.to(device)).cpu())
+    return torch.cat(out) if out else torch.zeros(0, views.height, views.width, 3)
 
 
 @dataclass

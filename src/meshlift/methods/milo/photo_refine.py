@@ -19,7 +19,11 @@ Parameterisation (each vertex ``i``):
   its frustum (:func:`pixel_footprint`: the fused surface's error is about a pixel whatever the mesh's edge
   lengths; they are often far below a pixel), ``u_i`` free (initially 0). Moving along the normal
   only keeps the triangles from sliding over each other (no fold-overs from tangential drift).
-- colour ``c_i`` linear RGB, initialised from the fused colours, clamped to [0, 1] after each step.
+- colour ``c_i`` linear RGB, initialised from the fused colours, clamped to [0, 1] after each step; with
+  ``sh_degree`` > 0 also view-dependent SH terms ``r_i`` ``[K − 1, 3]`` (initially 0, or the mesh's
+  ``extras["v_sh_rest"]``), each view rendering the colours of :func:`meshlift.shading.view_colors.view_dependent_colors`
+  for its camera centre: the surface gets the Gaussians' freedom to follow exposure and sheen along the capture
+  (MILo's mesh-based NVS protocol fits such a field on its meshes).
 
 Loss of one step (a batch of ``views_per_step`` training views, each paired with one of its ``neighbours`` nearest
 views; every term is divided by the batch's pixel count, or the consistency by its valid pixels):
@@ -37,7 +41,7 @@ views; every term is divided by the batch's pixel count, or the consistency by i
 - smoothness: ``smooth_weight`` × Σ_i (s_i − mean of its neighbours' s)² (the uniform Laplacian of the offset
   in pixels; per-pixel normalisation keeps the weight meaningful whatever the vertex count).
 
-Adam on ``u`` (``lr_offset``) and ``c`` (``lr_color``, with the colour term). Views are visited in a shuffled order, epoch by epoch.
+Adam on ``u`` (``lr_offset``), ``c`` (``lr_color``, with the colour term) and ``r`` (``lr_sh``). Views are visited in a shuffled order, epoch by epoch.
 Memory: one batch of views is rendered at a time (the rasterizer's buffers for ``views_per_step`` images);
 the parameters are ``4 × V`` floats plus Adam's moments.
 """
@@ -86,13 +90,20 @@ class PhotoRefineSettings:
     neighbour's mesh depth at its pixel."""
     blur_px: float = 1.0
     """Gaussian blur (pixels) of both images in the first half of the steps (a wider basin), none after."""
+    sh_degree: int = 0
+    """SH degree of view-dependent vertex colours fitted with the colour term (0 = one colour per vertex; 1..3:
+    :mod:`meshlift.shading.view_colors`, the refined mesh's ``extras["v_sh_rest"]``); needs ``color_weight`` > 0."""
+    lr_sh: float = 0.0025
+    """Adam learning rate of the view-dependent SH terms (linear colour per unit of the SH basis)."""
     seed: int = 0
     """Seed of the view order."""
 
     @classmethod
-    def from_config(cls, cfg) -> "PhotoRefineSettings":
-        """The settings of a :class:`~meshlift.methods.milo.config.MiloConfig` (its ``photo_refine_*`` fields)."""
-        return cls(steps=int(cfg.photo_refine_steps), views_per_step=int(cfg.photo_refine_views),
+    def from_config(cls, cfg, *, view_dependent: bool = True) -> "PhotoRefineSettings":
+        """The settings of a :class:`~meshlift.methods.milo.config.MiloConfig` (its ``photo_refine_*`` fields);
+        ``view_dependent=False`` keeps one colour per vertex (the asset: what a GLB holds)."""
+        return cls(sh_degree=int(cfg.photo_refine_sh_degree) if view_dependent else 0,
+                   lr_sh=float(cfg.photo_refine_lr_sh),steps=int(cfg.photo_refine_steps), views_per_step=int(cfg.photo_refine_views),
                    lr_offset=float(cfg.photo_refine_lr_offset), lr_color=float(cfg.photo_refine_lr_color),
                    max_offset=float(cfg.photo_refine_max_offset), smooth_weight=float(cfg.photo_refine_smooth),
                    mask_weight=float(cfg.photo_refine_mask_weight),
@@ -265,6 +276,7 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
     from meshlift.methods.engine import deadline_reached
     from meshlift.methods.milo.occupancy_labels import render_mesh_depth
     from meshlift.render.antialias import antialias_construct_topology
+    from meshlift.shading.view_colors import camera_centres, sh_rest_count, view_dependent_colors
 
     t0 = time.perf_counter()
     if mesh.num_faces == 0 or mesh.v_pos.shape[0] == 0:
@@ -288,6 +300,13 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
     color = init[:, :3].to(device=device, dtype=torch.float32).clone().requires_grad_(fit_color)
     u = torch.zeros(V, device=device, requires_grad=True)
     groups = [{"params": [u], "lr": s.lr_offset}] + ([{"params": [color], "lr": s.lr_color}] if fit_color else [])
+    n_rest = sh_rest_count(s.sh_degree) if fit_color else 0
+    rest = None
+    if n_rest:  # view-dependent terms, from a previous fit or zero (the diffuse colours)
+        prev = mesh.extras.get("v_sh_rest")
+        rest = (prev.to(device=device, dtype=torch.float32).clone() if prev is not None and prev.shape[1] == n_rest
+                else torch.zeros(V, n_rest, 3, device=device)).requires_grad_(True)
+        groups.append({"params": [rest], "lr": s.lr_sh})
     opt = torch.optim.Adam(groups, betas=(0.9, 0.99), eps=1e-15)
     H, W = views.height, views.width
     use_consistency = s.consistency_weight > 0 and len(views) > 1
@@ -338,7 +357,12 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
             valid_sum = valid_sum + (valid.float().mean() / cov.float().mean().clamp(min=1e-6)).detach()
             valid_n += 1
         if fit_color:
-            img = _shade(color, rast, clip_pos, tri, bg, topology)
+            if rest is None:
+                img = _shade(color, rast, clip_pos, tri, bg, topology)
+            else:  # each view its own vertex colours (the SH of the direction from its centre)
+                centres = camera_centres(b.world_to_camera.float())
+                img = torch.cat([_shade(view_dependent_colors(color, rest, pos.detach(), centres[j]), rast[j:j + 1],
+                                        clip_pos[j:j + 1], tri, bg, topology) for j in range(len(idx))])
             data = data + s.color_weight * ((img - image_r).abs() * cov[..., None].float()).sum() / npx
         lap = off - neighbour_mean(off, e, deg)
         loss = data + s.smooth_weight * (lap * lap).sum() / npx
@@ -363,6 +387,9 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
         ok = torch.isfinite(pos).all(dim=1) & torch.isfinite(color).all(dim=1)
         pos = torch.where(ok[:, None], pos, v0)
         col = torch.where(ok[:, None], color, init[:, :3].to(color))
+        if rest is not None:
+            rest_out = torch.where((ok & torch.isfinite(rest).all(dim=(1, 2)))[:, None, None], rest,
+                                   torch.zeros_like(rest))
     k = max(1, len(losses) // 10)
     report = {
         "steps": done, "steps_configured": int(s.steps), "views_per_step": int(s.views_per_step),
@@ -371,10 +398,16 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
         "consistency_valid": float(valid_sum) / valid_n if valid_n else math.nan,
         "offset_mean": float(off.abs().mean()), "offset_max": float(off.abs().max()),
         "offset_world_mean": float((off.abs() * h).mean()), "nonfinite_vertices": int((~ok).sum()),
-        "colors_fitted": bool(fit_color), "seconds": time.perf_counter() - t0, "stopped": stopped,
+        "colors_fitted": bool(fit_color), "sh_degree": int(s.sh_degree) if rest is not None else 0,
+        "seconds": time.perf_counter() - t0, "stopped": stopped,
     }
     # the stored normals no longer match the moved vertices: dropped (exports recompute them)
     v_color = col.to(mesh.v_pos.device) if (fit_color or mesh.v_color is not None) else None
+    extras = dict(mesh.extras)
+    if rest is not None:  # the view-dependent terms beside the view-independent v_color (shading.view_colors)
+        extras["v_sh_rest"] = rest_out.detach().to(mesh.v_pos.device)
+    elif fit_color:
+        extras.pop("v_sh_rest", None)  # colours fitted without them: stale terms would not match
     refined = dataclasses.replace(mesh, v_pos=pos.to(mesh.v_pos.device, mesh.v_pos.dtype), v_color=v_color,
-                                  v_nrm=None, t_nrm_idx=None)
+                                  v_nrm=None, t_nrm_idx=None, extras=extras)
     return refined, report

@@ -36,6 +36,7 @@ from meshlift.kernels import precompile
 from meshlift.methods.engine import (CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, check_pass_time, is_oom,
                                      kernel_backends, resolve_device)
 from meshlift.methods.milo.config import SHAPE_FIELDS, MiloConfig, apply_dict, num_mesh_gaussians
+from meshlift.methods.milo.extract import render_mesh_views
 
 __all__ = ["BUDGET_FRACTIONS", "MiloResult", "budget_costs", "build_config", "load_problem", "oom_error",
            "reconstruct", "summary_lines"]
@@ -207,26 +208,6 @@ def _load_checkpoint(checkpointer: Checkpointer, cfg: MiloConfig) -> dict:
                               f"{getattr(cfg, name)!r} now; it cannot change on resume (fixed: "
                               f"{', '.join(SHAPE_FIELDS)})")
     return ck
-
-
-@torch.no_grad()
-def render_mesh_views(mesh, views, device: torch.device, background: torch.Tensor,
-                      indices: Optional[list[int]] = None) -> torch.Tensor:
-    """``[V, H, W, 3]`` unlit sRGB renders of ``mesh`` (texture, else vertex colours, else grey headlight)."""
-    from meshlift.methods.milo.photo_refine import mesh_world_to_clip
-    from meshlift.renderers.mesh_pbr import render_unlit
-
-    m = mesh.to(device) if hasattr(mesh, "to") else mesh
-    out = []
-    for i in (range(len(views)) if indices is None else indices):
-        b = views.batch(torch.tensor([i]), device)
-        if m.num_faces == 0:
-            out.append(background.reshape(1, 1, 1, 3).expand(1, views.height, views.width, 3).cpu())
-            continue
-        clip = mesh_world_to_clip(b.world_to_camera, b.K, views.width, views.height, m.v_pos.to(device).float())
-        fwd = b.world_to_camera[:, 2, :3]
-        out.append(render_unlit(m, clip, fwd, (views.height, views.width), background.to(device)).cpu())
-    return torch.cat(out) if out else torch.zeros(0, views.height, views.width, 3)
 
 
 def _preview_writer(out: Optional[Path], problem, cfg: MiloConfig, device, trainer, reg):
@@ -505,7 +486,8 @@ def _evaluate(cfg: MiloConfig, trainer, problem, device, strategy, product, gt_m
         "mesh_psnr_per_view": mesh_m["psnr_per_view"], "gaussian_psnr_per_view": gauss["psnr_per_view"],
         "gaussian_psnr_sh0": sh0["psnr"], "gaussian_psnr_sh0_per_view": sh0["psnr_per_view"],
         "mesh_psnr_cc": mesh_m["psnr_cc"], "gaussian_psnr_cc": gauss["psnr_cc"],  # per-view colour map (metrics)
-        "mesh_evaluated": "whole-scene mesh (vertex colours)" if product.eval_mesh is product.scene_colored
+        "mesh_evaluated": ("whole-scene mesh (vertex colours" + (", view-dependent)" if "v_sh_rest" in getattr(
+            product.eval_mesh, "extras", {}) else ")")) if product.eval_mesh is product.scene_colored
         else "the asset (baked albedo texture)",
         "vertices": int(product.colored.v_pos.shape[0]), "faces": int(product.colored.num_faces),
         "mesh_report": rep, "background": eval_background(cfg.background), "masked": problem.test.alpha is not None,
@@ -519,6 +501,11 @@ def _evaluate(cfg: MiloConfig, trainer, problem, device, strategy, product, gt_m
     }
     metrics["warnings"] += product.extra.get("warnings", [])
     metrics.update({k: v for k, v in product.extra.items() if k != "warnings"})
+    if "v_sh_rest" in getattr(product.eval_mesh, "extras", {}):  # view-dependent colours: also without them
+        diffuse = image_metrics(render_mesh_views(product.eval_mesh, problem.test, device, bg, view_dependent=False),
+                                targets, with_lpips=False)
+        metrics.update(mesh_psnr_diffuse=diffuse["psnr"], mesh_psnr_diffuse_per_view=diffuse["psnr_per_view"],
+                       mesh_sh_degree=round((product.eval_mesh.extras["v_sh_rest"].shape[1] + 1) ** 0.5) - 1)
     if product.eval_unrefined is not None:  # the same views, the mesh before the photometric refinement
         before = image_metrics(render_mesh_views(product.eval_unrefined, problem.test, device, bg), targets,
                                with_lpips=False)
@@ -662,6 +649,10 @@ def summary_lines(result: MiloResult) -> list[str]:
         lines.append(f"photometric refinement of the whole-scene mesh: {m['mesh_psnr_unrefined']:.2f} -> "
                      f"{m['mesh_psnr']:.2f} dB ({d:+.2f})" + ("" if d >= 0 else
                      "; it lowered the score here: --set photo_refine_steps=0 keeps the fused mesh"))
+    if m.get("mesh_psnr_diffuse") is not None:
+        lines.append(f"view-dependent colours (SH degree {m['mesh_sh_degree']}) of the whole-scene mesh: its "
+                     "view-independent colours alone (scene_mesh.ply, what a GLB holds) render "
+                     f"{m['mesh_psnr_diffuse']:.2f} dB")
     elif m.get("extract") == "tsdf" and m.get("scene_faces") and not (m.get("mesh_report") or {}).get("scene_refine"):
         lines.append("[dim]photometric refinement of the whole-scene mesh: off (photo_refine_steps=0; --quick "
                      "skips it: --set photo_refine_steps=300 runs it)[/dim]")

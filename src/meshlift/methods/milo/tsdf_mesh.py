@@ -577,14 +577,16 @@ def _refine_deadline(cfg, costs, budget, faces: int):
     return budget.t_start + cfg.time_budget_s - costs.after_refine_s(faces)
 
 
-def refined(cfg, colored, problem, device, monitor, costs, budget, *, label: str) -> tuple:
+def refined(cfg, colored, problem, device, monitor, costs, budget, *, label: str, view_dependent=True) -> tuple:
     """``(mesh, report)``: :func:`meshlift.methods.milo.photo_refine.photometric_refine` of a mesh against the
-    training views with the ``photo_refine_*`` settings, stopped by the time budget; a vertex-coloured mesh whose
-    colours the refinement did not fit gets them fused again from the refined surface (:func:`vertex_colors`)."""
+    training views with the ``photo_refine_*`` settings (``view_dependent=False``: no SH terms, the asset), stopped by
+    the time budget; a vertex-coloured mesh whose colours the refinement did not fit gets them fused again from the
+    refined surface (:func:`vertex_colors`)."""
     from meshlift.methods.milo.photo_refine import PhotoRefineSettings, photometric_refine
 
     deadline = _refine_deadline(cfg, costs, budget, min(colored.num_faces, cfg.max_asset_faces or colored.num_faces))
-    mesh, rep = photometric_refine(colored, problem.train, device, PhotoRefineSettings.from_config(cfg),
+    mesh, rep = photometric_refine(colored, problem.train, device,
+                                   PhotoRefineSettings.from_config(cfg, view_dependent=view_dependent),
                                    monitor=monitor, deadline=deadline, label=label)
     if not rep["colors_fitted"] and colored.v_color is not None:  # the colours fused again on the moved surface
         mesh, crep = vertex_colors(cfg, mesh, problem, device)
@@ -603,9 +605,9 @@ def refined_asset(cfg, asset, geometry, rep: dict, problem, device, monitor, cos
         return asset, geometry
     if cfg.photo_refine_color_weight > 0:  # the colour term starts from the fused colours
         asset, _ = vertex_colors(cfg, asset, problem, device)
-    out, rep["asset_refine"] = refined(cfg, asset, problem, device, monitor, costs, budget, label="asset")
-    out = dataclasses.replace(out, v_color=None)
-    return out, out
+    out, rep["asset_refine"] = refined(cfg, asset, problem, device, monitor, costs, budget, label="asset",
+                                       view_dependent=False)
+    return (dataclasses.replace(out, v_color=None),) * 2  # the asset and its geometry: the same mesh
 
 
 def extract_assets(cfg, trainer, problem, device: torch.device, monitor, *, costs, budget, mesh_input: bool):
