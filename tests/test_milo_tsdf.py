@@ -167,6 +167,12 @@ def test_capture_run_writes_the_scene_mesh_and_the_object_asset(tmp_path):
     assert m["mesh_evaluated"].startswith("whole-scene") and m["scene_faces"] > 0
     assert m["region"]["roi"]["source"] == "cameras" and m["eval_box"] is not None
     assert m["fscore"] is not None and "crop" in m["mesh_report"]
+    # the whole-scene mesh's view-dependent colours (photo_refine_sh_degree = 2): scored with and without them
+    from meshlift.methods.milo.reconstruct import summary_lines
+
+    assert m["mesh_report"]["scene_refine"]["sh_degree"] == 2 and m["mesh_sh_degree"] == 2
+    assert m["mesh_evaluated"].endswith("view-dependent)") and m["mesh_psnr_diffuse"] is not None
+    assert any("view-independent colours alone" in line for line in summary_lines(r))
 
 
 @pytest.mark.slow  # 8-80 s on 2 CPU cores (CI budget): pytest -m slow

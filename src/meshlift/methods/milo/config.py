@@ -365,14 +365,17 @@ class MiloConfig(GaussiansConfig):
     2026-12-06; `benchmarks/photo_refine_replay.py`, 5 test views): unrefined 19.65 dB, consistency alone 19.66,
     colour weight 1 / 3: 19.97 / 19.99 (Gaussians 22.12). On the CPU `--quick` fox (300k faces for 64-px views,
     ~6 vertices a pixel) the colour term lost 0.5 dB, so `--quick` skips the refinement."""
-    photo_refine_sh_degree: int = 0
+    photo_refine_sh_degree: int = 2
     """SH degree of the whole-scene mesh's view-dependent vertex colours, fitted by the colour term of the
     refinement (:mod:`meshlift.shading.view_colors`; MILo's mesh-based NVS protocol fits a view-dependent colour
     field of degree 2 the same way); 0 = one colour per vertex. ``mesh_psnr`` renders the view-dependent colours and
     ``mesh_psnr_diffuse`` the same mesh with its view-independent term (what ``scene_mesh.ply``'s vertex colours and
-    a GLB hold). The asset stays diffuse."""
-    photo_refine_lr_sh: float = 0.0025
-    """Adam learning rate of the view-dependent SH terms (``photo_refine_sh_degree`` > 0)."""
+    a GLB hold). The asset stays diffuse. CPU fox checkpoint (1200 steps at 71 × 127, 300 refinement steps,
+    2026-12-07): 0 / 1 / 2 / 3 -> 22.80 / 23.89 / 24.86 / 24.25 dB (Gaussians 27.28; docs/usage/milo.md)."""
+    photo_refine_lr_sh: float = 0.001
+    """Adam learning rate of the view-dependent SH terms (``photo_refine_sh_degree`` > 0). Same checkpoint, degree
+    2: 0.0004 / 0.001 / 0.0025 / 0.01 -> 24.34 / 24.86 / 24.64 / 22.54 dB (larger rates overfit the training
+    views)."""
 
 
 #: Fields that cannot change on ``--resume``.

@@ -93,7 +93,7 @@ class PhotoRefineSettings:
     sh_degree: int = 0
     """SH degree of view-dependent vertex colours fitted with the colour term (0 = one colour per vertex; 1..3:
     :mod:`meshlift.shading.view_colors`, the refined mesh's ``extras["v_sh_rest"]``); needs ``color_weight`` > 0."""
-    lr_sh: float = 0.0025
+    lr_sh: float = 0.001
     """Adam learning rate of the view-dependent SH terms (linear colour per unit of the SH basis)."""
     seed: int = 0
     """Seed of the view order."""
@@ -103,7 +103,8 @@ class PhotoRefineSettings:
         """The settings of a :class:`~meshlift.methods.milo.config.MiloConfig` (its ``photo_refine_*`` fields);
         ``view_dependent=False`` keeps one colour per vertex (the asset: what a GLB holds)."""
         return cls(sh_degree=int(cfg.photo_refine_sh_degree) if view_dependent else 0,
-                   lr_sh=float(cfg.photo_refine_lr_sh),steps=int(cfg.photo_refine_steps), views_per_step=int(cfg.photo_refine_views),
+                   lr_sh=float(cfg.photo_refine_lr_sh), steps=int(cfg.photo_refine_steps),
+                   views_per_step=int(cfg.photo_refine_views),
                    lr_offset=float(cfg.photo_refine_lr_offset), lr_color=float(cfg.photo_refine_lr_color),
                    max_offset=float(cfg.photo_refine_max_offset), smooth_weight=float(cfg.photo_refine_smooth),
                    mask_weight=float(cfg.photo_refine_mask_weight),
