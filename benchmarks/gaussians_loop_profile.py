@@ -445,6 +445,8 @@ class LoopProfiler:
             self.syncs.take()
         s = trainer.step
         self._end_step(s)
+        if self._cprof is not None and s == self._cprof[0][1]:  # before the stop and the window's sync:
+            self._cprofile_close(s)  # a range ending at the last step closes here too
         if s > 0 and s % self.window == 0:
             self._close_window(s)
             if s >= self.stop_at:
@@ -499,29 +501,34 @@ class LoopProfiler:
                 if self._cprof[1] is not None:
                     self._cprof[1].enable()
             elif s == b and self._cprof is not None and self._cprof[0] == rng:
-                import io
-                import pstats
+                self._cprofile_close(s)
 
-                prof = self._cprof[1]
-                if prof is not None:
-                    prof.disable()
-                host = time.perf_counter() - self._cprof_t0  # the host's time to issue the steps (no sync)
-                if self.clock.cuda:
-                    torch.cuda.synchronize(self.device)
-                wall = time.perf_counter() - self._cprof_t0
-                head = (f"# steps {a}..{b - 1}: host issue {host * 1e3 / (b - a):.3f} ms/step, wall (to the sync) "
-                        f"{wall * 1e3 / (b - a):.3f} ms/step, {'plain' if prof is None else 'under cProfile'}")
-                self.log(head)
-                self._cprof_text.append(head)
-                if prof is not None:
-                    buf = io.StringIO()
-                    st = pstats.Stats(prof, stream=buf)
-                    st.sort_stats("tottime").print_stats(45)
-                    st.sort_stats("cumulative").print_stats(60)
-                    self._cprof_text.append(buf.getvalue())
-                if self.cprofile_out is not None:
-                    Path(self.cprofile_out).write_text("\n".join(self._cprof_text))
-                self._cprof = None
+    def _cprofile_close(self, b: int) -> None:
+        """Stop the open ``--cprofile`` range before step ``b`` (its end, or the loop's last step + 1 when the
+        loop ends first) and write its report."""
+        import io
+        import pstats
+
+        (a, _, _), prof = self._cprof
+        if prof is not None:
+            prof.disable()
+        host = time.perf_counter() - self._cprof_t0  # the host's time to issue the steps (no sync)
+        if self.clock.cuda:
+            torch.cuda.synchronize(self.device)
+        wall = time.perf_counter() - self._cprof_t0
+        head = (f"# steps {a}..{b - 1}: host issue {host * 1e3 / (b - a):.3f} ms/step, wall (to the sync) "
+                f"{wall * 1e3 / (b - a):.3f} ms/step, {'plain' if prof is None else 'under cProfile'}")
+        self.log(head)
+        self._cprof_text.append(head)
+        if prof is not None:
+            buf = io.StringIO()
+            st = pstats.Stats(prof, stream=buf)
+            st.sort_stats("tottime").print_stats(45)
+            st.sort_stats("cumulative").print_stats(60)
+            self._cprof_text.append(buf.getvalue())
+        if self.cprofile_out is not None:
+            Path(self.cprofile_out).write_text("\n".join(self._cprof_text))
+        self._cprof = None
 
     def _end_step(self, next_step: int) -> None:
         if self._boundary is None:
@@ -543,11 +550,14 @@ class LoopProfiler:
         self._boundary = None
 
     def finish(self) -> None:
-        """The loop ended on its own (steps done): close the last window."""
+        """The loop ended on its own (steps done): close the last window and an open ``--cprofile`` range (one
+        ending at the last step + 1 has no step ``B`` to close it)."""
         if self.trainer is not None and self._boundary is not None:
             s = self.trainer.step
             self._end_step(s)
             self._close_window(s)
+        if self.trainer is not None and self._cprof is not None and self.trainer.step > self._cprof[0][0]:
+            self._cprofile_close(self.trainer.step)
 
     @torch.no_grad()
     def _sizes(self, tr) -> dict:

@@ -62,6 +62,9 @@ def test_test_far_below_training_and_mesh_far_below_gaussians():
     assert "at SH degree 0 they score 25.36 dB, the mesh 2.0 dB below that" in w and w.endswith("; h")
     assert "no more than the mesh" in mesh_below_gaussians(26.0, 30.0, gaussian_psnr_sh0=25.0, hint="h")
     assert "not recovered well" in mesh_below_gaussians(20.0, 30.0, gaussian_psnr_sh0=30.0, hint="h")
+    # a mesh with view-dependent colours (2026-12-07 H100 fox): the two view-independent renders compared
+    w = mesh_below_gaussians(24.93, 30.45, gaussian_psnr_sh0=25.23, mesh_psnr_diffuse=22.72, hint="h")
+    assert "both render view-dependent colours" in w and "22.72 (mesh) and 25.23 dB" in w and "cannot show" not in w
 
 
 def test_blank_views_need_content_in_the_reference():

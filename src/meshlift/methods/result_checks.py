@@ -70,18 +70,25 @@ def below_training(test_psnr, train_psnr, *, subject: str, hint: str) -> Optiona
             f"images; {hint}")
 
 
-def mesh_below_gaussians(mesh_psnr, gaussian_psnr, *, hint: str, gaussian_psnr_sh0=None) -> Optional[str]:
+def mesh_below_gaussians(mesh_psnr, gaussian_psnr, *, hint: str, gaussian_psnr_sh0=None,
+                         mesh_psnr_diffuse=None) -> Optional[str]:
     """The warning when the mesh renders more than :data:`MESH_BELOW_GAUSSIANS_DB` below its Gaussians at the
     same test views (dB; None: no check). With ``gaussian_psnr_sh0`` (the same Gaussians at SH degree 0) below
     ``gaussian_psnr``, the message says how much of the gap is their view-dependent colour, which a diffuse
-    mesh cannot show, and compares the mesh with the view-independent render too."""
+    mesh cannot show, and compares the mesh with the view-independent render too; with ``mesh_psnr_diffuse`` (the
+    mesh has view-dependent colours and this is its view-independent part alone) it compares the two
+    view-independent renders instead."""
     if mesh_psnr is None or gaussian_psnr is None:
         return None
     gap = float(gaussian_psnr) - float(mesh_psnr)
     if not gap > MESH_BELOW_GAUSSIANS_DB:
         return None
     why = "the surface was not recovered well"
-    if _finite(gaussian_psnr_sh0) and float(gaussian_psnr_sh0) < float(gaussian_psnr) - 0.1:
+    if _finite(mesh_psnr_diffuse):
+        why = ("both render view-dependent colours; their view-independent parts alone score "
+               f"{float(mesh_psnr_diffuse):.2f}" + (f" (mesh) and {float(gaussian_psnr_sh0):.2f} dB (Gaussians, SH "
+                                                    "degree 0)" if _finite(gaussian_psnr_sh0) else " dB (mesh)"))
+    elif _finite(gaussian_psnr_sh0) and float(gaussian_psnr_sh0) < float(gaussian_psnr) - 0.1:
         sh0 = float(gaussian_psnr_sh0)
         why = (f"{float(gaussian_psnr) - sh0:.1f} dB of it is the Gaussians' view-dependent colour, which one colour "
                f"per surface point cannot show (at SH degree 0 they score {sh0:.2f} dB, "

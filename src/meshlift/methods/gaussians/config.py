@@ -74,11 +74,13 @@ class GaussiansConfig:
     splat_backend: str = "auto"
     """Gaussian rasterizer and fused SSIM: ``auto`` (Triton on CUDA, the PyTorch reference on CPU), ``torch``
     or ``triton``."""
-    isect_readback: bool = True
-    """Read the number of tile-Gaussian pairs back in every training step to size the tile lists (one host wait
-    per step, gsplat's way). False (Triton on CUDA, plain 3DGS without a MILo regulariser): size them by 1.25x
-    the largest count of the last 64 steps and check afterwards, rendering the rare step that did not fit again
-    (:mod:`meshlift.methods.gaussians.isect_budget`; `redos` in metrics.json). Same results; speed not yet measured."""
+    isect_readback: bool = False
+    """True: read the number of tile-Gaussian pairs back in every training step to size the tile lists (one host
+    wait per step, gsplat's way). False (the default; Triton on CUDA, plain 3DGS without a MILo regulariser, else
+    the read-back): size them by 1.25x the largest count of the last 64 steps and check afterwards, rendering the
+    rare step that did not fit again (:mod:`meshlift.methods.gaussians.isect_budget`; `redos` in metrics.json).
+    Same results; lego steps 1000-3500 on an H100 (2026-12-07, alone, two runs each): 4.58 / 4.58 ms -> 4.30 / 4.38
+    ms per step (docs/benchmarks.md, "The 3DGS step without its host wait")."""
 
     # ---- schedule ------------------------------------------------------------------------------------------
     steps: int = 30_000

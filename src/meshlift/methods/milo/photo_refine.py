@@ -305,7 +305,8 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
     rest = None
     if n_rest:  # view-dependent terms, from a previous fit or zero (the diffuse colours)
         prev = mesh.extras.get("v_sh_rest")
-        rest = (prev.to(device=device, dtype=torch.float32).clone() if prev is not None and prev.shape[1] == n_rest
+        fits = prev is not None and tuple(prev.shape) == (V, n_rest, 3)  # stale terms of other vertices: not used
+        rest = (prev.to(device=device, dtype=torch.float32).clone() if fits
                 else torch.zeros(V, n_rest, 3, device=device)).requires_grad_(True)
         groups.append({"params": [rest], "lr": s.lr_sh})
     opt = torch.optim.Adam(groups, betas=(0.9, 0.99), eps=1e-15)

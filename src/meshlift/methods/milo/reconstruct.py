@@ -539,7 +539,8 @@ def _check_results(metrics: dict, cfg: MiloConfig, problem, trainer, ours, targe
     hint = "look at mesh_renders/ and try " + ("--set extract=tsdf" if cfg.extract == "delaunay" else "more steps, a "
                                                "wider fusion band (tsdf_trunc_pixels, scene_trunc_pixels), or --bbox around the object")
     add_warnings(metrics, [mesh_below_gaussians(metrics["mesh_psnr"], metrics["gaussian_psnr"], hint=hint,
-                                                gaussian_psnr_sh0=metrics.get("gaussian_psnr_sh0"))])
+                                                gaussian_psnr_sh0=metrics.get("gaussian_psnr_sh0"),
+                                                mesh_psnr_diffuse=metrics.get("mesh_psnr_diffuse"))])
     blank = metrics["blank_views"] = blank_views(mesh_imgs, targets, bg, names)
     add_warnings(metrics, [blank_views_warning(blank, len(names), subject="the mesh", hint="the mesh lies outside "
                                                "what the test cameras see; look at mesh_renders/ and try --bbox "
