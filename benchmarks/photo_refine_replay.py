@@ -92,14 +92,22 @@ def main() -> int:
                 if not (args.images / f"target_{test.names[i]}.png").exists():
                     write_image(args.images / f"target_{test.names[i]}.png", targets[i])
         empty = float(empty_px.float().mean())
+        diffuse = None  # view-dependent colours: also the diffuse colours alone (what the exports hold)
+        if "v_sh_rest" in out.extras:
+            from meshlift.methods.milo.extract import render_mesh_views
+
+            diffuse = image_metrics(render_mesh_views(out, test, dev, bg, view_dependent=False), targets,
+                                    with_lpips=False)["psnr"]
         rows[label] = {"settings": over, "empty_pixels": empty, "psnr": m["psnr"], "ssim": m["ssim"], "psnr_per_view": m["psnr_per_view"],
+                       "psnr_diffuse": diffuse,
                        "refine": {k: v for k, v in r.items() if isinstance(v, (int, float, str, bool))},
                        "seconds": time.perf_counter() - t0}
         print(f"{label:>14}: mesh {m['psnr']:.2f} dB (gap {g['psnr'] - m['psnr']:.2f}), per view "
               f"{', '.join(f'{p:.2f}' for p in m['psnr_per_view'])}; {r.get('steps', 0)} steps, "
               f"loss {r.get('loss_first', float('nan')):.4f} -> {r.get('loss_last', float('nan')):.4f}, offset "
               f"{r.get('offset_mean', 0):.3f} px, valid {r.get('consistency_valid', float('nan')):.2f}, "
-              f"empty px {100 * empty:.2f} %, {time.perf_counter() - t0:.1f} s", flush=True)
+              f"empty px {100 * empty:.2f} %, {time.perf_counter() - t0:.1f} s"
+              + ("" if diffuse is None else f"; diffuse colours alone {diffuse:.2f} dB"), flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, default=str))
     return 0

@@ -40,8 +40,8 @@ def sh_rest_count(degree: int) -> int:
 
 
 def camera_centres(world_to_camera: torch.Tensor) -> torch.Tensor:
-    """``[B, 3]`` world positions of the camera centres of ``world_to_camera [B, 4, 4]`` (any convention whose
-    matrix maps world points to the camera frame: ``o = −Rᵀ t``)."""
+    """``[B, 3]`` world positions of the camera centres of rigid ``world_to_camera [B, 4, 4]`` (any axis
+    convention whose matrix maps world points to the camera frame: ``o = −Rᵀ t``)."""
     R = world_to_camera[..., :3, :3]
     t = world_to_camera[..., :3, 3]
     return -(R.transpose(-1, -2) @ t[..., None])[..., 0]
@@ -57,7 +57,7 @@ def view_dependent_colors(base: torch.Tensor, rest: torch.Tensor, v_pos: torch.T
         v_pos: ``[V, 3]`` world positions.
         centre: ``[3]`` the camera centre (world; :func:`camera_centres`).
 
-    Differentiable in ``base``, ``rest`` and ``v_pos``. A vertex at the centre takes the direction ``+z``.
+    Differentiable in ``base``, ``rest`` and ``v_pos``. A vertex at the centre takes its base colour.
 
     Raises:
         RenderError: shapes that do not match, or a coefficient count that is no SH degree.
@@ -76,7 +76,6 @@ def view_dependent_colors(base: torch.Tensor, rest: torch.Tensor, v_pos: torch.T
     if degree == 0:
         return base.clamp(0, 1)
     d = v_pos - centre.to(v_pos).reshape(1, 3)
-    norm = d.norm(dim=-1, keepdim=True)
-    d = torch.where(norm > 1e-12, d / norm.clamp_min(1e-12), torch.tensor([0.0, 0.0, 1.0]).to(d))
+    d = d / d.norm(dim=-1, keepdim=True).clamp_min(1e-12)  # a vertex at the centre: d = 0, every term 0
     basis = sh_basis(degree, d)[:, 1:]  # [V, K-1]; the constant term is ``base``
     return (base + (basis[..., None] * rest).sum(1)).clamp(0, 1)

@@ -371,7 +371,8 @@ class MiloConfig(GaussiansConfig):
     field of degree 2 the same way); 0 = one colour per vertex. ``mesh_psnr`` renders the view-dependent colours and
     ``mesh_psnr_diffuse`` the same mesh with its view-independent term (what ``scene_mesh.ply``'s vertex colours and
     a GLB hold). The asset stays diffuse. CPU fox checkpoint (1200 steps at 71 × 127, 300 refinement steps,
-    2026-12-07): 0 / 1 / 2 / 3 -> 22.80 / 23.89 / 24.86 / 24.25 dB (Gaussians 27.28; docs/usage/milo.md)."""
+    2026-12-07): 0 / 1 / 2 -> 22.80 / 23.89 / 24.86 dB at photo_refine_lr_sh 0.001, 3 -> 24.25 at 0.0025 (Gaussians
+    27.28; docs/usage/milo.md). A diffuse colour is fitted beside the terms for the exports (``v_color``)."""
     photo_refine_lr_sh: float = 0.001
     """Adam learning rate of the view-dependent SH terms (``photo_refine_sh_degree`` > 0). Same checkpoint, degree
     2: 0.0004 / 0.001 / 0.0025 / 0.01 -> 24.34 / 24.86 / 24.64 / 22.54 dB (larger rates overfit the training

@@ -322,14 +322,21 @@ def write_meshes(out, colored, textured) -> dict:
 def render_mesh_views(mesh, views, device: torch.device, background: torch.Tensor,
                       indices: Optional[list[int]] = None, *, view_dependent: bool = True) -> torch.Tensor:
     """``[V, H, W, 3]`` unlit sRGB renders of ``mesh`` (texture, else vertex colours, else grey headlight); vertex
-    colours with view-dependent terms (``extras["v_sh_rest"]``, :mod:`meshlift.shading.view_colors`) are evaluated
-    for each view's camera centre unless ``view_dependent`` is False (then the view-independent colours alone)."""
+    colours with view-dependent terms (``extras["v_sh_rest"]`` on ``extras["v_sh_base"]``, else on ``v_color``;
+    :mod:`meshlift.shading.view_colors`) are evaluated for each view's camera centre unless ``view_dependent`` is
+    False (then ``v_color`` alone, the diffuse colours). Terms of another vertex count are ignored with a warning."""
     from meshlift.methods.milo.photo_refine import mesh_world_to_clip
     from meshlift.renderers.mesh_pbr import render_unlit
     from meshlift.shading.view_colors import camera_centres, view_dependent_colors
 
     m = mesh.to(device) if hasattr(mesh, "to") else mesh
-    rest = getattr(m, "extras", {}).get("v_sh_rest") if view_dependent and m.v_color is not None else None
+    ex = getattr(m, "extras", {}) if view_dependent and m.v_color is not None else {}
+    rest, base = ex.get("v_sh_rest"), ex.get("v_sh_base", m.v_color)
+    if rest is not None and (rest.shape[0] != m.v_pos.shape[0] or base.shape[0] != m.v_pos.shape[0]):
+        warnings.warn(f"render_mesh_views: view-dependent colour terms of {rest.shape[0]:,} vertices on a mesh of "
+                      f"{m.v_pos.shape[0]:,} (an edit that re-indexed the vertices kept them): the view-independent "
+                      "colours are rendered", stacklevel=2)
+        rest = None
     rest = None if rest is None else rest.to(device).float()
     out = []
     for i in (range(len(views)) if indices is None else indices):
@@ -340,7 +347,7 @@ def render_mesh_views(mesh, views, device: torch.device, background: torch.Tenso
         clip = mesh_world_to_clip(b.world_to_camera, b.K, views.width, views.height, m.v_pos.to(device).float())
         fwd = b.world_to_camera[:, 2, :3]
         mv = m if rest is None else replace(m, v_color=view_dependent_colors(
-            m.v_color[:, :3].float(), rest, m.v_pos.float(), camera_centres(b.world_to_camera.float())[0]))
+            base[:, :3].to(device).float(), rest, m.v_pos.float(), camera_centres(b.world_to_camera.float())[0]))
         out.append(render_unlit(mv, clip, fwd, (views.height, views.width), background.to(device)).cpu())
     return torch.cat(out) if out else torch.zeros(0, views.height, views.width, 3)
 

@@ -23,7 +23,9 @@ Parameterisation (each vertex ``i``):
   ``sh_degree`` > 0 also view-dependent SH terms ``r_i`` ``[K − 1, 3]`` (initially 0, or the mesh's
   ``extras["v_sh_rest"]``), each view rendering the colours of :func:`meshlift.shading.view_colors.view_dependent_colors`
   for its camera centre: the surface gets the Gaussians' freedom to follow exposure and sheen along the capture
-  (MILo's mesh-based NVS protocol fits such a field on its meshes).
+  (MILo's mesh-based NVS protocol fits such a field on its meshes). A separate diffuse colour is fitted beside
+  them on the same renders (its own L1 term, no gradient to the geometry): the mesh's ``v_color``, what exports
+  hold; the terms and their base go to ``extras["v_sh_rest"]`` / ``extras["v_sh_base"]``.
 
 Loss of one step (a batch of ``views_per_step`` training views, each paired with one of its ``neighbours`` nearest
 views; every term is divided by the batch's pixel count, or the consistency by its valid pixels):
@@ -43,7 +45,8 @@ views; every term is divided by the batch's pixel count, or the consistency by i
 
 Adam on ``u`` (``lr_offset``), ``c`` (``lr_color``, with the colour term) and ``r`` (``lr_sh``). Views are visited in a shuffled order, epoch by epoch.
 Memory: one batch of views is rendered at a time (the rasterizer's buffers for ``views_per_step`` images);
-the parameters are ``4 × V`` floats plus Adam's moments.
+the parameters are ``4 × V`` floats plus Adam's moments, with SH terms of degree ``d`` ``(3 (d + 1)² + 4) × V``
+(the terms, their base, the diffuse colour: 31 V at degree 2).
 """
 
 from __future__ import annotations
@@ -302,13 +305,21 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
     u = torch.zeros(V, device=device, requires_grad=True)
     groups = [{"params": [u], "lr": s.lr_offset}] + ([{"params": [color], "lr": s.lr_color}] if fit_color else [])
     n_rest = sh_rest_count(s.sh_degree) if fit_color else 0
-    rest = None
-    if n_rest:  # view-dependent terms, from a previous fit or zero (the diffuse colours)
-        prev = mesh.extras.get("v_sh_rest")
-        fits = prev is not None and tuple(prev.shape) == (V, n_rest, 3)  # stale terms of other vertices: not used
+    rest = diffuse = None
+    if n_rest:  # view-dependent terms (and their base colour), from a previous fit or zero (the diffuse colours)
+        prev, prev_base = mesh.extras.get("v_sh_rest"), mesh.extras.get("v_sh_base")
+        fits = (prev is not None and tuple(prev.shape) == (V, n_rest, 3)  # stale terms of other vertices: not used
+                and prev_base is not None and tuple(prev_base.shape) == (V, 3))
         rest = (prev.to(device=device, dtype=torch.float32).clone() if fits
                 else torch.zeros(V, n_rest, 3, device=device)).requires_grad_(True)
-        groups.append({"params": [rest], "lr": s.lr_sh})
+        # ``color`` becomes the terms' base; ``diffuse``, fitted beside it on the same renders (its own term, no
+        # gradient to the geometry), is the one colour per vertex a GLB or PLY holds: the base alone is a worse
+        # diffuse colour (CPU fox checkpoint, session 30: 22.62 dB against 22.80 for a diffuse fit)
+        diffuse = color.detach().clone().requires_grad_(True)
+        if fits:
+            color = prev_base.to(device=device, dtype=torch.float32).clone().requires_grad_(True)
+            groups[1]["params"] = [color]
+        groups += [{"params": [rest], "lr": s.lr_sh}, {"params": [diffuse], "lr": s.lr_color}]
     opt = torch.optim.Adam(groups, betas=(0.9, 0.99), eps=1e-15)
     H, W = views.height, views.width
     use_consistency = s.consistency_weight > 0 and len(views) > 1
@@ -365,15 +376,21 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
                 centres = camera_centres(b.world_to_camera.float())
                 img = torch.cat([_shade(view_dependent_colors(color, rest, pos.detach(), centres[j]), rast[j:j + 1],
                                         clip_pos[j:j + 1], tri, bg, topology) for j in range(len(idx))])
+                flat = _shade(diffuse, rast.detach(), clip_pos.detach(), tri, bg, topology)
+                diffuse_term = ((flat - image_r).abs() * cov[..., None].float()).sum() / npx
             data = data + s.color_weight * ((img - image_r).abs() * cov[..., None].float()).sum() / npx
         lap = off - neighbour_mean(off, e, deg)
         loss = data + s.smooth_weight * (lap * lap).sum() / npx
+        if diffuse is not None:
+            loss = loss + s.color_weight * diffuse_term
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         if fit_color:
             with torch.no_grad():
                 color.clamp_(0, 1)
+                if diffuse is not None:
+                    diffuse.clamp_(0, 1)
         losses.append(float(data.detach()))  # the step's one host sync (the progress line shows it)
         done = step + 1
         if monitor is not None:
@@ -389,9 +406,11 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
         ok = torch.isfinite(pos).all(dim=1) & torch.isfinite(color).all(dim=1)
         pos = torch.where(ok[:, None], pos, v0)
         col = torch.where(ok[:, None], color, init[:, :3].to(color))
-        if rest is not None:
-            rest_out = torch.where((ok & torch.isfinite(rest).all(dim=(1, 2)))[:, None, None], rest,
-                                   torch.zeros_like(rest))
+        view_dependent = rest is not None and done > 0  # no step done (time budget): no terms, one colour
+        if view_dependent:
+            keep = (ok & torch.isfinite(rest).all(dim=(1, 2)) & torch.isfinite(diffuse).all(dim=1))[:, None]
+            rest_out = torch.where(keep[..., None], rest, torch.zeros_like(rest))
+            base, col = col, torch.where(keep, diffuse, col)  # v_color: the diffuse fit (what exports hold)
     k = max(1, len(losses) // 10)
     report = {
         "steps": done, "steps_configured": int(s.steps), "views_per_step": int(s.views_per_step),
@@ -400,16 +419,15 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
         "consistency_valid": float(valid_sum) / valid_n if valid_n else math.nan,
         "offset_mean": float(off.abs().mean()), "offset_max": float(off.abs().max()),
         "offset_world_mean": float((off.abs() * h).mean()), "nonfinite_vertices": int((~ok).sum()),
-        "colors_fitted": bool(fit_color), "sh_degree": int(s.sh_degree) if rest is not None else 0,
+        "colors_fitted": bool(fit_color), "sh_degree": int(s.sh_degree) if view_dependent else 0,
         "seconds": time.perf_counter() - t0, "stopped": stopped,
     }
     # the stored normals no longer match the moved vertices: dropped (exports recompute them)
     v_color = col.to(mesh.v_pos.device) if (fit_color or mesh.v_color is not None) else None
-    extras = dict(mesh.extras)
-    if rest is not None:  # the view-dependent terms beside the view-independent v_color (shading.view_colors)
+    extras = {k: v for k, v in mesh.extras.items() if k not in ("v_sh_rest", "v_sh_base")}  # stale: dropped
+    if view_dependent:  # the view-dependent colours (shading.view_colors) beside the diffuse v_color
+        extras["v_sh_base"] = base.detach().to(mesh.v_pos.device)
         extras["v_sh_rest"] = rest_out.detach().to(mesh.v_pos.device)
-    elif fit_color:
-        extras.pop("v_sh_rest", None)  # colours fitted without them: stale terms would not match
     refined = dataclasses.replace(mesh, v_pos=pos.to(mesh.v_pos.device, mesh.v_pos.dtype), v_color=v_color,
                                   v_nrm=None, t_nrm_idx=None, extras=extras)
     return refined, report

@@ -650,13 +650,13 @@ def summary_lines(result: MiloResult) -> list[str]:
         lines.append(f"photometric refinement of the whole-scene mesh: {m['mesh_psnr_unrefined']:.2f} -> "
                      f"{m['mesh_psnr']:.2f} dB ({d:+.2f})" + ("" if d >= 0 else
                      "; it lowered the score here: --set photo_refine_steps=0 keeps the fused mesh"))
+    elif m.get("extract") == "tsdf" and m.get("scene_faces") and not (m.get("mesh_report") or {}).get("scene_refine"):
+        lines.append("[dim]photometric refinement of the whole-scene mesh: off (photo_refine_steps=0; --quick "
+                     "skips it: --set photo_refine_steps=300 runs it)[/dim]")
     if m.get("mesh_psnr_diffuse") is not None:
         lines.append(f"view-dependent colours (SH degree {m['mesh_sh_degree']}) of the whole-scene mesh: its "
                      "view-independent colours alone (scene_mesh.ply, what a GLB holds) render "
                      f"{m['mesh_psnr_diffuse']:.2f} dB")
-    elif m.get("extract") == "tsdf" and m.get("scene_faces") and not (m.get("mesh_report") or {}).get("scene_refine"):
-        lines.append("[dim]photometric refinement of the whole-scene mesh: off (photo_refine_steps=0; --quick "
-                     "skips it: --set photo_refine_steps=300 runs it)[/dim]")
     for w in m.get("warnings", []):
         lines.append(f"[bold red]warning[/bold red] {w}")
     conv = m.get("up_axis_conversion") or {}
