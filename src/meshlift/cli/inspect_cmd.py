@@ -109,7 +109,8 @@ def _inspect_run_folder(path: Path, json_output: bool) -> bool:
             note = f"metrics.json unreadable ({e})"
     else:
         note = "no metrics.json: the run has not finished (continue it with meshlift reconstruct --resume)"
-    keys = ("psnr", "ssim", "lpips", "mesh_psnr", "gaussian_psnr", "fscore", "chamfer_l1", "steps", "gaussians", "faces")
+    keys = ("psnr", "ssim", "lpips", "mesh_psnr", "mesh_psnr_diffuse", "mesh_psnr_unrefined", "gaussian_psnr",
+            "gaussian_psnr_sh0", "fscore", "chamfer_l1", "steps", "gaussians", "faces", "scene_faces")
     head = {k: metrics[k] for k in keys if isinstance(metrics.get(k), (int, float))}
     files = [n for n in ("mesh.glb", "mesh/mesh.obj", "mesh.obj", "mesh.ply", "point_cloud.ply", "scene_mesh.ply",
                          "probe.hdr", "checkpoint.pt") if (path / n).is_file()]
