@@ -25,7 +25,7 @@ import torch
 
 from meshlift.errors import RenderError
 
-__all__ = ["camera_centres", "sh_rest_count", "view_dependent_colors"]
+__all__ = ["camera_centres", "sh_degree_of", "sh_rest_count", "view_dependent_colors"]
 
 
 def sh_rest_count(degree: int) -> int:
@@ -37,6 +37,19 @@ def sh_rest_count(degree: int) -> int:
     if not 0 <= int(degree) <= 3:
         raise RenderError(f"view-dependent colours: SH degree must be in 0..3, got {degree!r}")
     return (int(degree) + 1) ** 2 - 1
+
+
+def sh_degree_of(rest: torch.Tensor) -> int:
+    """The SH degree (0..3) of view-dependent terms ``rest [V, K − 1, 3]`` (``K − 1`` of 0, 3, 8 or 15).
+
+    Raises:
+        RenderError: a coefficient count that is no SH degree.
+    """
+    degree = {0: 0, 3: 1, 8: 2, 15: 3}.get(int(rest.shape[1]) if rest.ndim == 3 else -1)
+    if degree is None:
+        raise RenderError(f"view_dependent_colors: rest has shape {tuple(rest.shape)}; [V, K-1, 3] with K-1 one of "
+                          "3, 8 or 15 (SH degree 1..3; 0 for none) expected: no SH degree")
+    return degree
 
 
 def camera_centres(world_to_camera: torch.Tensor) -> torch.Tensor:
@@ -68,11 +81,7 @@ def view_dependent_colors(base: torch.Tensor, rest: torch.Tensor, v_pos: torch.T
             or rest.shape[-1] != 3 or v_pos.shape != base.shape:
         raise RenderError(f"view_dependent_colors: base [V, 3], rest [V, K-1, 3], v_pos [V, 3] expected, got "
                           f"{tuple(base.shape)}, {tuple(rest.shape)}, {tuple(v_pos.shape)}")
-    n = rest.shape[1]
-    degree = {0: 0, 3: 1, 8: 2, 15: 3}.get(n)
-    if degree is None:
-        raise RenderError(f"view_dependent_colors: rest has {n} coefficients per channel; an SH degree 1..3 has "
-                          "3, 8 or 15 (0 for none)")
+    degree = sh_degree_of(rest)
     if degree == 0:
         return base.clamp(0, 1)
     d = v_pos - centre.to(v_pos).reshape(1, 3)

@@ -337,7 +337,8 @@ def render_mesh_views(mesh, views, device: torch.device, background: torch.Tenso
                       f"{m.v_pos.shape[0]:,} (an edit that re-indexed the vertices kept them): the view-independent "
                       "colours are rendered", stacklevel=2)
         rest = None
-    rest = None if rest is None else rest.to(device).float()
+    if rest is not None:  # on the device once, not per view
+        rest, base = rest.to(device).float(), base[:, :3].to(device).float()
     out = []
     for i in (range(len(views)) if indices is None else indices):
         b = views.batch(torch.tensor([i]), device)
@@ -347,7 +348,7 @@ def render_mesh_views(mesh, views, device: torch.device, background: torch.Tenso
         clip = mesh_world_to_clip(b.world_to_camera, b.K, views.width, views.height, m.v_pos.to(device).float())
         fwd = b.world_to_camera[:, 2, :3]
         mv = m if rest is None else replace(m, v_color=view_dependent_colors(
-            base[:, :3].to(device).float(), rest, m.v_pos.float(), camera_centres(b.world_to_camera.float())[0]))
+            base, rest, m.v_pos.float(), camera_centres(b.world_to_camera.float())[0]))
         out.append(render_unlit(mv, clip, fwd, (views.height, views.width), background.to(device)).cpu())
     return torch.cat(out) if out else torch.zeros(0, views.height, views.width, 3)
 

@@ -502,10 +502,12 @@ def _evaluate(cfg: MiloConfig, trainer, problem, device, strategy, product, gt_m
     metrics["warnings"] += product.extra.get("warnings", [])
     metrics.update({k: v for k, v in product.extra.items() if k != "warnings"})
     if "v_sh_rest" in getattr(product.eval_mesh, "extras", {}):  # view-dependent colours: also without them
+        from meshlift.shading.view_colors import sh_degree_of
+
         diffuse = image_metrics(render_mesh_views(product.eval_mesh, problem.test, device, bg, view_dependent=False),
                                 targets, with_lpips=False)
         metrics.update(mesh_psnr_diffuse=diffuse["psnr"], mesh_psnr_diffuse_per_view=diffuse["psnr_per_view"],
-                       mesh_sh_degree=round((product.eval_mesh.extras["v_sh_rest"].shape[1] + 1) ** 0.5) - 1)
+                       mesh_sh_degree=sh_degree_of(product.eval_mesh.extras["v_sh_rest"]))
     if product.eval_unrefined is not None:  # the same views, the mesh before the photometric refinement
         before = image_metrics(render_mesh_views(product.eval_unrefined, problem.test, device, bg), targets,
                                with_lpips=False)
