@@ -26,6 +26,7 @@ FOX_SETS=${FOX_SETS-scene_contraction=log}
 REPLAY_SETS=${REPLAY_SETS-";;"}
 REPLAY_ENV=${REPLAY_ENV-CUDA_LAUNCH_BLOCKING=1}
 REPLAY_VARIANTS=${REPLAY_VARIANTS-"base:photo_refine_steps=0 cw:"}
+REPLAY_ARGS=${REPLAY_ARGS-"--train-views 5"}  # more photo_refine_replay.py arguments
 export MESHLIFT_SHARED_DATA=${DATA:-$PWD/.devrun/data}
 if [ -d .whl ] && [ ! -d /tmp/site/trimesh ] && [ -z "${DRY:-}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
@@ -63,7 +64,7 @@ for g in "${groups[@]}"; do
   left=$((WAIT - 40 - (SECONDS - T0)))
   [ $left -gt 20 ] || { echo "no time left for replay $i ($g)"; break; }
   run env $REPLAY_ENV timeout $left python3 benchmarks/photo_refine_replay.py "$RUNS/fox" --device cuda ${args[@]+"${args[@]}"} \
-    --images "$OUT/replay_img" --image-views all --json "$OUT/replay_$i.json" > "$OUT/replay_$i.log" 2>&1
+    --images "$OUT/replay_img" --image-views all $REPLAY_ARGS --json "$OUT/replay_$i.json" > "$OUT/replay_$i.log" 2>&1
   [ -z "${DRY:-}" ] && grep -v "^tsdf\|^milo" "$OUT/replay_$i.log" | tail -4
   i=$((i + 1))
 done

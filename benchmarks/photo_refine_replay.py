@@ -12,7 +12,9 @@ Prints mesh PSNR per test view and the mean, beside the Gaussians'; ``--json`` w
 
 A variant is ``LABEL:key=value,key=value`` (config fields; an empty list = the run's settings); ``--set key=value``
 changes the re-extraction itself (e.g. ``fill_hole_edges=1024``; its own cache). Each row also gives the share of the
-test pixels the mesh leaves empty. Not collected by pytest.
+test pixels the mesh leaves empty. ``--train-views K`` also scores K evenly spaced *training* views (mesh and
+Gaussians): a mesh that fits the training photos well but not the test ones overfits its colours; one that fits
+neither is short of capacity or of steps. Not collected by pytest.
 """
 
 from __future__ import annotations
@@ -43,21 +45,36 @@ def main() -> int:
     ap.add_argument("--raster-compare", action="store_true",
                     help="first render the unrefined mesh at the test views with each raster backend (torch, and triton "
                          "on CUDA) and print the empty pixels of each, isolated ones apart (a watertightness check)")
+    ap.add_argument("--train-views", type=int, default=0,
+                    help="also score this many evenly spaced training views (mesh and Gaussians; default 0: none)")
     args = ap.parse_args()
-    from meshlift.methods.gaussians.evaluate import image_metrics
+    from meshlift.methods.gaussians.evaluate import image_metrics, render_views
     from meshlift.methods.milo.config import apply_dict
     from meshlift.methods.engine import Monitor
+    from meshlift.methods.milo.extract import render_mesh_views
     from meshlift.methods.milo.tsdf_mesh import refined
     from milo_fox_gap import render_with_empty, run_inputs
 
     dev = torch.device(args.device)
     extract_over = dict(kv.split("=", 1) for kv in args.set)
-    cfg, problem, _, _, mesh, _, gauss, targets, bg, _ = run_inputs(args.run, dev, extract_over)
+    cfg, problem, params, settings, mesh, _, gauss, targets, bg, near = run_inputs(args.run, dev, extract_over)
     test = problem.test
     g = image_metrics(gauss, targets, with_lpips=False)
     print(f"whole-scene mesh ({extract_over or 'as the run'}): {mesh.num_faces:,} faces; Gaussians {g['psnr']:.2f} dB "
           f"({', '.join(f'{p:.2f}' for p in g['psnr_per_view'])})", flush=True)
     rows = {"gaussians": {"psnr": g["psnr"], "psnr_per_view": g["psnr_per_view"]}, "faces": int(mesh.num_faces)}
+    train_idx, train_targets = None, None
+    if args.train_views > 0:
+        n_tr = len(problem.train)
+        train_idx = sorted({int(round(k * (n_tr - 1) / max(args.train_views - 1, 1)))
+                            for k in range(min(args.train_views, n_tr))})
+        g_tr, train_targets = render_views(params, problem.train, sh_degree=cfg.sh_degree, background=cfg.background,
+                                           near=near, device=dev, settings=settings, backend=cfg.splat_backend,
+                                           indices=train_idx)
+        gt = image_metrics(g_tr, train_targets, with_lpips=False)
+        rows["gaussians"]["train_psnr"] = gt["psnr"]
+        rows["train_views"] = train_idx
+        print(f"training views {train_idx}: Gaussians {gt['psnr']:.2f} dB", flush=True)
     if args.raster_compare:
         from meshlift.kernels.choice import use_kernels
 
@@ -94,11 +111,13 @@ def main() -> int:
         empty = float(empty_px.float().mean())
         diffuse = None  # view-dependent colours: also the diffuse colours alone (what the exports hold)
         if "v_sh_rest" in out.extras:
-            from meshlift.methods.milo.extract import render_mesh_views
-
             diffuse = image_metrics(render_mesh_views(out, test, dev, bg, view_dependent=False), targets,
                                     with_lpips=False)["psnr"]
-        rows[label] = {"settings": over, "empty_pixels": empty, "psnr": m["psnr"], "ssim": m["ssim"], "psnr_per_view": m["psnr_per_view"],
+        train_psnr = None
+        if train_idx is not None:
+            train_psnr = image_metrics(render_mesh_views(out, problem.train, dev, bg, indices=train_idx),
+                                       train_targets, with_lpips=False)["psnr"]
+        rows[label] = {"train_psnr": train_psnr, "settings": over, "empty_pixels": empty, "psnr": m["psnr"], "ssim": m["ssim"], "psnr_per_view": m["psnr_per_view"],
                        "psnr_diffuse": diffuse,
                        "refine": {k: v for k, v in r.items() if isinstance(v, (int, float, str, bool))},
                        "seconds": time.perf_counter() - t0}
@@ -107,7 +126,8 @@ def main() -> int:
               f"loss {r.get('loss_first', float('nan')):.4f} -> {r.get('loss_last', float('nan')):.4f}, offset "
               f"{r.get('offset_mean', 0):.3f} px, valid {r.get('consistency_valid', float('nan')):.2f}, "
               f"empty px {100 * empty:.2f} %, {time.perf_counter() - t0:.1f} s"
-              + ("" if diffuse is None else f"; diffuse colours alone {diffuse:.2f} dB"), flush=True)
+              + ("" if diffuse is None else f"; diffuse colours alone {diffuse:.2f} dB")
+              + ("" if train_psnr is None else f"; training views {train_psnr:.2f} dB"), flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, default=str))
     return 0
