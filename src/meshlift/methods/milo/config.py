@@ -377,6 +377,14 @@ class MiloConfig(GaussiansConfig):
     """Adam learning rate of the view-dependent SH terms (``photo_refine_sh_degree`` > 0). Same checkpoint, degree
     2: 0.0004 / 0.001 / 0.0025 / 0.01 -> 24.34 / 24.86 / 24.64 / 22.54 dB (larger rates overfit the training
     views)."""
+    photo_refine_subdivide_px: float = 0.0
+    """Before the whole-scene mesh's refinement, split its edges longer than this many pixels in the closest
+    training view (conforming; :func:`meshlift.mesh.subdivide.subdivide_long_edges`): the fitted colours get a vertex
+    per pixel or two where the fusion grid is coarser than the photos (the fox at 256³: ~3-5 px a voxel). 0 = off.
+    The scene mesh, scene_mesh.ply and the refinement's time grow with the faces (``photo_refine_max_faces``)."""
+    photo_refine_max_faces: int = 24_000_000
+    """Face budget of ``photo_refine_subdivide_px``'s subdivision (the longest edges are split first): lower it if
+    the refinement runs out of memory."""
 
 
 #: Fields that cannot change on ``--resume``.
@@ -391,8 +399,8 @@ _NONNEG = ("floor_snap", "scene_voxel_pixels", "depth_consistency_views", "depth
            "occupancy_label_weight", "keep_components", "min_component_faces", "color_depth_tol", "scene_color_power", "mesh_res_scale",
            "photo_refine_lr_offset", "photo_refine_lr_color", "photo_refine_max_offset", "photo_refine_smooth",
            "photo_refine_mask_weight", "photo_refine_color_weight", "photo_refine_lr_sh",
-           "delaunay_memory_gb")
-_GE1 = ("photo_refine_views", "multiview_every", "multiview_neighbours", "unwrap_max_faces", "num_pivots", "delaunay_every", "sdf_reset_every", "labels_every", "extract_labels_every",
+           "photo_refine_subdivide_px", "delaunay_memory_gb")
+_GE1 = ("photo_refine_views", "photo_refine_max_faces", "multiview_every", "multiview_neighbours", "unwrap_max_faces", "num_pivots", "delaunay_every", "sdf_reset_every", "labels_every", "extract_labels_every",
         "mesh_chunk_views", "tet_chunk", "texture_res", "ref_views", "ref_test_views", "eval_samples")
 _GE0 = ("max_asset_faces", "fill_hole_edges", "scene_fill_hole_edges", "scene_fill_see_through", "flatten_start", "reinit_step", "reinit_points", "sampling_step", "prune_step", "depth_normal_start", "multiview_start", "mesh_start", "sdf_reset_stop", "extract_steps", "photo_refine_steps",
         "simplify", "max_fragments")

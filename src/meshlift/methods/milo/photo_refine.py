@@ -59,7 +59,7 @@ from typing import Optional
 import torch
 
 __all__ = ["PhotoRefineSettings", "consistency_terms", "mesh_world_to_clip", "photometric_refine",
-           "render_vertex_colors"]
+           "render_vertex_colors", "subdivided"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +98,12 @@ class PhotoRefineSettings:
     :mod:`meshlift.shading.view_colors`, the refined mesh's ``extras["v_sh_rest"]``); needs ``color_weight`` > 0."""
     lr_sh: float = 0.001
     """Adam learning rate of the view-dependent SH terms (linear colour per unit of the SH basis)."""
+    subdivide_px: float = 0.0
+    """Before the fit, split the edges longer than this many pixels in the closest training view that sees both ends
+    (:func:`meshlift.mesh.subdivide.subdivide_long_edges`: conforming, up to 4 passes), so the fitted colours have
+    a vertex per pixel or two; 0 = off; needs ``color_weight`` > 0."""
+    max_faces: int = 24_000_000
+    """Face budget of that subdivision (the longest edges go first); bounds its memory."""
     seed: int = 0
     """Seed of the view order."""
 
@@ -111,7 +117,9 @@ class PhotoRefineSettings:
                    lr_offset=float(cfg.photo_refine_lr_offset), lr_color=float(cfg.photo_refine_lr_color),
                    max_offset=float(cfg.photo_refine_max_offset), smooth_weight=float(cfg.photo_refine_smooth),
                    mask_weight=float(cfg.photo_refine_mask_weight),
-                   color_weight=float(cfg.photo_refine_color_weight), seed=int(cfg.seed))
+                   color_weight=float(cfg.photo_refine_color_weight), seed=int(cfg.seed),
+                   subdivide_px=float(cfg.photo_refine_subdivide_px) if view_dependent else 0.0,
+                   max_faces=int(cfg.photo_refine_max_faces))
 
 
 def mesh_world_to_clip(w2c: torch.Tensor, K: torch.Tensor, W: int, H: int, v_pos: torch.Tensor) -> torch.Tensor:
@@ -177,6 +185,21 @@ def pixel_footprint(points: torch.Tensor, views, *, fallback: torch.Tensor, chun
         fp = torch.where(ok, z / K[:, None, 0, 0], torch.full_like(z, float("inf")))
         best = torch.minimum(best, fp.min(0).values)
     return torch.where(torch.isfinite(best), best, fallback)
+
+
+def subdivided(mesh, views, device: torch.device, max_px: float, max_faces: int) -> tuple[object, dict]:
+    """``(mesh, report)``: ``mesh`` with its edges longer than ``max_px`` pixels (in the closest training view
+    that has both ends in its frustum: :func:`pixel_footprint`; unseen vertices never split) split conformingly,
+    at most ``max_faces`` faces (:func:`meshlift.mesh.subdivide.subdivide_long_edges`, on ``device``; the result on
+    the mesh's device). Report: the subdivision's plus ``seconds``."""
+    from meshlift.mesh.subdivide import subdivide_long_edges
+
+    t0 = time.perf_counter()
+    m = mesh.to(device)
+    h = pixel_footprint(m.v_pos.float(), views, fallback=torch.full((m.num_vertices,), float("inf"), device=device))
+    out, rep = subdivide_long_edges(m, h, float(max_px), max_faces=int(max_faces))
+    rep["seconds"] = time.perf_counter() - t0
+    return out.to(mesh.v_pos.device), rep
 
 
 def _straight(b) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -288,6 +311,13 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
     if len(views) == 0:
         raise MeshError(f"photometric refinement of the {label}: no training views")
     s = settings
+    sub_rep = None
+    if s.subdivide_px > 0 and s.color_weight > 0:
+        mesh, sub_rep = subdivided(mesh, views, device, s.subdivide_px, s.max_faces)
+        if monitor is not None:
+            monitor.log(f"photometric refinement ({label}): edges over {s.subdivide_px:g} px split in "
+                        f"{sub_rep['passes']} passes: {sub_rep['faces_before']:,} -> {sub_rep['faces_after']:,} faces"
+                        + (f" (capped by photo_refine_max_faces={s.max_faces:,})" if sub_rep["capped"] else ""))
     V = int(mesh.v_pos.shape[0])
     v0 = mesh.v_pos.to(device=device, dtype=torch.float32)
     tri = mesh.t_pos_idx.to(device=device, dtype=torch.int32)
@@ -422,6 +452,8 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
         "colors_fitted": bool(fit_color), "sh_degree": int(s.sh_degree) if view_dependent else 0,
         "seconds": time.perf_counter() - t0, "stopped": stopped,
     }
+    if sub_rep is not None:
+        report["subdivide"] = sub_rep
     # the stored normals no longer match the moved vertices: dropped (exports recompute them)
     v_color = col.to(mesh.v_pos.device) if (fit_color or mesh.v_color is not None) else None
     extras = {k: v for k, v in mesh.extras.items() if k not in ("v_sh_rest", "v_sh_base")}  # stale: dropped
