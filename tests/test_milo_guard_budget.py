@@ -271,7 +271,7 @@ def test_micro_run_survives_nonfinite_refinement_steps(tmp_path, monkeypatch):
     monkeypatch.setattr(extract, "refine_occupancy", refine)
     problem, gt = sphere_problem(size=24, n_train=8, n_test=2)
     r = reconstruct(_micro(extract_steps=4, time_budget_s=3600.0), tmp_path / "run", problem=problem, gt_mesh=gt)
-    ref = r.metrics["refinement"]
+    ref = r.metrics["occupancy_refinement"]
     assert ref["steps"] == 4 and ref["skipped_nonfinite"] == 1 and ref["first_nonfinite"]["step"] == 2
     diag = ref["first_nonfinite"]["diagnosis"]
     assert diag["depth_grad_shift"] > 0 and diag["gauss_depth"] == 0  # the losses' inputs were finite

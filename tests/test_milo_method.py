@@ -15,7 +15,7 @@ from _milo_scene import SPHERE_RADIUS, sphere_problem, write_sphere_dataset
 from meshlift.errors import ConfigError, OutOfMemoryError
 from meshlift.methods.gaussians.strategy import DefaultStrategy
 from meshlift.methods.gaussians.trainer import TrainCallbacks
-from meshlift.methods.milo.config import MiloConfig, apply_dict, num_mesh_gaussians
+from meshlift.methods.milo.config import MiloConfig, apply_dict, inert_settings, num_mesh_gaussians
 from meshlift.methods.milo.presets import get_preset
 from meshlift.methods.gaussians.outputs import CAPTION_HEIGHT
 from meshlift.methods.milo.reconstruct import MiloResult, oom_error, reconstruct, summary_lines
@@ -180,8 +180,17 @@ def test_config_checks_and_oom_message():
     msg = str(oom_error(cfg, "training", 12345))
     assert isinstance(oom_error(cfg, "x", 1), OutOfMemoryError)
     for knob in ("max_fragments=1000000", "mesh_res_scale=1.0", "num_pivots=270000", "data_device=cpu",
-                 "train_res=1600", "MILO_RAST_TRI_CHUNK", "MILO_MESH_RES_SCALE", "photo_refine_views=2"):
+                 "train_res=1600", "MILO_RAST_TRI_CHUNK", "MILO_MESH_RES_SCALE", "photo_refine_views=2",
+                 "photo_refine_max_faces=24000000"):
         assert knob in msg, (knob, msg)
+    # settings the run would never use are named (a fresh-user report: SH terms set under --quick did nothing)
+    assert inert_settings(get_preset("verylowres")) == []
+    quiet = apply_dict(get_preset("verylowres", quick=True), {"photo_refine_sh_degree": "3"})
+    (w,) = inert_settings(quiet)
+    assert "photo_refine_sh_degree=3" in w and "photo_refine_steps=0" in w and "photo_refine_steps=300" in w
+    assert inert_settings(apply_dict(quiet, {"photo_refine_steps": "300"})) == []
+    (w,) = inert_settings(apply_dict(get_preset("verylowres"), {"extract": "delaunay", "photo_refine_subdivide_px": "2"}))
+    assert "extract=delaunay" in w and "photo_refine_subdivide_px=2.0" in w
     for name in ("verylowres", "lowres", "default", "milo_tiny"):
         q = get_preset(name, quick=True)
         assert q.steps <= 600 and q.train_res <= 64

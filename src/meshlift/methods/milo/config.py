@@ -406,6 +406,28 @@ _GE0 = ("max_asset_faces", "fill_hole_edges", "scene_fill_hole_edges", "scene_fi
         "simplify", "max_fragments")
 
 
+#: Settings of the photometric refinement that do nothing while it is off (``photo_refine_steps=0``, ``--quick``).
+_REFINE_ONLY = ("photo_refine_sh_degree", "photo_refine_lr_sh", "photo_refine_subdivide_px", "photo_refine_asset",
+                "photo_refine_views", "photo_refine_lr_offset", "photo_refine_lr_color", "photo_refine_max_offset",
+                "photo_refine_smooth", "photo_refine_color_weight")
+
+
+def inert_settings(cfg: MiloConfig) -> list[str]:
+    """Warnings for settings changed from their defaults that the run never uses: the photometric refinement's
+    while ``photo_refine_steps`` is 0 (what ``--quick`` sets), or any of them with ``extract=delaunay``."""
+    base = MiloConfig()
+    changed = [f"{k}={getattr(cfg, k)!r}" for k in _REFINE_ONLY if getattr(cfg, k) != getattr(base, k)]
+    if not changed:
+        return []
+    if cfg.extract != "tsdf":
+        return [f"{', '.join(changed)} has no effect with extract={cfg.extract}: the photometric refinement belongs "
+                "to extract=tsdf"]
+    if cfg.photo_refine_steps == 0:
+        return [f"{', '.join(changed)} has no effect: the photometric refinement is off (photo_refine_steps=0, as "
+                "--quick sets it); add --set photo_refine_steps=300 to run it"]
+    return []
+
+
 def validate(cfg: MiloConfig) -> MiloConfig:
     """The Gaussian checks, then MILo's ranges and the schedule's order; raises ConfigError naming the field."""
     validate_gaussians(cfg)

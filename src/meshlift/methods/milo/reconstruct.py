@@ -35,7 +35,7 @@ from meshlift.errors import ConfigError, MeshliftError, OutOfMemoryError
 from meshlift.kernels import precompile
 from meshlift.methods.engine import (CHECKPOINT_NAME, Checkpointer, Monitor, TimeBudget, check_pass_time, is_oom,
                                      kernel_backends, resolve_device)
-from meshlift.methods.milo.config import SHAPE_FIELDS, MiloConfig, apply_dict, num_mesh_gaussians
+from meshlift.methods.milo.config import SHAPE_FIELDS, MiloConfig, apply_dict, inert_settings, num_mesh_gaussians
 from meshlift.methods.milo.extract import render_mesh_views
 
 __all__ = ["BUDGET_FRACTIONS", "MiloResult", "budget_costs", "build_config", "load_problem", "oom_error",
@@ -186,7 +186,8 @@ def oom_error(cfg: MiloConfig, where: str, n: int) -> OutOfMemoryError:
         f"{cfg.densify_max_gaussians}, chunk_elements={cfg.chunk_elements} (splat compositing), "
         f"mesh_chunk_views={cfg.mesh_chunk_views}, tet_chunk={cfg.tet_chunk}, batch={cfg.batch}, "
         f"photo_refine_views={cfg.photo_refine_views} (views a step of the mesh's photometric refinement; "
-        f"--set photo_refine_steps=0 skips it)")
+        f"--set photo_refine_steps=0 skips it), photo_refine_max_faces={cfg.photo_refine_max_faces} (its edge "
+        f"splits, photo_refine_subdivide_px={cfg.photo_refine_subdivide_px:g})")
 
 
 def _load_checkpoint(checkpointer: Checkpointer, cfg: MiloConfig) -> dict:
@@ -457,7 +458,7 @@ def _delaunay_assets(cfg: MiloConfig, trainer, problem, device, monitor, reg, co
     monitor.log(f"mesh: {mrep['vertices']:,} vertices, {mrep['faces']:,} faces (raw {mrep['raw_faces']:,}); "
                 "colouring and baking the albedo texture")
     colored, textured, crep = extract.color_and_texture(cfg, mesh, problem, device, monitor, costs, budget)
-    extra = {"refinement": refine, "mesh_gaussians": int(reg.idx.numel()), "pivots": int(9 * reg.idx.numel()),
+    extra = {"occupancy_refinement": refine, "mesh_gaussians": int(reg.idx.numel()), "pivots": int(9 * reg.idx.numel()),
              "tets": int(reg.tets.shape[0]), "triangulations": reg.triangulations}
     return extract.MeshProduct(colored, textured, textured, mesh, {**mrep, **crep}, extra)
 
@@ -493,13 +494,13 @@ def _evaluate(cfg: MiloConfig, trainer, problem, device, strategy, product, gt_m
         "mesh_report": rep, "background": eval_background(cfg.background), "masked": problem.test.alpha is not None,
         "test_views": len(problem.test), "resolution": [problem.train.width, problem.train.height],
         "gaussians": trainer.num_gaussians, "mesh_gaussians": 0, "pivots": 0, "tets": 0, "triangulations": 0,
-        "refinement": None,
+        "occupancy_refinement": None,  # extract=delaunay (the photometric refinement: mesh_report)
         "steps": trainer.step, "steps_configured": cfg.steps, "scene_scale": trainer.scene_scale,
         "frame": "normalised frame of the mesh" if gt_mesh is not None else "dataset world frame",
         "nan_recoveries": trainer.recoveries, "device": str(device), "splat_backend": cfg.splat_backend,
         "strategy_events": [list(e) for e in strategy.events], "warnings": [],
     }
-    metrics["warnings"] += product.extra.get("warnings", [])
+    metrics["warnings"] += product.extra.get("warnings", []) + inert_settings(cfg)
     metrics.update({k: v for k, v in product.extra.items() if k != "warnings"})
     if "v_sh_rest" in getattr(product.eval_mesh, "extras", {}):  # view-dependent colours: also without them
         from meshlift.shading.view_colors import sh_degree_of
