@@ -119,7 +119,7 @@ def main() -> int:
                                        train_targets, with_lpips=False)["psnr"]
         rows[label] = {"train_psnr": train_psnr, "settings": over, "empty_pixels": empty, "psnr": m["psnr"], "ssim": m["ssim"], "psnr_per_view": m["psnr_per_view"],
                        "psnr_diffuse": diffuse,
-                       "refine": {k: v for k, v in r.items() if isinstance(v, (int, float, str, bool))},
+                       "refine": {k: v for k, v in r.items() if isinstance(v, (int, float, str, bool, dict))},
                        "seconds": time.perf_counter() - t0}
         print(f"{label:>14}: mesh {m['psnr']:.2f} dB (gap {g['psnr'] - m['psnr']:.2f}), per view "
               f"{', '.join(f'{p:.2f}' for p in m['psnr_per_view'])}; {r.get('steps', 0)} steps, "
@@ -127,7 +127,9 @@ def main() -> int:
               f"{r.get('offset_mean', 0):.3f} px, valid {r.get('consistency_valid', float('nan')):.2f}, "
               f"empty px {100 * empty:.2f} %, {time.perf_counter() - t0:.1f} s"
               + ("" if diffuse is None else f"; diffuse colours alone {diffuse:.2f} dB")
-              + ("" if train_psnr is None else f"; training views {train_psnr:.2f} dB"), flush=True)
+              + ("" if train_psnr is None else f"; training views {train_psnr:.2f} dB")
+              + ("" if "subdivide" not in r else f"; edges split: {r['subdivide']['faces_before']:,} -> "
+                 f"{r['subdivide']['faces_after']:,} faces in {r['subdivide']['seconds']:.1f} s"), flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, default=str))
     return 0
