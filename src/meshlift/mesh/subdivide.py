@@ -2,10 +2,11 @@
 than the photographs that colour it.
 
 Why (measured, issue 33; benchmarks/results/2026-12-07_session31.md): the fox's whole-scene mesh (a 256³ fusion
-grid) fitted to its 43 training photos renders them at 27.8 dB where the Gaussians render 34.8; one voxel is
-~3-5 pixels on the fox in the closest training view, so one colour per vertex cannot hold the fur and the
-wallpaper's pattern however long the colours are fitted. Splitting the edges that are longer than a pixel or two
-in the closest view gives the colour fit (:mod:`meshlift.methods.milo.photo_refine`) the samples the photos have.
+grid) fitted to its 43 training photos renders them at 27.8 dB where the Gaussians render 34.8. One colour per
+vertex holds no detail finer than the edges: in the closest training view the fox mesh's edges measure 1.6 px at
+the median, 36 % of them over 2 px and 15 % over 3 px (``benchmarks/edge_pixels.py``). Splitting the edges that
+are longer than a pixel or two in the closest view gives the colour fit (:mod:`meshlift.methods.milo.photo_refine`)
+the samples the photos have (whether that is what the fox lacks is measured, not assumed: docs/usage/milo.md).
 
 What. :func:`split_edges` splits a chosen set of edges at their midpoints and re-triangulates every face by how many
 of its edges were split (1 → 2 faces, 2 → 3, 3 → 4: the "red-green" patterns of adaptive refinement, Bank et al.

@@ -380,7 +380,8 @@ class MiloConfig(GaussiansConfig):
     photo_refine_subdivide_px: float = 0.0
     """Before the whole-scene mesh's refinement, split its edges longer than this many pixels in the closest
     training view (conforming; :func:`meshlift.mesh.subdivide.subdivide_long_edges`): the fitted colours get a vertex
-    per pixel or two where the fusion grid is coarser than the photos (the fox at 256³: ~3-5 px a voxel). 0 = off.
+    per pixel or two where the fusion grid is coarser than the photos (the fox at 256³: edges 1.6 px at the median,
+    36 % over 2 px; 2 / 3 px make 25.2M / 14.2M of its 8.0M faces). 0 = off.
     The scene mesh, scene_mesh.ply and the refinement's time grow with the faces (``photo_refine_max_faces``)."""
     photo_refine_max_faces: int = 24_000_000
     """Face budget of ``photo_refine_subdivide_px``'s subdivision (the longest edges are split first): lower it if
