@@ -191,6 +191,13 @@ def test_config_checks_and_oom_message():
     assert inert_settings(apply_dict(quiet, {"photo_refine_steps": "300"})) == []
     (w,) = inert_settings(apply_dict(get_preset("verylowres"), {"extract": "delaunay", "photo_refine_subdivide_px": "2"}))
     assert "extract=delaunay" in w and "photo_refine_subdivide_px=2.0" in w
+    cut = apply_dict(get_preset("verylowres", quick=True), {"time_budget_s": "280"})
+    assert inert_settings(cut, steps_done=cut.steps) == []
+    (w,) = inert_settings(cut, steps_done=64)
+    assert f"64 of {cut.steps} steps" in w and "time_budget_s" in w
+    (w,) = inert_settings(apply_dict(get_preset("verylowres"), {"photo_refine_subdivide_px": "2",
+                                                                 "photo_refine_color_weight": "0"}))
+    assert "photo_refine_color_weight=0" in w
     for name in ("verylowres", "lowres", "default", "milo_tiny"):
         q = get_preset(name, quick=True)
         assert q.steps <= 600 and q.train_res <= 64

@@ -51,3 +51,20 @@ def test_dense_sheet_is_watertight_in_float64():
 def test_dense_sheet_is_watertight_in_float32():
     empty, _ = _empty_inside(torch.float32)
     assert empty == 0
+
+
+def test_precise_rasterize_closes_the_float32_pinholes():
+    """``rasterize(..., precise=True)`` (what MILo's whole-scene mesh renders use) on float32 positions: no pinhole,
+    float32 outputs equal to the float64 raster's, and gradients reaching the float32 positions."""
+    pos, tri, (ox, oy, ext) = _sheet(300, torch.float32)
+    pos = pos.requires_grad_(True)
+    rast, db = R.rasterize(pos, tri, (256, 256), precise=True, backend="torch")
+    assert rast.dtype == torch.float32 and db.dtype == torch.float32
+    ref, _ = R.rasterize(pos.detach().double(), tri, (256, 256), backend="torch")
+    assert torch.equal(rast[..., 3], ref[..., 3].float())  # the same winners as the float64 raster
+    jj, ii = torch.meshgrid(torch.arange(256), torch.arange(256), indexing="xy")
+    px, py = (2 * jj + 1) / 256 - 1, (2 * ii + 1) / 256 - 1
+    inner = (px > ox + 0.02) & (px < ox + ext - 0.02) & (py > oy + 0.02) & (py < oy + ext - 0.02)
+    assert int(((rast[0, ..., 3] == 0) & inner).sum()) == 0
+    (rast[..., :2].sum() + db.sum()).backward()
+    assert pos.grad is not None and pos.grad.dtype == torch.float32 and float(pos.grad.abs().sum()) > 0

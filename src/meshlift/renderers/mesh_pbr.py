@@ -397,13 +397,14 @@ def render_mesh(
 
 
 def render_unlit(mesh: Mesh, world_to_clip: torch.Tensor, forward: torch.Tensor, resolution: tuple[int, int],
-                 background: torch.Tensor, kd_mip=None) -> torch.Tensor:
+                 background: torch.Tensor, kd_mip=None, *, precise: bool = False) -> torch.Tensor:
     """Unlit render of one batch: ``[B, H, W, 3]`` sRGB-encoded in [0, 1], antialiased silhouettes.
 
     Colour: the albedo texture ``mesh.material.kd`` (trilinear mips; ``kd_mip`` from
     ``texture_construct_mip`` may be passed to reuse it) when the mesh has UVs, else vertex colours, else a
     grey headlight shading ``0.15 + 0.7 |n · forward|`` so the geometry reads. ``world_to_clip [B, 4, 4]``
-    (conventions §3), ``forward [B, 3]`` viewing directions, ``background [3]`` sRGB colour.
+    (conventions §3), ``forward [B, 3]`` viewing directions, ``background [3]`` sRGB colour. ``precise``: the
+    raster in float64 (:func:`meshlift.render.rasterize`'s ``precise``: no pinholes between sub-pixel triangles).
     """
     from meshlift import render as R
     from meshlift.shading.color import linear_to_srgb
@@ -411,7 +412,7 @@ def render_unlit(mesh: Mesh, world_to_clip: torch.Tensor, forward: torch.Tensor,
     H, W = resolution
     tri = mesh.t_pos_idx.to(torch.int32)
     pos = R.transform_pos(world_to_clip.float(), mesh.v_pos.float())
-    rast, rast_db = R.rasterize(pos, tri, (H, W))
+    rast, rast_db = R.rasterize(pos, tri, (H, W), precise=precise)
     cov = (rast[..., 3:4] > 0).float()
     mat = mesh.material
     if mat is not None and mesh.v_tex is not None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Optional
 
 from meshlift import config as _config
 from meshlift.config import config_to_dict, parse_overrides
@@ -381,7 +381,8 @@ class MiloConfig(GaussiansConfig):
     """Before the whole-scene mesh's refinement, split its edges longer than this many pixels in the closest
     training view (conforming; :func:`meshlift.mesh.subdivide.subdivide_long_edges`): the fitted colours get a vertex
     per pixel or two where the fusion grid is coarser than the photos (the fox at 256³: edges 1.6 px at the median,
-    36 % over 2 px; 2 / 3 px make 25.2M / 14.2M of its 8.0M faces). 0 = off.
+    36 % over 2 px; 2 / 3 px make 25.2M / 14.2M of its 8.0M faces). 0 = off. Needs the refinement with its colour
+    term (``photo_refine_steps`` > 0, which ``--quick`` sets to 0; ``photo_refine_color_weight`` > 0).
     The scene mesh, scene_mesh.ply and the refinement's time grow with the faces (``photo_refine_max_faces``)."""
     photo_refine_max_faces: int = 24_000_000
     """Face budget of ``photo_refine_subdivide_px``'s subdivision (the longest edges are split first): lower it if
@@ -408,14 +409,28 @@ _GE0 = ("max_asset_faces", "fill_hole_edges", "scene_fill_hole_edges", "scene_fi
 
 
 #: Settings of the photometric refinement that do nothing while it is off (``photo_refine_steps=0``, ``--quick``).
-_REFINE_ONLY = ("photo_refine_sh_degree", "photo_refine_lr_sh", "photo_refine_subdivide_px", "photo_refine_asset",
+_REFINE_ONLY = ("photo_refine_sh_degree", "photo_refine_lr_sh", "photo_refine_subdivide_px", "photo_refine_max_faces",
+                "photo_refine_asset",
                 "photo_refine_views", "photo_refine_lr_offset", "photo_refine_lr_color", "photo_refine_max_offset",
                 "photo_refine_smooth", "photo_refine_color_weight")
 
 
-def inert_settings(cfg: MiloConfig) -> list[str]:
+def inert_settings(cfg: MiloConfig, *, steps_done: Optional[int] = None) -> list[str]:
     """Warnings for settings changed from their defaults that the run never uses: the photometric refinement's
-    while ``photo_refine_steps`` is 0 (what ``--quick`` sets), or any of them with ``extract=delaunay``."""
+    while ``photo_refine_steps`` is 0 (what ``--quick`` sets), or any of them with ``extract=delaunay``; the edge
+    splits without the colour term; and (``steps_done`` given) a training cut short by the time budget."""
+    out = []
+    if steps_done is not None and steps_done < cfg.steps and cfg.time_budget_s > 0:
+        out.append(f"training stopped at {steps_done} of {cfg.steps} steps (time_budget_s={cfg.time_budget_s:g}): the "
+                   "Gaussians and the mesh are under-trained; raise --set time_budget_s (0 = none), or run when "
+                   "the machine is free (MESHLIFT_NUM_THREADS sets the CPU threads)")
+    if cfg.photo_refine_subdivide_px > 0 and cfg.photo_refine_color_weight == 0 and cfg.photo_refine_steps > 0:
+        out.append(f"photo_refine_subdivide_px={cfg.photo_refine_subdivide_px:g} has no effect without the colour "
+                   "term (photo_refine_color_weight=0): the splits are for the fitted colours")
+    return out + _inert_refinement(cfg)
+
+
+def _inert_refinement(cfg: MiloConfig) -> list[str]:
     base = MiloConfig()
     changed = [f"{k}={getattr(cfg, k)!r}" for k in _REFINE_ONLY if getattr(cfg, k) != getattr(base, k)]
     if not changed:

@@ -349,7 +349,9 @@ def render_mesh_views(mesh, views, device: torch.device, background: torch.Tenso
         fwd = b.world_to_camera[:, 2, :3]
         mv = m if rest is None else replace(m, v_color=view_dependent_colors(
             base, rest, m.v_pos.float(), camera_centres(b.world_to_camera.float())[0]))
-        out.append(render_unlit(mv, clip, fwd, (views.height, views.width), background.to(device)).cpu())
+        # precise: the whole-scene mesh's sub-pixel triangles leave float32 pinholes (rasterize's docstring)
+        out.append(render_unlit(mv, clip, fwd, (views.height, views.width), background.to(device),
+                                precise=True).cpu())
     return torch.cat(out) if out else torch.zeros(0, views.height, views.width, 3)
 
 

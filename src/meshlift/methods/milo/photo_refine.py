@@ -152,7 +152,7 @@ def render_vertex_colors(v_pos: torch.Tensor, tri: torch.Tensor, v_color: torch.
     from meshlift import render as R
 
     pos = R.transform_pos(world_to_clip.float(), v_pos)
-    rast, _ = R.rasterize(pos, tri, tuple(resolution))
+    rast, _ = R.rasterize(pos, tri, tuple(resolution), precise=True)
     both = _shade(v_color, rast, pos, tri, background, topology, with_coverage=True)
     return both[..., :3], (rast[..., 3:4] > 0).float(), both[..., 3:4]
 
@@ -316,7 +316,7 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
         mesh, sub_rep = subdivided(mesh, views, device, s.subdivide_px, s.max_faces)
         if monitor is not None:
             monitor.log(f"photometric refinement ({label}): edges over {s.subdivide_px:g} px split in "
-                        f"{sub_rep['passes']} passes: {sub_rep['faces_before']:,} -> {sub_rep['faces_after']:,} faces"
+                        f"{sub_rep['passes']} pass{'' if sub_rep['passes'] == 1 else 'es'}: {sub_rep['faces_before']:,} -> {sub_rep['faces_after']:,} faces"
                         + (f" (capped by photo_refine_max_faces={s.max_faces:,})" if sub_rep["capped"] else ""))
     V = int(mesh.v_pos.shape[0])
     v0 = mesh.v_pos.to(device=device, dtype=torch.float32)
@@ -374,7 +374,7 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
         pos = v0 + n0 * (h * off)[:, None]
         clip = mesh_world_to_clip(b.world_to_camera, b.K, W, H, pos)
         clip_pos = R.transform_pos(clip.float(), pos)
-        rast, _ = R.rasterize(clip_pos, tri, (H, W))
+        rast, _ = R.rasterize(clip_pos, tri, (H, W), precise=True)  # no float32 pinholes (rasterize)
         cov = rast[..., 3] > 0
         image_r, alpha_r = _straight(b)
         npx = float(len(idx) * H * W)

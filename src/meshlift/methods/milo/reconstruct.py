@@ -500,7 +500,7 @@ def _evaluate(cfg: MiloConfig, trainer, problem, device, strategy, product, gt_m
         "nan_recoveries": trainer.recoveries, "device": str(device), "splat_backend": cfg.splat_backend,
         "strategy_events": [list(e) for e in strategy.events], "warnings": [],
     }
-    metrics["warnings"] += product.extra.get("warnings", []) + inert_settings(cfg)
+    metrics["warnings"] += product.extra.get("warnings", []) + inert_settings(cfg, steps_done=trainer.step)
     metrics.update({k: v for k, v in product.extra.items() if k != "warnings"})
     if "v_sh_rest" in getattr(product.eval_mesh, "extras", {}):  # view-dependent colours: also without them
         from meshlift.shading.view_colors import sh_degree_of
