@@ -16,6 +16,7 @@ from meshlift.errors import ConfigError, OutOfMemoryError
 from meshlift.methods.gaussians.strategy import DefaultStrategy
 from meshlift.methods.gaussians.trainer import TrainCallbacks
 from meshlift.methods.milo.config import MiloConfig, apply_dict, inert_settings, num_mesh_gaussians
+from meshlift.methods.result_checks import budget_cut
 from meshlift.methods.milo.presets import get_preset
 from meshlift.methods.gaussians.outputs import CAPTION_HEIGHT
 from meshlift.methods.milo.reconstruct import MiloResult, oom_error, reconstruct, summary_lines
@@ -191,10 +192,8 @@ def test_config_checks_and_oom_message():
     assert inert_settings(apply_dict(quiet, {"photo_refine_steps": "300"})) == []
     (w,) = inert_settings(apply_dict(get_preset("verylowres"), {"extract": "delaunay", "photo_refine_subdivide_px": "2"}))
     assert "extract=delaunay" in w and "photo_refine_subdivide_px=2.0" in w
-    cut = apply_dict(get_preset("verylowres", quick=True), {"time_budget_s": "280"})
-    assert inert_settings(cut, steps_done=cut.steps) == []
-    (w,) = inert_settings(cut, steps_done=64)
-    assert f"64 of {cut.steps} steps" in w and "time_budget_s" in w
+    assert budget_cut(400, 400, 280.0) is None and budget_cut(64, 400, 0.0) is None
+    assert "64 of 400 steps (time_budget_s=280)" in budget_cut(64, 400, 280.0)
     (w,) = inert_settings(apply_dict(get_preset("verylowres"), {"photo_refine_subdivide_px": "2",
                                                                  "photo_refine_color_weight": "0"}))
     assert "photo_refine_color_weight=0" in w

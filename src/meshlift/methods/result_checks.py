@@ -130,6 +130,17 @@ def check_test_views(metrics: dict, *, renders, targets, background: float, name
                            below_training(test_psnr, metrics["train_psnr"], subject=subject, hint=gap_hint)])
 
 
+def budget_cut(steps_done: int, steps_configured: int, time_budget_s: float) -> Optional[str]:
+    """The warning for a training the time budget stopped before its schedule's end (None otherwise): its results
+    come from an under-trained model (a fresh-user run on a busy CPU: 64 of 400 steps, a mesh at 8.3 dB, and
+    nothing said so)."""
+    if time_budget_s <= 0 or steps_done >= steps_configured:
+        return None
+    return (f"training stopped at {steps_done} of {steps_configured} steps (time_budget_s={time_budget_s:g}): the "
+            "results come from an under-trained model; raise --set time_budget_s (0 = none), or run when the "
+            "machine is free (MESHLIFT_NUM_THREADS sets the CPU threads)")
+
+
 def add_warnings(metrics: dict, warnings: Iterable[Optional[str]]) -> list[str]:
     """Append the warnings that are not None (and not there yet) to ``metrics["warnings"]`` (created)."""
     out = metrics.setdefault("warnings", [])

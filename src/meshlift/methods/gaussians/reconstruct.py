@@ -237,8 +237,9 @@ def _check_results(metrics: dict, cfg: GaussiansConfig, problem: SplatProblem, o
     """Test renders that show nothing, a test PSNR far below the training one: ``warnings`` in ``metrics``
     (:mod:`meshlift.methods.result_checks`)."""
     from meshlift.methods.gaussians.evaluate import eval_background
-    from meshlift.methods.result_checks import check_test_views
+    from meshlift.methods.result_checks import add_warnings, budget_cut, check_test_views
 
+    add_warnings(metrics, [budget_cut(metrics.get("steps", cfg.steps), cfg.steps, cfg.time_budget_s)])
     check_test_views(
         metrics, renders=ours, targets=targets, background=1.0 if eval_background(cfg.background) == "white" else 0.0,
         names=problem.test.names, history=history, test_psnr=metrics.get("psnr"), subject="the Gaussians",

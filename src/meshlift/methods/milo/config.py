@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 from meshlift import config as _config
 from meshlift.config import config_to_dict, parse_overrides
@@ -415,15 +415,11 @@ _REFINE_ONLY = ("photo_refine_sh_degree", "photo_refine_lr_sh", "photo_refine_su
                 "photo_refine_smooth", "photo_refine_color_weight")
 
 
-def inert_settings(cfg: MiloConfig, *, steps_done: Optional[int] = None) -> list[str]:
+def inert_settings(cfg: MiloConfig) -> list[str]:
     """Warnings for settings changed from their defaults that the run never uses: the photometric refinement's
     while ``photo_refine_steps`` is 0 (what ``--quick`` sets), or any of them with ``extract=delaunay``; the edge
-    splits without the colour term; and (``steps_done`` given) a training cut short by the time budget."""
+    splits without the colour term."""
     out = []
-    if steps_done is not None and steps_done < cfg.steps and cfg.time_budget_s > 0:
-        out.append(f"training stopped at {steps_done} of {cfg.steps} steps (time_budget_s={cfg.time_budget_s:g}): the "
-                   "Gaussians and the mesh are under-trained; raise --set time_budget_s (0 = none), or run when "
-                   "the machine is free (MESHLIFT_NUM_THREADS sets the CPU threads)")
     if cfg.photo_refine_subdivide_px > 0 and cfg.photo_refine_color_weight == 0 and cfg.photo_refine_steps > 0:
         out.append(f"photo_refine_subdivide_px={cfg.photo_refine_subdivide_px:g} has no effect without the colour "
                    "term (photo_refine_color_weight=0): the splits are for the fitted colours")

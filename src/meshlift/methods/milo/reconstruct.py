@@ -500,7 +500,7 @@ def _evaluate(cfg: MiloConfig, trainer, problem, device, strategy, product, gt_m
         "nan_recoveries": trainer.recoveries, "device": str(device), "splat_backend": cfg.splat_backend,
         "strategy_events": [list(e) for e in strategy.events], "warnings": [],
     }
-    metrics["warnings"] += product.extra.get("warnings", []) + inert_settings(cfg, steps_done=trainer.step)
+    metrics["warnings"] += product.extra.get("warnings", []) + inert_settings(cfg)
     metrics.update({k: v for k, v in product.extra.items() if k != "warnings"})
     if "v_sh_rest" in getattr(product.eval_mesh, "extras", {}):  # view-dependent colours: also without them
         from meshlift.shading.view_colors import sh_degree_of
@@ -536,12 +536,13 @@ def _check_results(metrics: dict, cfg: MiloConfig, problem, trainer, ours, targe
     """A mesh far below its Gaussians, test renders that show nothing (mesh or Gaussians), a test PSNR far
     below the training one: ``warnings`` in ``metrics`` (:mod:`meshlift.methods.result_checks`)."""
     from meshlift.methods.result_checks import add_warnings, blank_views, blank_views_warning, check_test_views
-    from meshlift.methods.result_checks import mesh_below_gaussians
+    from meshlift.methods.result_checks import budget_cut, mesh_below_gaussians
 
     names = problem.test.names
     hint = "look at mesh_renders/ and try " + ("--set extract=tsdf" if cfg.extract == "delaunay" else "more steps, a "
                                                "wider fusion band (tsdf_trunc_pixels, scene_trunc_pixels), or --bbox around the object")
-    add_warnings(metrics, [mesh_below_gaussians(metrics["mesh_psnr"], metrics["gaussian_psnr"], hint=hint,
+    add_warnings(metrics, [budget_cut(metrics.get("steps", cfg.steps), cfg.steps, cfg.time_budget_s),
+                           mesh_below_gaussians(metrics["mesh_psnr"], metrics["gaussian_psnr"], hint=hint,
                                                 gaussian_psnr_sh0=metrics.get("gaussian_psnr_sh0"),
                                                 mesh_psnr_diffuse=metrics.get("mesh_psnr_diffuse"))])
     blank = metrics["blank_views"] = blank_views(mesh_imgs, targets, bg, names)
