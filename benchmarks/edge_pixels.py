@@ -30,7 +30,8 @@ def main() -> int:
     ap.add_argument("--max-faces", type=int, default=10**9)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    from meshlift.mesh.subdivide import face_edges, subdivide_long_edges
+    from meshlift.geometry.mesh_ops import face_edges
+    from meshlift.mesh.subdivide import subdivide_long_edges
     from meshlift.methods.milo.photo_refine import pixel_footprint
     from milo_diagnose import load_run
     from milo_fox_gap import scene_mesh

@@ -567,3 +567,18 @@ def test_kernels_compile_for_sm90_without_a_gpu():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "-c", _COMPILE_CHECK], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and "compiled 17" in r.stdout, r.stderr[-3000:]
+
+
+def test_precise_rasterize_on_the_triton_backend():
+    """``rasterize(..., precise=True)`` through the Triton backend (float64 kernels): the same winners and values
+    as its float64 raster, float32 outputs, gradients to the float32 positions (the torch backend's case:
+    tests/test_raster_watertight.py)."""
+    from test_raster_watertight import _sheet
+
+    pos, tri, _ = _sheet(40, torch.float32)
+    pos = pos.requires_grad_(True)
+    a, da = rasterize(pos, tri, (32, 32), precise=True, backend="triton")
+    b, db = rasterize(pos.detach().double(), tri, (32, 32), backend="triton")
+    assert a.dtype == da.dtype == torch.float32 and torch.equal(a, b.float()) and torch.equal(da, db.float())
+    a[..., :2].sum().backward()
+    assert pos.grad.dtype == torch.float32 and float(pos.grad.abs().sum()) > 0

@@ -6,7 +6,8 @@ import trimesh
 
 from meshlift.errors import MeshError
 from meshlift.geometry.mesh_ops import face_normals
-from meshlift.mesh.subdivide import face_edges, split_edges, subdivide_long_edges
+from meshlift.geometry.mesh_ops import face_edges
+from meshlift.mesh.subdivide import split_edges, subdivide_long_edges
 from meshlift.structures.mesh import Mesh
 
 

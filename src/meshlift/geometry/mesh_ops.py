@@ -495,6 +495,17 @@ def edges(t_pos_idx: torch.Tensor) -> torch.Tensor:
     return torch.unique(e, dim=0)
 
 
+def face_edges(t_pos_idx: torch.Tensor, num_vertices: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(edges [E, 2] int64, face_edge [T, 3] int64)``: the unique undirected edges of the faces (``i <= j``, sorted
+    lexicographically like :func:`edges`, degenerate ones kept) and, for each face, the id of its edge ``k`` =
+    ``(v_k, v_(k+1) mod 3)``."""
+    t = t_pos_idx.to(torch.int64)
+    b = t.roll(-1, dims=1)
+    key = torch.minimum(t, b) * int(num_vertices) + torch.maximum(t, b)
+    uniq, inv = torch.unique(key.reshape(-1), return_inverse=True)
+    return torch.stack([uniq // int(num_vertices), uniq % int(num_vertices)], 1), inv.reshape(-1, 3)
+
+
 def edge_lengths(v_pos: torch.Tensor, edge_idx: torch.Tensor) -> torch.Tensor:
     """``[E]`` (or ``[B, E]``) lengths of edges ``[E, 2]``."""
     return (v_pos[..., edge_idx[:, 0], :] - v_pos[..., edge_idx[:, 1], :]).norm(dim=-1)

@@ -29,22 +29,10 @@ from typing import Optional
 import torch
 
 from meshlift.errors import MeshError
+from meshlift.geometry.mesh_ops import face_edges
 from meshlift.structures.mesh import Mesh
 
-__all__ = ["face_edges", "split_edges", "subdivide_long_edges"]
-
-
-def face_edges(t_pos_idx: torch.Tensor, num_vertices: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(edges [E, 2] int64, face_edge [T, 3] int64)``: the unique undirected edges of the faces (smaller vertex
-    first) and, for each face, the id of its edge ``k`` = ``(v_k, v_(k+1) mod 3)``."""
-    t = t_pos_idx.to(torch.int64)
-    a = t
-    b = t.roll(-1, dims=1)
-    lo, hi = torch.minimum(a, b), torch.maximum(a, b)
-    key = lo * int(num_vertices) + hi
-    uniq, inv = torch.unique(key.reshape(-1), return_inverse=True)
-    edges = torch.stack([uniq // int(num_vertices), uniq % int(num_vertices)], 1)
-    return edges, inv.reshape(-1, 3)
+__all__ = ["split_edges", "subdivide_long_edges"]
 
 
 def _midpoints(x: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
@@ -57,7 +45,8 @@ def split_edges(mesh: Mesh, split: torch.Tensor, *, edges: Optional[torch.Tensor
 
     Args:
         mesh: a triangle mesh without UVs and without separately indexed normals.
-        split: ``[E]`` bool, one flag per edge of :func:`face_edges` (pass its ``edges`` / ``face_edge`` if computed).
+        split: ``[E]`` bool, one flag per edge of :func:`meshlift.geometry.mesh_ops.face_edges` (pass its ``edges`` /
+            ``face_edge`` if computed).
 
     Returns:
         A new :class:`Mesh` (the input is not modified): the old vertices first, then one per split edge (in edge
@@ -103,7 +92,7 @@ def split_edges(mesh: Mesh, split: torch.Tensor, *, edges: Optional[torch.Tensor
     def grow(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
         if x is None:
             return None
-        return torch.cat([x, _midpoints(x, e).to(x.dtype)])
+        return torch.cat([x, _midpoints(x, e.to(x.device)).to(x.dtype)])  # extras may live elsewhere (Mesh.to)
 
     v_nrm = grow(mesh.v_nrm) if mesh.v_nrm is not None and mesh.v_nrm.shape[0] == V else None
     if v_nrm is not None:
@@ -158,7 +147,7 @@ def subdivide_long_edges(mesh: Mesh, scale: torch.Tensor, max_length: float, *, 
             split[keep] = True
             rep["capped"] = True
         mesh = split_edges(mesh, split, edges=edges, face_edge=face_edge)
-        s = torch.cat([s, 0.5 * (s[edges[split][:, 0]] + s[edges[split][:, 1]])])
+        s = torch.cat([s, _midpoints(s, edges[split])])  # the new vertices, in split_edges' order
         rep["passes"] += 1
         rep["split_edges"] += int(split.sum())
         if rep["capped"]:

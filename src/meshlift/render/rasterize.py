@@ -332,17 +332,18 @@ def rasterize(
         OutOfMemoryError: the visibility pass ran out of memory (message names the knobs).
     """
     ranges_c, H, W, tri_c, budget, be = _validate(pos, tri, resolution, ranges, max_fragments, backend)
-    if precise and pos.dtype != torch.float64:  # float32 ids stay exact: _validate refused > 2^24 triangles
-        rast, rast_db = rasterize(pos.double(), tri, resolution, ranges, grad_db, max_fragments, backend)
-        return rast.float(), rast_db.float()
+    cast = precise and pos.dtype != torch.float64  # float32 ids stay exact: _validate refused > 2^24 triangles
+    if cast:
+        pos = pos.double()
     if hasattr(be, "rasterize"):  # a backend with its own differentiable rasterize (triton)
         try:
-            return be.rasterize(pos, tri, (H, W), ranges_c, grad_db, budget)
+            rast, rast_db = be.rasterize(pos, tri, (H, W), ranges_c, grad_db, budget)
         except torch.OutOfMemoryError as e:  # pragma: no cover - depends on the machine
             raise OutOfMemoryError(
                 f"rasterize ran out of memory at {H}x{W}, {tri.shape[0]} triangles (backend {be.name}): "
                 "lower the batch size or the resolution, or use backend='torch' with a smaller max_fragments"
             ) from e
+        return (rast.float(), rast_db.float()) if cast else (rast, rast_db)
     tri_ids = visible_triangles(pos, tri, resolution, ranges, max_fragments, backend)
     if pos.dtype in (torch.float16, torch.bfloat16):
         pos = pos.float()  # half precision cannot resolve sub-pixel barycentrics
@@ -394,7 +395,7 @@ def rasterize(
             rast_db = pos.new_zeros(B * H * W, 4).index_put((cov,), db * scale).view(B, H, W, 4)
     else:
         rast_db = pos.new_zeros(B, H, W, 0)
-    return rast, rast_db
+    return (rast.float(), rast_db.float()) if cast else (rast, rast_db)
 
 
 _DUMMY = {}

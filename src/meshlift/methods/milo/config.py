@@ -416,28 +416,22 @@ _REFINE_ONLY = ("photo_refine_sh_degree", "photo_refine_lr_sh", "photo_refine_su
 
 
 def inert_settings(cfg: MiloConfig) -> list[str]:
-    """Warnings for settings changed from their defaults that the run never uses: the photometric refinement's
-    while ``photo_refine_steps`` is 0 (what ``--quick`` sets), or any of them with ``extract=delaunay``; the edge
-    splits without the colour term."""
+    """Warnings for settings the run never uses: the photometric refinement's, changed from their defaults, while
+    ``photo_refine_steps`` is 0 (what ``--quick`` sets) or with ``extract=delaunay``; the edge splits without the
+    colour term."""
     out = []
     if cfg.photo_refine_subdivide_px > 0 and cfg.photo_refine_color_weight == 0 and cfg.photo_refine_steps > 0:
         out.append(f"photo_refine_subdivide_px={cfg.photo_refine_subdivide_px:g} has no effect without the colour "
                    "term (photo_refine_color_weight=0): the splits are for the fitted colours")
-    return out + _inert_refinement(cfg)
-
-
-def _inert_refinement(cfg: MiloConfig) -> list[str]:
     base = MiloConfig()
-    changed = [f"{k}={getattr(cfg, k)!r}" for k in _REFINE_ONLY if getattr(cfg, k) != getattr(base, k)]
-    if not changed:
-        return []
-    if cfg.extract != "tsdf":
-        return [f"{', '.join(changed)} has no effect with extract={cfg.extract}: the photometric refinement belongs "
-                "to extract=tsdf"]
-    if cfg.photo_refine_steps == 0:
-        return [f"{', '.join(changed)} has no effect: the photometric refinement is off (photo_refine_steps=0, as "
-                "--quick sets it); add --set photo_refine_steps=300 to run it"]
-    return []
+    changed = ", ".join(f"{k}={getattr(cfg, k)!r}" for k in _REFINE_ONLY if getattr(cfg, k) != getattr(base, k))
+    if changed and cfg.extract != "tsdf":
+        out.append(f"{changed} has no effect with extract={cfg.extract}: the photometric refinement belongs to "
+                   "extract=tsdf")
+    elif changed and cfg.photo_refine_steps == 0:
+        out.append(f"{changed} has no effect: the photometric refinement is off (photo_refine_steps=0, as --quick "
+                   "sets it); add --set photo_refine_steps=300 to run it")
+    return out
 
 
 def validate(cfg: MiloConfig) -> MiloConfig:
