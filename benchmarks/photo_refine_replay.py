@@ -14,7 +14,10 @@ A variant is ``LABEL:key=value,key=value`` (config fields; an empty list = the r
 changes the re-extraction itself (e.g. ``fill_hole_edges=1024``; its own cache). Each row also gives the share of the
 test pixels the mesh leaves empty. ``--train-views K`` also scores K evenly spaced *training* views (mesh and
 Gaussians): a mesh that fits the training photos well but not the test ones overfits its colours; one that fits
-neither is short of capacity or of steps. Not collected by pytest.
+neither is short of capacity or of steps. ``--edge-split PX`` splits each scored view's squared error (mesh and
+Gaussians) into the pixels within PX pixels of a depth edge of the mesh (a jump of more than 5 % in camera depth
+between neighbouring pixels, or the mesh's border with empty pixels) and the rest: where the gap lies, at the
+occlusion boundaries (geometry) or inside surfaces (colour). Not collected by pytest.
 """
 
 from __future__ import annotations
@@ -29,6 +32,50 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def depth_edges(mesh, views, dev, indices, px: int) -> torch.Tensor:
+    """``[V, H, W]`` bool: pixels within ``px`` pixels of a depth edge of ``mesh`` (relative jump > 5 % between
+    4-neighbours, or covered next to empty) in the views ``indices``."""
+    from meshlift import render as R
+    from meshlift.methods.milo.photo_refine import mesh_world_to_clip
+
+    m = mesh.to(dev)
+    out = []
+    for i in indices:
+        b = views.batch(torch.tensor([i]), dev)
+        v = m.v_pos.float()
+        clip = mesh_world_to_clip(b.world_to_camera, b.K, views.width, views.height, v)
+        pos = torch.einsum("cij,vj->cvi", clip, torch.cat([v, torch.ones_like(v[:, :1])], 1))
+        rast, _ = R.rasterize(pos, m.t_pos_idx.int(), (views.height, views.width), precise=True)
+        cam_z = (torch.cat([v, torch.ones_like(v[:, :1])], 1) @ b.world_to_camera[0].float().T)[:, 2:3].abs()
+        d, _ = R.interpolate(cam_z, rast, m.t_pos_idx.int())
+        d = torch.where(rast[..., 3:] > 0, d, torch.zeros_like(d))[0, ..., 0]
+        ld = torch.log(d.clamp(min=1e-8))
+        cov = d > 0
+        e = torch.zeros_like(cov)
+        for dim in (0, 1):
+            a, bb = ld.narrow(dim, 0, ld.shape[dim] - 1), ld.narrow(dim, 1, ld.shape[dim] - 1)
+            ca, cb = cov.narrow(dim, 0, cov.shape[dim] - 1), cov.narrow(dim, 1, cov.shape[dim] - 1)
+            jump = ((a - bb).abs() > 0.05) & ca & cb | (ca != cb)
+            e.narrow(dim, 0, e.shape[dim] - 1).logical_or_(jump)
+            e.narrow(dim, 1, e.shape[dim] - 1).logical_or_(jump)
+        if px > 0:
+            e = torch.nn.functional.max_pool2d(e[None, None].float(), 2 * px + 1, 1, px)[0, 0] > 0
+        out.append(e.cpu())
+    return torch.stack(out)
+
+
+def error_split(img: torch.Tensor, target: torch.Tensor, edges: torch.Tensor) -> dict:
+    """Squared error of ``img`` against ``target`` (``[V, H, W, 3]``) at the ``edges`` pixels and the rest: the share
+    of the total at edges, and the PSNR of each part."""
+    se = ((img.float() - target.float()) ** 2).mean(-1)
+    tot = float(se.sum())
+    e_sum, i_sum = float(se[edges].sum()), float(se[~edges].sum())
+    n_e, n_i = int(edges.sum()), int((~edges).sum())
+    psnr = lambda s, n: float("nan") if n == 0 or s <= 0 else -10 * torch.log10(torch.tensor(s / n)).item()
+    return {"edge_pixels": n_e / max(n_e + n_i, 1), "edge_error_share": e_sum / max(tot, 1e-12),
+            "psnr_edges": psnr(e_sum, n_e), "psnr_interior": psnr(i_sum, n_i)}
 
 
 def main() -> int:
@@ -47,6 +94,8 @@ def main() -> int:
                          "on CUDA) and print the empty pixels of each, isolated ones apart (a watertightness check)")
     ap.add_argument("--train-views", type=int, default=0,
                     help="also score this many evenly spaced training views (mesh and Gaussians; default 0: none)")
+    ap.add_argument("--edge-split", type=int, default=-1, metavar="PX",
+                    help="split the error at depth edges (within PX pixels) from the rest (module docstring; -1: off)")
     args = ap.parse_args()
     from meshlift.methods.gaussians.evaluate import image_metrics, render_views
     from meshlift.methods.milo.config import apply_dict
@@ -75,6 +124,15 @@ def main() -> int:
         rows["gaussians"]["train_psnr"] = gt["psnr"]
         rows["train_views"] = train_idx
         print(f"training views {train_idx}: Gaussians {gt['psnr']:.2f} dB", flush=True)
+    split_masks = {}
+    if args.edge_split >= 0:  # the unrefined mesh's depth edges: the same pixels for every variant
+        split_masks["test"] = depth_edges(mesh, test, dev, list(range(len(test))), args.edge_split)
+        rows["gaussians"]["split"] = error_split(gauss, targets, split_masks["test"])
+        if train_idx is not None:
+            split_masks["train"] = depth_edges(mesh, problem.train, dev, train_idx, args.edge_split)
+            rows["gaussians"]["train_split"] = error_split(g_tr, train_targets, split_masks["train"])
+        print(f"edge split ({args.edge_split} px): Gaussians {rows['gaussians']['split']}"
+              + (f"; training {rows['gaussians']['train_split']}" if "train" in split_masks else ""), flush=True)
     if args.raster_compare:
         from meshlift.kernels.choice import use_kernels
 
@@ -113,12 +171,16 @@ def main() -> int:
         if "v_sh_rest" in out.extras:
             diffuse = image_metrics(render_mesh_views(out, test, dev, bg, view_dependent=False), targets,
                                     with_lpips=False)["psnr"]
-        train_psnr = None
+        train_psnr, split = None, {}
+        if "test" in split_masks:
+            split["test"] = error_split(img, targets, split_masks["test"])
         if train_idx is not None:
-            train_psnr = image_metrics(render_mesh_views(out, problem.train, dev, bg, indices=train_idx),
-                                       train_targets, with_lpips=False)["psnr"]
+            tr_img = render_mesh_views(out, problem.train, dev, bg, indices=train_idx)
+            train_psnr = image_metrics(tr_img, train_targets, with_lpips=False)["psnr"]
+            if "train" in split_masks:
+                split["train"] = error_split(tr_img, train_targets, split_masks["train"])
         rows[label] = {"train_psnr": train_psnr, "settings": over, "empty_pixels": empty, "psnr": m["psnr"], "ssim": m["ssim"], "psnr_per_view": m["psnr_per_view"],
-                       "psnr_diffuse": diffuse,
+                       "psnr_diffuse": diffuse, "split": split,
                        "refine": {k: v for k, v in r.items() if isinstance(v, (int, float, str, bool, dict))},
                        "seconds": time.perf_counter() - t0}
         print(f"{label:>14}: mesh {m['psnr']:.2f} dB (gap {g['psnr'] - m['psnr']:.2f}), per view "
@@ -130,6 +192,8 @@ def main() -> int:
               + ("" if train_psnr is None else f"; training views {train_psnr:.2f} dB")
               + ("" if "subdivide" not in r else f"; edges split: {r['subdivide']['faces_before']:,} -> "
                  f"{r['subdivide']['faces_after']:,} faces in {r['subdivide']['seconds']:.1f} s"), flush=True)
+        if split:
+            print(f"{'':>14}  edge split: {split}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, default=str))
     return 0
