@@ -364,6 +364,8 @@ class LoopProfiler:
                 prof._isects += info["n_isect"].reshape(()) if "n_isect" in info else int(ids.shape[0])
                 prof._isect_steps += 1
                 prof._last_radii = info.get("radii")  # read at the window's end (no sync here)
+                if "isect_offsets" in info:  # the tile lists' lengths, read at the window's end
+                    prof._last_lists = (info["isect_offsets"], info["n_isect"] if "n_isect" in info else ids.shape[0])
 
         p.wrap(SplatViews, "batch", "views", top=True)
         p.wrap(SplatBatch, "targets", "views", top=True)
@@ -582,6 +584,15 @@ class LoopProfiler:
                            radius_px_max=float(vis[-1]), visible=int(vis.numel()))
         if self._isect_steps and out.get("visible"):
             out["isects_per_visible"] = self._isects / self._isect_steps / out["visible"]
+        lists = getattr(self, "_last_lists", None)
+        if lists is not None:  # one program walks one tile's list: the longest bounds the compositing kernels
+            off, end = lists
+            off = off.reshape(-1).long()
+            lens = torch.diff(torch.cat([off, torch.as_tensor(end, device=off.device).reshape(1).long()])).float()
+            busy = lens[lens > 0].sort().values
+            if busy.numel():
+                out.update(tile_list_max=int(busy[-1]), tile_list_p99=int(busy[int(0.99 * (busy.numel() - 1))]),
+                           tile_list_mean=float(busy.mean()), tiles_busy=int(busy.numel()), tiles=int(lens.numel()))
         return out
 
     def _event_counts(self) -> tuple:
@@ -658,7 +669,7 @@ class LoopProfiler:
         self.windows.append(row)
         self._step_marks, self._counts, self._count_step, self._win_first = [], [], None, None
         self._isects = self._isect_steps = 0
-        self._last_radii = None
+        self._last_radii = self._last_lists = None
         self._w_start = (time.perf_counter(), time.process_time())
         self.syncs.paused = False
         self.on_window(row)
@@ -745,8 +756,9 @@ def markdown(report: dict) -> str:
         cols = [k for k in STAGES if any(k in w["stages_ms"] for w in ws)]
         mem = "peak MB" if "peak_mb" in ws[0] else "RSS MB"
         out.append("| steps | ms/step | " + " | ".join(cols) + " | Gaussians | isects/step | isects/visible | "
-                   f"radius px (mean) | scale p90 | syncs/step | {mem} | cpu/wall | events |")
-        out.append("|---|---:|" + "---:|" * len(cols) + "---:|---:|---:|---:|---:|---:|---:|---:|---|")
+                   f"tile list max / p99 / mean | radius px (mean) | scale p90 | syncs/step | {mem} | cpu/wall | "
+                   "events |")
+        out.append("|---|---:|" + "---:|" * len(cols) + "---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         for w in ws:
             ev = [f"{e[1]}@{e[0]} {e[2]}→{e[3]}" for e in w["events"]]
             if w["refinements"]:
@@ -759,7 +771,9 @@ def markdown(report: dict) -> str:
                 f"| {w['steps'][0]}–{w['steps'][1]} | {_fmt(w['ms_per_step'], '.2f')} | "
                 + " | ".join(_fmt(w["stages_ms"].get(k), ".2f") for k in cols)
                 + f" | {w['gaussians']:,} | {_fmt(w['intersections_per_step'], ',.0f')} | "
-                f"{_fmt(w.get('isects_per_visible'), '.1f')} | {_fmt(w.get('radius_px_mean'), '.1f')} | "
+                f"{_fmt(w.get('isects_per_visible'), '.1f')} | {_fmt(w.get('tile_list_max'), ',d')} / "
+                f"{_fmt(w.get('tile_list_p99'), ',d')} / {_fmt(w.get('tile_list_mean'), ',.0f')} | "
+                f"{_fmt(w.get('radius_px_mean'), '.1f')} | "
                 f"{_fmt(w.get('scale_p90'), '.4f')} | "
                 f"{_fmt(w['syncs_per_step'], '.1f')} | {_fmt(w.get('peak_mb', w.get('rss_mb')), '.0f')} | "
                 f"{_fmt(w['cpu_per_wall'], '.2f')} | {'; '.join(ev)} |")

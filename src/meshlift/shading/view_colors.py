@@ -61,7 +61,7 @@ def camera_centres(world_to_camera: torch.Tensor) -> torch.Tensor:
 
 
 def view_dependent_colors(base: torch.Tensor, rest: torch.Tensor, v_pos: torch.Tensor,
-                          centre: torch.Tensor) -> torch.Tensor:
+                          centre: torch.Tensor, *, clamp: bool = True) -> torch.Tensor:
     """``[V, 3]`` linear RGB in [0, 1] of every vertex seen from ``centre`` (module docstring's equation).
 
     Args:
@@ -70,7 +70,8 @@ def view_dependent_colors(base: torch.Tensor, rest: torch.Tensor, v_pos: torch.T
         v_pos: ``[V, 3]`` world positions.
         centre: ``[3]`` the camera centre (world; :func:`camera_centres`).
 
-    Differentiable in ``base``, ``rest`` and ``v_pos``. A vertex at the centre takes its base colour.
+    Differentiable in ``base``, ``rest`` and ``v_pos``. A vertex at the centre takes its base colour. ``clamp=False``
+    returns the colours before the clamp to [0, 1] (a solver that clamps with a gradient of its own).
 
     Raises:
         RenderError: shapes that do not match, or a coefficient count that is no SH degree.
@@ -83,8 +84,9 @@ def view_dependent_colors(base: torch.Tensor, rest: torch.Tensor, v_pos: torch.T
                           f"{tuple(base.shape)}, {tuple(rest.shape)}, {tuple(v_pos.shape)}")
     degree = sh_degree_of(rest)
     if degree == 0:
-        return base.clamp(0, 1)
+        return base.clamp(0, 1) if clamp else base
     d = v_pos - centre.to(v_pos).reshape(1, 3)
     d = d / d.norm(dim=-1, keepdim=True).clamp_min(1e-12)  # a vertex at the centre: d = 0, every term 0
     basis = sh_basis(degree, d)[:, 1:]  # [V, K-1]; the constant term is ``base``
-    return (base + (basis[..., None] * rest).sum(1)).clamp(0, 1)
+    out = base + (basis[..., None] * rest).sum(1)
+    return out.clamp(0, 1) if clamp else out

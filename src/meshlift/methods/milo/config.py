@@ -387,6 +387,16 @@ class MiloConfig(GaussiansConfig):
     photo_refine_max_faces: int = 24_000_000
     """Face budget of ``photo_refine_subdivide_px``'s subdivision (the longest edges are split first): lower it if
     the refinement runs out of memory."""
+    photo_refine_solve_iters: int = 100
+    """After the refinement, its fitted colours (the view-dependent ones of the whole-scene mesh) solved on the frozen
+    geometry: at most this many full-batch L-BFGS iterations on the training views' squared error, stopped by
+    held-out training views (:mod:`meshlift.methods.milo.colour_solve`). 0 = off. H100 fox (session 31's
+    checkpoint): 100 iterations -> training views 28.88 -> 31.02 dB, test 25.82 -> 26.46. Needs the colour term.
+    Memory: the training views' rasters (up to 4 GiB) and 20 copies of the colour parameters (27 floats a vertex at
+    SH degree 2): set 0 if it runs out of memory."""
+    photo_refine_solve_holdout: float = 0.1
+    """Share of the training views ``photo_refine_solve_iters``' solve holds out to stop it (at least one; none with
+    fewer than 4 views): on the CPU fox checkpoint the test PSNR peaked at 40-80 iterations and fell after."""
 
 
 #: Fields that cannot change on ``--resume``.
@@ -401,7 +411,8 @@ _NONNEG = ("floor_snap", "scene_voxel_pixels", "depth_consistency_views", "depth
            "occupancy_label_weight", "keep_components", "min_component_faces", "color_depth_tol", "scene_color_power", "mesh_res_scale",
            "photo_refine_lr_offset", "photo_refine_lr_color", "photo_refine_max_offset", "photo_refine_smooth",
            "photo_refine_mask_weight", "photo_refine_color_weight", "photo_refine_lr_sh",
-           "photo_refine_subdivide_px", "delaunay_memory_gb")
+           "photo_refine_subdivide_px", "photo_refine_solve_iters", "photo_refine_solve_holdout",
+           "delaunay_memory_gb")
 _GE1 = ("photo_refine_views", "photo_refine_max_faces", "multiview_every", "multiview_neighbours", "unwrap_max_faces", "num_pivots", "delaunay_every", "sdf_reset_every", "labels_every", "extract_labels_every",
         "mesh_chunk_views", "tet_chunk", "texture_res", "ref_views", "ref_test_views", "eval_samples")
 _GE0 = ("max_asset_faces", "fill_hole_edges", "scene_fill_hole_edges", "scene_fill_see_through", "flatten_start", "reinit_step", "reinit_points", "sampling_step", "prune_step", "depth_normal_start", "multiview_start", "mesh_start", "sdf_reset_stop", "extract_steps", "photo_refine_steps",
@@ -410,7 +421,7 @@ _GE0 = ("max_asset_faces", "fill_hole_edges", "scene_fill_hole_edges", "scene_fi
 
 #: Settings of the photometric refinement that do nothing while it is off (``photo_refine_steps=0``, ``--quick``).
 _REFINE_ONLY = ("photo_refine_sh_degree", "photo_refine_lr_sh", "photo_refine_subdivide_px", "photo_refine_max_faces",
-                "photo_refine_asset",
+                "photo_refine_asset", "photo_refine_solve_iters", "photo_refine_solve_holdout",
                 "photo_refine_views", "photo_refine_lr_offset", "photo_refine_lr_color", "photo_refine_max_offset",
                 "photo_refine_smooth", "photo_refine_color_weight")
 

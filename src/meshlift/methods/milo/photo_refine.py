@@ -104,6 +104,11 @@ class PhotoRefineSettings:
     a vertex per pixel or two; 0 = off; needs ``color_weight`` > 0."""
     max_faces: int = 24_000_000
     """Face budget of that subdivision (the longest edges go first); bounds its memory."""
+    solve_iters: int = 0
+    """After the steps, the fitted colours solved on the frozen geometry (:mod:`meshlift.methods.milo.colour_solve`,
+    at most this many L-BFGS iterations; 0 = off); needs ``color_weight`` > 0."""
+    solve_holdout: float = 0.1
+    """Share of the training views that solve holds out to stop it."""
     seed: int = 0
     """Seed of the view order."""
 
@@ -119,7 +124,9 @@ class PhotoRefineSettings:
                    mask_weight=float(cfg.photo_refine_mask_weight),
                    color_weight=float(cfg.photo_refine_color_weight), seed=int(cfg.seed),
                    subdivide_px=float(cfg.photo_refine_subdivide_px) if view_dependent else 0.0,
-                   max_faces=int(cfg.photo_refine_max_faces))
+                   max_faces=int(cfg.photo_refine_max_faces),
+                   solve_iters=int(cfg.photo_refine_solve_iters) if view_dependent else 0,
+                   solve_holdout=float(cfg.photo_refine_solve_holdout))
 
 
 def mesh_world_to_clip(w2c: torch.Tensor, K: torch.Tensor, W: int, H: int, v_pos: torch.Tensor) -> torch.Tensor:
@@ -462,4 +469,11 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
         extras["v_sh_rest"] = rest_out.detach().to(mesh.v_pos.device)
     refined = dataclasses.replace(mesh, v_pos=pos.to(mesh.v_pos.device, mesh.v_pos.dtype), v_color=v_color,
                                   v_nrm=None, t_nrm_idx=None, extras=extras)
+    if fit_color and done > 0 and s.solve_iters > 0 and stopped == "steps":
+        from meshlift.methods.milo.colour_solve import ColourSolveSettings, solve_colours
+
+        refined, report["colour_solve"] = solve_colours(
+            refined, views, device, ColourSolveSettings(iters=s.solve_iters, holdout=s.solve_holdout),
+            monitor=monitor, deadline=deadline, label=label)
+        report["seconds"] = time.perf_counter() - t0
     return refined, report
