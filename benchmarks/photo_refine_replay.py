@@ -38,7 +38,7 @@ def depth_edges(mesh, views, dev, indices, px: int) -> torch.Tensor:
     """``[V, H, W]`` bool: pixels within ``px`` pixels of a depth edge of ``mesh`` (relative jump > 5 % between
     4-neighbours, or covered next to empty) in the views ``indices``."""
     from meshlift import render as R
-    from meshlift.methods.milo.photo_refine import mesh_world_to_clip
+    from meshlift.methods.milo.vertex_render import mesh_world_to_clip
 
     m = mesh.to(dev)
     out = []

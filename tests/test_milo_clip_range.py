@@ -10,7 +10,7 @@ import torch
 
 from meshlift.methods.milo.occupancy_labels import (NEAR_FRACTION_OF_FAR, NEAR_FRACTION_OF_MIN_Z, clip_range,
                                                     render_mesh_depth)
-from meshlift.methods.milo.photo_refine import mesh_world_to_clip as _world_to_clip
+from meshlift.methods.milo.vertex_render import mesh_world_to_clip as _world_to_clip
 
 
 def _camera():

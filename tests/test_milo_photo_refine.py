@@ -11,8 +11,8 @@ import torch
 from _milo_scene import render
 from meshlift.errors import MeshError
 from meshlift.methods.gaussians.views import STORE_DTYPE, SplatViews
-from meshlift.methods.milo.photo_refine import (PhotoRefineSettings, mesh_world_to_clip, photometric_refine,
-                                                render_vertex_colors)
+from meshlift.methods.milo.photo_refine import PhotoRefineSettings, photometric_refine
+from meshlift.methods.milo.vertex_render import mesh_world_to_clip, render_vertex_colors
 from meshlift.shading.color import srgb_to_linear
 from meshlift.structures.mesh import Mesh
 

@@ -21,7 +21,7 @@ Method:
   when the mesh has them, else ``v_color``. The diffuse ``v_color`` of a view-dependent mesh (what exports hold) is
   left as the refinement fitted it.
 - Objective: the mean over the fitting views' covered pixels (inside the mask for views with alpha) of the squared
-  sRGB error of the render exactly as :func:`meshlift.methods.milo.photo_refine.render_vertex_colors` makes it
+  sRGB error of the render exactly as :func:`meshlift.methods.milo.vertex_render.render_vertex_colors` makes it
   (interpolated linear colours, clamped, sRGB, antialiased silhouettes): the squared error is what PSNR scores.
 - The render's clamp of the colours to [0, 1] passes the gradient straight through (else a colour an L-BFGS step
   took out of range stays there).
@@ -108,7 +108,7 @@ def solve_colours(mesh, views, device: torch.device, settings: ColourSolveSettin
     from meshlift import render as R
     from meshlift.errors import MeshError
     from meshlift.methods.engine import deadline_reached
-    from meshlift.methods.milo.photo_refine import _shade, _straight, mesh_world_to_clip
+    from meshlift.methods.milo.vertex_render import mesh_world_to_clip, shade_vertex_colors, straight_images
     from meshlift.render.antialias import antialias_construct_topology
     from meshlift.shading.view_colors import camera_centres, view_dependent_colors
 
@@ -158,8 +158,8 @@ def solve_colours(mesh, views, device: torch.device, settings: ColourSolveSettin
         # zero gradient a colour that one L-BFGS step took past 0 or 1 never came back (a 642-vertex sphere from grey
         # stalled at 33 dB where the exact fit is reachable)
         col = col + (col.clamp(0, 1) - col).detach()
-        img = _shade(col, rast, clip_pos, tri, bg, topology)
-        target, alpha = _straight(b)
+        img = shade_vertex_colors(col, rast, clip_pos, tri, bg, topology)
+        target, alpha = straight_images(b)
         m = rast[..., 3:4] > 0
         if alpha is not None:
             m = m & (alpha > 0.5)
@@ -169,7 +169,7 @@ def solve_colours(mesh, views, device: torch.device, settings: ColourSolveSettin
     def counted(i: int) -> float:
         b, _, rast = raster(i)
         m = rast[..., 3:4] > 0
-        _, alpha = _straight(b)
+        _, alpha = straight_images(b)
         if alpha is not None:
             m = m & (alpha > 0.5)
         return float(m.sum()) * 3

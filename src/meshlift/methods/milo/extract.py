@@ -325,7 +325,7 @@ def render_mesh_views(mesh, views, device: torch.device, background: torch.Tenso
     colours with view-dependent terms (``extras["v_sh_rest"]`` on ``extras["v_sh_base"]``, else on ``v_color``;
     :mod:`meshlift.shading.view_colors`) are evaluated for each view's camera centre unless ``view_dependent`` is
     False (then ``v_color`` alone, the diffuse colours). Terms of another vertex count are ignored with a warning."""
-    from meshlift.methods.milo.photo_refine import mesh_world_to_clip
+    from meshlift.methods.milo.vertex_render import mesh_world_to_clip
     from meshlift.renderers.mesh_pbr import render_unlit
     from meshlift.shading.view_colors import camera_centres, view_dependent_colors
 

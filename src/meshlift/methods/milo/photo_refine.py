@@ -31,7 +31,7 @@ Loss of one step (a batch of ``views_per_step`` training views, each paired with
 views; every term is divided by the batch's pixel count, or the consistency by its valid pixels):
 
 - colour (``color_weight``; 0 = off, and the caller fuses the colours again from the moved surface): L1 between
-  the mesh rendered exactly as the evaluation renders it (:func:`render_vertex_colors` =
+  the mesh rendered exactly as the evaluation renders it (:func:`meshlift.methods.milo.vertex_render.render_vertex_colors` =
   :func:`meshlift.renderers.mesh_pbr.render_unlit` with vertex colours) and the photograph (sRGB), over the pixels
   the mesh covers (and, for views with alpha, inside the mask); the vertex colours are fitted with the geometry;
 - cross-view photo-consistency (``consistency_weight``, :func:`consistency_terms`): each covered pixel's surface
@@ -58,8 +58,9 @@ from typing import Optional
 
 import torch
 
-__all__ = ["PhotoRefineSettings", "consistency_terms", "mesh_world_to_clip", "photometric_refine",
-           "render_vertex_colors", "subdivided"]
+from meshlift.methods.milo.vertex_render import mesh_world_to_clip, shade_vertex_colors, straight_images
+
+__all__ = ["PhotoRefineSettings", "consistency_terms", "photometric_refine", "subdivided"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,56 +130,6 @@ class PhotoRefineSettings:
                    solve_holdout=float(cfg.photo_refine_solve_holdout))
 
 
-def mesh_world_to_clip(w2c: torch.Tensor, K: torch.Tensor, W: int, H: int, v_pos: torch.Tensor) -> torch.Tensor:
-    """``[C, 4, 4]`` world-to-clip matrices of ``C`` cameras (``w2c [C, 4, 4]``, ``K [C, 3, 3]``, image ``W × H``
-    pixels) with the near/far range of :func:`meshlift.methods.milo.occupancy_labels.clip_range` for the
-    vertices ``v_pos [V, 3]`` (near from the vertices in the view: a whole-scene mesh around the camera put
-    it at ``1e-3 far`` and the float32 depth cracked; see there)."""
-    from meshlift.cameras import projection_from_K
-    from meshlift.methods.milo.occupancy_labels import clip_range
-
-    near, far = clip_range(v_pos.detach(), w2c, K, (H, W), far_scale=1.05)
-    return projection_from_K(K, W, H, near, far.clamp(min=1e-3)) @ w2c
-
-
-def render_vertex_colors(v_pos: torch.Tensor, tri: torch.Tensor, v_color: torch.Tensor, world_to_clip: torch.Tensor,
-                         resolution: tuple[int, int], background: torch.Tensor,
-                         topology: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Differentiable unlit render of a vertex-coloured mesh, the same image as
-    :func:`meshlift.renderers.mesh_pbr.render_unlit` gives for a mesh with ``v_color`` and no texture.
-
-    Args:
-        v_pos: ``[V, 3]`` float32 world positions; tri: ``[T, 3]`` int32; v_color: ``[V, 3]`` linear RGB.
-        world_to_clip: ``[B, 4, 4]``; resolution: ``(H, W)``; background: ``[3]`` sRGB.
-        topology: :func:`meshlift.render.antialias.antialias_construct_topology` of ``tri`` (reused across calls).
-
-    Returns:
-        ``(image [B, H, W, 3] sRGB in [0, 1], coverage [B, H, W, 1] 0/1, antialiased coverage [B, H, W, 1])``;
-        gradients reach ``v_pos`` (barycentrics and silhouettes) and ``v_color``.
-    """
-    from meshlift import render as R
-
-    pos = R.transform_pos(world_to_clip.float(), v_pos)
-    rast, _ = R.rasterize(pos, tri, tuple(resolution), precise=True)
-    both = _shade(v_color, rast, pos, tri, background, topology, with_coverage=True)
-    return both[..., :3], (rast[..., 3:4] > 0).float(), both[..., 3:4]
-
-
-def _shade(v_color, rast, clip_pos, tri, background, topology, *, with_coverage: bool = False) -> torch.Tensor:
-    """``[B, H, W, 3 (+1)]`` the unlit, antialiased sRGB image of vertex colours on a rasterized batch (and the
-    antialiased coverage as a fourth channel with ``with_coverage``); :func:`render_vertex_colors`' shading."""
-    from meshlift import render as R
-    from meshlift.shading.color import linear_to_srgb
-
-    cov = (rast[..., 3:4] > 0).float()
-    c, _ = R.interpolate(v_color, rast, tri)
-    img = linear_to_srgb(c.clamp(0, 1)) * cov + background * (1.0 - cov)
-    if with_coverage:
-        img = torch.cat([img, cov], -1)
-    out = R.antialias(img.contiguous(), rast, clip_pos, tri, topology=topology)
-    return torch.cat([out[..., :3].clamp(0, 1), out[..., 3:]], -1) if with_coverage else out.clamp(0, 1)
-
-
 def pixel_footprint(points: torch.Tensor, views, *, fallback: torch.Tensor, chunk: int = 8) -> torch.Tensor:
     """``[P]`` world size of one pixel at each point: the smallest ``z / f_x`` over the views in whose image it
     projects (in front of the camera); ``fallback [P]`` where no view has it in its frustum."""
@@ -207,14 +158,6 @@ def subdivided(mesh, views, device: torch.device, max_px: float, max_faces: int)
     out, rep = subdivide_long_edges(m, h, float(max_px), max_faces=int(max_faces))
     rep["seconds"] = time.perf_counter() - t0
     return out.to(mesh.v_pos.device), rep
-
-
-def _straight(b) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """``(straight sRGB [B, H, W, 3], alpha [B, H, W, 1] or None)`` of a batch of premultiplied views."""
-    if b.alpha is None:
-        return b.images.float(), None
-    a = b.alpha.float()
-    return b.images.float() / a.clamp(min=1e-3), a
 
 
 def _blur(img: torch.Tensor, sigma: float) -> torch.Tensor:
@@ -383,7 +326,7 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
         clip_pos = R.transform_pos(clip.float(), pos)
         rast, _ = R.rasterize(clip_pos, tri, (H, W), precise=True)  # no float32 pinholes (rasterize)
         cov = rast[..., 3] > 0
-        image_r, alpha_r = _straight(b)
+        image_r, alpha_r = straight_images(b)
         npx = float(len(idx) * H * W)
         data = torch.zeros((), device=device)
         if alpha_r is not None:
@@ -396,7 +339,7 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
             nb = cand[torch.arange(len(idx)), pick]
             nb = torch.where(nb >= 0, nb, torch.tensor(idx))  # a view with no neighbour pairs with itself
             bn = views.batch(nb, device)
-            image_n, _ = _straight(bn)
+            image_n, _ = straight_images(bn)
             with torch.no_grad():
                 depth_n = render_mesh_depth(pos.detach(), tri, bn.world_to_camera, bn.K, (H, W))
             X, _ = R.interpolate(pos, rast, tri)
@@ -408,12 +351,12 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
             valid_n += 1
         if fit_color:
             if rest is None:
-                img = _shade(color, rast, clip_pos, tri, bg, topology)
+                img = shade_vertex_colors(color, rast, clip_pos, tri, bg, topology)
             else:  # each view its own vertex colours (the SH of the direction from its centre)
                 centres = camera_centres(b.world_to_camera.float())
-                img = torch.cat([_shade(view_dependent_colors(color, rest, pos.detach(), centres[j]), rast[j:j + 1],
+                img = torch.cat([shade_vertex_colors(view_dependent_colors(color, rest, pos.detach(), centres[j]), rast[j:j + 1],
                                         clip_pos[j:j + 1], tri, bg, topology) for j in range(len(idx))])
-                flat = _shade(diffuse, rast.detach(), clip_pos.detach(), tri, bg, topology)
+                flat = shade_vertex_colors(diffuse, rast.detach(), clip_pos.detach(), tri, bg, topology)
                 diffuse_term = ((flat - image_r).abs() * cov[..., None].float()).sum() / npx
             data = data + s.color_weight * ((img - image_r).abs() * cov[..., None].float()).sum() / npx
         lap = off - neighbour_mean(off, e, deg)
