@@ -828,6 +828,9 @@ def main(argv=None) -> int:
     ap.add_argument("--splat-bwd", default=None, metavar="SPLIT:CULL",
                     help="the Triton compositing backward's _SPLIT_BWD and _CULL_BWD for this run (A/B: 1:0 is the "
                          "path before 2026-12-05, 4:2 the band split with compacted culling)")
+    ap.add_argument("--splat-fwd", default=None, metavar="SPLIT:CULL",
+                    help="the Triton compositing forward's _SPLIT_FWD and _CULL_FWD for this run (1:0 the measured "
+                         "path; 4:1 four row bands a tile, each skipping the entries that cannot reach it)")
     ap.add_argument("--out", type=Path, default=None, help="JSON report (a markdown twin .md beside it)")
     args = ap.parse_args(argv)
     if args.splat_bwd:
@@ -836,6 +839,12 @@ def main(argv=None) -> int:
         split, cull = (int(x) for x in args.splat_bwd.split(":"))
         kt._SPLIT_BWD, kt._CULL_BWD = split, cull
         print(f"splat backward: _SPLIT_BWD {split}, _CULL_BWD {cull}", flush=True)
+    if args.splat_fwd:
+        from meshlift.kernels import splat_triton as kt
+
+        split, cull = (int(x) for x in args.splat_fwd.split(":"))
+        kt._SPLIT_FWD, kt._CULL_FWD = split, cull
+        print(f"splat forward: _SPLIT_FWD {split}, _CULL_FWD {cull}", flush=True)
     if args.clock == "cpu" and args.device == "cpu":
         args.threads = 1
     if args.threads:

@@ -405,26 +405,66 @@ def _load_feat4(feat, g, ok, k0, D, NC: tl.constexpr):
     return f0, f1, f2, f3
 
 
+@triton.jit
+def _fwd_entry(feat, g, ok, j, k0, D, gx, gy, ca, cb, cc, go, pxf, pyf, alpha_max, acc0, acc1, acc2, acc3, medi, last,
+               T, done, NC: tl.constexpr, WANT_MED: tl.constexpr):
+    """One list entry ``j`` (Gaussian ``g``, its record loaded) composited over a program's pixels, front to back."""
+    f0, f1, f2, f3 = _load_feat4(feat, g, ok, k0, D, NC)
+    dx = gx - pxf
+    dy = gy - pyf
+    sig = 0.5 * (ca * dx * dx + cc * dy * dy) + cb * dx * dy
+    raw = go * tl.exp(-sig)
+    a = tl.minimum(raw, alpha_max)
+    keep = (sig >= 0) & (raw >= 1.0 / 255.0) & ~done
+    tn = T * (1.0 - a)
+    cross = keep & (tn < 1e-4)
+    inc = keep & ~cross
+    w = tl.where(inc, a * T, 0.0)
+    acc0 += w * f0
+    if NC > 1:
+        acc1 += w * f1
+    if NC > 2:
+        acc2 += w * f2
+    if NC > 3:
+        acc3 += w * f3
+    if WANT_MED:
+        medi = tl.where(inc & (T > 0.5), j, medi)
+    last = tl.where(inc, j, last)
+    T = tl.where(inc, tn, T)
+    done = done | cross
+    return acc0, acc1, acc2, acc3, medi, last, T, done
+
+
 @triton.jit(do_not_specialize=["n_isect", "n_tiles"])
 def composite_fwd(offsets, flat_ids, pk, feat, out_feat, out_T, out_last, out_med, width, height,
                   tiles_w, tiles_h, alpha_max, D, n_tiles, n_isect, NC: tl.constexpr, TS: tl.constexpr,
-                  B: tl.constexpr, WANT_MED: tl.constexpr):
-    tile = tl.program_id(0)
+                  B: tl.constexpr, WANT_MED: tl.constexpr, SPLIT: tl.constexpr, CULL: tl.constexpr):
+    """``SPLIT`` programs per tile, each compositing a band of ``TS // SPLIT`` rows (1: the whole tile); with
+    ``CULL`` a band skips the list entries that cannot reach its pixel box (:func:`_reaches_box`, a scalar test
+    per entry before its pixel work). A skipped entry passes the cut at none of the band's pixels, so every
+    combination gives the same bits: the bands shorten the walk of the crowded tiles' long lists (issue 29;
+    docs/benchmarks.md, "The late step profiled")."""
+    tile, pix, inimg, pxf, pyf = _sub_tile_pixels(tl.program_id(0), tiles_w, tiles_h, width, height, TS, SPLIT)
     grp = tl.program_id(1)
-    pix, inimg, pxf, pyf = _tile_pixels(tile, tiles_w, tiles_h, width, height, TS)
     start = tl.load(offsets + tile).to(tl.int32)
     end = tl.where(tile + 1 < n_tiles, tl.load(offsets + tile + 1, mask=tile + 1 < n_tiles, other=0), n_isect)
     end = end.to(tl.int32)
     k0 = grp * NC
-    kP = k0 + tl.zeros([TS * TS], dtype=tl.int32)
-    T = tl.zeros([TS * TS], dtype=tl.float32) + 1.0
+    P: tl.constexpr = TS * TS // SPLIT
+    kP = k0 + tl.zeros([P], dtype=tl.int32)
+    T = tl.zeros([P], dtype=tl.float32) + 1.0
     done = ~inimg
-    acc0 = tl.zeros([TS * TS], dtype=tl.float32)
-    acc1 = tl.zeros([TS * TS], dtype=tl.float32)
-    acc2 = tl.zeros([TS * TS], dtype=tl.float32)
-    acc3 = tl.zeros([TS * TS], dtype=tl.float32)
-    last = tl.zeros([TS * TS], dtype=tl.int32) - 1
-    medi = tl.zeros([TS * TS], dtype=tl.int32) - 1
+    acc0 = tl.zeros([P], dtype=tl.float32)
+    acc1 = tl.zeros([P], dtype=tl.float32)
+    acc2 = tl.zeros([P], dtype=tl.float32)
+    acc3 = tl.zeros([P], dtype=tl.float32)
+    last = tl.zeros([P], dtype=tl.int32) - 1
+    medi = tl.zeros([P], dtype=tl.int32) - 1
+    # the band's box of pixel centres inside the image (CULL)
+    bx0 = tl.min(pxf, axis=0)
+    by0 = tl.min(pyf, axis=0)
+    bx1 = tl.max(tl.where(inimg, pxf, bx0), axis=0)
+    by1 = tl.max(tl.where(inimg, pyf, by0), axis=0)
     b0 = start
     while (b0 < end) & (tl.min(done.to(tl.int32), axis=0) == 0):
         for kk in tl.static_range(B):
@@ -432,29 +472,15 @@ def composite_fwd(offsets, flat_ids, pk, feat, out_feat, out_T, out_last, out_me
             ok = j < end
             g = tl.load(flat_ids + j, mask=ok, other=0)
             gx, gy, ca, cb, cc, go = _load_rec(pk, g, ok)
-            f0, f1, f2, f3 = _load_feat4(feat, g, ok, k0, D, NC)
-            dx = gx - pxf
-            dy = gy - pyf
-            sig = 0.5 * (ca * dx * dx + cc * dy * dy) + cb * dx * dy
-            raw = go * tl.exp(-sig)
-            a = tl.minimum(raw, alpha_max)
-            keep = (sig >= 0) & (raw >= 1.0 / 255.0) & ~done
-            tn = T * (1.0 - a)
-            cross = keep & (tn < 1e-4)
-            inc = keep & ~cross
-            w = tl.where(inc, a * T, 0.0)
-            acc0 += w * f0
-            if NC > 1:
-                acc1 += w * f1
-            if NC > 2:
-                acc2 += w * f2
-            if NC > 3:
-                acc3 += w * f3
-            if WANT_MED:
-                medi = tl.where(inc & (T > 0.5), j, medi)
-            last = tl.where(inc, j, last)
-            T = tl.where(inc, tn, T)
-            done = done | cross
+            if CULL:
+                if _reaches_box(gx, gy, ca, cb, cc, go, ok, bx0, bx1, by0, by1):
+                    acc0, acc1, acc2, acc3, medi, last, T, done = _fwd_entry(
+                        feat, g, ok, j, k0, D, gx, gy, ca, cb, cc, go, pxf, pyf, alpha_max, acc0, acc1, acc2, acc3,
+                        medi, last, T, done, NC, WANT_MED)
+            else:
+                acc0, acc1, acc2, acc3, medi, last, T, done = _fwd_entry(
+                    feat, g, ok, j, k0, D, gx, gy, ca, cb, cc, go, pxf, pyf, alpha_max, acc0, acc1, acc2, acc3, medi,
+                    last, T, done, NC, WANT_MED)
         b0 += B
     tl.store(out_feat + pix * D + k0, acc0, mask=inimg & (kP < D))
     if NC > 1:

@@ -52,6 +52,13 @@ _BLOCK = 256  # elementwise kernels
 # (the backward's reductions over the tile's pixels stay within one or two warps; more tiles per SM).
 _BATCH = 8  # Gaussians per forward step (unrolled, one Gaussian at a time)
 _WARPS = 2  # warps per forward tile program
+# Forward programs per tile (bands of TS / _SPLIT_FWD rows) and, with bands, whether a band skips the list entries
+# that cannot reach it (the backward's culling test): the late lego step is bound by the crowded tiles' long lists
+# (session 32: longest 7,102 entries against a mean of ~840; docs/benchmarks.md "The late step profiled"). Same bits
+# either way; 1 / 0 (the measured path) until a device run times 2:1 and 4:1
+# (benchmarks/gaussians_loop_profile.py --splat-fwd SPLIT:CULL).
+_SPLIT_FWD = 1
+_CULL_FWD = 1
 _BATCH_BWD = 4  # Gaussians per backward step, as a [B, 256] block
 _WARPS_BWD = 1  # warps per backward tile program
 # Backward: skip batches none of whose Gaussians reaches a pixel of the tile (same result). Not yet timed
@@ -349,9 +356,11 @@ class _CompositeFn(torch.autograd.Function):
             if n_isect is not None:  # lists with unused slots (isect_tiles' capacity): the end is on the device;
                 # with n_tiles + 1 offsets every tile, the last too, reads its end from them (n_end unused)
                 off_k, n_off, n_end = torch.cat([off, n_isect.reshape(1).to(off.dtype)]), n_tiles + 1, 0
-            k.composite_fwd[(n_tiles, ng)](off_k, fid, pk, ft, out, T, last, med, width, height, tiles_w, tiles_h,
-                                           float(alpha_max), D, n_off, n_end, NC=nc, TS=tile_size,
-                                           B=_BATCH, WANT_MED=bool(want_median), num_warps=_WARPS)
+            split = max(1, min(int(_SPLIT_FWD), tile_size))
+            k.composite_fwd[(n_tiles * split, ng)](off_k, fid, pk, ft, out, T, last, med, width, height, tiles_w,
+                                                   tiles_h, float(alpha_max), D, n_off, n_end, NC=nc, TS=tile_size,
+                                                   B=_BATCH, WANT_MED=bool(want_median), SPLIT=split,
+                                                   CULL=int(_CULL_FWD) if split > 1 else 0, num_warps=_WARPS)
         else:
             out.zero_()
             T.fill_(1.0)
