@@ -52,7 +52,7 @@ def test_solve_recovers_the_colours_of_the_true_geometry(truth):
     assert rep["held_psnr_best"] > rep["held_psnr_first"] + 10
     assert rep["fit_mse_last"] < rep["fit_mse_first"]
     assert _psnr(out, test) > 35 and _psnr(grey, test) < 20
-    assert 0 < rep["iters"] <= rep["iters_run"] <= 60
+    assert 0 < rep["iters_kept"] <= rep["iters_run"] <= 60 and rep["held_psnr_last"] <= rep["held_psnr_best"]
 
 
 def test_solve_fits_view_dependent_terms_and_keeps_the_diffuse(truth):
@@ -65,7 +65,7 @@ def test_solve_fits_view_dependent_terms_and_keeps_the_diffuse(truth):
     assert rep["sh_degree"] == 1 and "colour_solve" not in rep
     cfg = ColourSolveSettings(iters=20, check_every=10, holdout=0.0)
     out, srep = solve_colours(refined, train, CPU, cfg)
-    assert srep["view_dependent"] and srep["held_views"] == 0 and srep["iters"] == 20
+    assert srep["view_dependent"] and srep["held_views"] == 0 and srep["iters_kept"] == 20
     assert torch.equal(out.v_color, refined.v_color)
     assert not torch.equal(out.extras["v_sh_rest"], refined.extras["v_sh_rest"])
     assert _psnr_vd(out, train) > _psnr_vd(refined, train) + 3
@@ -101,3 +101,18 @@ def test_bad_input_and_a_deadline(truth):
     out, rep = solve_colours(truth, train, CPU, ColourSolveSettings(iters=10), deadline=0.0)
     assert rep["stopped"] == "time budget" and rep["iters_run"] == 0 and torch.equal(out.v_color, truth.v_color)
     assert math.isnan(rep["fit_mse_first"])
+
+
+def test_config_checks_the_solve_settings():
+    """The hold-out is a share of at most half the views; negative iterations are refused; changing the solve under
+    --quick (refinement off) is an inert setting, said at the start of the run too."""
+    from meshlift.errors import ConfigError
+    from meshlift.methods.milo.config import apply_dict, inert_settings
+    from meshlift.methods.milo.presets import get_preset
+
+    for bad in ({"photo_refine_solve_holdout": 0.75}, {"photo_refine_solve_holdout": -0.1},
+                {"photo_refine_solve_iters": -1}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            apply_dict(get_preset("verylowres", quick=True), bad)
+    quiet = apply_dict(get_preset("verylowres", quick=True), {"photo_refine_solve_iters": 50})  # --quick: refinement off
+    assert any("photo_refine_solve_iters=50" in w for w in inert_settings(quiet))

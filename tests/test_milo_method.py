@@ -410,7 +410,7 @@ def test_summary_says_what_the_photometric_refinement_did():
     def line(m):
         return [x for x in summary_lines(MiloResult(None, None, m, None, {}, [])) if "photometric" in x]
 
-    assert line(base) == ["photometric refinement of the whole-scene mesh: 19.65 -> 19.97 dB (+0.32)"]
+    assert line(base) == ["photometric refinement (and colour solve) of the whole-scene mesh: 19.65 -> 19.97 dB (+0.32)"]
     worse = line({**base, "mesh_psnr": 19.5})[0]
     assert "(-0.15)" in worse and "photo_refine_steps=0" in worse
     off = line({**base, "mesh_psnr_unrefined": None, "mesh_report": {}})[0]

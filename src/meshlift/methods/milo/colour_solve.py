@@ -97,8 +97,9 @@ def solve_colours(mesh, views, device: torch.device, settings: ColourSolveSettin
 
     Returns:
         ``(mesh with the solved colours (geometry, faces and the diffuse ``v_color`` of a view-dependent mesh
-        unchanged), report)``; report keys ``iters`` (of the kept state), ``iters_run``, ``fit_views``,
-        ``held_views``, ``held_psnr_first`` / ``held_psnr_best`` (dB; NaN without held-out views), ``fit_mse_first`` /
+        unchanged), report)``; report keys ``iters_kept`` (iterations of the kept state; 0: the colours as given),
+        ``iters_run``, ``fit_views``, ``held_views``, ``held_psnr_first`` / ``held_psnr_best`` / ``held_psnr_last``
+        (dB; NaN without held-out views), ``fit_mse_first`` /
         ``fit_mse_last``, ``cached_views``, ``stopped`` (``iterations``, ``held-out views``, ``time budget``,
         ``not finite``), ``seconds``. The input mesh is not modified.
 
@@ -200,7 +201,7 @@ def solve_colours(mesh, views, device: torch.device, settings: ColourSolveSettin
     # no gradient or change tolerance: a mean over ~1e5-1e8 values has gradients of 1e-7 and less per colour, under
     # torch's default tolerance_grad (1e-7), which ended every step after one iteration (measured on a 642-vertex
     # sphere: stuck at 33 dB where the exact fit is reachable); the iterations and the held-out views stop it
-    best_psnr = first_psnr = held_psnr()
+    best_psnr = first_psnr = last_psnr = held_psnr()
     best = [p.detach().clone() for p in params]
     best_iters, run, stall, stopped = 0, 0, 0, "iterations"
     mse_first = mse_last = math.nan
@@ -223,7 +224,7 @@ def solve_colours(mesh, views, device: torch.device, settings: ColourSolveSettin
         if not held:
             best, best_iters = [p.detach().clone() for p in params], run
             continue
-        p_held = held_psnr()
+        p_held = last_psnr = held_psnr()
         if p_held > best_psnr + s.min_gain_db:
             best_psnr, best, best_iters, stall = p_held, [p.detach().clone() for p in params], run, 0
         else:
@@ -241,8 +242,9 @@ def solve_colours(mesh, views, device: torch.device, settings: ColourSolveSettin
             out = dataclasses.replace(mesh, extras=extras)
         else:
             out = dataclasses.replace(mesh, v_color=base_out.to(mesh.v_pos.device, mesh.v_color.dtype))
-    report = {"iters": best_iters, "iters_run": run, "fit_views": len(fit), "held_views": len(held),
-              "held_psnr_first": first_psnr, "held_psnr_best": best_psnr, "fit_mse_first": mse_first,
+    report = {"iters_kept": best_iters, "iters_run": run, "fit_views": len(fit), "held_views": len(held),
+              "held_psnr_first": first_psnr, "held_psnr_best": best_psnr, "held_psnr_last": last_psnr,
+              "fit_mse_first": mse_first,
               "fit_mse_last": mse_last, "cached_views": len(cache), "stopped": stopped,
               "view_dependent": view_dep, "seconds": time.perf_counter() - t0}
     if monitor is not None:

@@ -477,6 +477,9 @@ def validate(cfg: MiloConfig) -> MiloConfig:
     if not 0 <= cfg.photo_refine_sh_degree <= 3:
         raise ConfigError(f"config field 'photo_refine_sh_degree' must be in 0..3 (0 = one colour per vertex), got "
                           f"{cfg.photo_refine_sh_degree!r}")
+    if not cfg.photo_refine_solve_holdout <= 0.5:
+        raise ConfigError(f"config field 'photo_refine_solve_holdout' is the share of the training views held out "
+                          f"to stop the colour solve: at most 0.5, got {cfg.photo_refine_solve_holdout!r}")
     for name in _GE1:
         if getattr(cfg, name) < 1:
             raise ConfigError(f"config field {name!r} must be >= 1, got {getattr(cfg, name)}")

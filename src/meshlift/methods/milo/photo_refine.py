@@ -412,11 +412,14 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
         extras["v_sh_rest"] = rest_out.detach().to(mesh.v_pos.device)
     refined = dataclasses.replace(mesh, v_pos=pos.to(mesh.v_pos.device, mesh.v_pos.dtype), v_color=v_color,
                                   v_nrm=None, t_nrm_idx=None, extras=extras)
+    if monitor is not None:  # before the colour solve's own line
+        monitor.log(f"photometric refinement ({label}): {report['steps']} steps in {report['seconds']:.1f} s, loss "
+                    f"{report['loss_first']:.4f} -> {report['loss_last']:.4f} (the data terms of the first / last "
+                    f"10 % of the steps), mean offset {report['offset_mean']:.3f} px")
     if fit_color and done > 0 and s.solve_iters > 0 and stopped == "steps":
         from meshlift.methods.milo.colour_solve import ColourSolveSettings, solve_colours
 
         refined, report["colour_solve"] = solve_colours(
             refined, views, device, ColourSolveSettings(iters=s.solve_iters, holdout=s.solve_holdout),
             monitor=monitor, deadline=deadline, label=label)
-        report["seconds"] = time.perf_counter() - t0
     return refined, report

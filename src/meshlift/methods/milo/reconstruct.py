@@ -304,6 +304,8 @@ def reconstruct(cfg: MiloConfig, out_dir: Optional[str | Path], *, resume: bool 
     checkpoint = _load_checkpoint(checkpointer, cfg) if resume else None
     torch.manual_seed(cfg.seed)
     budget = TimeBudget(cfg.time_budget_s, BUDGET_FRACTIONS)
+    for w in inert_settings(cfg):  # at the start as well as in the summary: before the run spends its time
+        monitor.log(f"warning: {w}")
     where, trainer, reg = "loading the data", None, None
     try:
         if problem is None:
@@ -651,8 +653,8 @@ def summary_lines(result: MiloResult) -> list[str]:
               + f"; {m['gaussians']:,} Gaussians, {m['steps']} steps; mesh by TSDF fusion")]
     if m.get("mesh_psnr_unrefined") is not None and m.get("mesh_psnr") is not None:
         d = m["mesh_psnr"] - m["mesh_psnr_unrefined"]
-        lines.append(f"photometric refinement of the whole-scene mesh: {m['mesh_psnr_unrefined']:.2f} -> "
-                     f"{m['mesh_psnr']:.2f} dB ({d:+.2f})" + ("" if d >= 0 else
+        lines.append(f"photometric refinement (and colour solve) of the whole-scene mesh: "
+                     f"{m['mesh_psnr_unrefined']:.2f} -> {m['mesh_psnr']:.2f} dB ({d:+.2f})" + ("" if d >= 0 else
                      "; it lowered the score here: --set photo_refine_steps=0 keeps the fused mesh"))
     elif m.get("extract") == "tsdf" and m.get("scene_faces") and not (m.get("mesh_report") or {}).get("scene_refine"):
         lines.append("[dim]photometric refinement of the whole-scene mesh: off (photo_refine_steps=0; --quick "

@@ -591,8 +591,6 @@ def refined(cfg, colored, problem, device, monitor, costs, budget, *, label: str
     if not rep["colors_fitted"] and colored.v_color is not None:  # the colours fused again on the moved surface
         mesh, crep = vertex_colors(cfg, mesh, problem, device)
         rep["color_s"] = crep["color_s"]
-    monitor.log(f"photometric refinement ({label}): {rep['steps']} steps in {rep['seconds']:.1f} s, loss "
-                f"{rep['loss_first']:.4f} -> {rep['loss_last']:.4f}, mean offset {rep['offset_mean']:.3f} px")
     return mesh, rep
 
 
