@@ -460,11 +460,11 @@ def composite_fwd(offsets, flat_ids, pk, feat, out_feat, out_T, out_last, out_me
     acc3 = tl.zeros([P], dtype=tl.float32)
     last = tl.zeros([P], dtype=tl.int32) - 1
     medi = tl.zeros([P], dtype=tl.int32) - 1
-    # the band's box of pixel centres inside the image (CULL)
-    bx0 = tl.min(pxf, axis=0)
-    by0 = tl.min(pyf, axis=0)
-    bx1 = tl.max(tl.where(inimg, pxf, bx0), axis=0)
-    by1 = tl.max(tl.where(inimg, pyf, by0), axis=0)
+    if CULL:  # the band's box of pixel centres inside the image (no work in the path without culling)
+        bx0 = tl.min(pxf, axis=0)
+        by0 = tl.min(pyf, axis=0)
+        bx1 = tl.max(tl.where(inimg, pxf, bx0), axis=0)
+        by1 = tl.max(tl.where(inimg, pyf, by0), axis=0)
     b0 = start
     while (b0 < end) & (tl.min(done.to(tl.int32), axis=0) == 0):
         for kk in tl.static_range(B):

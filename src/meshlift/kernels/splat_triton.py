@@ -17,8 +17,8 @@ outputs), and tests compare forward and backward against it (under ``TRITON_INTE
   one Gaussian per step (``_BATCH`` unrolled), [256]-pixel vectors, the T < 1e-4 stop exactly as in the
   reference (a Gaussian that would cross it is not added and ends the pixel), early exit when every pixel
   of the tile is done; with ``_SPLIT_FWD`` > 1 a program per band of rows, skipping (``_CULL_FWD``) the entries
-  that cannot reach it (the same bits; off until timed). Backward: ``_SPLIT_BWD`` programs per tile, each for a band of rows; a band walks
-  the tile's list back to front from its own pixels' last contributor, tests ``_CULL_CHUNK`` entries at a
+  that cannot reach it (the same bits; off until timed). Backward: ``_SPLIT_BWD`` programs per tile, each for a
+  band of rows; a band walks the tile's list back to front from its own pixels' last contributor, tests ``_CULL_CHUNK`` entries at a
   time against its pixel box (``_CULL_BWD``: the forward's opacity cut at the conic's minimum over the box)
   and takes those that can reach it ``_BATCH_BWD`` at a time as a ``[B, P]`` block: transmittance
   recovered by division, the colour "behind" each Gaussian from a running sum plus an in-batch

@@ -99,8 +99,7 @@ def solve_colours(mesh, views, device: torch.device, settings: ColourSolveSettin
         ``(mesh with the solved colours (geometry, faces and the diffuse ``v_color`` of a view-dependent mesh
         unchanged), report)``; report keys ``iters_kept`` (iterations of the kept state; 0: the colours as given),
         ``iters_run``, ``fit_views``, ``held_views``, ``held_psnr_first`` / ``held_psnr_best`` / ``held_psnr_last``
-        (dB; NaN without held-out views), ``fit_mse_first`` /
-        ``fit_mse_last``, ``cached_views``, ``stopped`` (``iterations``, ``held-out views``, ``time budget``,
+        (dB; NaN without held-out views), ``fit_mse_first`` / ``fit_mse_last``, ``cached_views``, ``stopped`` (``iterations``, ``held-out views``, ``time budget``,
         ``not finite``), ``seconds``. The input mesh is not modified.
 
     Raises:
@@ -138,10 +137,13 @@ def solve_colours(mesh, views, device: torch.device, settings: ColourSolveSettin
     per_view = H * W * 16
     n_cache = min(len(views), int(s.max_cache_bytes // per_view))
     cache: dict[int, torch.Tensor] = {}
+    to_clip: dict[int, torch.Tensor] = {}  # the frozen geometry's world-to-clip matrix of each view, computed once
 
-    def raster(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def raster(i: int) -> tuple[object, torch.Tensor, torch.Tensor]:
         b = views.batch(torch.tensor([i]), device)
-        clip_pos = R.transform_pos(mesh_world_to_clip(b.world_to_camera, b.K, W, H, v).float(), v)
+        if i not in to_clip:
+            to_clip[i] = mesh_world_to_clip(b.world_to_camera, b.K, W, H, v).float()
+        clip_pos = R.transform_pos(to_clip[i], v)
         rast = cache.get(i)
         if rast is None:
             with torch.no_grad():
@@ -149,6 +151,14 @@ def solve_colours(mesh, views, device: torch.device, settings: ColourSolveSettin
             if len(cache) < n_cache:
                 cache[i] = rast
         return b, clip_pos, rast
+
+    def counted(b, rast) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(straight target [1, H, W, 3], counted pixels [1, H, W, 1] float)``: covered, and inside the mask."""
+        target, alpha = straight_images(b)
+        m = rast[..., 3:4] > 0
+        if alpha is not None:
+            m = m & (alpha > 0.5)
+        return target, m.float()
 
     def view_error(i: int) -> tuple[torch.Tensor, float]:
         """``(sum of squared errors over the view's counted pixels (differentiable), counted values)``."""
@@ -160,22 +170,14 @@ def solve_colours(mesh, views, device: torch.device, settings: ColourSolveSettin
         # stalled at 33 dB where the exact fit is reachable)
         col = col + (col.clamp(0, 1) - col).detach()
         img = shade_vertex_colors(col, rast, clip_pos, tri, bg, topology)
-        target, alpha = straight_images(b)
-        m = rast[..., 3:4] > 0
-        if alpha is not None:
-            m = m & (alpha > 0.5)
-        m = m.float()
+        target, m = counted(b, rast)
         return (((img - target) ** 2) * m).sum(), float(m.sum()) * 3
 
-    def counted(i: int) -> float:
+    n_fit = 0.0  # the counted values of the fitting views (this pass also fills the caches)
+    for i in fit:
         b, _, rast = raster(i)
-        m = rast[..., 3:4] > 0
-        _, alpha = straight_images(b)
-        if alpha is not None:
-            m = m & (alpha > 0.5)
-        return float(m.sum()) * 3
-
-    n_fit = max(sum(counted(i) for i in fit), 1.0)  # also fills the raster cache
+        n_fit += float(counted(b, rast)[1].sum()) * 3
+    n_fit = max(n_fit, 1.0)
 
     def fit_loss() -> torch.Tensor:
         opt.zero_grad()
@@ -234,18 +236,14 @@ def solve_colours(mesh, views, device: torch.device, settings: ColourSolveSettin
                 break
     if monitor is not None and s.iters > 0:
         monitor.end_pass()
-    with torch.no_grad():
-        base_out = best[0].clamp(0, 1) if not view_dep else best[0]
-        extras = dict(ex)
-        if view_dep:
-            extras["v_sh_base"], extras["v_sh_rest"] = best[0].to(mesh.v_pos.device), best[1].to(mesh.v_pos.device)
-            out = dataclasses.replace(mesh, extras=extras)
-        else:
-            out = dataclasses.replace(mesh, v_color=base_out.to(mesh.v_pos.device, mesh.v_color.dtype))
+    if view_dep:  # the render clamps base + terms itself
+        dev0 = mesh.v_pos.device
+        out = dataclasses.replace(mesh, extras={**ex, "v_sh_base": best[0].to(dev0), "v_sh_rest": best[1].to(dev0)})
+    else:
+        out = dataclasses.replace(mesh, v_color=best[0].clamp(0, 1).to(mesh.v_pos.device, mesh.v_color.dtype))
     report = {"iters_kept": best_iters, "iters_run": run, "fit_views": len(fit), "held_views": len(held),
               "held_psnr_first": first_psnr, "held_psnr_best": best_psnr, "held_psnr_last": last_psnr,
-              "fit_mse_first": mse_first,
-              "fit_mse_last": mse_last, "cached_views": len(cache), "stopped": stopped,
+              "fit_mse_first": mse_first, "fit_mse_last": mse_last, "cached_views": len(cache), "stopped": stopped,
               "view_dependent": view_dep, "seconds": time.perf_counter() - t0}
     if monitor is not None:
         monitor.log(f"colour solve ({label}): {best_iters} of {run} L-BFGS iterations kept ({stopped}), held-out "

@@ -31,8 +31,9 @@ Loss of one step (a batch of ``views_per_step`` training views, each paired with
 views; every term is divided by the batch's pixel count, or the consistency by its valid pixels):
 
 - colour (``color_weight``; 0 = off, and the caller fuses the colours again from the moved surface): L1 between
-  the mesh rendered exactly as the evaluation renders it (:func:`meshlift.methods.milo.vertex_render.render_vertex_colors` =
-  :func:`meshlift.renderers.mesh_pbr.render_unlit` with vertex colours) and the photograph (sRGB), over the pixels
+  the mesh rendered exactly as the evaluation renders it
+  (:func:`meshlift.methods.milo.vertex_render.render_vertex_colors` = :func:`meshlift.renderers.mesh_pbr.render_unlit`
+  with vertex colours) and the photograph (sRGB), over the pixels
   the mesh covers (and, for views with alpha, inside the mask); the vertex colours are fitted with the geometry;
 - cross-view photo-consistency (``consistency_weight``, :func:`consistency_terms`): each covered pixel's surface
   point projected into the neighbour view, the neighbour's photo sampled there bilinearly, occlusion-tested
@@ -265,8 +266,9 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
     if s.subdivide_px > 0 and s.color_weight > 0:
         mesh, sub_rep = subdivided(mesh, views, device, s.subdivide_px, s.max_faces)
         if monitor is not None:
-            monitor.log(f"photometric refinement ({label}): edges over {s.subdivide_px:g} px split in "
-                        f"{sub_rep['passes']} pass{'' if sub_rep['passes'] == 1 else 'es'}: {sub_rep['faces_before']:,} -> {sub_rep['faces_after']:,} faces"
+            passes = f"{sub_rep['passes']} pass{'' if sub_rep['passes'] == 1 else 'es'}"
+            monitor.log(f"photometric refinement ({label}): edges over {s.subdivide_px:g} px split in {passes}: "
+                        f"{sub_rep['faces_before']:,} -> {sub_rep['faces_after']:,} faces"
                         + (f" (capped by photo_refine_max_faces={s.max_faces:,})" if sub_rep["capped"] else ""))
     V = int(mesh.v_pos.shape[0])
     v0 = mesh.v_pos.to(device=device, dtype=torch.float32)
@@ -354,8 +356,9 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
                 img = shade_vertex_colors(color, rast, clip_pos, tri, bg, topology)
             else:  # each view its own vertex colours (the SH of the direction from its centre)
                 centres = camera_centres(b.world_to_camera.float())
-                img = torch.cat([shade_vertex_colors(view_dependent_colors(color, rest, pos.detach(), centres[j]), rast[j:j + 1],
-                                        clip_pos[j:j + 1], tri, bg, topology) for j in range(len(idx))])
+                img = torch.cat([shade_vertex_colors(view_dependent_colors(color, rest, pos.detach(), centres[j]),
+                                                     rast[j:j + 1], clip_pos[j:j + 1], tri, bg, topology)
+                                 for j in range(len(idx))])
                 flat = shade_vertex_colors(diffuse, rast.detach(), clip_pos.detach(), tri, bg, topology)
                 diffuse_term = ((flat - image_r).abs() * cov[..., None].float()).sum() / npx
             data = data + s.color_weight * ((img - image_r).abs() * cov[..., None].float()).sum() / npx

@@ -47,7 +47,8 @@ def render_vertex_colors(v_pos: torch.Tensor, tri: torch.Tensor, v_color: torch.
     return both[..., :3], (rast[..., 3:4] > 0).float(), both[..., 3:4]
 
 
-def shade_vertex_colors(v_color, rast, clip_pos, tri, background, topology, *, with_coverage: bool = False) -> torch.Tensor:
+def shade_vertex_colors(v_color, rast, clip_pos, tri, background, topology, *,
+                        with_coverage: bool = False) -> torch.Tensor:
     """``[B, H, W, 3 (+1)]`` the unlit, antialiased sRGB image of vertex colours on a rasterized batch (and the
     antialiased coverage as a fourth channel with ``with_coverage``); :func:`render_vertex_colors`' shading."""
     from meshlift import render as R
