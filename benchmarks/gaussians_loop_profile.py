@@ -299,8 +299,13 @@ class LoopProfiler:
 
     def __init__(self, device: torch.device, window: int, stop_at: int, time_limit: float, on_window,
                  count_syncs: bool = True, log=print, cpu_clock: bool = False, deadline: float = 0.0,
-                 kernels_every: int = 0, cprofile: tuple = (), cprofile_out=None) -> None:
+                 kernels_every: int = 0, cprofile: tuple = (), cprofile_out=None, ab_variants: list = (),
+                 ab_steps: tuple = ()) -> None:
         self.device = device
+        # --kernel-ab: compositing variants timed on the last training render's inputs at these window ends
+        self.ab_variants, self.ab_steps = list(ab_variants), set(int(s) for s in ab_steps)
+        self._render_orig = None
+        self._last_render_call = None
         self.window, self.stop_at, self.time_limit = int(window), int(stop_at), float(time_limit)
         self.deadline = float(deadline)  # a perf_counter value ending the loop at a window's end (0: none)
         self.on_window, self.log = on_window, log
@@ -370,6 +375,15 @@ class LoopProfiler:
         p.wrap(SplatViews, "batch", "views", top=True)
         p.wrap(SplatBatch, "targets", "views", top=True)
         p.wrap(T.GaussianTrainer, "_background", "views", top=True)
+        if self.ab_variants:  # keep the last training render's arguments (references; no copy per step)
+            orig_render = prof._render_orig = vars(T)["render_params"]
+
+            def render_capture(*a, **k):
+                prof._last_render_call = (a, k)
+                return orig_render(*a, **k)
+
+            T.render_params = render_capture
+            p.undo.append((T, "render_params", orig_render, True))
         p.wrap(T, "render_params", "render", top=True, after=count_isects)
         p.wrap(L, "photometric_loss", "loss", top=True)
         p.wrap(torch.Tensor, "backward", "backward", top=True)
@@ -658,6 +672,14 @@ class LoopProfiler:
         }
         self.clock.recycle()
         row.update(self._sizes(tr))
+        if int(end) in self.ab_steps and self._last_render_call is not None:
+            from _kernel_ab import format_ab, kernel_ab
+
+            a, k = self._last_render_call
+            row["kernel_ab"] = kernel_ab(self._render_orig, a, k, self.ab_variants)
+            self.log(format_ab(int(end), row["kernel_ab"]))
+            if self.clock.cuda:
+                torch.cuda.reset_peak_memory_stats(self.device)
         if self._kernel_rows is not None:
             row["kernels"], self._kernel_rows = self._kernel_rows, None
         if self.clock.cuda:
@@ -786,6 +808,11 @@ def markdown(report: dict) -> str:
                 out.append(f"- step {k['step']}: busy {k['busy_ms']:.2f} ms; "
                            + "; ".join(f"{n} {ms:.3f} ({c})" for n, ms, c in k["top"]))
             out.append("")
+        for w in ws:
+            if w.get("kernel_ab"):
+                from _kernel_ab import format_ab
+
+                out += ["```", format_ab(w["steps"][1], w["kernel_ab"]), "```", ""]
     return "\n".join(out) + "\n"
 
 
@@ -831,8 +858,17 @@ def main(argv=None) -> int:
     ap.add_argument("--splat-fwd", default=None, metavar="SPLIT:CULL",
                     help="the Triton compositing forward's _SPLIT_FWD and _CULL_FWD for this run (1:0 the measured "
                          "path; 4:1 four row bands a tile, each skipping the entries that cannot reach it)")
+    ap.add_argument("--kernel-ab", nargs="*", default=[], metavar="FS:FC/BS:BC",
+                    help="at the --ab-steps window ends, time these compositing variants (forward "
+                         "_SPLIT_FWD:_CULL_FWD / backward _SPLIT_BWD:_CULL_BWD) side by side on the last training "
+                         "render's inputs (benchmarks/_kernel_ab.py), e.g. 1:0/4:2 4:1/4:2 1:0/8:2")
+    ap.add_argument("--ab-steps", nargs="*", type=int, default=[], help="window ends (steps) of --kernel-ab")
     ap.add_argument("--out", type=Path, default=None, help="JSON report (a markdown twin .md beside it)")
     args = ap.parse_args(argv)
+    if args.kernel_ab:
+        from _kernel_ab import parse_variants
+
+        args.kernel_ab = parse_variants(args.kernel_ab)
     if args.splat_bwd:
         from meshlift.kernels import splat_triton as kt
 
@@ -920,7 +956,8 @@ def main(argv=None) -> int:
                             cprofile=tuple((int(r.split(":")[0]), int(r.split(":")[1]), r.endswith(":time"))
                                            for r in args.cprofile),
                             cprofile_out=(args.out.with_suffix(f".{name}.cprofile.txt") if args.out else
-                                          Path(f"{name}.cprofile.txt")))
+                                          Path(f"{name}.cprofile.txt")),
+                            ab_variants=args.kernel_ab if name == "gaussians" else (), ab_steps=args.ab_steps)
         mon = _LogMonitor(lambda s: print(s, flush=True))
         t0 = time.perf_counter()
         ended = "steps done"

@@ -1,0 +1,136 @@
+"""Compositing-kernel variants timed side by side on one training render's exact inputs (issue 29).
+
+``gaussians_loop_profile.py --kernel-ab FS:FC/BS:BC ... --ab-steps N ...`` calls :func:`kernel_ab` when the
+window ending at step N closes: the last training render's inputs (the trainer's parameters at that moment,
+its batch of cameras, background, settings) are rendered forward and backward once per variant — the Triton
+compositing forward's ``_SPLIT_FWD:_CULL_FWD`` and backward's ``_SPLIT_BWD:_CULL_BWD`` set for that variant —
+with a fixed random gradient on the image and alpha (every pixel carries one, as in training). Per variant:
+the median of ``repeats`` CUDA-event timings of the whole render forward+backward after ``warmup`` calls (the
+first variant's compiles are in its warm-up), the two compositing kernels' device time from one profiled call
+(torch.profiler), and the largest difference of its image and gradients from the first variant's (the
+variants must give the same result: the bands change only which program composites which pixels). The
+module-level settings are restored afterwards. Not a test; on the CPU it runs the plumbing only (wall times of
+whatever backend the trainer uses, no kernel split).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+
+def parse_variants(specs) -> list:
+    """``["1:0/4:2", ...]`` → ``[((1, 0), (4, 2)), ...]`` (forward split:cull / backward split:cull)."""
+    out = []
+    for s in specs:
+        f, _, b = s.partition("/")
+        if not b:
+            raise SystemExit(f"--kernel-ab {s!r}: expected FSPLIT:FCULL/BSPLIT:BCULL, e.g. 1:0/4:2")
+        fs, fc = (int(x) for x in f.split(":"))
+        bs, bc = (int(x) for x in b.split(":"))
+        out.append(((fs, fc), (bs, bc)))
+    return out
+
+
+def _composite_ms(prof) -> dict:
+    from torch.autograd import DeviceType
+
+    per = {"composite_fwd": 0.0, "composite_bwd": 0.0}
+    for e in prof.events():
+        if e.device_type != DeviceType.CUDA:
+            continue
+        for k in per:
+            if e.name.startswith(k):
+                per[k] += e.time_range.elapsed_us() / 1e3
+    return per
+
+
+def kernel_ab(render, args: tuple, kwargs: dict, variants: list, warmup: int = 3, repeats: int = 20) -> dict:
+    """Time ``variants`` (:func:`parse_variants`) on one call of ``render(*args, **kwargs)``.
+
+    ``render`` is :func:`meshlift.methods.gaussians.trainer.render_params` (unpatched); ``args[0]`` its
+    parameter dict, cloned here as leaves so the trainer's tensors and gradients are untouched.
+
+    Returns ``{"rows": [{"fwd", "bwd", "ms_median", "ms_min", "composite_fwd_ms", "composite_bwd_ms",
+    "max_image_diff", "max_grad_rel_diff"}, ...], "isects", "gaussians"}``.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    from meshlift.kernels import splat_triton as kt
+
+    saved = (kt._SPLIT_FWD, kt._CULL_FWD, kt._SPLIT_BWD, kt._CULL_BWD)
+    params = {k: v.detach().clone().requires_grad_(True) for k, v in args[0].items()}
+    rest = args[1:]
+    cuda = params["means"].is_cuda
+    gen = torch.Generator(device=params["means"].device).manual_seed(0)
+    grads_out = None
+
+    def once():
+        for p in params.values():
+            p.grad = None
+        img, alpha, info = render(params, *rest, **kwargs)
+        nonlocal grads_out
+        if grads_out is None:
+            grads_out = (torch.rand(img.shape, generator=gen, device=img.device, dtype=img.dtype) - 0.5,
+                         torch.rand(alpha.shape, generator=gen, device=img.device, dtype=img.dtype) - 0.5)
+        torch.autograd.backward([img, alpha], list(grads_out))
+        return img, info
+
+    rows, ref = [], None
+    isects = None
+    try:
+        for (fs, fc), (bs, bc) in variants:
+            kt._SPLIT_FWD, kt._CULL_FWD, kt._SPLIT_BWD, kt._CULL_BWD = fs, fc, bs, bc
+            for _ in range(warmup):
+                once()
+            ts = []
+            if cuda:
+                torch.cuda.synchronize()
+                for _ in range(repeats):
+                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    s.record()
+                    once()
+                    e.record()
+                    torch.cuda.synchronize()
+                    ts.append(s.elapsed_time(e))
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    img, info = once()
+                    torch.cuda.synchronize()
+                comp = _composite_ms(prof)
+            else:  # a smoke run of the plumbing (CPU), not a benchmark
+                for _ in range(repeats):
+                    t0 = time.perf_counter()
+                    img, info = once()
+                    ts.append(1e3 * (time.perf_counter() - t0))
+                comp = {"composite_fwd": float("nan"), "composite_bwd": float("nan")}
+            grads = {k: p.grad.detach().clone() for k, p in params.items() if p.grad is not None}
+            if isects is None and isinstance(info, dict):
+                n = info.get("n_isect", info.get("flatten_ids"))
+                isects = int(n.reshape(-1)[0]) if n is not None and n.numel() == 1 else (
+                    int(n.shape[0]) if n is not None else None)
+            if ref is None:
+                ref = (img.detach().clone(), grads)
+                dimg, dgrad = 0.0, 0.0
+            else:
+                dimg = float((img.detach() - ref[0]).abs().max())
+                dgrad = max(float((g - ref[1][k]).abs().max() / ref[1][k].abs().max().clamp_min(1e-30))
+                            for k, g in grads.items())
+            rows.append({"fwd": f"{fs}:{fc}", "bwd": f"{bs}:{bc}", "ms_median": statistics.median(ts),
+                         "ms_min": min(ts), "composite_fwd_ms": comp["composite_fwd"],
+                         "composite_bwd_ms": comp["composite_bwd"], "max_image_diff": dimg,
+                         "max_grad_rel_diff": dgrad})
+    finally:
+        kt._SPLIT_FWD, kt._CULL_FWD, kt._SPLIT_BWD, kt._CULL_BWD = saved
+    return {"rows": rows, "isects": isects, "gaussians": int(params["means"].shape[0])}
+
+
+def format_ab(step: int, res: dict) -> str:
+    lines = [f"kernel A/B at step {step}: {res['gaussians']:,} Gaussians, {res['isects']} pairs (render forward+"
+             f"backward, median of the CUDA-event times; composite kernels from one profiled call)"]
+    for r in res["rows"]:
+        lines.append(f"  fwd {r['fwd']} bwd {r['bwd']}: {r['ms_median']:.3f} ms (min {r['ms_min']:.3f}); "
+                     f"composite_fwd {r['composite_fwd_ms']:.3f} ms, composite_bwd {r['composite_bwd_ms']:.3f} ms; "
+                     f"max |image diff| {r['max_image_diff']:.2e}, max grad rel diff {r['max_grad_rel_diff']:.2e}")
+    return "\n".join(lines)
