@@ -122,13 +122,14 @@ def scene_mesh(run: Path, cfg, problem, params, settings, dev, overrides: dict):
     return colored, rep
 
 
-def render_with_empty(mesh, views, dev, bg: torch.Tensor, indices=None) -> tuple[torch.Tensor, torch.Tensor]:
+def render_with_empty(mesh, views, dev, bg: torch.Tensor, indices=None,
+                      supersample: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """``(render on bg [V, H, W, 3], empty [V, H, W] bool)``: the mesh rendered on ``bg`` and on its opposite; a
     pixel whose colour follows the background is one the mesh leaves empty."""
     from meshlift.methods.milo.extract import render_mesh_views
 
-    img = render_mesh_views(mesh, views, dev, bg, indices=indices)
-    other = render_mesh_views(mesh, views, dev, 1.0 - bg, indices=indices)
+    img = render_mesh_views(mesh, views, dev, bg, indices=indices, supersample=supersample)
+    other = render_mesh_views(mesh, views, dev, 1.0 - bg, indices=indices, supersample=supersample)
     return img, (img - other).abs().amax(-1) > 0.5
 
 

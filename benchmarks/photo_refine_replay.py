@@ -156,7 +156,7 @@ def main() -> int:
         out, r = mesh, {"steps": 0}
         if c.photo_refine_steps > 0:  # as the run does: refined, colours fused again unless the colour term fitted them
             out, r = refined(c, mesh, problem, dev, Monitor(), None, None, label=label)
-        img, empty_px = render_with_empty(out, test, dev, bg)
+        img, empty_px = render_with_empty(out, test, dev, bg, supersample=c.mesh_supersample)
         m = image_metrics(img, targets, with_lpips=False)
         if args.images is not None:
             from meshlift.io.images import write_image
@@ -169,13 +169,15 @@ def main() -> int:
         empty = float(empty_px.float().mean())
         diffuse = None  # view-dependent colours: also the diffuse colours alone (what the exports hold)
         if "v_sh_rest" in out.extras:
-            diffuse = image_metrics(render_mesh_views(out, test, dev, bg, view_dependent=False), targets,
+            diffuse = image_metrics(render_mesh_views(out, test, dev, bg, view_dependent=False,
+                                                      supersample=c.mesh_supersample), targets,
                                     with_lpips=False)["psnr"]
         train_psnr, split = None, {}
         if "test" in split_masks:
             split["test"] = error_split(img, targets, split_masks["test"])
         if train_idx is not None:
-            tr_img = render_mesh_views(out, problem.train, dev, bg, indices=train_idx)
+            tr_img = render_mesh_views(out, problem.train, dev, bg, indices=train_idx,
+                                       supersample=c.mesh_supersample)
             train_psnr = image_metrics(tr_img, train_targets, with_lpips=False)["psnr"]
             if "train" in split_masks:
                 split["train"] = error_split(tr_img, train_targets, split_masks["train"])

@@ -27,6 +27,9 @@ Method:
   took out of range stays there).
 - L-BFGS (Nocedal & Wright, "Numerical Optimization", 2nd ed., Alg. 7.5, with the strong-Wolfe line search of
   Alg. 3.5; ``torch.optim.LBFGS``) on all fitting views at once, ``check_every`` iterations at a time.
+- Supersampling (``supersample`` = s > 1): each view is rasterised at ``s`` times its resolution and the render's
+  ``s × s`` samples are averaged per pixel (the pixel's area, as the camera integrates it); a pixel counts when at
+  least half of its samples are covered. ``s²`` times the raster memory and shading work.
 - Early stopping: ``holdout`` of the training views (evenly spaced, at least one; none with fewer than 4 views) are
   not fitted; after each chunk their PSNR is measured, the best parameters are kept, and the solve stops after
   ``patience`` chunks without a gain of ``min_gain_db``.
@@ -66,8 +69,11 @@ class ColourSolveSettings:
     history: int = 10
     """L-BFGS history pairs (memory: ``2 · history`` copies of the colour parameters)."""
     max_cache_bytes: int = 4 << 30
-    """Budget of the rasters kept between evaluations (16 bytes a pixel a view); views past it are rasterised again
+    """Budget of the rasters kept between evaluations (16 bytes a sample a view); views past it are rasterised again
     in each evaluation."""
+    supersample: int = 1
+    """Samples per pixel side of the render (``s × s`` samples averaged per pixel:
+    :func:`meshlift.methods.milo.vertex_render.box_downsample`); the evaluation must render the same way."""
 
 
 def _split(n: int, holdout: float) -> tuple[list[int], list[int]]:
@@ -108,7 +114,8 @@ def solve_colours(mesh, views, device: torch.device, settings: ColourSolveSettin
     from meshlift import render as R
     from meshlift.errors import MeshError
     from meshlift.methods.engine import deadline_reached
-    from meshlift.methods.milo.vertex_render import mesh_world_to_clip, shade_vertex_colors, straight_images
+    from meshlift.methods.milo.vertex_render import (box_downsample, mesh_world_to_clip, shade_vertex_colors,
+                                                     straight_images)
     from meshlift.render.antialias import antialias_construct_topology
     from meshlift.shading.view_colors import camera_centres, view_dependent_colors
 
@@ -132,9 +139,10 @@ def solve_colours(mesh, views, device: torch.device, settings: ColourSolveSettin
     rest = rest0.to(device=device, dtype=torch.float32).clone() if view_dep else None
     params = [base.requires_grad_(True)] + ([rest.requires_grad_(True)] if view_dep else [])
     H, W = views.height, views.width
+    ss = max(1, int(s.supersample))
     bg = torch.zeros(3, device=device)
     fit, held = _split(len(views), s.holdout)
-    per_view = H * W * 16
+    per_view = H * W * ss * ss * 16
     n_cache = min(len(views), int(s.max_cache_bytes // per_view))
     cache: dict[int, torch.Tensor] = {}
     to_clip: dict[int, torch.Tensor] = {}  # the frozen geometry's world-to-clip matrix of each view, computed once
@@ -147,7 +155,7 @@ def solve_colours(mesh, views, device: torch.device, settings: ColourSolveSettin
         rast = cache.get(i)
         if rast is None:
             with torch.no_grad():
-                rast, _ = R.rasterize(clip_pos, tri, (H, W), precise=True)
+                rast, _ = R.rasterize(clip_pos, tri, (H * ss, W * ss), precise=True)
             if len(cache) < n_cache:
                 cache[i] = rast
         return b, clip_pos, rast
@@ -155,7 +163,7 @@ def solve_colours(mesh, views, device: torch.device, settings: ColourSolveSettin
     def counted(b, rast) -> tuple[torch.Tensor, torch.Tensor]:
         """``(straight target [1, H, W, 3], counted pixels [1, H, W, 1] float)``: covered, and inside the mask."""
         target, alpha = straight_images(b)
-        m = rast[..., 3:4] > 0
+        m = box_downsample((rast[..., 3:4] > 0).float(), ss) >= 0.5
         if alpha is not None:
             m = m & (alpha > 0.5)
         return target, m.float()
@@ -169,7 +177,7 @@ def solve_colours(mesh, views, device: torch.device, settings: ColourSolveSettin
         # zero gradient a colour that one L-BFGS step took past 0 or 1 never came back (a 642-vertex sphere from grey
         # stalled at 33 dB where the exact fit is reachable)
         col = col + (col.clamp(0, 1) - col).detach()
-        img = shade_vertex_colors(col, rast, clip_pos, tri, bg, topology)
+        img = box_downsample(shade_vertex_colors(col, rast, clip_pos, tri, bg, topology), ss)
         target, m = counted(b, rast)
         return (((img - target) ** 2) * m).sum(), float(m.sum()) * 3
 

@@ -399,6 +399,13 @@ class MiloConfig(GaussiansConfig):
     photo_refine_solve_holdout: float = 0.1
     """Share of the training views ``photo_refine_solve_iters``' solve holds out to stop it (at least one; none with
     fewer than 4 views): on the CPU fox checkpoint the test PSNR peaked at 40-80 iterations and fell after."""
+    mesh_supersample: int = 1
+    """Samples per pixel side of the whole-scene mesh's renders (``extract=tsdf``): the evaluation (``mesh_psnr``,
+    ``mesh_renders/``, ``compare/``), the photometric refinement's colour terms and the colour solve rasterise at
+    this many times the resolution and average each pixel's ``s × s`` samples (supersampling: the pixel's area, as
+    a camera integrates it, where one sample at its centre aliases the sub-pixel triangles of a whole-scene mesh).
+    Cost: ``s²`` the raster memory and shading work of those renders (the solve's raster cache too). 1 = one sample
+    a pixel; at most 4."""
 
 
 #: Fields that cannot change on ``--resume``.
@@ -415,7 +422,7 @@ _NONNEG = ("floor_snap", "scene_voxel_pixels", "depth_consistency_views", "depth
            "photo_refine_mask_weight", "photo_refine_color_weight", "photo_refine_lr_sh",
            "photo_refine_subdivide_px", "photo_refine_solve_iters", "photo_refine_solve_holdout",
            "delaunay_memory_gb")
-_GE1 = ("photo_refine_views", "photo_refine_max_faces", "multiview_every", "multiview_neighbours", "unwrap_max_faces", "num_pivots", "delaunay_every", "sdf_reset_every", "labels_every", "extract_labels_every",
+_GE1 = ("mesh_supersample", "photo_refine_views", "photo_refine_max_faces", "multiview_every", "multiview_neighbours", "unwrap_max_faces", "num_pivots", "delaunay_every", "sdf_reset_every", "labels_every", "extract_labels_every",
         "mesh_chunk_views", "tet_chunk", "texture_res", "ref_views", "ref_test_views", "eval_samples")
 _GE0 = ("max_asset_faces", "fill_hole_edges", "scene_fill_hole_edges", "scene_fill_see_through", "flatten_start", "reinit_step", "reinit_points", "sampling_step", "prune_step", "depth_normal_start", "multiview_start", "mesh_start", "sdf_reset_stop", "extract_steps", "photo_refine_steps",
         "simplify", "max_fragments")
@@ -480,6 +487,9 @@ def validate(cfg: MiloConfig) -> MiloConfig:
     if not cfg.photo_refine_solve_holdout <= 0.5:
         raise ConfigError(f"config field 'photo_refine_solve_holdout' is the share of the training views held out "
                           f"to stop the colour solve: at most 0.5, got {cfg.photo_refine_solve_holdout!r}")
+    if not cfg.mesh_supersample <= 4:
+        raise ConfigError(f"config field 'mesh_supersample' is the samples per pixel side of the whole-scene mesh's "
+                          f"renders: at most 4 (s² times their memory), got {cfg.mesh_supersample!r}")
     for name in _GE1:
         if getattr(cfg, name) < 1:
             raise ConfigError(f"config field {name!r} must be >= 1, got {getattr(cfg, name)}")

@@ -320,12 +320,15 @@ def write_meshes(out, colored, textured) -> dict:
 
 @torch.no_grad()
 def render_mesh_views(mesh, views, device: torch.device, background: torch.Tensor,
-                      indices: Optional[list[int]] = None, *, view_dependent: bool = True) -> torch.Tensor:
+                      indices: Optional[list[int]] = None, *, view_dependent: bool = True,
+                      supersample: int = 1) -> torch.Tensor:
     """``[V, H, W, 3]`` unlit sRGB renders of ``mesh`` (texture, else vertex colours, else grey headlight); vertex
     colours with view-dependent terms (``extras["v_sh_rest"]`` on ``extras["v_sh_base"]``, else on ``v_color``;
     :mod:`meshlift.shading.view_colors`) are evaluated for each view's camera centre unless ``view_dependent`` is
-    False (then ``v_color`` alone, the diffuse colours). Terms of another vertex count are ignored with a warning."""
-    from meshlift.methods.milo.vertex_render import mesh_world_to_clip
+    False (then ``v_color`` alone, the diffuse colours). Terms of another vertex count are ignored with a warning.
+    ``supersample`` s > 1: rendered at s times the resolution, each pixel the mean of its s × s samples
+    (:func:`meshlift.methods.milo.vertex_render.box_downsample`; MILo's ``mesh_supersample``)."""
+    from meshlift.methods.milo.vertex_render import box_downsample, mesh_world_to_clip
     from meshlift.renderers.mesh_pbr import render_unlit
     from meshlift.shading.view_colors import camera_centres, view_dependent_colors
 
@@ -339,7 +342,7 @@ def render_mesh_views(mesh, views, device: torch.device, background: torch.Tenso
         rest = None
     if rest is not None:  # on the device once, not per view
         rest, base = rest.to(device).float(), base[:, :3].to(device).float()
-    out = []
+    out, ss = [], max(1, int(supersample))
     for i in (range(len(views)) if indices is None else indices):
         b = views.batch(torch.tensor([i]), device)
         if m.num_faces == 0:
@@ -350,8 +353,8 @@ def render_mesh_views(mesh, views, device: torch.device, background: torch.Tenso
         mv = m if rest is None else replace(m, v_color=view_dependent_colors(
             base, rest, m.v_pos.float(), camera_centres(b.world_to_camera.float())[0]))
         # precise: the whole-scene mesh's sub-pixel triangles leave float32 pinholes (rasterize's docstring)
-        out.append(render_unlit(mv, clip, fwd, (views.height, views.width), background.to(device),
-                                precise=True).cpu())
+        out.append(box_downsample(render_unlit(mv, clip, fwd, (views.height * ss, views.width * ss),
+                                               background.to(device), precise=True), ss).cpu())
     return torch.cat(out) if out else torch.zeros(0, views.height, views.width, 3)
 
 

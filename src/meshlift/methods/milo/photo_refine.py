@@ -59,7 +59,8 @@ from typing import Optional
 
 import torch
 
-from meshlift.methods.milo.vertex_render import mesh_world_to_clip, shade_vertex_colors, straight_images
+from meshlift.methods.milo.vertex_render import (box_downsample, mesh_world_to_clip, shade_vertex_colors,
+                                                 straight_images)
 
 __all__ = ["PhotoRefineSettings", "consistency_terms", "photometric_refine", "subdivided"]
 
@@ -111,6 +112,10 @@ class PhotoRefineSettings:
     at most this many L-BFGS iterations; 0 = off); needs ``color_weight`` > 0."""
     solve_holdout: float = 0.1
     """Share of the training views that solve holds out to stop it."""
+    supersample: int = 1
+    """Samples per pixel side of the colour term's render and the solve's (``s × s`` averaged per pixel:
+    :func:`meshlift.methods.milo.vertex_render.box_downsample`; the evaluation must render the same way); the
+    consistency and silhouette terms use one sample a pixel."""
     seed: int = 0
     """Seed of the view order."""
 
@@ -128,7 +133,8 @@ class PhotoRefineSettings:
                    subdivide_px=float(cfg.photo_refine_subdivide_px) if view_dependent else 0.0,
                    max_faces=int(cfg.photo_refine_max_faces),
                    solve_iters=int(cfg.photo_refine_solve_iters) if view_dependent else 0,
-                   solve_holdout=float(cfg.photo_refine_solve_holdout))
+                   solve_holdout=float(cfg.photo_refine_solve_holdout),
+                   supersample=int(cfg.mesh_supersample) if view_dependent else 1)
 
 
 def pixel_footprint(points: torch.Tensor, views, *, fallback: torch.Tensor, chunk: int = 8) -> torch.Tensor:
@@ -352,16 +358,24 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
             valid_sum = valid_sum + (valid.float().mean() / cov.float().mean().clamp(min=1e-6)).detach()
             valid_n += 1
         if fit_color:
+            rast_c, cov_c, ss = rast, cov, max(1, int(s.supersample))
+            if ss > 1:  # the colour terms' render at ss x ss samples a pixel, averaged (the evaluation's render)
+                rast_c, _ = R.rasterize(clip_pos, tri, (H * ss, W * ss), precise=True)
+                cov_c = box_downsample((rast_c[..., 3:4] > 0).float(), ss)[..., 0] >= 0.5
+                if alpha_r is not None:
+                    cov_c = cov_c & (alpha_r[..., 0] > 0.5)
             if rest is None:
-                img = shade_vertex_colors(color, rast, clip_pos, tri, bg, topology)
+                img = box_downsample(shade_vertex_colors(color, rast_c, clip_pos, tri, bg, topology), ss)
             else:  # each view its own vertex colours (the SH of the direction from its centre)
                 centres = camera_centres(b.world_to_camera.float())
                 img = torch.cat([shade_vertex_colors(view_dependent_colors(color, rest, pos.detach(), centres[j]),
-                                                     rast[j:j + 1], clip_pos[j:j + 1], tri, bg, topology)
+                                                     rast_c[j:j + 1], clip_pos[j:j + 1], tri, bg, topology)
                                  for j in range(len(idx))])
-                flat = shade_vertex_colors(diffuse, rast.detach(), clip_pos.detach(), tri, bg, topology)
-                diffuse_term = ((flat - image_r).abs() * cov[..., None].float()).sum() / npx
-            data = data + s.color_weight * ((img - image_r).abs() * cov[..., None].float()).sum() / npx
+                img = box_downsample(img, ss)
+                flat = box_downsample(shade_vertex_colors(diffuse, rast_c.detach(), clip_pos.detach(), tri, bg,
+                                                          topology), ss)
+                diffuse_term = ((flat - image_r).abs() * cov_c[..., None].float()).sum() / npx
+            data = data + s.color_weight * ((img - image_r).abs() * cov_c[..., None].float()).sum() / npx
         lap = off - neighbour_mean(off, e, deg)
         loss = data + s.smooth_weight * (lap * lap).sum() / npx
         if diffuse is not None:
@@ -423,6 +437,7 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
         from meshlift.methods.milo.colour_solve import ColourSolveSettings, solve_colours
 
         refined, report["colour_solve"] = solve_colours(
-            refined, views, device, ColourSolveSettings(iters=s.solve_iters, holdout=s.solve_holdout),
+            refined, views, device, ColourSolveSettings(iters=s.solve_iters, holdout=s.solve_holdout,
+                                                     supersample=s.supersample),
             monitor=monitor, deadline=deadline, label=label)
     return refined, report

@@ -479,7 +479,7 @@ def _evaluate(cfg: MiloConfig, trainer, problem, device, strategy, product, gt_m
                                          near=trainer.near, device=device, settings=trainer.settings,
                                          backend=cfg.splat_backend)[0], targets, with_lpips=False)
     bg = torch.ones(3) if eval_background(cfg.background) == "white" else torch.zeros(3)
-    mesh_imgs = render_mesh_views(product.eval_mesh, problem.test, device, bg)
+    mesh_imgs = render_mesh_views(product.eval_mesh, problem.test, device, bg, supersample=cfg.mesh_supersample)
     mesh_m = image_metrics(mesh_imgs, targets, with_lpips=cfg.lpips, with_cc=True)
     rep = product.report
     metrics = {
@@ -507,13 +507,13 @@ def _evaluate(cfg: MiloConfig, trainer, problem, device, strategy, product, gt_m
     if "v_sh_rest" in getattr(product.eval_mesh, "extras", {}):  # view-dependent colours: also without them
         from meshlift.shading.view_colors import sh_degree_of
 
-        diffuse = image_metrics(render_mesh_views(product.eval_mesh, problem.test, device, bg, view_dependent=False),
-                                targets, with_lpips=False)
+        diffuse = image_metrics(render_mesh_views(product.eval_mesh, problem.test, device, bg, view_dependent=False,
+                                                  supersample=cfg.mesh_supersample), targets, with_lpips=False)
         metrics.update(mesh_psnr_diffuse=diffuse["psnr"], mesh_psnr_diffuse_per_view=diffuse["psnr_per_view"],
                        mesh_sh_degree=sh_degree_of(product.eval_mesh.extras["v_sh_rest"]))
     if product.eval_unrefined is not None:  # the same views, the mesh before the photometric refinement
-        before = image_metrics(render_mesh_views(product.eval_unrefined, problem.test, device, bg), targets,
-                               with_lpips=False)
+        before = image_metrics(render_mesh_views(product.eval_unrefined, problem.test, device, bg,
+                                                 supersample=cfg.mesh_supersample), targets, with_lpips=False)
         metrics["mesh_psnr_unrefined"] = before["psnr"]
         metrics["mesh_ssim_unrefined"] = before["ssim"]
         metrics["mesh_psnr_unrefined_per_view"] = before["psnr_per_view"]

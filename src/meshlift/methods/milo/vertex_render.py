@@ -9,7 +9,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["mesh_world_to_clip", "render_vertex_colors", "shade_vertex_colors", "straight_images"]
+__all__ = ["box_downsample", "mesh_world_to_clip", "render_vertex_colors", "shade_vertex_colors", "straight_images"]
 
 
 def mesh_world_to_clip(w2c: torch.Tensor, K: torch.Tensor, W: int, H: int, v_pos: torch.Tensor) -> torch.Tensor:
@@ -61,6 +61,24 @@ def shade_vertex_colors(v_color, rast, clip_pos, tri, background, topology, *,
         img = torch.cat([img, cov], -1)
     out = R.antialias(img.contiguous(), rast, clip_pos, tri, topology=topology)
     return torch.cat([out[..., :3].clamp(0, 1), out[..., 3:]], -1) if with_coverage else out.clamp(0, 1)
+
+
+def box_downsample(x: torch.Tensor, s: int) -> torch.Tensor:
+    """``[B, H, W, C]`` the means of the ``s × s`` blocks of ``x [B, H·s, W·s, C]``: a render at ``s`` samples per
+    pixel side (the same world-to-clip matrices rasterised at ``(H·s, W·s)``: pixel centres at ``j + 0.5``,
+    docs/conventions.md) averaged over each pixel's area, the box filter a camera's pixel integrates (supersampling
+    anti-aliasing). ``s = 1`` returns ``x`` itself.
+
+    Raises:
+        ValueError: the height or width of ``x`` is not a multiple of ``s``, or ``s < 1``.
+    """
+    s = int(s)
+    if s == 1:
+        return x
+    B, Hs, Ws, C = x.shape
+    if s < 1 or Hs % s or Ws % s:
+        raise ValueError(f"box_downsample: a {Hs} x {Ws} image is not made of {s} x {s} blocks")
+    return x.reshape(B, Hs // s, s, Ws // s, s, C).mean(dim=(2, 4))
 
 
 def straight_images(b) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
