@@ -196,6 +196,8 @@ def main() -> int:
                  f"{r['subdivide']['faces_after']:,} faces in {r['subdivide']['seconds']:.1f} s"), flush=True)
         if split:
             print(f"{'':>14}  edge split: {split}", flush=True)
+        if args.json:  # after every variant: a replay cut short by its time limit keeps what it measured
+            args.json.write_text(json.dumps(rows, indent=1, default=str))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, default=str))
     return 0
