@@ -35,6 +35,9 @@ views; every term is divided by the batch's pixel count, or the consistency by i
   (:func:`meshlift.methods.milo.vertex_render.render_vertex_colors` = :func:`meshlift.renderers.mesh_pbr.render_unlit`
   with vertex colours) and the photograph (sRGB), over the pixels
   the mesh covers (and, for views with alpha, inside the mask); the vertex colours are fitted with the geometry;
+  with ``supersample`` s > 1 this render (and the diffuse colour's) is rasterised at s times the resolution and
+  each pixel is the mean of its s × s samples, as the evaluation renders with MILo's ``mesh_supersample`` (a
+  pixel counts when half its samples are covered; the other terms keep one sample a pixel);
 - cross-view photo-consistency (``consistency_weight``, :func:`consistency_terms`): each covered pixel's surface
   point projected into the neighbour view, the neighbour's photo sampled there bilinearly, occlusion-tested
   against the neighbour's mesh depth and exposure-normalised, L1 against the reference pixel; both photos
