@@ -496,7 +496,7 @@ def _evaluate(cfg: MiloConfig, trainer, problem, device, strategy, product, gt_m
         "mesh_report": rep, "background": eval_background(cfg.background), "masked": problem.test.alpha is not None,
         "test_views": len(problem.test), "resolution": [problem.train.width, problem.train.height],
         "gaussians": trainer.num_gaussians, "mesh_gaussians": 0, "pivots": 0, "tets": 0, "triangulations": 0,
-        "occupancy_refinement": None,  # extract=delaunay (the photometric refinement: mesh_report)
+        "occupancy_refinement": None, "mesh_supersample": cfg.mesh_supersample,  # samples per pixel side
         "steps": trainer.step, "steps_configured": cfg.steps, "scene_scale": trainer.scene_scale,
         "frame": "normalised frame of the mesh" if gt_mesh is not None else "dataset world frame",
         "nan_recoveries": trainer.recoveries, "device": str(device), "splat_backend": cfg.splat_backend,
