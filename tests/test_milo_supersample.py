@@ -106,7 +106,7 @@ def test_config_field_is_validated_and_reaches_the_settings():
     from meshlift.methods.milo.presets import get_preset
 
     cfg = get_preset("verylowres", quick=True)
-    assert cfg.mesh_supersample == 1
+    assert cfg.mesh_supersample == 2
     c2 = apply_dict(cfg, {"mesh_supersample": "2"})
     assert PhotoRefineSettings.from_config(c2).supersample == 2
     assert PhotoRefineSettings.from_config(c2, view_dependent=False).supersample == 1  # the asset: one sample

@@ -152,7 +152,8 @@ _SLOW_CASES = ("long_list", "tile8_two_cameras")
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in _SLOW_CASES else c
                                   for c in sorted(_CASES)])
 def test_band_split_and_culling_match_the_reference(monkeypatch, case):
-    """Every ``_SPLIT_BWD`` in {1, 2, 4} with culling off, by batches and compacted (``_CULL_BWD`` 0, 1, 2) gives
+    """Every ``_SPLIT_BWD`` in {1, 2, 4} with culling off, by batches and compacted (``_CULL_BWD`` 0, 1, 2), and the
+    default 8 compacted, gives
     the reference's image, alpha, median and gradients; culling by batches changes no bit of the gradients (it
     skips only batches that would add nothing; compaction regroups the batches: float32 rounding only)."""
     make, W, H, ts, C, D = _CASES[case]
@@ -169,6 +170,9 @@ def test_band_split_and_culling_match_the_reference(monkeypatch, case):
             _assert_matches(want, got[cull])
         for x, y in zip(got[0][1], got[1][1]):
             assert torch.equal(x, y), (split, (x - y).abs().max())
+    monkeypatch.setattr(kt, "_SPLIT_BWD", 8)  # the default (bands of 2 rows in a 16-px tile, 1 in an 8-px one)
+    monkeypatch.setattr(kt, "_CULL_BWD", 2)
+    _assert_matches(want, _composite(kt, scene, W, H, ts, C, D))
 
 
 def _forward(mod, scene, W, H, ts, C=1, D=4, seed=0):

@@ -17,7 +17,8 @@ outputs), and tests compare forward and backward against it (under ``TRITON_INTE
   one Gaussian per step (``_BATCH`` unrolled), [256]-pixel vectors, the T < 1e-4 stop exactly as in the
   reference (a Gaussian that would cross it is not added and ends the pixel), early exit when every pixel
   of the tile is done; with ``_SPLIT_FWD`` > 1 a program per band of rows, skipping (``_CULL_FWD``) the entries
-  that cannot reach it (the same bits; off until timed). Backward: ``_SPLIT_BWD`` programs per tile, each for a
+  that cannot reach it (the same bits in the interpreter; on the H100 up to ~2e-4 apart, FMA
+  contraction; 4 bands without culling by default: timed below). Backward: ``_SPLIT_BWD`` programs per tile, each for a
   band of rows; a band walks the tile's list back to front from its own pixels' last contributor, tests ``_CULL_CHUNK`` entries at a
   time against its pixel box (``_CULL_BWD``: the forward's opacity cut at the conic's minimum over the box)
   and takes those that can reach it ``_BATCH_BWD`` at a time as a ``[B, P]`` block: transmittance
@@ -55,11 +56,12 @@ _BATCH = 8  # Gaussians per forward step (unrolled, one Gaussian at a time)
 _WARPS = 2  # warps per forward tile program
 # Forward programs per tile (bands of TS / _SPLIT_FWD rows) and, with bands, whether a band skips the list entries
 # that cannot reach it (the backward's culling test): the late lego step is bound by the crowded tiles' long lists
-# (session 32: longest 7,102 entries against a mean of ~840; docs/benchmarks.md "The late step profiled"). Same bits
-# either way; 1 / 0 (the measured path) until a device run times 2:1 and 4:1
-# (benchmarks/gaussians_loop_profile.py --splat-fwd SPLIT:CULL).
-_SPLIT_FWD = 1
-_CULL_FWD = 1
+# (session 32: longest 7,102 entries against a mean of ~840; docs/benchmarks.md "The late step profiled"). Timed side
+# by side on one training render's inputs (H100, session 33, benchmarks/gaussians_loop_profile.py --kernel-ab; lego
+# step 12k, ms a launch): 1 band 2.02, 4 bands 0.86, 4 bands with culling 3.27 (the per-entry test costs more than
+# it saves), 8 bands 0.98 and 16 bands 2.09 at step 6k against 0.74 for 4.
+_SPLIT_FWD = 4
+_CULL_FWD = 0
 _BATCH_BWD = 4  # Gaussians per backward step, as a [B, 256] block
 _WARPS_BWD = 1  # warps per backward tile program
 # Backward: skip batches none of whose Gaussians reaches a pixel of the tile (same result). Not yet timed
@@ -69,14 +71,15 @@ _SKIP_EMPTY_BWD = False
 # programs per SM of an H200 at 1 (latency-bound); more bands keep more in flight, and with culling each band
 # processes only the Gaussians of the tile's list that can reach it (a third to a half of the list at 4 bands:
 # benchmarks/splat_bwd_bands_model.py), so the slowest (longest-list) tiles no longer bound the kernel.
-# Split alone (no culling) measured slower on random scenes (2026-12-04: 2.39 vs 1.7 ms at 150k@400²).
-_SPLIT_BWD = 4
+# Split alone (no culling) measured slower on random scenes (2026-12-04: 2.39 vs 1.7 ms at 150k@400²). With culling,
+# timed on one lego training render's inputs (H100, session 33, --kernel-ab, ms a launch at steps 6k / 12k):
+# 2 bands 7.17 / 7.94, 4 bands 4.73 / 5.20, 8 bands 3.90 / 3.85, 16 bands 3.83 / 4.17.
+_SPLIT_BWD = 8
 # Backward: leave out Gaussians that cannot reach the band's pixel box (the forward's opacity cut against the
 # conic's minimum over the box, from the screen records alone, before the [B, P] block; same result): 0 off,
 # 1 skip a batch of _BATCH_BWD consecutive entries none of which reaches, 2 test _CULL_CHUNK entries at a time and
 # process only those that reach (compacted batches). The previous path, for A/B: _SPLIT_BWD = 1, _CULL_BWD = 0
-# (benchmarks/splat_stages.py --split 1 --cull 0). Defaults 4 / 2 not yet timed on a GPU (docs/benchmarks.md,
-# 2026-12-05 prediction).
+# (benchmarks/splat_stages.py --split 1 --cull 0); the defaults 8 / 2 were timed above.
 _CULL_BWD = 2
 _CULL_CHUNK = 32
 _BATCH_STATS = 16  # the statistics pass ([B, 256] blocks)
