@@ -15,6 +15,9 @@ Usage (from the repository root)::
     # the host's share of the 3DGS step: issue time vs wall of plain steps, then cProfile's top functions
     python3 benchmarks/gaussians_loop_profile.py --device cuda --cases gaussians:2600 --window 100 --no-syncs \
         --cprofile 1300:1500:time 1500:1700 --out $OUT/lp.json
+    # compositing-kernel variants side by side on the same training render's inputs (benchmarks/_kernel_ab.py)
+    python3 benchmarks/gaussians_loop_profile.py --device cuda --cases gaussians:12000 --window 1000 --no-syncs \
+        --kernel-ab 4:0/8:2 1:0/8:2 4:0/4:2 --ab-steps 2000 12000 --out $OUT/lp_ab.json
 
 Unlike ``benchmarks/gaussians_step.py`` (one isolated step at a fixed Gaussian set), this runs the whole
 method as the CLI does — :func:`meshlift.methods.gaussians.reconstruct.reconstruct` (``--method gaussians``)
