@@ -490,8 +490,8 @@ def validate(cfg: MiloConfig) -> MiloConfig:
         raise ConfigError(f"config field 'photo_refine_solve_holdout' is the share of the training views held out "
                           f"to stop the colour solve: at most 0.5, got {cfg.photo_refine_solve_holdout!r}")
     if not cfg.mesh_supersample <= 4:
-        raise ConfigError(f"config field 'mesh_supersample' is the samples per pixel side of the whole-scene mesh's "
-                          f"renders: at most 4 (s² times their memory), got {cfg.mesh_supersample!r}")
+        raise ConfigError(f"config field 'mesh_supersample' is the samples per pixel side of MILo's mesh renders: "
+                          f"at most 4 (s² times their memory), got {cfg.mesh_supersample!r}")
     for name in _GE1:
         if getattr(cfg, name) < 1:
             raise ConfigError(f"config field {name!r} must be >= 1, got {getattr(cfg, name)}")
