@@ -16,9 +16,10 @@ whatever backend the trainer uses, no kernel split).
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
+
+from _timing import sample_ms
 
 
 def parse_variants(specs) -> list:
@@ -83,33 +84,18 @@ def kernel_ab(render, args: tuple, kwargs: dict, variants: list, warmup: int = 3
     try:
         for (fs, fc), (bs, bc) in variants:
             kt._SPLIT_FWD, kt._CULL_FWD, kt._SPLIT_BWD, kt._CULL_BWD = fs, fc, bs, bc
-            for _ in range(warmup):
-                once()
-            ts = []
+            ts = sample_ms(once, params["means"].device, warmup, repeats)  # the CPU: a smoke run, not a benchmark
             if cuda:
-                torch.cuda.synchronize()
-                for _ in range(repeats):
-                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    s.record()
-                    once()
-                    e.record()
-                    torch.cuda.synchronize()
-                    ts.append(s.elapsed_time(e))
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
                     img, info = once()
                     torch.cuda.synchronize()
                 comp = _composite_ms(prof)
-            else:  # a smoke run of the plumbing (CPU), not a benchmark
-                for _ in range(repeats):
-                    t0 = time.perf_counter()
-                    img, info = once()
-                    ts.append(1e3 * (time.perf_counter() - t0))
+            else:
+                img, info = once()
                 comp = {"composite_fwd": float("nan"), "composite_bwd": float("nan")}
             grads = {k: p.grad.detach().clone() for k, p in params.items() if p.grad is not None}
-            if isects is None and isinstance(info, dict):
-                n = info.get("n_isect", info.get("flatten_ids"))
-                isects = int(n.reshape(-1)[0]) if n is not None and n.numel() == 1 else (
-                    int(n.shape[0]) if n is not None else None)
+            if isects is None and isinstance(info, dict):  # lists sized by a capacity carry the used count
+                isects = int(info["n_isect"]) if "n_isect" in info else int(info["flatten_ids"].shape[0])
             if ref is None:
                 ref = (img.detach().clone(), grads)
                 dimg, dgrad = 0.0, 0.0

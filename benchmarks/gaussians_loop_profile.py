@@ -872,18 +872,14 @@ def main(argv=None) -> int:
         from _kernel_ab import parse_variants
 
         args.kernel_ab = parse_variants(args.kernel_ab)
-    if args.splat_bwd:
-        from meshlift.kernels import splat_triton as kt
+    for spec, side in ((args.splat_bwd, "BWD"), (args.splat_fwd, "FWD")):
+        if spec:
+            from meshlift.kernels import splat_triton as kt
 
-        split, cull = (int(x) for x in args.splat_bwd.split(":"))
-        kt._SPLIT_BWD, kt._CULL_BWD = split, cull
-        print(f"splat backward: _SPLIT_BWD {split}, _CULL_BWD {cull}", flush=True)
-    if args.splat_fwd:
-        from meshlift.kernels import splat_triton as kt
-
-        split, cull = (int(x) for x in args.splat_fwd.split(":"))
-        kt._SPLIT_FWD, kt._CULL_FWD = split, cull
-        print(f"splat forward: _SPLIT_FWD {split}, _CULL_FWD {cull}", flush=True)
+            split, cull = (int(x) for x in spec.split(":"))
+            setattr(kt, f"_SPLIT_{side}", split)
+            setattr(kt, f"_CULL_{side}", cull)
+            print(f"splat {side}: _SPLIT_{side} {split}, _CULL_{side} {cull}", flush=True)
     if args.clock == "cpu" and args.device == "cpu":
         args.threads = 1
     if args.threads:

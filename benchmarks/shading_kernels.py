@@ -34,7 +34,6 @@ import argparse
 import collections
 import datetime
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -42,6 +41,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _timing import median_ms  # noqa: E402
 
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
@@ -66,26 +68,6 @@ class _OpCount(TorchDispatchMode):
 def _sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize()
-
-
-def median_ms(fn, device, warmup, repeats):
-    for _ in range(warmup):
-        fn()
-    _sync(device)
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            torch.cuda.synchronize()
-            times.append(a.elapsed_time(b))
-        else:
-            t = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
 
 
 def aten_ops(fn):

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import sys
 
 import torch
 
+from _timing import median_ms  # noqa: E402  (benchmarks/, this script's folder)
 from meshlift.kernels import splat_triton as kt
 from meshlift.render.splat import SplatSettings, rasterize_gaussians
 
@@ -77,27 +77,8 @@ def render_fn(impl: str, w2c, K, W, H, chunk_elements: int):
 
 
 def time_cuda(fn, warmup: int, repeats: int) -> float:
-    for _ in range(warmup):
-        fn()
-    if not torch.cuda.is_available():  # CPU smoke run of this script (wall clock, not a benchmark)
-        import time
-
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            times.append(1e3 * (time.perf_counter() - t0))
-        return statistics.median(times)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e))
-    return statistics.median(times)
+    """Median ms of ``fn`` (CUDA events; wall clock in a CPU smoke run of this script, not a benchmark)."""
+    return median_ms(fn, "cuda" if torch.cuda.is_available() else "cpu", warmup, repeats)
 
 
 def run_impl(impl, scene, w2c, K, W, H, args):

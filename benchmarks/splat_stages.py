@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _timing import median_ms  # noqa: E402
 from splat import make_scene, parse_case  # noqa: E402
 
 from meshlift.kernels import splat_triton as kt  # noqa: E402
@@ -42,24 +42,10 @@ def log(line: str = "") -> None:
 
 
 def tcuda(fn, warmup=3, repeats=20) -> float:
-    for _ in range(warmup):
-        fn()
-    if not torch.cuda.is_available():  # CPU smoke run of the script (TRITON_INTERPRET=1), not a benchmark
-        import time
-
-        t0 = time.perf_counter()
-        fn()
-        return 1e3 * (time.perf_counter() - t0)
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(repeats):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        ts.append(s.elapsed_time(e))
-    return statistics.median(ts)
+    """Median ms of ``fn`` (CUDA events); a CPU smoke run of the script (TRITON_INTERPRET=1) times one call."""
+    if not torch.cuda.is_available():
+        return median_ms(fn, "cpu", warmup, 1)
+    return median_ms(fn, "cuda", warmup, repeats)
 
 
 def stages(scene, w2c, K, W, H, reps):
