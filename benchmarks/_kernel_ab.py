@@ -3,7 +3,9 @@
 ``gaussians_loop_profile.py --kernel-ab FS:FC/BS:BC ... --ab-steps N ...`` calls :func:`kernel_ab` when the
 window ending at step N closes: the last training render's inputs (the trainer's parameters at that moment,
 its batch of cameras, background, settings) are rendered forward and backward once per variant — the Triton
-compositing forward's ``_SPLIT_FWD:_CULL_FWD`` and backward's ``_SPLIT_BWD:_CULL_BWD`` set for that variant —
+compositing forward's ``_SPLIT_FWD:_CULL_FWD[:_BATCH:_WARPS]`` and backward's
+``_SPLIT_BWD:_CULL_BWD[:_BATCH_BWD:_WARPS_BWD:_CULL_CHUNK]`` set for that variant (fields left out keep the
+module's values; e.g. ``4:0/8:2:8:2`` = backward batches of 8 Gaussians on 2 warps) —
 with a fixed random gradient on the image and alpha (every pixel carries one, as in training). Per variant:
 the median of ``repeats`` CUDA-event timings of the whole render forward+backward after ``warmup`` calls (the
 first variant's compiles are in its warm-up), the two compositing kernels' device time from one profiled call
@@ -22,17 +24,34 @@ import torch
 from _timing import sample_ms
 
 
+#: The module settings of :mod:`meshlift.kernels.splat_triton` a variant's fields set, in order.
+FWD_KNOBS = ("_SPLIT_FWD", "_CULL_FWD", "_BATCH", "_WARPS")
+BWD_KNOBS = ("_SPLIT_BWD", "_CULL_BWD", "_BATCH_BWD", "_WARPS_BWD", "_CULL_CHUNK")
+
+
 def parse_variants(specs) -> list:
-    """``["1:0/4:2", ...]`` → ``[((1, 0), (4, 2)), ...]`` (forward split:cull / backward split:cull)."""
+    """``["1:0/4:2", "4:0/8:2:8:2", ...]`` → ``[((1, 0), (4, 2)), ((4, 0), (8, 2, 8, 2)), ...]``: forward
+    split:cull[:batch:warps] / backward split:cull[:batch:warps:chunk] (:data:`FWD_KNOBS`, :data:`BWD_KNOBS`).
+    Batches, warps and chunks must be powers of two (Triton block shapes)."""
     out = []
     for s in specs:
         f, _, b = s.partition("/")
-        if not b:
-            raise SystemExit(f"--kernel-ab {s!r}: expected FSPLIT:FCULL/BSPLIT:BCULL, e.g. 1:0/4:2")
-        fs, fc = (int(x) for x in f.split(":"))
-        bs, bc = (int(x) for x in b.split(":"))
-        out.append(((fs, fc), (bs, bc)))
+        try:
+            fv = tuple(int(x) for x in f.split(":"))
+            bv = tuple(int(x) for x in b.split(":"))
+        except ValueError:
+            fv = bv = ()
+        if not (2 <= len(fv) <= len(FWD_KNOBS) and 2 <= len(bv) <= len(BWD_KNOBS)):
+            raise SystemExit(f"--kernel-ab {s!r}: expected FSPLIT:FCULL[:BATCH:WARPS]/BSPLIT:BCULL[:BATCH:WARPS:CHUNK],"
+                             " e.g. 1:0/4:2 or 4:0/8:2:8:2")
+        if any(v < 1 or v & (v - 1) for v in fv[2:] + bv[2:]):
+            raise SystemExit(f"--kernel-ab {s!r}: batches, warps and chunks must be powers of two")
+        out.append((fv, bv))
     return out
+
+
+def _label(vals: tuple) -> str:
+    return ":".join(str(v) for v in vals)
 
 
 def _composite_ms(prof) -> dict:
@@ -61,7 +80,7 @@ def kernel_ab(render, args: tuple, kwargs: dict, variants: list, warmup: int = 3
 
     from meshlift.kernels import splat_triton as kt
 
-    saved = (kt._SPLIT_FWD, kt._CULL_FWD, kt._SPLIT_BWD, kt._CULL_BWD)
+    saved = {k: getattr(kt, k) for k in FWD_KNOBS + BWD_KNOBS}
     params = {k: v.detach().clone().requires_grad_(True) for k, v in args[0].items()}
     rest = args[1:]
     cuda = params["means"].is_cuda
@@ -82,8 +101,11 @@ def kernel_ab(render, args: tuple, kwargs: dict, variants: list, warmup: int = 3
     rows, ref = [], None
     isects = None
     try:
-        for (fs, fc), (bs, bc) in variants:
-            kt._SPLIT_FWD, kt._CULL_FWD, kt._SPLIT_BWD, kt._CULL_BWD = fs, fc, bs, bc
+        for fv, bv in variants:
+            for k, v in saved.items():  # fields a variant leaves out keep the module's values
+                setattr(kt, k, v)
+            for k, v in list(zip(FWD_KNOBS, fv)) + list(zip(BWD_KNOBS, bv)):
+                setattr(kt, k, v)
             ts = sample_ms(once, params["means"].device, warmup, repeats)  # the CPU: a smoke run, not a benchmark
             if cuda:
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -103,12 +125,13 @@ def kernel_ab(render, args: tuple, kwargs: dict, variants: list, warmup: int = 3
                 dimg = float((img.detach() - ref[0]).abs().max())
                 dgrad = max(float((g - ref[1][k]).abs().max() / ref[1][k].abs().max().clamp_min(1e-30))
                             for k, g in grads.items())
-            rows.append({"fwd": f"{fs}:{fc}", "bwd": f"{bs}:{bc}", "ms_median": statistics.median(ts),
+            rows.append({"fwd": _label(fv), "bwd": _label(bv), "ms_median": statistics.median(ts),
                          "ms_min": min(ts), "composite_fwd_ms": comp["composite_fwd"],
                          "composite_bwd_ms": comp["composite_bwd"], "max_image_diff": dimg,
                          "max_grad_rel_diff": dgrad})
     finally:
-        kt._SPLIT_FWD, kt._CULL_FWD, kt._SPLIT_BWD, kt._CULL_BWD = saved
+        for k, v in saved.items():
+            setattr(kt, k, v)
     return {"rows": rows, "isects": isects, "gaussians": int(params["means"].shape[0])}
 
 

@@ -863,8 +863,9 @@ def main(argv=None) -> int:
                          "path; 4:1 four row bands a tile, each skipping the entries that cannot reach it)")
     ap.add_argument("--kernel-ab", nargs="*", default=[], metavar="FS:FC/BS:BC",
                     help="at the --ab-steps window ends, time these compositing variants (forward "
-                         "_SPLIT_FWD:_CULL_FWD / backward _SPLIT_BWD:_CULL_BWD) side by side on the last training "
-                         "render's inputs (benchmarks/_kernel_ab.py), e.g. 1:0/4:2 4:1/4:2 1:0/8:2")
+                         "_SPLIT_FWD:_CULL_FWD[:_BATCH:_WARPS] / backward _SPLIT_BWD:_CULL_BWD[:_BATCH_BWD:_WARPS_BWD:"
+                         "_CULL_CHUNK]) side by side on the last training render's inputs (benchmarks/_kernel_ab.py), "
+                         "e.g. 1:0/4:2 4:1/4:2 4:0/8:2:8:2")
     ap.add_argument("--ab-steps", nargs="*", type=int, default=[], help="window ends (steps) of --kernel-ab")
     ap.add_argument("--out", type=Path, default=None, help="JSON report (a markdown twin .md beside it)")
     args = ap.parse_args(argv)

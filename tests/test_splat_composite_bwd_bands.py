@@ -205,3 +205,17 @@ def test_forward_bands_and_culling_give_the_same_bits(monkeypatch, case):
         got = _forward(kt, scene, W, H, ts, C, D)
         for x, y in zip(base, got):
             assert torch.equal(x, y), (split, cull, (x.float() - y.float()).abs().max())
+
+
+@pytest.mark.parametrize("fwd_batch,bwd_batch,chunk", [(4, 8, 32), (16, 16, 64), (2, 2, 16)])
+def test_other_batch_and_chunk_sizes_match_the_reference(monkeypatch, fwd_batch, bwd_batch, chunk):
+    """The block shapes ``benchmarks/_kernel_ab.py`` sweeps (forward ``_BATCH``, backward ``_BATCH_BWD`` and
+    ``_CULL_CHUNK``, at the default bands and compacted culling) change only how many list entries a step takes:
+    the reference's image, alpha, median and gradients."""
+    make, W, H, ts, C, D = _CASES["one_band"]
+    scene = make()
+    want = _composite(ref, scene, W, H, ts, C, D)
+    monkeypatch.setattr(kt, "_BATCH", fwd_batch)
+    monkeypatch.setattr(kt, "_BATCH_BWD", bwd_batch)
+    monkeypatch.setattr(kt, "_CULL_CHUNK", chunk)
+    _assert_matches(want, _composite(kt, scene, W, H, ts, C, D))
