@@ -62,8 +62,13 @@ _WARPS = 2  # warps per forward tile program
 # it saves), 8 bands 0.98 and 16 bands 2.09 at step 6k against 0.74 for 4.
 _SPLIT_FWD = 4
 _CULL_FWD = 0
-_BATCH_BWD = 4  # Gaussians per backward step, as a [B, 256] block
-_WARPS_BWD = 1  # warps per backward tile program
+# Backward: Gaussians per step (a [B, P] block, P the band's pixels) and warps per band program. With 8 bands of 32
+# pixels, 8 Gaussians on 2 warps (H100, session 34, --kernel-ab on one lego training render's inputs, composite_bwd
+# ms a launch at steps 6k / 12k): 4 on 1 warp (the earlier default, chosen at 1 band a tile) 3.47 / 4.13, 2 on 1 5.57,
+# 8 on 1 2.61 / 2.92, **8 on 2 2.53 / 2.92**, 16 on 2 – / 2.77, 16 on 4 – / 2.70; the whole render forward+backward
+# 8 on 2 4.90 / 5.56 ms against 6.07 / 6.65 (the 16-Gaussian blocks' kernels are a little faster, their renders not).
+_BATCH_BWD = 8
+_WARPS_BWD = 2
 # Backward: skip batches none of whose Gaussians reaches a pixel of the tile (same result). Not yet timed
 # on a GPU (benchmarks/splat_stages.py sweeps "4:1s" = skip on against "4:1"): off until measured.
 _SKIP_EMPTY_BWD = False
