@@ -116,3 +116,21 @@ def test_config_checks_the_solve_settings():
             apply_dict(get_preset("verylowres", quick=True), bad)
     quiet = apply_dict(get_preset("verylowres", quick=True), {"photo_refine_solve_iters": 50})  # --quick: refinement off
     assert any("photo_refine_solve_iters=50" in w for w in inert_settings(quiet))
+
+
+def test_solve_from_colours_past_the_range(truth):
+    """Colours started far past [0, 1] (half at 1.6, half at −0.6): the clamp's gradient passed straight through
+    stalls (the fitting MSE does not move: the loss does not follow the gradient of a colour held past the clamp;
+    the H100 fox of session 34 stalled so), the clamp with its own gradient and the pull back into range fits the
+    pattern; the held-out PSNR either reports is the evaluation's render (per-vertex clamp), the same for both."""
+    train, test = _views(truth, 12, 40, 1, masked=False), _views(truth, 3, 40, 2, masked=False)
+    far = torch.where(torch.arange(truth.num_vertices)[:, None] % 2 == 0, 1.6, -0.6).expand(-1, 3).contiguous()
+    start = dataclasses.replace(truth, v_color=far)
+    out, rep = solve_colours(start, train, CPU, ColourSolveSettings(iters=60, check_every=10))
+    st, rep_st = solve_colours(start, train, CPU, ColourSolveSettings(iters=20, check_every=10, range_penalty=0.0))
+    assert rep_st["fit_mse_last"] == pytest.approx(rep_st["fit_mse_first"], rel=1e-4)
+    assert rep_st["held_psnr_first"] == pytest.approx(rep["held_psnr_first"], abs=1e-9)
+    assert rep["held_psnr_best"] > rep["held_psnr_first"] + 10 and _psnr(out, test) > 35 > _psnr(st, test) + 10
+    clamped = dataclasses.replace(start, v_color=far.clamp(0, 1))
+    _, rep_in = solve_colours(clamped, train, CPU, ColourSolveSettings(iters=0))
+    assert rep_in["held_psnr_first"] == pytest.approx(rep["held_psnr_first"], abs=1e-6)  # what the evaluation sees

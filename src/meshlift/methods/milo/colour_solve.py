@@ -23,8 +23,15 @@ Method:
 - Objective: the mean over the fitting views' covered pixels (inside the mask for views with alpha) of the squared
   sRGB error of the render exactly as :func:`meshlift.methods.milo.vertex_render.render_vertex_colors` makes it
   (interpolated linear colours, clamped, sRGB, antialiased silhouettes): the squared error is what PSNR scores.
-- The render's clamp of the colours to [0, 1] passes the gradient straight through (else a colour an L-BFGS step
-  took out of range stays there).
+- Colours out of [0, 1]: the evaluation clamps each vertex's colour (view-dependent colours: per view) before
+  interpolating. The objective does the same with the clamp's own gradient and adds ``range_penalty`` × the squared
+  distance of each vertex colour to [0, 1] (weighted per view by the view's counted samples per vertex colour, so
+  that a colour's pull back weighs about as much as its pixels): a colour a step took out of range comes back, the
+  gradient is the objective's own (the line search needs that), and while every colour is in range the objective is
+  the evaluation's squared error. Before session 34 (``range_penalty=0``) the clamp passed its gradient straight
+  through: a colour held past the clamp then has a gradient the loss does not follow, and on the H100 fox of
+  session 34 the solve stalled (fitting MSE unchanged over 20 iterations, in three runs; a synthetic sphere from
+  colours past the range stalls the same way: ``tests/test_milo_colour_solve.py``).
 - L-BFGS (Nocedal & Wright, "Numerical Optimization", 2nd ed., Alg. 7.5, with the strong-Wolfe line search of
   Alg. 3.5; ``torch.optim.LBFGS``) on all fitting views at once, ``check_every`` iterations at a time.
 - Supersampling (``supersample`` = s > 1): each view is rasterised at ``s`` times its resolution and the render's
@@ -74,6 +81,9 @@ class ColourSolveSettings:
     supersample: int = 1
     """Samples per pixel side of the render (``s × s`` samples averaged per pixel:
     :func:`meshlift.methods.milo.vertex_render.box_downsample`); the evaluation must render the same way."""
+    range_penalty: float = 1.0
+    """Weight of the pull of out-of-range colours back into [0, 1] (module docstring); 0: the clamp's gradient passed
+    straight through instead (the solve before session 34)."""
 
 
 def _split(n: int, holdout: float) -> tuple[list[int], list[int]]:
@@ -168,18 +178,25 @@ def solve_colours(mesh, views, device: torch.device, settings: ColourSolveSettin
             m = m & (alpha > 0.5)
         return target, m.float()
 
-    def view_error(i: int) -> tuple[torch.Tensor, float]:
-        """``(sum of squared errors over the view's counted pixels (differentiable), counted values)``."""
+    def view_error(i: int, as_evaluated: bool = False) -> tuple[torch.Tensor, float]:
+        """``(the objective's sum over the view's counted values (differentiable), counted values)``; with
+        ``as_evaluated`` the squared error of the render the evaluation makes, without the penalty."""
         b, clip_pos, rast = raster(i)
         col = (view_dependent_colors(base, rest, v, camera_centres(b.world_to_camera.float())[0], clamp=False)
                if view_dep else base)
-        # the render's clamp to [0, 1] with the gradient of the identity (straight through): with the clamp's own
-        # zero gradient a colour that one L-BFGS step took past 0 or 1 never came back (a 642-vertex sphere from grey
-        # stalled at 33 dB where the exact fit is reachable)
-        col = col + (col.clamp(0, 1) - col).detach()
-        img = box_downsample(shade_vertex_colors(col, rast, clip_pos, tri, bg, topology), ss)
         target, m = counted(b, rast)
-        return (((img - target) ** 2) * m).sum(), float(m.sum()) * 3
+        k = float(m.sum()) * 3
+        pen = None
+        if as_evaluated:
+            col = col.clamp(0, 1)
+        elif s.range_penalty > 0:  # the clamp's own gradient, and the pull back into range
+            pen = s.range_penalty * k / col.numel() * ((col - col.clamp(0, 1)) ** 2).sum()
+            col = col.clamp(0, 1)
+        else:  # the clamp's gradient straight through
+            col = col + (col.clamp(0, 1) - col).detach()
+        img = box_downsample(shade_vertex_colors(col, rast, clip_pos, tri, bg, topology), ss)
+        err = (((img - target) ** 2) * m).sum()
+        return (err if pen is None else err + pen), k
 
     n_fit = 0.0  # the counted values of the fitting views (this pass also fills the caches)
     for i in fit:
@@ -202,7 +219,7 @@ def solve_colours(mesh, views, device: torch.device, settings: ColourSolveSettin
         with torch.no_grad():
             se, n = 0.0, 0.0
             for i in held:
-                e, k = view_error(i)
+                e, k = view_error(i, as_evaluated=True)
                 se, n = se + float(e), n + k
         return -10.0 * math.log10(max(se / max(n, 1.0), 1e-12))
 

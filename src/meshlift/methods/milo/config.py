@@ -396,6 +396,10 @@ class MiloConfig(GaussiansConfig):
     iterations kept, 21 s); CPU fox checkpoint 24.84 -> 25.28. Needs the colour term.
     Memory: the training views' rasters (up to 4 GiB) and 20 copies of the colour parameters (27 floats a vertex at
     SH degree 2): set 0 if it runs out of memory."""
+    photo_refine_solve_range_penalty: float = 1.0
+    """The colour solve's pull of out-of-range colours back into [0, 1] (weight; :mod:`meshlift.methods.milo.colour_solve`).
+    0: the clamp's gradient passed straight through instead (the solve before session 34, which stalled on the H100
+    fox of session 34: fitting MSE unchanged over 20 iterations)."""
     photo_refine_solve_holdout: float = 0.1
     """Share of the training views ``photo_refine_solve_iters``' solve holds out to stop it (at least one; none with
     fewer than 4 views): on the CPU fox checkpoint the test PSNR peaked at 40-80 iterations and fell after."""
@@ -423,7 +427,7 @@ _NONNEG = ("floor_snap", "scene_voxel_pixels", "depth_consistency_views", "depth
            "photo_refine_lr_offset", "photo_refine_lr_color", "photo_refine_max_offset", "photo_refine_smooth",
            "photo_refine_mask_weight", "photo_refine_color_weight", "photo_refine_lr_sh",
            "photo_refine_subdivide_px", "photo_refine_solve_iters", "photo_refine_solve_holdout",
-           "delaunay_memory_gb")
+           "photo_refine_solve_range_penalty", "delaunay_memory_gb")
 _GE1 = ("mesh_supersample", "photo_refine_views", "photo_refine_max_faces", "multiview_every", "multiview_neighbours", "unwrap_max_faces", "num_pivots", "delaunay_every", "sdf_reset_every", "labels_every", "extract_labels_every",
         "mesh_chunk_views", "tet_chunk", "texture_res", "ref_views", "ref_test_views", "eval_samples")
 _GE0 = ("max_asset_faces", "fill_hole_edges", "scene_fill_hole_edges", "scene_fill_see_through", "flatten_start", "reinit_step", "reinit_points", "sampling_step", "prune_step", "depth_normal_start", "multiview_start", "mesh_start", "sdf_reset_stop", "extract_steps", "photo_refine_steps",
@@ -433,7 +437,7 @@ _GE0 = ("max_asset_faces", "fill_hole_edges", "scene_fill_hole_edges", "scene_fi
 #: Settings of the photometric refinement that do nothing while it is off (``photo_refine_steps=0``, ``--quick``).
 _REFINE_ONLY = ("photo_refine_sh_degree", "photo_refine_lr_sh", "photo_refine_subdivide_px", "photo_refine_max_faces",
                 "photo_refine_asset", "photo_refine_solve_iters", "photo_refine_solve_holdout",
-                "photo_refine_views", "photo_refine_lr_offset", "photo_refine_lr_color", "photo_refine_max_offset",
+                "photo_refine_solve_range_penalty", "photo_refine_views", "photo_refine_lr_offset", "photo_refine_lr_color", "photo_refine_max_offset",
                 "photo_refine_smooth", "photo_refine_color_weight")
 
 

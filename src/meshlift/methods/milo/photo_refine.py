@@ -115,6 +115,8 @@ class PhotoRefineSettings:
     at most this many L-BFGS iterations; 0 = off); needs ``color_weight`` > 0."""
     solve_holdout: float = 0.1
     """Share of the training views that solve holds out to stop it."""
+    solve_range_penalty: float = 1.0
+    """The solve's pull of out-of-range colours into [0, 1] (``ColourSolveSettings.range_penalty``)."""
     supersample: int = 1
     """Samples per pixel side of the colour term's render and the solve's (``s × s`` averaged per pixel:
     :func:`meshlift.methods.milo.vertex_render.box_downsample`; the evaluation must render the same way); the
@@ -137,6 +139,7 @@ class PhotoRefineSettings:
                    max_faces=int(cfg.photo_refine_max_faces),
                    solve_iters=int(cfg.photo_refine_solve_iters) if view_dependent else 0,
                    solve_holdout=float(cfg.photo_refine_solve_holdout),
+                   solve_range_penalty=float(cfg.photo_refine_solve_range_penalty),
                    supersample=int(cfg.mesh_supersample) if view_dependent else 1)
 
 
@@ -441,6 +444,6 @@ def photometric_refine(mesh, views, device: torch.device, settings: PhotoRefineS
 
         refined, report["colour_solve"] = solve_colours(
             refined, views, device, ColourSolveSettings(iters=s.solve_iters, holdout=s.solve_holdout,
-                                                     supersample=s.supersample),
+                                                     supersample=s.supersample, range_penalty=s.solve_range_penalty),
             monitor=monitor, deadline=deadline, label=label)
     return refined, report
