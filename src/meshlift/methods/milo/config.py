@@ -393,7 +393,8 @@ class MiloConfig(GaussiansConfig):
     held-out training views (:mod:`meshlift.methods.milo.colour_solve`); the diffuse colours (scene_mesh.ply's) stay
     as the refinement fitted them (solved the same way on the CPU fox checkpoint they gained nothing: the held-out
     views kept 0 of 20 iterations). 0 = off. H100 fox (session 31's checkpoint, session 32): test 25.82 -> 26.38 dB (30 of 50
-    iterations kept, 21 s); CPU fox checkpoint 24.84 -> 25.28. Needs the colour term.
+    iterations kept, 21 s); CPU fox checkpoint 24.84 -> 25.28; on the H100 fox of session 34 it kept 0 (stalled:
+    ``photo_refine_solve_range_penalty``). Needs the colour term.
     Memory: the training views' rasters (up to 4 GiB) and 20 copies of the colour parameters (27 floats a vertex at
     SH degree 2): set 0 if it runs out of memory."""
     photo_refine_solve_range_penalty: float = 1.0
