@@ -17,6 +17,10 @@
 # logs.tgz, images.tgz (milo_gpu.sh's), replay.tgz (replay_<i>.json/.log, gap.json/.log), replay_img.tgz (JPEG),
 # fox_ckpt.tgz.part_* (the run's checkpoint.pt, config.json, metrics.json in 15 MB parts: replay it on the CPU later). DATA: the datasets
 # (default .devrun/data); wheels from .whl go to /tmp/site. DRY=1 prints the commands.
+# SLIM=path/fox_slim.tgz with PHASE=replay: replay a kept checkpoint instead of a run of this window (no run phase):
+# it is unpacked into $RUNS (fox/checkpoint.pt, config.json, metrics.json: the session 32 recipe, e.g.
+# benchmarks/results/raw_2026-12-07s34/fox_slim.tgz) and its config's `data` pointed at $DATA/fox; the checkpoint is not
+# sent back again.
 set -u
 T0=$SECONDS
 PHASE=${PHASE:-run}
@@ -48,7 +52,12 @@ fi
 [ "$PHASE" = replay ] || { echo "PHASE must be run or replay, got $PHASE" >&2; exit 2; }
 : "${OUT:?OUT must be set (the device tool output folder)}"
 mkdir -p "$OUT/replay_img"
-if [ -z "${DRY:-}" ]; then
+if [ -n "${SLIM:-}" ]; then
+  run mkdir -p "$RUNS"
+  run tar xzf "$SLIM" -C "$RUNS"
+  run python3 -c "import json, sys; p = sys.argv[1]; c = json.load(open(p)); c['data'] = sys.argv[2]; \
+json.dump(c, open(p, 'w'), indent=1)" "$RUNS/fox/config.json" "$MESHLIFT_SHARED_DATA/fox"
+elif [ -z "${DRY:-}" ]; then
   while [ ! -f "$RUNS/milo_results.json" ] && [ $((SECONDS - T0)) -lt $((WAIT / 2)) ]; do sleep 3; done
   [ -f "$RUNS/milo_results.json" ] || echo "the fox run has not finished after $((SECONDS - T0)) s; replaying anyway"
   OUT=$OUT COLLECT=1 bash benchmarks/milo_gpu.sh --out "$RUNS" > "$OUT/pack_run.log" 2>&1
@@ -86,8 +95,8 @@ PY
   (cd "$OUT" && tar czf replay.tgz replay_*.json replay_*.log gap.json gap.log pack_run.log 2>/dev/null \
     && rm -f replay_*.json replay_*.log gap.json gap.log pack_run.log)
   # a file over 16 MiB does not come back (session 27: 26 MB): parts of 15 MB (cat fox_ckpt.tgz.part_* > fox_ckpt.tgz)
-  tar czf /tmp/fox_ckpt.tgz -C "$RUNS" fox/checkpoint.pt fox/config.json fox/metrics.json 2>/dev/null \
-    && split -b 15M /tmp/fox_ckpt.tgz "$OUT/fox_ckpt.tgz.part_" && rm -f /tmp/fox_ckpt.tgz
+  [ -z "${SLIM:-}" ] && tar czf /tmp/fox_ckpt.tgz -C "$RUNS" fox/checkpoint.pt fox/config.json fox/metrics.json \
+    2>/dev/null && split -b 15M /tmp/fox_ckpt.tgz "$OUT/fox_ckpt.tgz.part_" && rm -f /tmp/fox_ckpt.tgz
   ls -la "$OUT"
 fi
 echo "phase replay: $((SECONDS - T0)) s"
