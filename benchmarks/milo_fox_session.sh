@@ -92,8 +92,8 @@ PY
   tar czf "$OUT/replay_img.tgz" -C "$OUT" replay_img && rm -rf "$OUT/replay_img"
   # at most 8 files come back: the replays' small outputs in one archive, and the run's checkpoint (a ~40k-Gaussian
   # fox is ~10 MB) so that later variants can be replayed on the CPU after the machine has gone back
-  (cd "$OUT" && tar czf replay.tgz replay_*.json replay_*.log gap.json gap.log pack_run.log 2>/dev/null \
-    && rm -f replay_*.json replay_*.log gap.json gap.log pack_run.log)
+  (cd "$OUT" && small=$(ls replay_*.json replay_*.log gap.json gap.log pack_run.log 2>/dev/null; true) \
+    && [ -n "$small" ] && tar czf replay.tgz $small && rm -f $small)  # those that exist (a SLIM replay packs no run)
   # a file over 16 MiB does not come back (session 27: 26 MB): parts of 15 MB (cat fox_ckpt.tgz.part_* > fox_ckpt.tgz)
   [ -z "${SLIM:-}" ] && tar czf /tmp/fox_ckpt.tgz -C "$RUNS" fox/checkpoint.pt fox/config.json fox/metrics.json \
     2>/dev/null && split -b 15M /tmp/fox_ckpt.tgz "$OUT/fox_ckpt.tgz.part_" && rm -f /tmp/fox_ckpt.tgz
