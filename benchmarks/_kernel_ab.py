@@ -50,6 +50,12 @@ def parse_variants(specs) -> list:
     return out
 
 
+def _set(kt, values: dict) -> None:
+    """Set the module settings ``values`` (name → value) of :mod:`meshlift.kernels.splat_triton`."""
+    for k, v in values.items():
+        setattr(kt, k, v)
+
+
 def _label(vals: tuple) -> str:
     return ":".join(str(v) for v in vals)
 
@@ -102,10 +108,8 @@ def kernel_ab(render, args: tuple, kwargs: dict, variants: list, warmup: int = 3
     isects = None
     try:
         for fv, bv in variants:
-            for k, v in saved.items():  # fields a variant leaves out keep the module's values
-                setattr(kt, k, v)
-            for k, v in list(zip(FWD_KNOBS, fv)) + list(zip(BWD_KNOBS, bv)):
-                setattr(kt, k, v)
+            # fields a variant leaves out keep the module's values
+            _set(kt, {**saved, **dict(zip(FWD_KNOBS, fv)), **dict(zip(BWD_KNOBS, bv))})
             ts = sample_ms(once, params["means"].device, warmup, repeats)  # the CPU: a smoke run, not a benchmark
             if cuda:
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -130,8 +134,7 @@ def kernel_ab(render, args: tuple, kwargs: dict, variants: list, warmup: int = 3
                          "composite_bwd_ms": comp["composite_bwd"], "max_image_diff": dimg,
                          "max_grad_rel_diff": dgrad})
     finally:
-        for k, v in saved.items():
-            setattr(kt, k, v)
+        _set(kt, saved)
     return {"rows": rows, "isects": isects, "gaussians": int(params["means"].shape[0])}
 
 

@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from _scenes import bumpy_sphere, camera_mvp  # noqa: E402
+from _timing import median_ms  # noqa: E402
 
 from meshlift.kernels import kernel_choice  # noqa: E402
 from meshlift.render import interpolate, rasterize, transform_pos, visible_triangles  # noqa: E402
@@ -63,27 +64,19 @@ def parse_case(s: str):
 
 
 def timeit(fn, device, warmup, repeats):
+    """``(median ms, median CPU process ms or None)``: CUDA events on a GPU (:func:`_timing.median_ms`); on the CPU
+    the wall clock and the process time of each call (the threads' share)."""
+    if device.type == "cuda":
+        return median_ms(fn, device, warmup, repeats), None
     for _ in range(warmup):
         fn()
-    times = []
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        for _ in range(repeats):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            torch.cuda.synchronize()
-            times.append(a.elapsed_time(b))
-    else:
-        cpu = []
-        for _ in range(repeats):
-            t0, c0 = time.perf_counter(), time.process_time()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-            cpu.append((time.process_time() - c0) * 1e3)
-        return statistics.median(times), statistics.median(cpu)
-    return statistics.median(times), None
+    times, cpu = [], []
+    for _ in range(repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+        cpu.append((time.process_time() - c0) * 1e3)
+    return statistics.median(times), statistics.median(cpu)
 
 
 def _Env(backend):
