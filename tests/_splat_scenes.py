@@ -76,3 +76,16 @@ def brute_force(proj, features, width, height, alpha_max=0.99, cam=0):
         T = torch.where(ok, nt, T)
     return {"image": out.reshape(height, width, -1), "alpha": (1 - T).reshape(height, width, 1),
             "median": med.reshape(height, width, 1), "weights": weights}
+
+
+def assert_same_bits(a: torch.Tensor, b: torch.Tensor, what="") -> None:
+    """``a`` and ``b`` equal bit for bit under Triton's interpreter (tensors on the CPU: numpy's IEEE arithmetic,
+    atomics applied in program order); on a GPU equal to float32 rounding (1e-5 of the larger magnitude, at least
+    1): there float atomics add in a different order at each launch, and separately compiled kernel variants fuse
+    multiply-adds differently. Integer and bool tensors are compared exactly everywhere."""
+    if a.device.type == "cpu" or not a.is_floating_point():
+        assert torch.equal(a, b), (what, (a.double() - b.double()).abs().max())
+        return
+    scale = float(a.abs().max().clamp_min(1.0))
+    err = float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
+    assert a.shape == b.shape and err <= 1e-5 * scale, (what, err, scale)

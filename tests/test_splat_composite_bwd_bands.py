@@ -23,7 +23,7 @@ from meshlift.kernels import splat_triton as kt  # noqa: E402
 from meshlift.kernels._splat_raster_jit import _load_rec, _reaches_box  # noqa: E402
 from meshlift.render import splat_reference as ref  # noqa: E402
 
-from _splat_scenes import camera, random_scene  # noqa: E402
+from _splat_scenes import assert_same_bits, camera, random_scene  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 pytestmark = pytest.mark.skipif(not kt.is_available(torch.device(DEV)),
@@ -64,8 +64,8 @@ def test_reaches_box_never_culls_a_gaussian_that_passes_the_cut_at_a_pixel_and_c
     1/8-px grid) is well past the cut is culled; a faint one (opacity < 1/255) is culled everywhere."""
     n = 256
     rec = _records(n, seed=int(box[2] * 10 + box[1]))
-    out = torch.zeros(n, dtype=torch.int32)
-    _reach_kernel[(1,)](rec.to(DEV), torch.tensor(box, dtype=torch.float32, device=DEV), out.to(DEV), n, BLOCK=n)
+    out = torch.zeros(n, dtype=torch.int32, device=DEV)  # written on DEV (a CPU tensor's .to("cuda") is a copy)
+    _reach_kernel[(1,)](rec.to(DEV), torch.tensor(box, dtype=torch.float32, device=DEV), out, n, BLOCK=n)
     reach = out.cpu().bool()
     x0, x1, y0, y1 = box
 
@@ -169,7 +169,7 @@ def test_band_split_and_culling_match_the_reference(monkeypatch, case):
             got[cull] = _composite(kt, scene, W, H, ts, C, D)
             _assert_matches(want, got[cull])
         for x, y in zip(got[0][1], got[1][1]):
-            assert torch.equal(x, y), (split, (x - y).abs().max())
+            assert_same_bits(x, y, split)
     monkeypatch.setattr(kt, "_SPLIT_BWD", 8)  # the default (bands of 2 rows in a 16-px tile, 1 in an 8-px one)
     monkeypatch.setattr(kt, "_CULL_BWD", 2)
     _assert_matches(want, _composite(kt, scene, W, H, ts, C, D))
@@ -204,7 +204,7 @@ def test_forward_bands_and_culling_give_the_same_bits(monkeypatch, case):
         monkeypatch.setattr(kt, "_CULL_FWD", cull)
         got = _forward(kt, scene, W, H, ts, C, D)
         for x, y in zip(base, got):
-            assert torch.equal(x, y), (split, cull, (x.float() - y.float()).abs().max())
+            assert_same_bits(x, y, (split, cull))
 
 
 @pytest.mark.parametrize("fwd_batch,bwd_batch,chunk", [(4, 8, 32), (16, 16, 64), (2, 2, 16)])
