@@ -121,14 +121,16 @@ def test_config_checks_the_solve_settings():
 def test_solve_from_colours_past_the_range(truth):
     """Colours started far past [0, 1] (half at 1.6, half at −0.6): the clamp's gradient passed straight through
     stalls (the fitting MSE does not move: the loss does not follow the gradient of a colour held past the clamp;
-    the H100 fox of session 34 stalled so), the clamp with its own gradient and the pull back into range fits the
-    pattern; the held-out PSNR either reports is the evaluation's render (per-vertex clamp), the same for both."""
+    the H100 fox of session 34 stalled so); the default solve sees its first chunk stall and starts again with the
+    clamp's own gradient and the pull back into range, which fits the pattern; the held-out PSNR either reports is
+    the evaluation's render (per-vertex clamp), the same for both."""
     train, test = _views(truth, 12, 40, 1, masked=False), _views(truth, 3, 40, 2, masked=False)
     far = torch.where(torch.arange(truth.num_vertices)[:, None] % 2 == 0, 1.6, -0.6).expand(-1, 3).contiguous()
     start = dataclasses.replace(truth, v_color=far)
     out, rep = solve_colours(start, train, CPU, ColourSolveSettings(iters=60, check_every=10))
     st, rep_st = solve_colours(start, train, CPU, ColourSolveSettings(iters=20, check_every=10, range_penalty=0.0))
     assert rep_st["fit_mse_last"] == pytest.approx(rep_st["fit_mse_first"], rel=1e-4)
+    assert rep["range_penalty_from"] == 10 and rep_st["range_penalty_from"] is None
     assert rep_st["held_psnr_first"] == pytest.approx(rep["held_psnr_first"], abs=1e-9)
     assert rep["held_psnr_best"] > rep["held_psnr_first"] + 10 and _psnr(out, test) > 35 > _psnr(st, test) + 10
     clamped = dataclasses.replace(start, v_color=far.clamp(0, 1))

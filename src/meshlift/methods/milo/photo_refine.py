@@ -116,7 +116,8 @@ class PhotoRefineSettings:
     solve_holdout: float = 0.1
     """Share of the training views that solve holds out to stop it."""
     solve_range_penalty: float = 1.0
-    """The solve's pull of out-of-range colours into [0, 1] (``ColourSolveSettings.range_penalty``)."""
+    """The weight of the solve's pull of out-of-range colours into [0, 1] when its straight-through start stalls
+    (``ColourSolveSettings.range_penalty``)."""
     supersample: int = 1
     """Samples per pixel side of the colour term's render and the solve's (``s × s`` averaged per pixel:
     :func:`meshlift.methods.milo.vertex_render.box_downsample`; the evaluation must render the same way); the
