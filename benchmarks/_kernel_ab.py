@@ -11,8 +11,10 @@ the median of ``repeats`` CUDA-event timings of the whole render forward+backwar
 first variant's compiles are in its warm-up), the two compositing kernels' device time from one profiled call
 (torch.profiler), and the largest difference of its image and gradients from the first variant's (the
 variants must give the same result: the bands change only which program composites which pixels). The
-module-level settings are restored afterwards. Not a test; on the CPU it runs the plumbing only (wall times of
-whatever backend the trainer uses, no kernel split).
+module-level settings are restored afterwards. A variant ending in ``@box`` bins whole bounding boxes
+(``SplatSettings.ellipse_tiles=False``, as gsplat), ``@ellipse`` the tiles each ellipse reaches (the default);
+its row reports its own pair count. Not a test; on the CPU it runs the plumbing only (wall times of whatever
+backend the trainer uses, no kernel split).
 """
 
 from __future__ import annotations
@@ -30,11 +32,15 @@ BWD_KNOBS = ("_SPLIT_BWD", "_CULL_BWD", "_BATCH_BWD", "_WARPS_BWD", "_CULL_CHUNK
 
 
 def parse_variants(specs) -> list:
-    """``["1:0/4:2", "4:0/8:2:8:2", ...]`` → ``[((1, 0), (4, 2)), ((4, 0), (8, 2, 8, 2)), ...]``: forward
-    split:cull[:batch:warps] / backward split:cull[:batch:warps:chunk] (:data:`FWD_KNOBS`, :data:`BWD_KNOBS`).
+    """``["1:0/4:2", "4:0/8:2:8:2@box", ...]`` → ``[((1, 0), (4, 2), None), ((4, 0), (8, 2, 8, 2), False), ...]``:
+    forward split:cull[:batch:warps] / backward split:cull[:batch:warps:chunk] (:data:`FWD_KNOBS`,
+    :data:`BWD_KNOBS`), and the binning (``@box`` False, ``@ellipse`` True, none: the settings' own).
     Batches, warps and chunks must be powers of two (Triton block shapes)."""
     out = []
     for s in specs:
+        s, _, tiles = s.partition("@")
+        if tiles not in ("", "box", "ellipse"):
+            raise SystemExit(f"--kernel-ab {s}@{tiles}: the binning suffix is @box or @ellipse")
         f, _, b = s.partition("/")
         try:
             fv = tuple(int(x) for x in f.split(":"))
@@ -46,8 +52,21 @@ def parse_variants(specs) -> list:
                              " e.g. 1:0/4:2 or 4:0/8:2:8:2")
         if any(v < 1 or v & (v - 1) for v in fv[2:] + bv[2:]):
             raise SystemExit(f"--kernel-ab {s!r}: batches, warps and chunks must be powers of two")
-        out.append((fv, bv))
+        out.append((fv, bv, None if not tiles else tiles == "ellipse"))
     return out
+
+
+def _with_tiles(args: tuple, kwargs: dict, ellipse) -> tuple:
+    """``(args, kwargs)`` with their :class:`~meshlift.render.splat.SplatSettings` given ``ellipse_tiles=ellipse``
+    (unchanged when ``ellipse`` is None)."""
+    import dataclasses
+
+    from meshlift.render.splat import SplatSettings
+
+    if ellipse is None:
+        return args, kwargs
+    fix = lambda v: dataclasses.replace(v, ellipse_tiles=ellipse) if isinstance(v, SplatSettings) else v  # noqa: E731
+    return tuple(fix(a) for a in args), {k: fix(v) for k, v in kwargs.items()}
 
 
 def _set(kt, values: dict) -> None:
@@ -88,15 +107,16 @@ def kernel_ab(render, args: tuple, kwargs: dict, variants: list, warmup: int = 3
 
     saved = {k: getattr(kt, k) for k in FWD_KNOBS + BWD_KNOBS}
     params = {k: v.detach().clone().requires_grad_(True) for k, v in args[0].items()}
-    rest = args[1:]
     cuda = params["means"].is_cuda
     gen = torch.Generator(device=params["means"].device).manual_seed(0)
     grads_out = None
 
+    call = (args[1:], kwargs)  # the current variant's arguments after the parameters
+
     def once():
         for p in params.values():
             p.grad = None
-        img, alpha, info = render(params, *rest, **kwargs)
+        img, alpha, info = render(params, *call[0], **call[1])
         nonlocal grads_out
         if grads_out is None:
             grads_out = (torch.rand(img.shape, generator=gen, device=img.device, dtype=img.dtype) - 0.5,
@@ -107,9 +127,10 @@ def kernel_ab(render, args: tuple, kwargs: dict, variants: list, warmup: int = 3
     rows, ref = [], None
     isects = None
     try:
-        for fv, bv in variants:
+        for fv, bv, tiles in variants:
             # fields a variant leaves out keep the module's values
             _set(kt, {**saved, **dict(zip(FWD_KNOBS, fv)), **dict(zip(BWD_KNOBS, bv))})
+            call = _with_tiles(args[1:], kwargs, tiles)
             ts = sample_ms(once, params["means"].device, warmup, repeats)  # the CPU: a smoke run, not a benchmark
             if cuda:
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -120,8 +141,10 @@ def kernel_ab(render, args: tuple, kwargs: dict, variants: list, warmup: int = 3
                 img, info = once()
                 comp = {"composite_fwd": float("nan"), "composite_bwd": float("nan")}
             grads = {k: p.grad.detach().clone() for k, p in params.items() if p.grad is not None}
-            if isects is None and isinstance(info, dict):  # lists sized by a capacity carry the used count
-                isects = int(info["n_isect"]) if "n_isect" in info else int(info["flatten_ids"].shape[0])
+            pairs = None
+            if isinstance(info, dict):  # lists sized by a capacity carry the used count
+                pairs = int(info["n_isect"]) if "n_isect" in info else int(info["flatten_ids"].shape[0])
+            isects = pairs if isects is None else isects
             if ref is None:
                 ref = (img.detach().clone(), grads)
                 dimg, dgrad = 0.0, 0.0
@@ -129,7 +152,8 @@ def kernel_ab(render, args: tuple, kwargs: dict, variants: list, warmup: int = 3
                 dimg = float((img.detach() - ref[0]).abs().max())
                 dgrad = max(float((g - ref[1][k]).abs().max() / ref[1][k].abs().max().clamp_min(1e-30))
                             for k, g in grads.items())
-            rows.append({"fwd": _label(fv), "bwd": _label(bv), "ms_median": statistics.median(ts),
+            suffix = "" if tiles is None else ("@ellipse" if tiles else "@box")
+            rows.append({"fwd": _label(fv), "bwd": _label(bv) + suffix, "pairs": pairs, "ms_median": statistics.median(ts),
                          "ms_min": min(ts), "composite_fwd_ms": comp["composite_fwd"],
                          "composite_bwd_ms": comp["composite_bwd"], "max_image_diff": dimg,
                          "max_grad_rel_diff": dgrad})
@@ -142,7 +166,8 @@ def format_ab(step: int, res: dict) -> str:
     lines = [f"kernel A/B at step {step}: {res['gaussians']:,} Gaussians, {res['isects']} pairs (render forward+"
              f"backward, median of the CUDA-event times; composite kernels from one profiled call)"]
     for r in res["rows"]:
-        lines.append(f"  fwd {r['fwd']} bwd {r['bwd']}: {r['ms_median']:.3f} ms (min {r['ms_min']:.3f}); "
+        lines.append(f"  fwd {r['fwd']} bwd {r['bwd']} ({r.get('pairs')} pairs): {r['ms_median']:.3f} ms "
+                     f"(min {r['ms_min']:.3f}); "
                      f"composite_fwd {r['composite_fwd_ms']:.3f} ms, composite_bwd {r['composite_bwd_ms']:.3f} ms; "
                      f"max |image diff| {r['max_image_diff']:.2e}, max grad rel diff {r['max_grad_rel_diff']:.2e}")
     return "\n".join(lines)

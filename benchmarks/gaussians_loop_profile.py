@@ -865,7 +865,8 @@ def main(argv=None) -> int:
                     help="at the --ab-steps window ends, time these compositing variants (forward "
                          "_SPLIT_FWD:_CULL_FWD[:_BATCH:_WARPS] / backward _SPLIT_BWD:_CULL_BWD[:_BATCH_BWD:_WARPS_BWD:"
                          "_CULL_CHUNK]) side by side on the last training render's inputs (benchmarks/_kernel_ab.py), "
-                         "e.g. 1:0/4:2 4:1/4:2 4:0/8:2:8:2")
+                         "e.g. 1:0/4:2 4:1/4:2 4:0/8:2:8:2; a suffix @box bins whole bounding boxes, @ellipse the tiles "
+                         "each ellipse reaches (SplatSettings.ellipse_tiles, the default)")
     ap.add_argument("--ab-steps", nargs="*", type=int, default=[], help="window ends (steps) of --kernel-ab")
     ap.add_argument("--out", type=Path, default=None, help="JSON report (a markdown twin .md beside it)")
     args = ap.parse_args(argv)

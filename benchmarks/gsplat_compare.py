@@ -286,7 +286,26 @@ def run_meshlift(cfg, problem, device: torch.device, eval_at: set, args, on_eval
 
     precompile.start("gaussians", device, log=Progress().log)
     trainer = GaussianTrainer(cfg, problem, device, monitor=Progress(), callbacks=Hooks())
-    trainer.train()
+    saved = None
+    if args.kernel:  # the compositing kernels' block settings and the binning of this side (benchmarks/_kernel_ab.py)
+        import dataclasses
+
+        from _kernel_ab import BWD_KNOBS, FWD_KNOBS, _set, parse_variants
+
+        from meshlift.kernels import splat_triton as kt
+
+        (fv, bv, tiles), = parse_variants([args.kernel])
+        saved = {k: getattr(kt, k) for k in FWD_KNOBS + BWD_KNOBS}
+        _set(kt, {**dict(zip(FWD_KNOBS, fv)), **dict(zip(BWD_KNOBS, bv))})
+        if tiles is not None:
+            trainer.settings = dataclasses.replace(trainer.settings, ellipse_tiles=tiles)
+        log(f"[meshlift] kernel settings {args.kernel}: " + ", ".join(f"{k}={getattr(kt, k)}" for k in saved)
+            + f", ellipse_tiles={trainer.settings.ellipse_tiles}")
+    try:
+        trainer.train()
+    finally:
+        if saved is not None:
+            _set(kt, saved)
     wall = clock.elapsed()
     out = {
         "side": "meshlift",
@@ -606,6 +625,11 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="the preset's CPU-sized --quick variant")
     ap.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
                     help="extra GaussiansConfig overrides, used by both sides")
+    ap.add_argument("--kernel", default=None, metavar="FS:FC/BS:BC[@box]",
+                    help="meshlift side: the Triton compositing settings (forward _SPLIT_FWD:_CULL_FWD[:_BATCH:_WARPS] / "
+                         "backward _SPLIT_BWD:_CULL_BWD[:_BATCH_BWD:_WARPS_BWD:_CULL_CHUNK], as --kernel-ab of "
+                         "gaussians_loop_profile.py) and the binning (@box: whole bounding boxes), e.g. 4:0/8:0 for the "
+                         "backward without band culling")
     ap.add_argument("--warmup", type=int, default=20, help="first steps timed apart (compiles, allocations)")
     ap.add_argument("--no-lpips", action="store_true")
     ap.add_argument("--order", choices=("gsplat-first", "meshlift-first"), default="gsplat-first")

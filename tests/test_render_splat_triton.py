@@ -388,7 +388,8 @@ def test_projection_writes_the_tile_counts_and_records_of_binning_and_compositin
     for k in ("means2d", "conics", "depths", "opacities", "radii"):
         assert torch.equal(pr[k], plain[k]), k
     cnt = torch.zeros(2 * 60, dtype=torch.int32, device=DEV)
-    kt._k().tile_bounds[kt._grid(120, kt._BLOCK)](pr["means2d"], pr["radii"], cnt, 120, 16, tw, th, BLOCK=kt._BLOCK)
+    kt._k().tile_bounds[kt._grid(120, kt._BLOCK)](pr["means2d"], pr["means2d"], pr["radii"], cnt, 120, 16, tw, th,
+                                                  ELLIPSE=False, BLOCK=kt._BLOCK)
     assert torch.equal(pr["tile_counts"], cnt) and int(cnt.sum()) > 60
     assert torch.equal(pr["records"], kt._pack_records(pr["means2d"], pr["conics"], pr["opacities"]))
     a = kt.isect_tiles(pr["means2d"], pr["radii"], pr["depths"], 16, tw, th)

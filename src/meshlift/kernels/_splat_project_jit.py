@@ -12,7 +12,7 @@ import triton.language as tl
 # i.e. after densification steps and as the intersection count changes: the likely source of the
 # multi-second training steps of the H200 run of 2026-12-01 (median step 7.6 ms, mean 90.6 ms).
 
-from meshlift.kernels._splat_raster_jit import _ceil_f, _floor_f
+from meshlift.kernels._splat_raster_jit import _ceil_f, _ellipse_count, _floor_f
 
 @triton.jit
 def _ceil_pos(x):
@@ -24,9 +24,10 @@ def _ceil_pos(x):
 @triton.jit(do_not_specialize=["C", "N"])
 def project_fwd(means, quats, scales, opac, w2c, Ks, out_m2, out_con, out_dep, out_rad, out_op, out_comp,
                 out_cnt, out_pk, C, N, width, height, near, far, eps2d, radius_clip, tile_size, tiles_w, tiles_h,
-                ANTIALIASED: tl.constexpr, BIN: tl.constexpr, BLOCK: tl.constexpr):
-    """Projection; with ``BIN`` also each pair's tile count (as ``tile_bounds``) into ``out_cnt`` and its
-    float32 screen record (u, v, conic, opacity; as ``_pack_records``) into ``out_pk [C*N, 6]``."""
+                ANTIALIASED: tl.constexpr, BIN: tl.constexpr, ELLIPSE: tl.constexpr, BLOCK: tl.constexpr):
+    """Projection; with ``BIN`` also each pair's tile count (as ``tile_bounds``, with ``ELLIPSE`` the tiles its
+    ellipse reaches) into ``out_cnt`` and its float32 screen record (u, v, conic, opacity; as ``_pack_records``)
+    into ``out_pk [C*N, 6]``."""
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = i < C * N
     c = i // N
@@ -172,7 +173,12 @@ def project_fwd(means, quats, scales, opac, w2c, Ks, out_m2, out_con, out_dep, o
         y0 = tl.minimum(tl.maximum(_floor_f(vf - ryf2, ts), 0), tiles_h)
         y1 = tl.minimum(tl.maximum(_ceil_f(vf + ryf2, ts), 0), tiles_h)
         vis = (rxs > 0) & (rys > 0)
-        tl.store(out_cnt + i, tl.where(vis, (x1 - x0) * (y1 - y0), 0), mask=m)
+        if ELLIPSE:  # the records' float32 values, as tile_bounds reads them
+            cnt = _ellipse_count(uf, vf, ca.to(tl.float32), cb.to(tl.float32), cc.to(tl.float32),
+                                 op.to(tl.float32), x0, x1, y0, y1, vis, ts)
+        else:
+            cnt = tl.where(vis, (x1 - x0) * (y1 - y0), 0)
+        tl.store(out_cnt + i, cnt, mask=m)
         tl.store(out_pk + i * 6 + 0, uf, mask=m)
         tl.store(out_pk + i * 6 + 1, vf, mask=m)
         tl.store(out_pk + i * 6 + 2, ca.to(tl.float32), mask=m)

@@ -25,12 +25,74 @@ def _ceil_f(x, ts):
     return t + (t.to(tl.float32) < q).to(tl.int32)
 
 # ------------------------------------------------------------------ tile binning
+@triton.jit
+def _reach2(op):
+    """float32 ``r²`` of the ellipse inside which a Gaussian of opacity ``op`` can pass the compositing cut, widened
+    by the band culling's margin (the reference's ``ellipse_reach2``)."""
+    e2 = 2.0 * tl.log(tl.maximum(op, 1.0 / 255.0) * 255.0)
+    return (e2 + 0.04) / 0.99
+
+@triton.jit
+def _row_span(u, v, ca, cb, cc, r2, ty, ts, x0, x1):
+    """Tile columns ``[tx0, tx1)`` of tile row ``ty`` that a Gaussian's ellipse of reach touches, clamped to its
+    bounding box ``[x0, x1)`` (``tx1 <= tx0``: none); the reference's ``ellipse_row_spans``, same float32 steps."""
+    pd = (ca > 0) & (cc > 0) & (ca * cc - cb * cb > 0)
+    a = tl.where(pd, ca, 1.0)
+    c = tl.where(pd, cc, 1.0)
+    det = tl.where(pd, ca * cc - cb * cb, 1.0)
+    ey = tl.sqrt_rn(tl.maximum(r2 * a / det, 0.0))
+    ex = tl.sqrt_rn(tl.maximum(r2 * c / det, 0.0))
+    tyf = ty.to(tl.float32)
+    lo = tl.maximum(tyf * ts - v, -ey)
+    hi = tl.minimum((tyf + 1.0) * ts - v, ey)
+    dyr = tl.minimum(tl.maximum(-(cb / c) * ex, lo), hi)
+    dyl = tl.minimum(tl.maximum((cb / c) * ex, lo), hi)
+    right = (-cb * dyr + tl.sqrt_rn(tl.maximum(a * r2 - det * dyr * dyr, 0.0))) / a
+    left = (-cb * dyl - tl.sqrt_rn(tl.maximum(a * r2 - det * dyl * dyl, 0.0))) / a
+    tx0 = tl.where(pd, tl.maximum(_floor_f(u + left, ts), x0), x0)
+    tx1 = tl.where(pd, tl.minimum(_ceil_f(u + right, ts), x1), x1)
+    tx1 = tl.where(pd & (lo > hi), tx0, tx1)
+    return tx0, tx1
+
+@triton.jit
+def _ellipse_count(u, v, ca, cb, cc, op, x0, x1, y0, y1, vis, ts):
+    """``[B]`` int32: the tiles of each Gaussian's bounding box (``vis``: has one) that its ellipse touches."""
+    r2 = _reach2(op)
+    rows = tl.where(vis, y1 - y0, 0)
+    cnt = tl.zeros_like(rows)
+    for r in range(0, tl.max(rows, axis=0)):
+        tx0, tx1 = _row_span(u, v, ca, cb, cc, r2, y0 + r, ts, x0, x1)
+        cnt += tl.where(r < rows, tl.maximum(tx1 - tx0, 0), 0)
+    return cnt
+
+@triton.jit
+def _load_bin_rec(m2, pk, i, m, ELLIPSE: tl.constexpr):
+    """``(u, v, a, b, c, opacity)`` float32 of pair ``i``: from the records ``pk`` with ``ELLIPSE``, else the centre
+    from ``m2`` (the conic and opacity are then unused zeros)."""
+    if ELLIPSE:
+        u = tl.load(pk + i * 6 + 0, mask=m, other=0.0)
+        v = tl.load(pk + i * 6 + 1, mask=m, other=0.0)
+        ca = tl.load(pk + i * 6 + 2, mask=m, other=1.0)
+        cb = tl.load(pk + i * 6 + 3, mask=m, other=0.0)
+        cc = tl.load(pk + i * 6 + 4, mask=m, other=1.0)
+        op = tl.load(pk + i * 6 + 5, mask=m, other=0.0)
+    else:
+        u = tl.load(m2 + i * 2, mask=m, other=0.0).to(tl.float32)
+        v = tl.load(m2 + i * 2 + 1, mask=m, other=0.0).to(tl.float32)
+        ca = tl.zeros_like(u)
+        cb = ca
+        cc = ca
+        op = ca
+    return u, v, ca, cb, cc, op
+
 @triton.jit(do_not_specialize=["total"])
-def tile_bounds(m2, radii, out_cnt, total, tile_size, tiles_w, tiles_h, BLOCK: tl.constexpr):
+def tile_bounds(m2, pk, radii, out_cnt, total, tile_size, tiles_w, tiles_h, ELLIPSE: tl.constexpr,
+                BLOCK: tl.constexpr):
+    """Tiles each pair touches: its bounding box, or with ``ELLIPSE`` the box's tiles its ellipse reaches (records
+    ``pk``)."""
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = i < total
-    u = tl.load(m2 + i * 2, mask=m, other=0.0).to(tl.float32)
-    v = tl.load(m2 + i * 2 + 1, mask=m, other=0.0).to(tl.float32)
+    u, v, ca, cb, cc, op = _load_bin_rec(m2, pk, i, m, ELLIPSE)
     rx = tl.load(radii + i * 2, mask=m, other=0).to(tl.float32)
     ry = tl.load(radii + i * 2 + 1, mask=m, other=0).to(tl.float32)
     vis = (rx > 0) & (ry > 0)
@@ -39,20 +101,23 @@ def tile_bounds(m2, radii, out_cnt, total, tile_size, tiles_w, tiles_h, BLOCK: t
     x1 = tl.minimum(tl.maximum(_ceil_f(u + rx, ts), 0), tiles_w)
     y0 = tl.minimum(tl.maximum(_floor_f(v - ry, ts), 0), tiles_h)
     y1 = tl.minimum(tl.maximum(_ceil_f(v + ry, ts), 0), tiles_h)
-    cnt = tl.where(vis, (x1 - x0) * (y1 - y0), 0)
+    if ELLIPSE:
+        cnt = _ellipse_count(u, v, ca, cb, cc, op, x0, x1, y0, y1, vis, ts)
+    else:
+        cnt = tl.where(vis, (x1 - x0) * (y1 - y0), 0)
     tl.store(out_cnt + i, cnt, mask=m)
 
 @triton.jit(do_not_specialize=["total", "N"])
-def write_keys(order, ends, m2, radii, out_tile, out_gid, total, N, tile_size, tiles_w, tiles_h,
-               BLOCK: tl.constexpr):
+def write_keys(order, ends, m2, pk, radii, out_tile, out_gid, total, N, tile_size, tiles_w, tiles_h,
+               ELLIPSE: tl.constexpr, BLOCK: tl.constexpr):
     """Pair ``order[j]`` writes its ``cnt`` tile ids and Gaussian ids at ``ends[j] - cnt ...`` (``ends``:
-    inclusive cumulative counts in depth order)."""
+    inclusive cumulative counts in depth order), row by row of its bounding box (with ``ELLIPSE`` each row's span
+    of tiles its ellipse reaches: the ``cnt`` of ``tile_bounds``)."""
     j = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = j < total
     g = tl.load(order + j, mask=m, other=0)
     end = tl.load(ends + j, mask=m, other=0)
-    u = tl.load(m2 + g * 2, mask=m, other=0.0).to(tl.float32)
-    v = tl.load(m2 + g * 2 + 1, mask=m, other=0.0).to(tl.float32)
+    u, v, ca, cb, cc, op = _load_bin_rec(m2, pk, g, m, ELLIPSE)
     rx = tl.load(radii + g * 2, mask=m, other=0).to(tl.float32)
     ry = tl.load(radii + g * 2 + 1, mask=m, other=0).to(tl.float32)
     vis = m & (rx > 0) & (ry > 0)
@@ -61,18 +126,33 @@ def write_keys(order, ends, m2, radii, out_tile, out_gid, total, N, tile_size, t
     x1 = tl.minimum(tl.maximum(_ceil_f(u + rx, ts), 0), tiles_w)
     y0 = tl.minimum(tl.maximum(_floor_f(v - ry, ts), 0), tiles_h)
     y1 = tl.minimum(tl.maximum(_ceil_f(v + ry, ts), 0), tiles_h)
-    bw = tl.maximum(x1 - x0, 1)
-    cnt = tl.where(vis, (x1 - x0) * (y1 - y0), 0)
-    st = end - cnt
     cam = g // N
-    kmax = tl.max(cnt, axis=0)
-    for k in range(0, kmax):
-        w = k < cnt
-        tx = x0 + k % bw
-        ty = y0 + k // bw
-        tile = (cam * tiles_h + ty) * tiles_w + tx
-        tl.store(out_tile + st + k, tile.to(out_tile.dtype.element_ty), mask=w)
-        tl.store(out_gid + st + k, g, mask=w)
+    if ELLIPSE:
+        r2 = _reach2(op)
+        rows = tl.where(vis, y1 - y0, 0)
+        cnt = _ellipse_count(u, v, ca, cb, cc, op, x0, x1, y0, y1, vis, ts)
+        pos = end - cnt
+        for r in range(0, tl.max(rows, axis=0)):
+            ty = y0 + r
+            tx0, tx1 = _row_span(u, v, ca, cb, cc, r2, ty, ts, x0, x1)
+            wd = tl.where(r < rows, tl.maximum(tx1 - tx0, 0), 0)
+            for k in range(0, tl.max(wd, axis=0)):
+                w = k < wd
+                tile = (cam * tiles_h + ty) * tiles_w + tx0 + k
+                tl.store(out_tile + pos + k, tile.to(out_tile.dtype.element_ty), mask=w)
+                tl.store(out_gid + pos + k, g, mask=w)
+            pos += wd
+    else:
+        bw = tl.maximum(x1 - x0, 1)
+        cnt = tl.where(vis, (x1 - x0) * (y1 - y0), 0)
+        st = end - cnt
+        for k in range(0, tl.max(cnt, axis=0)):
+            w = k < cnt
+            tx = x0 + k % bw
+            ty = y0 + k // bw
+            tile = (cam * tiles_h + ty) * tiles_w + tx
+            tl.store(out_tile + st + k, tile.to(out_tile.dtype.element_ty), mask=w)
+            tl.store(out_gid + st + k, g, mask=w)
 
 # ------------------------------------------------------------------ compositing: shared helpers
 # Per-Gaussian screen record ``pk [C*N, 6]`` float32: (u, v, conic a, b, c, opacity), one gather region

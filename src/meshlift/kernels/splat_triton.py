@@ -162,11 +162,11 @@ class _ProjectFn(torch.autograd.Function):
         op = torch.empty(C, N, device=dev, dtype=dt)
         comp = torch.empty(C, N, device=dev, dtype=dt)
         # binning = (tile counts [C*N] int32, records [C*N, 6] float32, tile_size, tiles_w, tiles_h) to fill
-        cnt, pk, ts, tw, th = binning if binning is not None else (comp, comp, 16, 0, 0)
+        cnt, pk, ts, tw, th, ell = binning if binning is not None else (comp, comp, 16, 0, 0, False)
         if C * N:
             k.project_fwd[_grid(C * N, _BLOCK)](means, quats, scales, opacities, w2c, K, m2, con, dep, rad, op, comp,
                                                cnt, pk, C, N, width, height, near, far, eps2d, radius_clip, ts, tw,
-                                               th, ANTIALIASED=bool(antialiased), BIN=binning is not None,
+                                               th, ANTIALIASED=bool(antialiased), BIN=binning is not None, ELLIPSE=ell,
                                                BLOCK=_BLOCK)
         ctx.save_for_backward(means, quats, scales, opacities, w2c, K, rad)
         ctx.cfg = (width, height, near, far, eps2d, bool(antialiased))
@@ -212,7 +212,7 @@ def _rows(g: torch.Tensor, C: int, N: int) -> torch.Tensor:
 
 def project_gaussians(means, quats, scales, opacities, world_to_camera, K, width, height, near, far,
                       eps2d=0.3, antialiased=False, radius_clip=0.0, tile_size: Optional[int] = None,
-                      tiles_w: int = 0, tiles_h: int = 0) -> dict:
+                      tiles_w: int = 0, tiles_h: int = 0, ellipse_tiles: bool = False) -> dict:
     """Triton twin of :func:`meshlift.render.splat_reference.project_gaussians` (same arguments and
     outputs; no gradient to the cameras).
 
@@ -220,13 +220,14 @@ def project_gaussians(means, quats, scales, opacities, world_to_camera, K, width
     compositing read, returned as ``tile_counts [C*N]`` int32 (tiles each pair touches, as
     :func:`isect_tiles` counts them) and ``records [C*N, 6]`` float32 (u, v, conic, opacity: the screen
     records of :func:`composite_tiles`); pass them on as ``isect_tiles(..., counts=)`` and
-    ``composite_tiles(..., records=)`` to skip two launches and a copy."""
+    ``composite_tiles(..., records=)`` to skip two launches and a copy. ``ellipse_tiles``: the counts are those of
+    ellipse binning (``isect_tiles(..., conics=, opacities=)``; pass the same to it)."""
     C, N = world_to_camera.shape[0], means.shape[0]
     binning = None
     if tile_size is not None:
         cnt = torch.empty(C * N, device=means.device, dtype=torch.int32)
         pk = torch.empty(C * N, 6, device=means.device, dtype=torch.float32)
-        binning = (cnt, pk, int(tile_size), int(tiles_w), int(tiles_h))
+        binning = (cnt, pk, int(tile_size), int(tiles_w), int(tiles_h), bool(ellipse_tiles))
     m2, con, dep, rad, op, comp = _ProjectFn.apply(means, quats, scales, opacities, world_to_camera, K,
                                                    int(width), int(height), float(near), float(far),
                                                    float(eps2d), bool(antialiased), float(radius_clip), binning)
@@ -241,12 +242,16 @@ def project_gaussians(means, quats, scales, opacities, world_to_camera, K, width
 # ------------------------------------------------------------------------------------------------
 
 
-def isect_tiles(means2d, radii, depths, tile_size, tiles_w, tiles_h, with_keys: bool = True, *,
-                counts: Optional[torch.Tensor] = None, readback_extra: Optional[torch.Tensor] = None,
-                on_readback=None, capacity: Optional[int] = None, count_out: Optional[dict] = None):
+def isect_tiles(means2d, radii, depths, tile_size, tiles_w, tiles_h, with_keys: bool = True,
+                conics: Optional[torch.Tensor] = None, opacities: Optional[torch.Tensor] = None, *,
+                records: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None,
+                readback_extra: Optional[torch.Tensor] = None, on_readback=None, capacity: Optional[int] = None,
+                count_out: Optional[dict] = None):
     """Triton twin of :func:`meshlift.render.splat_reference.isect_tiles`: same outputs (``isect_ids``
     are the same int64 keys, rebuilt from the sorted lists; None when ``with_keys`` is False, which
-    saves three passes over the intersections when only the lists are needed).
+    saves three passes over the intersections when only the lists are needed). ``conics`` and ``opacities`` (both or
+    neither): ellipse binning, as the reference's; ``records`` (the ``[C*N, 6]`` float32 records of
+    :func:`project_gaussians` with a tile size) saves packing them again.
 
     ``counts``: the ``tile_counts`` of :func:`project_gaussians` (skips the count kernel). The one host
     read-back here (the number of intersections, to allocate the lists) can carry other device values:
@@ -262,20 +267,27 @@ def isect_tiles(means2d, radii, depths, tile_size, tiles_w, tiles_h, with_keys: 
     computed, not in this call) and redoes the render otherwise. ``isect_ids`` and the offsets are as without a
     capacity; ``flatten_ids`` has ``capacity`` entries, the last ``capacity - n_isect`` unused. Callers then
     pass ``n_isect`` to :func:`composite_tiles`. ``readback_extra`` is refused with a capacity."""
+    if (conics is None) != (opacities is None):
+        raise RenderError("isect_tiles: pass both conics and opacities (ellipse binning) or neither (bounding boxes)")
     k = _k()
     C, N = depths.shape
     dev = depths.device
     total = C * N
     n_tiles = C * tiles_h * tiles_w
+    ell = conics is not None
     with torch.no_grad():
         m2 = means2d.detach().contiguous()
         rad = radii.contiguous()
+        pk = m2  # unread without ellipse binning
+        if ell:
+            pk = records if records is not None else _pack_records(means2d, conics, opacities)
         if counts is not None:
             cnt = counts
         else:
             cnt = torch.zeros(total, device=dev, dtype=torch.int32)
             if total:
-                k.tile_bounds[_grid(total, _BLOCK)](m2, rad, cnt, total, tile_size, tiles_w, tiles_h, BLOCK=_BLOCK)
+                k.tile_bounds[_grid(total, _BLOCK)](m2, pk, rad, cnt, total, tile_size, tiles_w, tiles_h,
+                                                    ELLIPSE=ell, BLOCK=_BLOCK)
         d32 = depths.detach().reshape(-1).to(torch.float32)
         order = torch.sort(d32, stable=True)[1]
         ends = torch.cumsum(cnt[order], 0, dtype=torch.int64)
@@ -302,8 +314,8 @@ def isect_tiles(means2d, radii, depths, tile_size, tiles_w, tiles_h, with_keys: 
             tiles = torch.empty(M, device=dev, dtype=kdt)
             gids = torch.empty(M, device=dev, dtype=torch.int64)
         if M and total:
-            k.write_keys[_grid(total, _BLOCK)](order, write_ends, m2, rad, tiles, gids, total, N, tile_size, tiles_w,
-                                               tiles_h, BLOCK=_BLOCK)
+            k.write_keys[_grid(total, _BLOCK)](order, write_ends, m2, pk, rad, tiles, gids, total, N, tile_size,
+                                               tiles_w, tiles_h, ELLIPSE=ell, BLOCK=_BLOCK)
         tiles_sorted, perm = torch.sort(tiles, stable=True)
         flatten_ids = gids[perm]
         offsets = torch.searchsorted(tiles_sorted, torch.arange(n_tiles, device=dev, dtype=kdt))

@@ -67,6 +67,11 @@ class SplatSettings:
     """Cull Gaussians whose screen radii (pixels) are both ``<=`` this."""
     tile_size: int = 16
     """Tile edge in pixels for binning and compositing."""
+    ellipse_tiles: bool = True
+    """Bin each Gaussian only to the tiles of its bounding box that its ellipse of reach touches (the pixels where it
+    can pass the 1/255 cut; tile-accurate binning, Speedy-Splat's AccuTile, :func:`meshlift.render.splat_reference.
+    ellipse_row_spans`): the same image with shorter tile lists (fox views: 32 % fewer pairs). False: whole
+    bounding boxes, as gsplat 1.5 bins."""
     alpha_max: float = 0.99
     """Per-Gaussian alpha clamp ``min(alpha_max, o·exp(-σ))`` (3DGS 0.99; gsplat uses 0.999)."""
     outputs: Tuple[str, ...] = ()
@@ -366,7 +371,8 @@ def rasterize_gaussians(
     # read back with the intersection count (one host sync per call).
     proj = ops.project_gaussians(means, quats, scales, opacities, w2c, Kc, width, height, near, far,
                                  settings.eps2d, settings.antialiased, settings.radius_clip,
-                                 **({"tile_size": ts, "tiles_w": tiles_w, "tiles_h": tiles_h} if fused else {}))
+                                 **({"tile_size": ts, "tiles_w": tiles_w, "tiles_h": tiles_h,
+                                     "ellipse_tiles": settings.ellipse_tiles} if fused else {}))
     means2d = proj["means2d"]
     if means2d.requires_grad:
         means2d.retain_grad()
@@ -392,13 +398,16 @@ def rasterize_gaussians(
     isect_kw, comp_kw, counted = {}, {}, {}
     if fused:
         isect_kw = {"counts": proj["tile_counts"]}
+        if settings.ellipse_tiles:
+            isect_kw["records"] = proj["records"]
         if capped:  # no read-back: the lists get isect_capacity slots (the caller checks isect_needed later)
             isect_kw.update(capacity=int(isect_capacity), count_out=counted)
         elif pending is not None:
             isect_kw.update(readback_extra=pending, on_readback=_raise_bad_inputs)
         comp_kw = {"records": proj["records"]}
-    _, flatten_ids, offsets = ops.isect_tiles(means2d, proj["radii"], proj["depths"], ts, tiles_w, tiles_h,
-                                              with_keys=False, **isect_kw)
+    ell = (proj["conics"], proj["opacities"]) if settings.ellipse_tiles else (None, None)
+    _, flatten_ids, offsets = ops.isect_tiles(means2d, proj["radii"], proj["depths"], ts, tiles_w, tiles_h, False,
+                                              *ell, **isect_kw)
     if counted:
         comp_kw["n_isect"] = counted["n_isect"]
     want_median = "median_depth" in settings.outputs or want_mplane
@@ -489,8 +498,9 @@ def gaussian_statistics(
                                      settings.antialiased, settings.radius_clip)
         ts = int(settings.tile_size)
         tiles_w, tiles_h = tile_grid(width, height, ts)
+        ell = (proj["conics"], proj["opacities"]) if settings.ellipse_tiles else (None, None)
         _, flatten_ids, offsets = ops.isect_tiles(proj["means2d"], proj["radii"], proj["depths"], ts,
-                                                  tiles_w, tiles_h, with_keys=False)
+                                                  tiles_w, tiles_h, False, *ell)
         stats = ops.tile_statistics(proj["means2d"], proj["conics"], proj["opacities"], flatten_ids,
                                     offsets, width, height, ts, settings.alpha_max, settings.chunk_elements)
     stats["radii"] = proj["radii"]

@@ -9,7 +9,8 @@ Conventions: docs/conventions.md, "Gaussian splatting". Stages:
    box of Radl et al. 2024 ("StopThePop", arXiv:2402.00525, Sec. B.2) and the culling rules of gsplat.
 2. :func:`spherical_harmonics` — the real SH basis of 3DGS up to degree 3.
 3. :func:`isect_tiles` — 16×16 tile binning with int64 keys ``(tile id << 32) | float_bits(depth)``
-   sorted with ``torch.sort`` (as gsplat's ``isect_tiles``).
+   sorted with ``torch.sort`` (as gsplat's ``isect_tiles``); with the conics and opacities, each Gaussian only
+   to the tiles its ellipse of reach touches (tile-accurate binning, Speedy-Splat's AccuTile).
 4. :func:`composite_tiles` — front-to-back alpha compositing per tile, chunked by a memory budget
    (``chunk_elements`` Gaussian×pixel pairs at once, never a dense Gaussians×pixels tensor), each chunk
    wrapped in activation checkpointing so that the memory kept for backward is also bounded.
@@ -37,6 +38,8 @@ __all__ = [
     "spherical_harmonics",
     "quat_scale_to_covar",
     "project_gaussians",
+    "ellipse_reach2",
+    "ellipse_row_spans",
     "isect_tiles",
     "composite_tiles",
     "tile_statistics",
@@ -200,13 +203,64 @@ def tile_grid(width: int, height: int, tile_size: int) -> Tuple[int, int]:
     return (width + tile_size - 1) // tile_size, (height + tile_size - 1) // tile_size
 
 
+def ellipse_reach2(conics: torch.Tensor, opacities: torch.Tensor) -> torch.Tensor:
+    """``[...]`` float32: the squared Mahalanobis radius ``r²`` inside which a Gaussian can pass the compositing cut.
+
+    A Gaussian of opacity ``o`` (after compensation) and conic ``A`` passes the cut ``o·exp(−q/2) ≥ 1/255`` at
+    offset ``d`` only where ``q = dᵀ A d ≤ 2 ln(255 o)``. The bound is widened to ``(2 ln(255 o) + 0.04) / 0.99``
+    (the margin of the compositing kernels' own band culling) so that float32 rounding of the per-pixel ``q`` never
+    drops a pixel that passes. ``conics [..., 3]`` (a, b, c), ``opacities [...]``; 0 where ``o ≤ 1/255``.
+    """
+    op = opacities.detach().to(torch.float32)
+    e2 = 2.0 * torch.log(torch.clamp(op, min=ALPHA_THRESHOLD) * 255.0)
+    return (e2 + 0.04) / 0.99
+
+
+def ellipse_row_spans(u, v, ca, cb, cc, r2, ty, tile_size: int, x0, x1):
+    """Tile columns ``[tx0, tx1)`` of tile row ``ty`` that the ellipse ``q(d) ≤ r2`` of a Gaussian at ``(u, v)``
+    with conic ``(ca, cb, cc)`` reaches (all float32 tensors of one shape; ``ty``, ``x0``, ``x1`` integer tensors:
+    the row and the Gaussian's bounding-box columns, to which the span is clamped; ``tx1 ≤ tx0`` when the row
+    misses the ellipse).
+
+    Tile-accurate binning (AccuTile of Hanson et al. 2025, "Speedy-Splat", §4.2; StopThePop §4.1 tests tiles
+    against the ellipse too): on the row's band ``dy ∈ [ty·ts − v, (ty+1)·ts − v]`` the ellipse's right edge
+    ``R(dy) = (−b dy + √(a r2 − det dy²)) / a`` is concave with its maximum at ``dy_R = −(b/c)·√(r2 c/det)`` (the
+    ellipse's rightmost point), so its largest value on the band is ``R(clamp(dy_R))``; the left edge likewise
+    (``dy_L = −dy_R``). A conic that is not positive definite keeps the whole bounding-box row. The same float32
+    operations, in the same order, as the Triton twin (:mod:`meshlift.kernels._splat_raster_jit`, ``_row_span``).
+    """
+    ts = float(tile_size)
+    pd = (ca > 0) & (cc > 0) & (ca * cc - cb * cb > 0)
+    a = torch.where(pd, ca, torch.ones_like(ca))
+    c = torch.where(pd, cc, torch.ones_like(cc))
+    det = torch.where(pd, ca * cc - cb * cb, torch.ones_like(ca))
+    ey = torch.sqrt(torch.clamp(r2 * a / det, min=0.0))
+    ex = torch.sqrt(torch.clamp(r2 * c / det, min=0.0))
+    tyf = ty.to(torch.float32)
+    lo = torch.maximum(tyf * ts - v, -ey)
+    hi = torch.minimum((tyf + 1.0) * ts - v, ey)
+    dyr = torch.minimum(torch.maximum(-(cb / c) * ex, lo), hi)
+    dyl = torch.minimum(torch.maximum((cb / c) * ex, lo), hi)
+    right = (-cb * dyr + torch.sqrt(torch.clamp(a * r2 - det * dyr * dyr, min=0.0))) / a
+    left = (-cb * dyl - torch.sqrt(torch.clamp(a * r2 - det * dyl * dyl, min=0.0))) / a
+    tx0 = torch.floor((u + left) / ts).to(torch.int64)
+    tx1 = torch.ceil((u + right) / ts).to(torch.int64)
+    tx0 = torch.where(pd, torch.maximum(tx0, x0), x0)
+    tx1 = torch.where(pd, torch.minimum(tx1, x1), x1)
+    tx1 = torch.where(pd & (lo > hi), tx0, tx1)
+    return tx0, tx1
+
+
 def isect_tiles(means2d: torch.Tensor, radii: torch.Tensor, depths: torch.Tensor, tile_size: int,
-                tiles_w: int, tiles_h: int, with_keys: bool = True
-                ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                tiles_w: int, tiles_h: int, with_keys: bool = True, conics: Optional[torch.Tensor] = None,
+                opacities: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Tile/Gaussian intersections, sorted by (camera, tile, depth).
 
     Args: ``means2d [C,N,2]``, ``radii [C,N,2]`` (int, 0 = culled), ``depths [C,N]`` (> 0 where
-    visible), the tile size and grid.
+    visible), the tile size and grid. With ``conics [C,N,3]`` and ``opacities [C,N]`` (both or neither) a
+    Gaussian is binned only to the tiles of its bounding box that its ellipse of reach touches
+    (:func:`ellipse_row_spans`, :func:`ellipse_reach2`; every pixel where it can pass the compositing cut is
+    still covered, so the render is the same); without them, to its whole bounding box (as gsplat 1.5).
 
     Returns ``(isect_ids [M] int64, flatten_ids [M] int64, isect_offsets [C, tiles_h, tiles_w] int64)``:
     ``isect_ids = (global tile id << 32) | float32_bits(depth)`` with global tile id
@@ -214,7 +268,12 @@ def isect_tiles(means2d: torch.Tensor, radii: torch.Tensor, depths: torch.Tensor
     ``isect_offsets`` is where each tile's run starts (its end is the next tile's start, or ``M``).
     Sorting is stable, so equal depths keep the Gaussian order. ``with_keys`` is accepted for the fast
     twin's sake (which can skip building the keys); the reference always returns them.
+
+    Raises:
+        RenderError: only one of ``conics`` and ``opacities`` given.
     """
+    if (conics is None) != (opacities is None):
+        raise RenderError("isect_tiles: pass both conics and opacities (ellipse binning) or neither (bounding boxes)")
     C, N = depths.shape
     dev = depths.device
     with torch.no_grad():
@@ -229,15 +288,31 @@ def isect_tiles(means2d: torch.Tensor, radii: torch.Tensor, depths: torch.Tensor
         x1 = torch.where(vis, x1, 0).long()
         y0 = torch.where(vis, y0, 0).long()
         y1 = torch.where(vis, y1, 0).long()
-        bw = x1 - x0
-        counts = bw * (y1 - y0)
-        gid = torch.repeat_interleave(torch.arange(C * N, device=dev), counts)
-        M = gid.numel()
-        starts = torch.cumsum(counts, 0) - counts
-        k = torch.arange(M, device=dev) - starts[gid]
-        bwg = bw[gid].clamp_min(1)
-        tx = x0[gid] + k % bwg
-        ty = y0[gid] + k // bwg
+        if conics is None:
+            bw = x1 - x0
+            counts = bw * (y1 - y0)
+            gid = torch.repeat_interleave(torch.arange(C * N, device=dev), counts)
+            M = gid.numel()
+            starts = torch.cumsum(counts, 0) - counts
+            k = torch.arange(M, device=dev) - starts[gid]
+            bwg = bw[gid].clamp_min(1)
+            tx = x0[gid] + k % bwg
+            ty = y0[gid] + k // bwg
+        else:  # one entry per (Gaussian, bounding-box row), then its span of columns
+            con = conics.detach().reshape(-1, 3).to(torch.float32)
+            r2 = ellipse_reach2(con, opacities.reshape(-1))
+            rows = y1 - y0
+            rg = torch.repeat_interleave(torch.arange(C * N, device=dev), rows)
+            rk = torch.arange(rg.numel(), device=dev) - (torch.cumsum(rows, 0) - rows)[rg]
+            rty = y0[rg] + rk
+            a0, a1 = ellipse_row_spans(m[rg, 0], m[rg, 1], con[rg, 0], con[rg, 1], con[rg, 2], r2[rg], rty,
+                                       tile_size, x0[rg], x1[rg])
+            width = (a1 - a0).clamp_min(0)
+            ri = torch.repeat_interleave(torch.arange(rg.numel(), device=dev), width)
+            k = torch.arange(ri.numel(), device=dev) - (torch.cumsum(width, 0) - width)[ri]
+            gid = rg[ri]
+            tx = a0[ri] + k
+            ty = rty[ri]
         cam = gid // max(N, 1)
         tile = (cam * tiles_h + ty) * tiles_w + tx
         dbits = depths.detach().reshape(-1).to(torch.float32).contiguous().view(torch.int32).to(torch.int64)
