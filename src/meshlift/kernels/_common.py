@@ -9,6 +9,20 @@ part of the triangle in front of the eye) iff every ``sign(det) · e_k ≥ 0``; 
 and far planes is then the per-fragment test ``−1 ≤ z/w ≤ 1``. No geometric splitting is needed, and
 triangles crossing ``w = 0`` are handled exactly; only their screen bounding box comes from the polygon
 clipped against the near plane ``z = −w``.
+
+Watertight coverage (issue 33; tests/test_raster_watertight.py). Evaluated in floating point, the edge lines
+through a vertex that many small triangles share are each rounded on their own and no longer meet in one point:
+pixel centres near the vertex can fall outside every triangle of the fan (the white and dark specks of the H100
+fox's 8M-face whole-scene mesh: 136 of one view's 141 isolated empty pixels). So every triangle whose vertices all
+lie in front of the eye (``w > 0``, ``z ≥ −w``) and within a guard band of ``±2^13`` pixels is tested as GPUs and
+nvdiffrast's hardware path do: its vertices are **snapped** to a fixed-point grid of ``1/SUBPIXEL`` pixel
+(:func:`snap_to_subpixels`), and the edge functions of the snapped triangle are evaluated **exactly** at the pixel
+centres (integers below 2^53, in float64: :func:`fixed_edge_planes`; Triton: int64). Exact arithmetic gives a
+consistent partition: a pixel centre is on the same side of a shared edge for both triangles, and around a
+shared vertex the fan covers the plane (centres exactly on an edge are covered by both; the depth key decides).
+Snapping moves a vertex by at most ``1/(2·SUBPIXEL)`` pixel. The other triangles (crossing the near plane,
+reaching ``w ≤ 0``, or far outside the image: rare, and large on screen) keep the homogeneous test above. The
+depth plane ``z/w``, the barycentrics and every gradient stay the homogeneous float ones.
 """
 
 from __future__ import annotations
@@ -18,8 +32,19 @@ from typing import Tuple
 import torch
 
 #: Pixel-units slack added to screen bounding boxes so that rounding never drops an edge pixel (the
-#: exact edge-function test decides coverage; the slack only adds candidates).
+#: exact edge-function test decides coverage; the slack only adds candidates). It exceeds the largest move of a
+#: snapped vertex (``1/(2·SUBPIXEL)`` = 0.00012 px), so the box holds every centre the snapped triangle covers.
 BBOX_SLACK_PX = 1e-3
+
+#: Sub-pixel grid of the watertight coverage test: vertices snap to ``1/SUBPIXEL`` pixel (12 bits; GPUs use 8).
+#: The finer the grid, the fewer pixel centres fall between a snapped edge and the float one, where the covered
+#: pixel's float barycentrics are ill-conditioned and pass no gradient (§3 of docs/conventions.md).
+SUBPIXEL = 4096
+
+#: Guard band of the snapped test (pixels, either side of the image origin): a vertex beyond it keeps the
+#: homogeneous float test. ``2^13`` px at ``2^12`` sub-pixels keeps every snapped coordinate within ``2^25`` and
+#: every edge-function value (pixel centres up to ``2^13`` px) below ``2^53``: exact in float64 (and int64).
+GUARD_PX = 2.0**13
 
 #: Largest triangle index the packed depth key can hold (31 bits).
 MAX_TRIANGLES = 2**31 - 1
@@ -116,6 +141,45 @@ def triangle_planes(v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.
     q = h[:, 0] * edges[:, 0]
     det = (q[:, 0] + q[:, 1]) + q[:, 2]
     return edges, zplane, det
+
+
+def snap_to_subpixels(xy: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Vertices in pixel-centre units (pixel ``j``'s centre at ``j``; any float dtype) to the watertight test's
+    fixed-point grid.
+
+    Returns ``(snapped, ok)``: ``snapped`` float64 integers ``floor(xy · SUBPIXEL + 0.5)`` (exact: within 2^25),
+    ``ok`` bool ``[...]`` over the last dimension's absence: every coordinate finite and within ``±GUARD_PX``
+    (elsewhere ``snapped`` is 0). The product and the sum are rounded in ``xy``'s dtype, as the Triton kernels
+    round them.
+    """
+    ok = (xy.abs() <= GUARD_PX).all(-1)
+    q = torch.floor(xy * SUBPIXEL + 0.5)
+    return torch.where(ok.unsqueeze(-1), q, 0.0).to(torch.float64), ok
+
+
+def fixed_edge_planes(X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+    """Exact, sign-normalised edge planes of snapped triangles.
+
+    Args:
+        X, Y: ``[n, 3]`` float64 snapped vertex coordinates (:func:`snap_to_subpixels`).
+
+    Returns:
+        ``[n, 3, 3]`` float64: row ``k`` the coefficients ``(a, b, c)`` of edge ``k`` (opposite vertex ``k``) over
+        ``(PX, PY, 1)``, pixel centres in sub-pixel units (``PX = j · SUBPIXEL``), multiplied by the sign of the
+        triangle's area, so that a centre is covered iff every ``(a PX + c) + b PY ≥ 0``; a triangle of zero
+        snapped area gets ``c_0 = −1`` (covers nothing). Coefficients stay within 2^52 and edge values at pixel
+        centres within the guard band below 2^53: each product and sum is exact in float64, whatever the order.
+    """
+    X1, X2 = X.roll(-1, dims=1), X.roll(-2, dims=1)
+    Y1, Y2 = Y.roll(-1, dims=1), Y.roll(-2, dims=1)
+    a = Y1 - Y2
+    b = X2 - X1
+    c = X1 * Y2 - Y1 * X2
+    area = (a[:, 0] * X[:, 0] + c[:, 0]) + b[:, 0] * Y[:, 0]
+    sg = torch.sign(area)[:, None]
+    planes = torch.stack([a * sg, b * sg, c * sg], -1)
+    planes[:, 0, 2] = torch.where(area == 0, -1.0, planes[:, 0, 2])
+    return planes
 
 
 def depth_key(z: torch.Tensor, tri_id: torch.Tensor) -> torch.Tensor:

@@ -47,6 +47,42 @@ def _vert_s(pos_ptr, tri_ptr, t, k: tl.constexpr, vbase):
     return tl.load(pos_ptr + row + 0), tl.load(pos_ptr + row + 1), tl.load(pos_ptr + row + 2), tl.load(pos_ptr + row + 3)
 
 
+@triton.jit
+def _snap(X, Y):
+    """``(SX, SY, ok)``: pixel-centre coordinates snapped to the watertight test's grid (int64, 1/4096 px:
+    ``_common.snap_to_subpixels`` with its SUBPIXEL and GUARD_PX, the same rounded float ops) and whether both lie
+    in its guard band."""
+    ok = (tl.abs(X) <= 8192.0) & (tl.abs(Y) <= 8192.0)
+    SX = tl.where(ok, tl.math.floor(X * 4096.0 + 0.5), 0.0).to(tl.int64)
+    SY = tl.where(ok, tl.math.floor(Y * 4096.0 + 0.5), 0.0).to(tl.int64)
+    return SX, SY, ok
+
+
+@triton.jit
+def _fixed_planes(X0, Y0, X1, Y1, X2, Y2):
+    """Exact sign-normalised edge planes of a snapped triangle (int64), as ``_common.fixed_edge_planes``:
+    ``(a0, b0, c0, a1, b1, c1, a2, b2, c2)`` over ``(PX, PY, 1)`` in 1/4096 px; zero area: ``c0 = -1``."""
+    a0 = Y1 - Y2
+    b0 = X2 - X1
+    c0 = X1 * Y2 - Y1 * X2
+    a1 = Y2 - Y0
+    b1 = X0 - X2
+    c1 = X2 * Y0 - Y2 * X0
+    a2 = Y0 - Y1
+    b2 = X1 - X0
+    c2 = X0 * Y1 - Y0 * X1
+    area = (a0 * X0 + c0) + b0 * Y0
+    sg = tl.where(area > 0, 1, tl.where(area < 0, -1, 0)).to(tl.int64)
+    c0s = tl.where(area == 0, -1, c0 * sg)
+    return a0 * sg, b0 * sg, c0s, a1 * sg, b1 * sg, c1 * sg, a2 * sg, b2 * sg, c2 * sg
+
+
+@triton.jit
+def _fixed_cover(f0, f1, f2, f3, f4, f5, f6, f7, f8, qx, qy):
+    """Coverage of the pixel centres ``(qx, qy)`` (int64, 1/4096 px) by the exact planes of :func:`_fixed_planes`."""
+    return (((f0 * qx + f2) + f1 * qy) >= 0) & (((f3 * qx + f5) + f4 * qy) >= 0) & (((f6 * qx + f8) + f7 * qy) >= 0)
+
+
 @triton.jit(do_not_specialize=["T", "vstride", "t_lo", "t_hi"])
 def _bin_kernel(
     pos_ptr, tri_ptr, first_ptr, count_ptr, cnt_ptr, list_ptr, key_ptr, xtab_ptr, ytab_ptr,
@@ -104,10 +140,15 @@ def _bin_kernel(
     i1 = tl.where(simple, i1, H - 1)
     live = live & (j1 >= j0) & (i1 >= i0)
     if STAMP > 0:
-        small = live & simple & (j1 - j0 < STAMP) & (i1 - i0 < STAMP)
+        SX0, SY0, g0 = _snap(X0, Y0)
+        SX1, SY1, g1 = _snap(X1, Y1)
+        SX2, SY2, g2 = _snap(X2, Y2)
+        small = live & simple & g0 & g1 & g2 & (j1 - j0 < STAMP) & (i1 - i0 < STAMP)
         live = live & (~small)
         if EMIT:
-            a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc = _planes_of(x0, y0, z0, w0, x1, y1, z1, w1, x2, y2, z2, w2)
+            a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, flat = _planes_of(x0, y0, z0, w0, x1, y1, z1, w1, x2, y2,
+                                                                               z2, w2)
+            f0, f1, f2, f3, f4, f5, f6, f7, f8 = _fixed_planes(SX0, SY0, SX1, SY1, SX2, SY2)
             pbase = b.to(tl.int64) * H * W
             for dy in tl.static_range(STAMP):
                 ii = i0 + dy
@@ -116,11 +157,10 @@ def _bin_kernel(
                     jj = j0 + dx
                     mp = small & (ii <= i1) & (jj <= j1)
                     px = tl.load(xtab_ptr + jj, mask=mp, other=0.0)
-                    e0 = (a0 * px + c0) + b0 * py
-                    e1 = (a1 * px + c1) + b1 * py
-                    e2 = (a2 * px + c2) + b2 * py
                     z = (za * px + zc) + zb * py
-                    ok = mp & (e0 >= 0) & (e1 >= 0) & (e2 >= 0) & (z >= -1.0) & (z <= 1.0)
+                    cov = _fixed_cover(f0, f1, f2, f3, f4, f5, f6, f7, f8, jj.to(tl.int64) * 4096,
+                                       ii.to(tl.int64) * 4096)
+                    ok = mp & cov & (flat == 0) & (z >= -1.0) & (z <= 1.0)
                     tl.atomic_min(key_ptr + pbase + ii * W + jj, _key(z, t), mask=ok, sem="relaxed")
     tx0 = j0 // TILE_W
     tx1 = j1 // TILE_W
@@ -151,14 +191,30 @@ def _key(z, t):
 
 
 @triton.jit
-def _planes(pos_ptr, tri_ptr, t, vbase):
+def _planes(pos_ptr, tri_ptr, t, vbase, H, W):
     """Sign-normalised edge planes and the z/w plane of triangle t (scalars), as the torch backend's
-    ``_planes`` (``triangle_planes`` + sign): ``(a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, valid)``;
-    an edge-on triangle (``det = 0``) is not valid (covers nothing)."""
+    ``_planes`` (``triangle_planes`` + sign), then its coverage planes: ``(a0, b0, c0, a1, b1, c1, a2, b2, c2, za,
+    zb, zc, flat, fixed, f0 .. f8)`` — ``flat``: edge-on (``det = 0``, covers nothing); ``fixed``: in front of the
+    eye and inside the guard band, coverage by the exact planes ``f0 .. f8`` of its snapped vertices
+    (:func:`_fixed_planes`; ``_common``'s watertight test), else by the homogeneous ones. ``hw, hh``: half the
+    image's width and height (pixels)."""
     x0, y0, z0, w0 = _vert_s(pos_ptr, tri_ptr, t, 0, vbase)
     x1, y1, z1, w1 = _vert_s(pos_ptr, tri_ptr, t, 1, vbase)
     x2, y2, z2, w2 = _vert_s(pos_ptr, tri_ptr, t, 2, vbase)
-    return _planes_of(x0, y0, z0, w0, x1, y1, z1, w1, x2, y2, z2, w2)
+    a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, flat = _planes_of(x0, y0, z0, w0, x1, y1, z1, w1, x2, y2, z2, w2)
+    tiny = 1.1754943508222875e-38
+    simple = (z0 + w0 >= 0) & (z1 + w1 >= 0) & (z2 + w2 >= 0) & (w0 > tiny) & (w1 > tiny) & (w2 > tiny)
+    s0 = tl.where(simple, w0, 1.0).to(x0.dtype)
+    s1 = tl.where(simple, w1, 1.0).to(x0.dtype)
+    s2 = tl.where(simple, w2, 1.0).to(x0.dtype)
+    hw = tl.full((), 0.5, x0.dtype) * W  # W / 2 in the positions' dtype (exact), as torch's half
+    hh = tl.full((), 0.5, x0.dtype) * H
+    SX0, SY0, g0 = _snap(_div(x0, s0) * hw + (hw - 0.5), _div(y0, s0) * hh + (hh - 0.5))
+    SX1, SY1, g1 = _snap(_div(x1, s1) * hw + (hw - 0.5), _div(y1, s1) * hh + (hh - 0.5))
+    SX2, SY2, g2 = _snap(_div(x2, s2) * hw + (hw - 0.5), _div(y2, s2) * hh + (hh - 0.5))
+    f0, f1, f2, f3, f4, f5, f6, f7, f8 = _fixed_planes(SX0, SY0, SX1, SY1, SX2, SY2)
+    fixed = simple & g0 & g1 & g2
+    return a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, flat, fixed, f0, f1, f2, f3, f4, f5, f6, f7, f8
 
 
 @triton.jit
@@ -183,19 +239,24 @@ def _planes_of(x0, y0, z0, w0, x1, y1, z1, w1, x2, y2, z2, w2):
     c0s = tl.where(flat, -1.0, c0 * sg).to(x0.dtype)  # edge-on: e0 = -1 everywhere (as torch's _planes)
     d = tl.where(flat, 1.0, det).to(x0.dtype)
     return (a0 * sg, b0 * sg, c0s, a1 * sg, b1 * sg, c1 * sg, a2 * sg, b2 * sg, c2 * sg,
-            _div(za, d), _div(zb, d), _div(zc, d))
+            _div(za, d), _div(zb, d), _div(zc, d), flat)
 
 
 @triton.jit
-def _depth_test(a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, t, px, py, best):
-    """Coverage (edges ≥ 0, −1 ≤ z/w ≤ 1) of triangle t with planes p at the pixel centres, then the depth
+def _depth_test(a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, flat, fixed, f0, f1, f2, f3, f4, f5, f6, f7, f8, t,
+                px, py, qx, qy, best):
+    """Coverage (edges ≥ 0: the snapped triangle's exact edges at ``(qx, qy)`` where ``fixed``, else the
+    homogeneous ones at ``(px, py)``; −1 ≤ z/w ≤ 1) of triangle t with planes p at the pixel centres, then the depth
     test on the packed key (z/w at float32 precision, then the index, as the torch backend). Evaluation
     order (a px + c) + b py as torch."""
     e0 = (a0 * px + c0) + b0 * py
     e1 = (a1 * px + c1) + b1 * py
     e2 = (a2 * px + c2) + b2 * py
     z = (za * px + zc) + zb * py
-    ok = (e0 >= 0) & (e1 >= 0) & (e2 >= 0) & (z >= -1.0) & (z <= 1.0)
+    # an edge-on triangle (flat) takes the homogeneous test, whose e0 is then -1 everywhere: never covered
+    cov = tl.where(fixed & (flat == 0), _fixed_cover(f0, f1, f2, f3, f4, f5, f6, f7, f8, qx, qy),
+                   (e0 >= 0) & (e1 >= 0) & (e2 >= 0))
+    ok = cov & (z >= -1.0) & (z <= 1.0)
     key = _key(z, t)
     return tl.where(ok & (key < best), key, best)
 
@@ -220,6 +281,8 @@ def _raster_kernel(
     inimg = (i < H) & (j < W)
     px = tl.load(xtab_ptr + j, mask=j < W, other=0.0)
     py = tl.load(ytab_ptr + i, mask=i < H, other=0.0)
+    qx = j.to(tl.int64) * 4096  # the watertight test's pixel centres (1/4096 px: _common.SUBPIXEL)
+    qy = i.to(tl.int64) * 4096
     if RANGE:
         vbase = 0
     else:
@@ -236,15 +299,22 @@ def _raster_kernel(
         for s in range(start, end, 2):
             ta = tl.load(list_ptr + s)
             tb = tl.load(list_ptr + tl.minimum(s + 1, end - 1))
-            a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc = _planes(pos_ptr, tri_ptr, ta, vbase)
-            a0_, b0_, c0_, a1_, b1_, c1_, a2_, b2_, c2_, za_, zb_, zc_ = _planes(pos_ptr, tri_ptr, tb, vbase)
-            best = _depth_test(a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, ta, px, py, best)
-            best = _depth_test(a0_, b0_, c0_, a1_, b1_, c1_, a2_, b2_, c2_, za_, zb_, zc_, tb, px, py, best)
+            (a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, fl, fx, f0, f1, f2, f3, f4, f5, f6, f7, f8) = \
+                _planes(pos_ptr, tri_ptr, ta, vbase, H, W)
+            (a0_, b0_, c0_, a1_, b1_, c1_, a2_, b2_, c2_, za_, zb_, zc_, fl_, fx_,
+             f0_, f1_, f2_, f3_, f4_, f5_, f6_, f7_, f8_) = \
+                _planes(pos_ptr, tri_ptr, tb, vbase, H, W)
+            best = _depth_test(a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, fl, fx, f0, f1, f2, f3, f4, f5, f6, f7,
+                               f8, ta, px, py, qx, qy, best)
+            best = _depth_test(a0_, b0_, c0_, a1_, b1_, c1_, a2_, b2_, c2_, za_, zb_, zc_, fl_, fx_, f0_, f1_, f2_,
+                               f3_, f4_, f5_, f6_, f7_, f8_, tb, px, py, qx, qy, best)
     else:
         for s in range(start, end):
             t = tl.load(list_ptr + s)
-            a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc = _planes(pos_ptr, tri_ptr, t, vbase)
-            best = _depth_test(a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, t, px, py, best)
+            (a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, fl, fx, f0, f1, f2, f3, f4, f5, f6, f7, f8) = \
+                _planes(pos_ptr, tri_ptr, t, vbase, H, W)
+            best = _depth_test(a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, fl, fx, f0, f1, f2, f3, f4, f5, f6, f7,
+                               f8, t, px, py, qx, qy, best)
     if FINAL:
         empty = best >= 2305843009213693952  # backends._common.EMPTY_KEY (z/w >= 2: never a fragment)
         best_t = tl.where(empty, big_t, (best & 2147483647).to(tl.int32))

@@ -5,8 +5,10 @@ Same semantics as the pure-PyTorch path (docs/conventions.md §3; nvdiffrast's `
 centres ``(2(j + 0.5)/W − 1, 2(i + 0.5)/H − 1)``, the smallest ``z/w`` wins, ties go to the lower
 triangle index, fragments outside ``−1 ≤ z/w ≤ 1`` are clipped (so near-plane crossings are exact),
 edge-on triangles cover nothing; range mode (``pos [V, 4]`` + ``ranges [B, 2]``) and instanced mode
-(``pos [B, V, 4]``). Coverage uses homogeneous rasterization (Olano & Greer 1997) with the same edge and
-depth planes, and the same evaluation order ``(a·px + c) + b·py``, as the torch backend
+(``pos [B, V, 4]``). Coverage is watertight (``kernels._common``): a triangle in front of the eye and inside the
+guard band is tested with its vertices snapped to 1/4096 px and exact int64 edge functions (the torch backend's
+exact float64 ones give the same integers); the others use homogeneous rasterization (Olano & Greer 1997) with the
+same edge and depth planes, and the same evaluation order ``(a·px + c) + b·py``, as the torch backend
 (:mod:`meshlift.kernels.torch_backend`); barycentrics and ``z/w`` of the winner use the same
 formula as ``meshlift.render.rasterize._uvz_lean`` (the torch path with ``grad_db=True`` uses
 ``barycentrics_at``, which multiplies by ``1/Σe`` instead of dividing: equal to rounding). The binning and raster kernels

@@ -12,8 +12,9 @@ per chunk):
    bucket sizes and the tile count are read back in **one** host sync; an argsort groups the buckets;
    the edge and depth planes are computed for the surviving triangles only;
 3. per stamp batch (at most ``max_fragments`` candidate pixels): the three edge functions and ``z/w``
-   at each pixel centre of the fixed-size stamp by broadcasting (homogeneous rasterization, see
-   ``_common``), a fragment survives iff all edges ≥ 0 and ``−1 ≤ z/w ≤ 1``; ``(z/w, triangle index)``
+   at each pixel centre of the fixed-size stamp by broadcasting (the edges of the snapped triangle exactly, in
+   float64, for the triangles in front of the eye and inside the guard band; homogeneously for the near-plane
+   bucket; see ``_common``), a fragment survives iff all edges ≥ 0 and ``−1 ≤ z/w ≤ 1``; ``(z/w, triangle index)``
    is packed into one int64 key (rejected candidates get an "empty" key) and merged with **one**
    ``scatter_reduce(amin)`` into a per-pixel key buffer. Stamps may reach past a box (or, through padded
    pixel tables whose extra entries are NaN, past the image): the exact per-pixel test decides, the box
@@ -46,11 +47,14 @@ from meshlift.kernels._common import (  # noqa: I001
     BBOX_SLACK_PX,
     EMPTY_DEPTH_BITS,
     INT64_MAX,
+    SUBPIXEL,
     dense_path,
+    fixed_edge_planes,
     gather_rows,
     pixel_centre_tables,
     key_to_index,
     screen_bbox,
+    snap_to_subpixels,
     triangle_planes,
 )
 
@@ -169,6 +173,8 @@ def _chunk(ctx: _Ctx, v: torch.Tensor, b: Optional[torch.Tensor], t: torch.Tenso
     # (x/w) * half + (half - 0.5) as two rounded ops (torch.addcmul fuses them into one multiply-add on the
     # CPU and CUDA): the same box as the Triton binning kernel's
     xy = (v[..., :2] / torch.where(simple.unsqueeze(1), w, 1.0).unsqueeze(-1)) * ctx.half + ctx.half_m
+    snapped, in_guard = snap_to_subpixels(xy)  # the watertight test's vertices ([n, 3, 2] float64)
+    simple = simple & in_guard.all(1)  # the rest: the near-plane bucket (homogeneous test, clipped box)
     mn, mx = torch.aminmax(xy, dim=1)  # [n, 2] = (x, y)
     big = float(max(H, W) + 2)
     lo = torch.ceil((mn - BBOX_SLACK_PX).clamp(-1, big)).to(torch.int64).clamp(min=0)
@@ -193,7 +199,10 @@ def _chunk(ctx: _Ctx, v: torch.Tensor, b: Optional[torch.Tensor], t: torch.Tenso
         return
     sel = order[:live]
     vs = gather_rows(v, sel)
-    P = _planes(vs)
+    P, flat = _planes(vs)
+    sn = gather_rows(snapped, sel)
+    Q = fixed_edge_planes(sn[..., 0], sn[..., 1])  # exact edges of the snapped triangles (all but the last nx)
+    Q[:, 0, 2] = torch.where(flat, -1.0, Q[:, 0, 2])  # no z/w plane (homogeneous det 0): covers nothing
     lo_s, ext_s = gather_rows(lo, sel), gather_rows(ext, sel)
     tid = t.index_select(0, sel)
     base = None if b is None else b.index_select(0, sel) * (H * W)
@@ -213,11 +222,13 @@ def _chunk(ctx: _Ctx, v: torch.Tensor, b: Optional[torch.Tensor], t: torch.Tenso
         per = max(ctx.budget // (sz * sz), 1)
         for a in range(s0, s0 + n, per):
             e = min(s0 + n, a + per)
-            _stamps(ctx, sz, ints[a:e, 0], ints[a:e, 1], None if base is None else base[a:e], tid[a:e], P[a:e])
+            _stamps(ctx, sz, ints[a:e, 0], ints[a:e, 1], None if base is None else base[a:e], tid[a:e], P[a:e],
+                    Q[a:e])
         s0 += n
     if nt:
         sl = slice(s0, s0 + nt)
-        _tiles(ctx, ints[sl], None if base is None else base[sl], tid[sl], P[sl], ntiles.index_select(0, sel[sl]), total_tiles)
+        _tiles(ctx, ints[sl], None if base is None else base[sl], tid[sl], P[sl], ntiles.index_select(0, sel[sl]),
+               total_tiles, Q[sl])
         s0 += nt
     if nx:
         sl = slice(s0, s0 + nx)
@@ -230,22 +241,24 @@ def _chunk(ctx: _Ctx, v: torch.Tensor, b: Optional[torch.Tensor], t: torch.Tenso
             _tiles(ctx, xi, None if base is None else base[sl], tid[sl], P[sl], cnt, total)
 
 
-def _planes(v: torch.Tensor) -> torch.Tensor:
-    """``[n, 4, 3]``: rows 0-2 the sign-normalised edge planes (covered iff all ≥ 0; edge-on triangles
-    get an edge negative everywhere), row 3 the z/w plane, all over ``(px, py, 1)``."""
+def _planes(v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``([n, 4, 3], flat [n])``: rows 0-2 the sign-normalised edge planes (covered iff all ≥ 0; edge-on triangles,
+    ``flat``, get an edge negative everywhere), row 3 the z/w plane, all over ``(px, py, 1)``."""
     edges, zplane, det = triangle_planes(v)
     flat = det == 0
     ep = edges * torch.sign(det)[:, None, None]
     ep[:, 0, 2] = torch.where(flat, -1.0, ep[:, 0, 2])
     zp = zplane / torch.where(flat, 1.0, det)[:, None]
-    return torch.cat([ep, zp.unsqueeze(1)], 1)
+    return torch.cat([ep, zp.unsqueeze(1)], 1), flat
 
 
-def _stamps(ctx: _Ctx, sz: int, row0, col0, base, tid, P) -> None:
+def _stamps(ctx: _Ctx, sz: int, row0, col0, base, tid, P, Q=None) -> None:
     """Evaluate ``n`` stamps of ``sz × sz`` pixels with top-left ``(row0, col0) [n]`` and merge them.
 
     ``base [n]`` pixel offset of each stamp's image (None: image 0); ``tid [n]`` triangle index;
-    ``P [n, 4, 3]`` edge planes and z/w plane of the stamp's triangle (:func:`_planes`).
+    ``P [n, 4, 3]`` edge planes and z/w plane of the stamp's triangle (:func:`_planes`); ``Q [n, 3, 3]`` the
+    exact edge planes of its snapped vertices (:func:`~meshlift.kernels._common.fixed_edge_planes`), which decide
+    coverage when given (else ``P``'s edges).
     """
     n = row0.shape[0]
     if n == 0:
@@ -257,11 +270,19 @@ def _stamps(ctx: _Ctx, sz: int, row0, col0, base, tid, P) -> None:
     px = ctx.xtab.index_select(0, cols.view(-1)).view(n, 1, sz)  # NaN past the image
     py = ctx.ytab.index_select(0, rows.view(-1)).view(n, 1, sz)
     # e_k = (a px + c) + b py: the same evaluation order as every other path (exact ties)
-    ex = P[:, :, 0:1] * px + P[:, :, 2:3]  # [n, 4, sz] over columns
-    ey = P[:, :, 1:2] * py  # [n, 4, sz] over rows
-    e = ex.unsqueeze(2) + ey.unsqueeze(3)  # [n, 4, rows, cols]
-    zw = e[:, 3]
-    ok = (e[:, :3] >= 0).all(1) & (zw.abs() <= 1)  # coverage and near/far clipping
+    if Q is None:
+        ex = P[:, :, 0:1] * px + P[:, :, 2:3]  # [n, 4, sz] over columns
+        ey = P[:, :, 1:2] * py  # [n, 4, sz] over rows
+        e = ex.unsqueeze(2) + ey.unsqueeze(3)  # [n, 4, rows, cols]
+        zw = e[:, 3]
+        cov = (e[:, :3] >= 0).all(1)
+    else:  # the snapped triangle's edges at the centres in sub-pixel units, exact in float64
+        qx = (cols * SUBPIXEL).to(torch.float64).view(n, 1, sz)
+        qy = (rows * SUBPIXEL).to(torch.float64).view(n, 1, sz)
+        e = (Q[:, :, 0:1] * qx + Q[:, :, 2:3]).unsqueeze(2) + (Q[:, :, 1:2] * qy).unsqueeze(3)  # [n, 3, rows, cols]
+        cov = (e >= 0).all(1)
+        zw = (P[:, 3, 0:1] * px[:, 0] + P[:, 3, 2:3]).unsqueeze(1) + (P[:, 3, 1:2] * py[:, 0]).unsqueeze(2)
+    ok = cov & (zw.abs() <= 1)  # coverage and near/far clipping (NaN past the image: never)
     bits = zw.to(torch.float32).view(torch.int32)
     bits = torch.where(ok, bits ^ ((bits >> 31) & 0x7FFFFFFF), EMPTY_DEPTH_BITS)  # ordered depth bits
     pix = rows * W if base is None else rows * W + base.unsqueeze(1)
@@ -273,10 +294,11 @@ def _stamps(ctx: _Ctx, sz: int, row0, col0, base, tid, P) -> None:
     ctx.keys.scatter_reduce_(0, idx, key, reduce="amin", include_self=True)
 
 
-def _tiles(ctx: _Ctx, ints, base, tid, P, cnt, total: int) -> None:
+def _tiles(ctx: _Ctx, ints, base, tid, P, cnt, total: int, Q=None) -> None:
     """Stamp the ``ctx.tile``-sided tiles of large boxes, ``budget / tile²`` tiles at a time.
 
-    ``ints [m, 4]`` = (row0, col0, rows, cols) of each box, ``cnt [m]`` its tile count (``total`` in all).
+    ``ints [m, 4]`` = (row0, col0, rows, cols) of each box, ``cnt [m]`` its tile count (``total`` in all);
+    ``Q`` the snapped triangles' exact edge planes, or None (the homogeneous ones of ``P``) as in :func:`_stamps`.
     """
     T_ = ctx.tile
     start = torch.cumsum(cnt, 0)
@@ -299,4 +321,5 @@ def _tiles(ctx: _Ctx, ints, base, tid, P, cnt, total: int) -> None:
             None if base is None else base.index_select(0, t),
             tid.index_select(0, t),
             gather_rows(P, t),
+            None if Q is None else gather_rows(Q, t),
         )

@@ -1,7 +1,8 @@
 """Simple, slow reference twins of the rendering ops, for tests (small inputs only).
 
 - :func:`rasterize_reference`: brute force — every triangle tested against every pixel centre, one
-  triangle at a time, ``torch.minimum`` on the packed depth key; barycentrics by solving the 3×3 system
+  triangle at a time (the snapped triangle's exact edges where it is in front of the eye and inside the guard
+  band, else the homogeneous ones: ``kernels._common``), ``torch.minimum`` on the packed depth key; barycentrics by solving the 3×3 system
   ``Σ_k b_k (x_k, y_k, w_k) ∝ (px, py, 1)`` per pixel (an independent formula from the fast path's).
 - :func:`interpolate_reference`: per-pixel Python loop.
 """
@@ -12,7 +13,8 @@ from typing import Optional, Sequence
 
 import torch
 
-from meshlift.kernels._common import INT64_MAX, depth_key, key_to_index, triangle_planes
+from meshlift.kernels._common import (INT64_MAX, SUBPIXEL, depth_key, fixed_edge_planes, key_to_index,
+                                      snap_to_subpixels, triangle_planes)
 
 
 def visibility_reference(
@@ -25,6 +27,9 @@ def visibility_reference(
     jj, ii = torch.meshgrid(torch.arange(W), torch.arange(H), indexing="xy")
     px = ((2 * jj + 1).to(pos.dtype) / W - 1).to(pos.device)
     py = ((2 * ii + 1).to(pos.dtype) / H - 1).to(pos.device)
+    qx = (jj * SUBPIXEL).to(torch.float64).to(pos.device)  # pixel centres on the snapped test's grid
+    qy = (ii * SUBPIXEL).to(torch.float64).to(pos.device)
+    half = torch.tensor([W * 0.5, H * 0.5], dtype=pos.dtype, device=pos.device)
     out = []
     B = pos.shape[0] if ranges is None else ranges.shape[0]
     for b in range(B):
@@ -45,7 +50,15 @@ def visibility_reference(
             e = [(sg * edges[0, k, 0] * px + sg * edges[0, k, 2]) + sg * edges[0, k, 1] * py for k in range(3)]
             zp = zplane[0] / det[0]
             z = (zp[0] * px + zp[2]) + zp[1] * py
-            cov = (e[0] >= 0) & (e[1] >= 0) & (e[2] >= 0) & (z.abs() <= 1)
+            cov = (e[0] >= 0) & (e[1] >= 0) & (e[2] >= 0)
+            w, zc = v[0, :, 3], v[0, :, 2]
+            if bool(((zc + w >= 0) & (w > torch.finfo(pos.dtype).tiny)).all()):
+                sn, ok = snap_to_subpixels((v[0, :, :2] / w[:, None]) * half + (half - 0.5))
+                if bool(ok.all()):  # the watertight test (kernels._common): the snapped triangle's exact edges
+                    q = fixed_edge_planes(sn[None, :, 0], sn[None, :, 1])[0]
+                    cov = ((q[0, 0] * qx + q[0, 2]) + q[0, 1] * qy >= 0) & ((q[1, 0] * qx + q[1, 2]) + q[1, 1] * qy >= 0) \
+                        & ((q[2, 0] * qx + q[2, 2]) + q[2, 1] * qy >= 0)
+            cov = cov & (z.abs() <= 1)
             key = torch.where(cov, depth_key(z, torch.full_like(best, t)), best)
             best = torch.minimum(best, key)
         out.append(key_to_index(best))
