@@ -31,16 +31,17 @@ FWD_KNOBS = ("_SPLIT_FWD", "_CULL_FWD", "_BATCH", "_WARPS")
 BWD_KNOBS = ("_SPLIT_BWD", "_CULL_BWD", "_BATCH_BWD", "_WARPS_BWD", "_CULL_CHUNK")
 
 
-def parse_variants(specs) -> list:
+def parse_variants(specs, option: str = "--kernel-ab") -> list:
     """``["1:0/4:2", "4:0/8:2:8:2@box", ...]`` → ``[((1, 0), (4, 2), None), ((4, 0), (8, 2, 8, 2), False), ...]``:
     forward split:cull[:batch:warps] / backward split:cull[:batch:warps:chunk] (:data:`FWD_KNOBS`,
     :data:`BWD_KNOBS`), and the binning (``@box`` False, ``@ellipse`` True, none: the settings' own).
-    Batches, warps and chunks must be powers of two (Triton block shapes)."""
+    Batches, warps and chunks must be powers of two (Triton block shapes). ``option`` names the command-line
+    option in the error messages."""
     out = []
     for s in specs:
-        s, _, tiles = s.partition("@")
-        if tiles not in ("", "box", "ellipse"):
-            raise SystemExit(f"--kernel-ab {s}@{tiles}: the binning suffix is @box or @ellipse")
+        s, at, tiles = s.partition("@")
+        if at and tiles not in ("box", "ellipse"):
+            raise SystemExit(f"{option} {s}@{tiles}: the binning suffix is @box or @ellipse")
         f, _, b = s.partition("/")
         try:
             fv = tuple(int(x) for x in f.split(":"))
@@ -48,10 +49,12 @@ def parse_variants(specs) -> list:
         except ValueError:
             fv = bv = ()
         if not (2 <= len(fv) <= len(FWD_KNOBS) and 2 <= len(bv) <= len(BWD_KNOBS)):
-            raise SystemExit(f"--kernel-ab {s!r}: expected FSPLIT:FCULL[:BATCH:WARPS]/BSPLIT:BCULL[:BATCH:WARPS:CHUNK],"
-                             " e.g. 1:0/4:2 or 4:0/8:2:8:2")
+            raise SystemExit(f"{option} {s!r}: expected FSPLIT:FCULL[:BATCH:WARPS]/BSPLIT:BCULL[:BATCH:WARPS:CHUNK]"
+                             "[@box|@ellipse], e.g. 1:0/4:2 or 4:0/8:2:8:2@box")
+        if fv[0] < 1 or bv[0] < 1 or fv[1] < 0 or bv[1] < 0:
+            raise SystemExit(f"{option} {s!r}: the band splits must be at least 1, the culling modes at least 0")
         if any(v < 1 or v & (v - 1) for v in fv[2:] + bv[2:]):
-            raise SystemExit(f"--kernel-ab {s!r}: batches, warps and chunks must be powers of two")
+            raise SystemExit(f"{option} {s!r}: batches, warps and chunks must be powers of two")
         out.append((fv, bv, None if not tiles else tiles == "ellipse"))
     return out
 

@@ -294,7 +294,7 @@ def run_meshlift(cfg, problem, device: torch.device, eval_at: set, args, on_eval
 
         from meshlift.kernels import splat_triton as kt
 
-        (fv, bv, tiles), = parse_variants([args.kernel])
+        (fv, bv, tiles), = parse_variants([args.kernel], "--kernel")
         saved = {k: getattr(kt, k) for k in FWD_KNOBS + BWD_KNOBS}
         _set(kt, {**dict(zip(FWD_KNOBS, fv)), **dict(zip(BWD_KNOBS, bv))})
         if tiles is not None:
@@ -625,11 +625,12 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="the preset's CPU-sized --quick variant")
     ap.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
                     help="extra GaussiansConfig overrides, used by both sides")
-    ap.add_argument("--kernel", default=None, metavar="FS:FC/BS:BC[@box]",
+    ap.add_argument("--kernel", default=None, metavar="FS:FC/BS:BC[@box|@ellipse]",
                     help="meshlift side: the Triton compositing settings (forward _SPLIT_FWD:_CULL_FWD[:_BATCH:_WARPS] / "
                          "backward _SPLIT_BWD:_CULL_BWD[:_BATCH_BWD:_WARPS_BWD:_CULL_CHUNK], as --kernel-ab of "
-                         "gaussians_loop_profile.py) and the binning (@box: whole bounding boxes), e.g. 4:0/8:0 for the "
-                         "backward without band culling")
+                         "gaussians_loop_profile.py) and the binning (@box: whole bounding boxes, as gsplat; @ellipse: "
+                         "the tiles each ellipse reaches, the default), e.g. 4:0/8:0 for the backward without band "
+                         "culling")
     ap.add_argument("--warmup", type=int, default=20, help="first steps timed apart (compiles, allocations)")
     ap.add_argument("--no-lpips", action="store_true")
     ap.add_argument("--order", choices=("gsplat-first", "meshlift-first"), default="gsplat-first")
@@ -646,6 +647,10 @@ def main(argv=None) -> int:
                     help="CPU check only: the gsplat loop with meshlift's rasterizer in place of gsplat's")
     ap.add_argument("--out", type=Path, default=None, help="JSON file (sides from an earlier run are kept)")
     args = ap.parse_args(argv)
+    if args.kernel:  # checked before any data loads
+        from _kernel_ab import parse_variants
+
+        parse_variants([args.kernel], "--kernel")
 
     from meshlift.config import config_to_dict
     from meshlift.methods.engine import resolve_device

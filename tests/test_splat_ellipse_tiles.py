@@ -99,6 +99,9 @@ def test_isect_tiles_wants_both_conics_and_opacities():
     _, pr, (W, H, tw, th) = _thin_scene(n=20)
     with pytest.raises(RenderError, match="conics and opacities"):
         ref.isect_tiles(pr["means2d"], pr["radii"], pr["depths"], 16, tw, th, conics=pr["conics"])
+    with pytest.raises(RenderError, match=r"must be \[C, N, 3\]"):
+        ref.isect_tiles(pr["means2d"], pr["radii"], pr["depths"], 16, tw, th, conics=pr["conics"][..., :2],
+                        opacities=pr["opacities"])
 
 
 triton = pytest.importorskip("triton")
@@ -168,8 +171,11 @@ def test_kernel_ab_variants_name_the_binning():
 
     assert parse_variants(["4:0/8:2", "4:0/8:2:8:2@box", "1:0/4:2@ellipse"]) == [
         ((4, 0), (8, 2), None), ((4, 0), (8, 2, 8, 2), False), ((1, 0), (4, 2), True)]
-    with pytest.raises(SystemExit, match="@box or @ellipse"):
-        parse_variants(["4:0/8:2@boxes"])
+    for bad in ("4:0/8:2@boxes", "4:0/8:2@"):
+        with pytest.raises(SystemExit, match="--kernel 4:0/8:2@.*: the binning suffix is @box or @ellipse"):
+            parse_variants([bad], "--kernel")
+    with pytest.raises(SystemExit, match="band splits must be at least 1"):
+        parse_variants(["0:0/8:2"])
     args, kw = _with_tiles((1, SplatSettings()), {"settings": SplatSettings()}, False)
     assert args[0] == 1 and not args[1].ellipse_tiles and not kw["settings"].ellipse_tiles
     assert _with_tiles((SplatSettings(),), {}, None)[0][0].ellipse_tiles

@@ -271,6 +271,9 @@ def isect_tiles(means2d, radii, depths, tile_size, tiles_w, tiles_h, with_keys: 
         raise RenderError("isect_tiles: pass both conics and opacities (ellipse binning) or neither (bounding boxes)")
     k = _k()
     C, N = depths.shape
+    if conics is not None and (tuple(conics.shape) != (C, N, 3) or tuple(opacities.shape) != (C, N)):
+        raise RenderError(f"isect_tiles: conics {tuple(conics.shape)} and opacities {tuple(opacities.shape)} must be "
+                          f"[C, N, 3] and [C, N] as depths [C, N] = {(C, N)} (project_gaussians' outputs)")
     dev = depths.device
     total = C * N
     n_tiles = C * tiles_h * tiles_w

@@ -270,11 +270,14 @@ def isect_tiles(means2d: torch.Tensor, radii: torch.Tensor, depths: torch.Tensor
     twin's sake (which can skip building the keys); the reference always returns them.
 
     Raises:
-        RenderError: only one of ``conics`` and ``opacities`` given.
+        RenderError: only one of ``conics`` and ``opacities`` given, or either not shaped as ``depths`` needs.
     """
     if (conics is None) != (opacities is None):
         raise RenderError("isect_tiles: pass both conics and opacities (ellipse binning) or neither (bounding boxes)")
     C, N = depths.shape
+    if conics is not None and (tuple(conics.shape) != (C, N, 3) or tuple(opacities.shape) != (C, N)):
+        raise RenderError(f"isect_tiles: conics {tuple(conics.shape)} and opacities {tuple(opacities.shape)} must be "
+                          f"[C, N, 3] and [C, N] as depths [C, N] = {(C, N)} (project_gaussians' outputs)")
     dev = depths.device
     with torch.no_grad():
         m = means2d.detach().reshape(-1, 2).to(torch.float32)
