@@ -23,7 +23,8 @@ per chunk):
    buffer, so the result does not depend on the chunking or the bucket order, and ties go
    deterministically to the lower triangle index.
 
-Peak memory (float32): at most ~170 bytes per live candidate fragment, i.e. up to ~170 B ×
+Peak memory (float32; measured before the watertight test, whose float64 edge values add ~12 bytes a candidate
+and are not re-measured): at most ~170 bytes per live candidate fragment, i.e. up to ~170 B ×
 ``max_fragments`` (2.7 GiB at the default 2^24, reached only by scenes with that many candidates), plus
 ~300 bytes per triangle of the current triangle chunk (``max_fragments / 4`` triangles), plus ~24 bytes
 per output pixel. No tensor of size triangles × pixels is ever formed. Lower ``max_fragments`` to trade
