@@ -93,8 +93,8 @@ def stages(scene, w2c, K, W, H, reps):
         M, ends = cums()
         tiles = torch.empty(M, device=m2.device, dtype=torch.int32)
         gids = torch.empty(M, device=m2.device, dtype=torch.int64)
-        rows.append(("  key writer", tcuda(lambda: k.write_keys[g](order, ends, m2, m2, rad, tiles, gids, total, N,
-                                                                   16, tw, th, ELLIPSE=False, BLOCK=kt._BLOCK), repeats=reps)))
+        rows.append(("  key writer", tcuda(lambda: k.write_keys[g](order, ends, cnt, m2, m2, rad, tiles, gids, total,
+                                                                   N, 16, tw, th, ELLIPSE=False, BLOCK=kt._BLOCK), repeats=reps)))
         rows.append(("  sort int32 tile ids", tcuda(lambda: torch.sort(tiles, stable=True), repeats=reps)))
         t16 = tiles.to(torch.int16)
         rows.append(("  sort int16 tile ids", tcuda(lambda: torch.sort(t16, stable=True), repeats=reps)))

@@ -49,6 +49,20 @@ def _vert_s(pos_ptr, tri_ptr, t, k: tl.constexpr, vbase):
     return tl.load(pos_ptr + row + 0), tl.load(pos_ptr + row + 1), tl.load(pos_ptr + row + 2), tl.load(pos_ptr + row + 3)
 
 
+@triton.jit
+def _screen_xy(x0, y0, z0, w0, x1, y1, z1, w1, x2, y2, z2, w2, hw, hh):
+    """``(simple, X0, Y0, X1, Y1, X2, Y2)``: whether every vertex is in front of the eye and of the near plane, and
+    the vertices in pixel-centre units, the torch backend's ``(x / w) * half + (half - 0.5)`` with each op rounded
+    (correctly rounded divide; ``w`` taken as 1 where not ``simple``)."""
+    tiny = 1.1754943508222875e-38
+    simple = (z0 + w0 >= 0) & (z1 + w1 >= 0) & (z2 + w2 >= 0) & (w0 > tiny) & (w1 > tiny) & (w2 > tiny)
+    s0 = tl.where(simple, w0, 1.0)
+    s1 = tl.where(simple, w1, 1.0)
+    s2 = tl.where(simple, w2, 1.0)
+    return (simple, _div(x0, s0) * hw + (hw - 0.5), _div(y0, s0) * hh + (hh - 0.5), _div(x1, s1) * hw + (hw - 0.5),
+            _div(y1, s1) * hh + (hh - 0.5), _div(x2, s2) * hw + (hw - 0.5), _div(y2, s2) * hh + (hh - 0.5))
+
+
 @triton.jit(do_not_specialize=["T", "vstride", "t_lo", "t_hi"])
 def _bin_kernel(
     pos_ptr, tri_ptr, first_ptr, count_ptr, cnt_ptr, list_ptr, key_ptr, xtab_ptr, ytab_ptr,
@@ -74,24 +88,11 @@ def _bin_kernel(
     x0, y0, z0, w0 = _vert(pos_ptr, tri_ptr, t, 0, vbase, m)
     x1, y1, z1, w1 = _vert(pos_ptr, tri_ptr, t, 1, vbase, m)
     x2, y2, z2, w2 = _vert(pos_ptr, tri_ptr, t, 2, vbase, m)
-    d0 = z0 + w0
-    d1 = z1 + w1
-    d2 = z2 + w2
-    any_in = (d0 >= 0) | (d1 >= 0) | (d2 >= 0)
+    any_in = (z0 + w0 >= 0) | (z1 + w1 >= 0) | (z2 + w2 >= 0)
     all_far = (w0 < z0) & (w1 < z1) & (w2 < z2)
-    tiny = 1.1754943508222875e-38
-    simple = (d0 >= 0) & (d1 >= 0) & (d2 >= 0) & (w0 > tiny) & (w1 > tiny) & (w2 > tiny)
     live = m & any_in & (~all_far)  # edge-on triangles are skipped by the raster kernel
-    s0 = tl.where(simple, w0, 1.0)
-    s1 = tl.where(simple, w1, 1.0)
-    s2 = tl.where(simple, w2, 1.0)
-    # the torch backend's box: (x / w) * half + (half - 0.5), each op rounded (correctly rounded divide)
-    X0 = _div(x0, s0) * hw + (hw - 0.5)
-    X1 = _div(x1, s1) * hw + (hw - 0.5)
-    X2 = _div(x2, s2) * hw + (hw - 0.5)
-    Y0 = _div(y0, s0) * hh + (hh - 0.5)
-    Y1 = _div(y1, s1) * hh + (hh - 0.5)
-    Y2 = _div(y2, s2) * hh + (hh - 0.5)
+    # the torch backend's box and the watertight test's vertices
+    simple, X0, Y0, X1, Y1, X2, Y2 = _screen_xy(x0, y0, z0, w0, x1, y1, z1, w1, x2, y2, z2, w2, hw, hh)
     xmn = tl.minimum(tl.maximum(tl.minimum(tl.minimum(X0, X1), X2) - slack, -1.0), big)
     xmx = tl.minimum(tl.maximum(tl.maximum(tl.maximum(X0, X1), X2) + slack, -big), big)
     ymn = tl.minimum(tl.maximum(tl.minimum(tl.minimum(Y0, Y1), Y2) - slack, -1.0), big)
@@ -168,16 +169,12 @@ def _planes(pos_ptr, tri_ptr, t, vbase, H, W):
     x1, y1, z1, w1 = _vert_s(pos_ptr, tri_ptr, t, 1, vbase)
     x2, y2, z2, w2 = _vert_s(pos_ptr, tri_ptr, t, 2, vbase)
     a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, flat = _planes_of(x0, y0, z0, w0, x1, y1, z1, w1, x2, y2, z2, w2)
-    tiny = 1.1754943508222875e-38
-    simple = (z0 + w0 >= 0) & (z1 + w1 >= 0) & (z2 + w2 >= 0) & (w0 > tiny) & (w1 > tiny) & (w2 > tiny)
-    s0 = tl.where(simple, w0, 1.0).to(x0.dtype)
-    s1 = tl.where(simple, w1, 1.0).to(x0.dtype)
-    s2 = tl.where(simple, w2, 1.0).to(x0.dtype)
     hw = tl.full((), 0.5, x0.dtype) * W  # W / 2 in the positions' dtype (exact), as torch's half
     hh = tl.full((), 0.5, x0.dtype) * H
-    SX0, SY0, g0 = _snap(_div(x0, s0) * hw + (hw - 0.5), _div(y0, s0) * hh + (hh - 0.5))
-    SX1, SY1, g1 = _snap(_div(x1, s1) * hw + (hw - 0.5), _div(y1, s1) * hh + (hh - 0.5))
-    SX2, SY2, g2 = _snap(_div(x2, s2) * hw + (hw - 0.5), _div(y2, s2) * hh + (hh - 0.5))
+    simple, X0, Y0, X1, Y1, X2, Y2 = _screen_xy(x0, y0, z0, w0, x1, y1, z1, w1, x2, y2, z2, w2, hw, hh)
+    SX0, SY0, g0 = _snap(X0, Y0)
+    SX1, SY1, g1 = _snap(X1, Y1)
+    SX2, SY2, g2 = _snap(X2, Y2)
     f0, f1, f2, f3, f4, f5, f6, f7, f8 = _fixed_planes(SX0, SY0, SX1, SY1, SX2, SY2)
     fixed = simple & g0 & g1 & g2
     return a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, flat, fixed, f0, f1, f2, f3, f4, f5, f6, f7, f8
@@ -215,13 +212,13 @@ def _depth_test(a0, b0, c0, a1, b1, c1, a2, b2, c2, za, zb, zc, flat, fixed, f0,
     homogeneous ones at ``(px, py)``; −1 ≤ z/w ≤ 1) of triangle t with planes p at the pixel centres, then the depth
     test on the packed key (z/w at float32 precision, then the index, as the torch backend). Evaluation
     order (a px + c) + b py as torch."""
-    e0 = (a0 * px + c0) + b0 * py
-    e1 = (a1 * px + c1) + b1 * py
-    e2 = (a2 * px + c2) + b2 * py
     z = (za * px + zc) + zb * py
-    # an edge-on triangle (flat) takes the homogeneous test, whose e0 is then -1 everywhere: never covered
-    cov = tl.where(fixed & (flat == 0), _fixed_cover(f0, f1, f2, f3, f4, f5, f6, f7, f8, qx, qy),
-                   (e0 >= 0) & (e1 >= 0) & (e2 >= 0))
+    # one test per triangle (a scalar branch): an edge-on triangle (flat) takes the homogeneous one, whose e0 is
+    # then -1 everywhere: never covered
+    if fixed & (flat == 0):
+        cov = _fixed_cover(f0, f1, f2, f3, f4, f5, f6, f7, f8, qx, qy)
+    else:
+        cov = (((a0 * px + c0) + b0 * py) >= 0) & (((a1 * px + c1) + b1 * py) >= 0) & (((a2 * px + c2) + b2 * py) >= 0)
     ok = cov & (z >= -1.0) & (z <= 1.0)
     key = _key(z, t)
     return tl.where(ok & (key < best), key, best)

@@ -33,20 +33,30 @@ def _reach2(op):
     return (e2 + 0.04) / 0.99
 
 @triton.jit
-def _row_span(u, v, ca, cb, cc, r2, ty, ts, x0, x1):
-    """Tile columns ``[tx0, tx1)`` of tile row ``ty`` that a Gaussian's ellipse of reach touches, clamped to its
-    bounding box ``[x0, x1)`` (``tx1 <= tx0``: none); the reference's ``ellipse_row_spans``, same float32 steps."""
+def _ellipse_shape(ca, cb, cc, op):
+    """The row-independent terms of :func:`_row_span` for a Gaussian of conic ``(ca, cb, cc)`` and opacity ``op``:
+    ``(pd, a, det, r2, ey, sx)`` — positive definite, the conic's ``a`` and determinant (1 where not ``pd``), the
+    squared reach (:func:`_reach2`), the ellipse's half height and ``(b/c)·`` its half width (the reference's
+    ``ellipse_row_spans``, same float32 steps)."""
+    r2 = _reach2(op)
     pd = (ca > 0) & (cc > 0) & (ca * cc - cb * cb > 0)
     a = tl.where(pd, ca, 1.0)
     c = tl.where(pd, cc, 1.0)
     det = tl.where(pd, ca * cc - cb * cb, 1.0)
     ey = tl.sqrt_rn(tl.maximum(r2 * a / det, 0.0))
     ex = tl.sqrt_rn(tl.maximum(r2 * c / det, 0.0))
+    return pd, a, det, r2, ey, (cb / c) * ex
+
+@triton.jit
+def _row_span(u, v, cb, pd, a, det, r2, ey, sx, ty, ts, x0, x1):
+    """Tile columns ``[tx0, tx1)`` of tile row ``ty`` that a Gaussian's ellipse of reach touches (its
+    :func:`_ellipse_shape` terms), clamped to its bounding box ``[x0, x1)`` (``tx1 <= tx0``: none); the reference's
+    ``ellipse_row_spans``, same float32 steps."""
     tyf = ty.to(tl.float32)
     lo = tl.maximum(tyf * ts - v, -ey)
     hi = tl.minimum((tyf + 1.0) * ts - v, ey)
-    dyr = tl.minimum(tl.maximum(-(cb / c) * ex, lo), hi)
-    dyl = tl.minimum(tl.maximum((cb / c) * ex, lo), hi)
+    dyr = tl.minimum(tl.maximum(-sx, lo), hi)
+    dyl = tl.minimum(tl.maximum(sx, lo), hi)
     right = (-cb * dyr + tl.sqrt_rn(tl.maximum(a * r2 - det * dyr * dyr, 0.0))) / a
     left = (-cb * dyl - tl.sqrt_rn(tl.maximum(a * r2 - det * dyl * dyl, 0.0))) / a
     tx0 = tl.where(pd, tl.maximum(_floor_f(u + left, ts), x0), x0)
@@ -57,11 +67,11 @@ def _row_span(u, v, ca, cb, cc, r2, ty, ts, x0, x1):
 @triton.jit
 def _ellipse_count(u, v, ca, cb, cc, op, x0, x1, y0, y1, vis, ts):
     """``[B]`` int32: the tiles of each Gaussian's bounding box (``vis``: has one) that its ellipse touches."""
-    r2 = _reach2(op)
+    pd, a, det, r2, ey, sx = _ellipse_shape(ca, cb, cc, op)
     rows = tl.where(vis, y1 - y0, 0)
     cnt = tl.zeros_like(rows)
     for r in range(0, tl.max(rows, axis=0)):
-        tx0, tx1 = _row_span(u, v, ca, cb, cc, r2, y0 + r, ts, x0, x1)
+        tx0, tx1 = _row_span(u, v, cb, pd, a, det, r2, ey, sx, y0 + r, ts, x0, x1)
         cnt += tl.where(r < rows, tl.maximum(tx1 - tx0, 0), 0)
     return cnt
 
@@ -108,15 +118,16 @@ def tile_bounds(m2, pk, radii, out_cnt, total, tile_size, tiles_w, tiles_h, ELLI
     tl.store(out_cnt + i, cnt, mask=m)
 
 @triton.jit(do_not_specialize=["total", "N"])
-def write_keys(order, ends, m2, pk, radii, out_tile, out_gid, total, N, tile_size, tiles_w, tiles_h,
+def write_keys(order, ends, cnts, m2, pk, radii, out_tile, out_gid, total, N, tile_size, tiles_w, tiles_h,
                ELLIPSE: tl.constexpr, BLOCK: tl.constexpr):
-    """Pair ``order[j]`` writes its ``cnt`` tile ids and Gaussian ids at ``ends[j] - cnt ...`` (``ends``:
-    inclusive cumulative counts in depth order), row by row of its bounding box (with ``ELLIPSE`` each row's span
-    of tiles its ellipse reaches: the ``cnt`` of ``tile_bounds``)."""
+    """Pair ``order[j]`` writes its ``cnts`` tile ids and Gaussian ids at ``ends[j] - cnts ...`` (``ends``:
+    inclusive cumulative counts in depth order; ``cnts`` those of ``tile_bounds`` or the projection), row by row of
+    its bounding box (with ``ELLIPSE`` each row's span of tiles its ellipse reaches)."""
     j = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = j < total
     g = tl.load(order + j, mask=m, other=0)
     end = tl.load(ends + j, mask=m, other=0)
+    cnt = tl.load(cnts + g, mask=m, other=0)
     u, v, ca, cb, cc, op = _load_bin_rec(m2, pk, g, m, ELLIPSE)
     rx = tl.load(radii + g * 2, mask=m, other=0).to(tl.float32)
     ry = tl.load(radii + g * 2 + 1, mask=m, other=0).to(tl.float32)
@@ -128,13 +139,12 @@ def write_keys(order, ends, m2, pk, radii, out_tile, out_gid, total, N, tile_siz
     y1 = tl.minimum(tl.maximum(_ceil_f(v + ry, ts), 0), tiles_h)
     cam = g // N
     if ELLIPSE:
-        r2 = _reach2(op)
+        pd, a, det, r2, ey, sx = _ellipse_shape(ca, cb, cc, op)
         rows = tl.where(vis, y1 - y0, 0)
-        cnt = _ellipse_count(u, v, ca, cb, cc, op, x0, x1, y0, y1, vis, ts)
         pos = end - cnt
         for r in range(0, tl.max(rows, axis=0)):
             ty = y0 + r
-            tx0, tx1 = _row_span(u, v, ca, cb, cc, r2, ty, ts, x0, x1)
+            tx0, tx1 = _row_span(u, v, cb, pd, a, det, r2, ey, sx, ty, ts, x0, x1)
             wd = tl.where(r < rows, tl.maximum(tx1 - tx0, 0), 0)
             for k in range(0, tl.max(wd, axis=0)):
                 w = k < wd
@@ -144,7 +154,6 @@ def write_keys(order, ends, m2, pk, radii, out_tile, out_gid, total, N, tile_siz
             pos += wd
     else:
         bw = tl.maximum(x1 - x0, 1)
-        cnt = tl.where(vis, (x1 - x0) * (y1 - y0), 0)
         st = end - cnt
         for k in range(0, tl.max(cnt, axis=0)):
             w = k < cnt

@@ -317,7 +317,7 @@ def isect_tiles(means2d, radii, depths, tile_size, tiles_w, tiles_h, with_keys: 
             tiles = torch.empty(M, device=dev, dtype=kdt)
             gids = torch.empty(M, device=dev, dtype=torch.int64)
         if M and total:
-            k.write_keys[_grid(total, _BLOCK)](order, write_ends, m2, pk, rad, tiles, gids, total, N, tile_size,
+            k.write_keys[_grid(total, _BLOCK)](order, write_ends, cnt, m2, pk, rad, tiles, gids, total, N, tile_size,
                                                tiles_w, tiles_h, ELLIPSE=ell, BLOCK=_BLOCK)
         tiles_sorted, perm = torch.sort(tiles, stable=True)
         flatten_ids = gids[perm]

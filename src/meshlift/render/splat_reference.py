@@ -209,7 +209,8 @@ def ellipse_reach2(conics: torch.Tensor, opacities: torch.Tensor) -> torch.Tenso
     A Gaussian of opacity ``o`` (after compensation) and conic ``A`` passes the cut ``o·exp(−q/2) ≥ 1/255`` at
     offset ``d`` only where ``q = dᵀ A d ≤ 2 ln(255 o)``. The bound is widened to ``(2 ln(255 o) + 0.04) / 0.99``
     (the margin of the compositing kernels' own band culling) so that float32 rounding of the per-pixel ``q`` never
-    drops a pixel that passes. ``conics [..., 3]`` (a, b, c), ``opacities [...]``; 0 where ``o ≤ 1/255``.
+    drops a pixel that passes. ``conics [..., 3]`` (a, b, c), ``opacities [...]``; ``0.04 / 0.99`` where
+    ``o ≤ 1/255`` (projection culls those).
     """
     op = opacities.detach().to(torch.float32)
     e2 = 2.0 * torch.log(torch.clamp(op, min=ALPHA_THRESHOLD) * 255.0)
@@ -249,6 +250,14 @@ def ellipse_row_spans(u, v, ca, cb, cc, r2, ty, tile_size: int, x0, x1):
     tx1 = torch.where(pd, torch.minimum(tx1, x1), x1)
     tx1 = torch.where(pd & (lo > hi), tx0, tx1)
     return tx0, tx1
+
+
+def _runs(counts: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``counts [n]`` int64 → ``(owner [M], k [M])`` with ``M = Σ counts``: entry ``i`` repeated ``counts[i]`` times
+    and each repeat's index ``0 .. counts[i] − 1`` within its run."""
+    owner = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts)
+    k = torch.arange(owner.numel(), device=counts.device) - (torch.cumsum(counts, 0) - counts)[owner]
+    return owner, k
 
 
 def isect_tiles(means2d: torch.Tensor, radii: torch.Tensor, depths: torch.Tensor, tile_size: int,
@@ -294,10 +303,7 @@ def isect_tiles(means2d: torch.Tensor, radii: torch.Tensor, depths: torch.Tensor
         if conics is None:
             bw = x1 - x0
             counts = bw * (y1 - y0)
-            gid = torch.repeat_interleave(torch.arange(C * N, device=dev), counts)
-            M = gid.numel()
-            starts = torch.cumsum(counts, 0) - counts
-            k = torch.arange(M, device=dev) - starts[gid]
+            gid, k = _runs(counts)
             bwg = bw[gid].clamp_min(1)
             tx = x0[gid] + k % bwg
             ty = y0[gid] + k // bwg
@@ -305,14 +311,12 @@ def isect_tiles(means2d: torch.Tensor, radii: torch.Tensor, depths: torch.Tensor
             con = conics.detach().reshape(-1, 3).to(torch.float32)
             r2 = ellipse_reach2(con, opacities.reshape(-1))
             rows = y1 - y0
-            rg = torch.repeat_interleave(torch.arange(C * N, device=dev), rows)
-            rk = torch.arange(rg.numel(), device=dev) - (torch.cumsum(rows, 0) - rows)[rg]
+            rg, rk = _runs(rows)
             rty = y0[rg] + rk
             a0, a1 = ellipse_row_spans(m[rg, 0], m[rg, 1], con[rg, 0], con[rg, 1], con[rg, 2], r2[rg], rty,
                                        tile_size, x0[rg], x1[rg])
             width = (a1 - a0).clamp_min(0)
-            ri = torch.repeat_interleave(torch.arange(rg.numel(), device=dev), width)
-            k = torch.arange(ri.numel(), device=dev) - (torch.cumsum(width, 0) - width)[ri]
+            ri, k = _runs(width)
             gid = rg[ri]
             tx = a0[ri] + k
             ty = rty[ri]
